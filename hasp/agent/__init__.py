@@ -1,0 +1,1 @@
+"""The ReAct agent loop and the harness that lets PFs step in."""

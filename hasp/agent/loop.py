@@ -1,0 +1,167 @@
+"""The ReAct loop with the PF harness around it.
+
+One step: the policy proposes an action, the dispatcher (if PFs are on) may
+rewrite it or add context, the environment executes the final action, and the
+step record with its audit event is appended. Model mistakes (unparseable
+output) are recorded and shown to the model; harness bugs raise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Protocol
+
+import yaml
+
+from hasp.agent.context import EpisodeState
+from hasp.agent.parser import ParseFailure, parse_action
+from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.dispatcher import Dispatcher
+
+
+class ChatReply(Protocol):
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Policy(Protocol):
+    """Anything that answers chat messages; ``hasp.llm.client.LLMClient`` or a test double."""
+
+    def chat(self, messages: list[dict[str, str]], *, temperature: float | None = None,
+             max_tokens: int | None = None, stop: list[str] | None = None,
+             seed: int | None = None) -> ChatReply: ...
+
+
+class Environment(Protocol):
+    def search(self, query: str) -> tuple[str, list[Any]]: ...
+    def read(self, ref: str) -> tuple[str, dict[str, Any] | None]: ...
+
+
+@dataclass
+class AgentConfig:
+    """Episode budgets and sampling; one object so a variant is plain data."""
+
+    max_steps: int = 8
+    max_search_calls: int = 4
+    max_read_calls: int = 4
+    temperature: float = 0.0
+    max_tokens: int = 96
+    use_pfs: bool = True
+    skills_in_prompt: bool = False
+    max_modify_fires: int = 2
+    seed: int | None = 0
+
+
+@lru_cache(maxsize=4)
+def load_prompts(name: str = "search_react") -> dict[str, str]:
+    text = resources.files("hasp.agent").joinpath(f"prompts/{name}.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def _hit_dict(h: Any) -> dict[str, str]:
+    if isinstance(h, dict):
+        return {"id": str(h.get("id", "")), "title": str(h.get("title", ""))}
+    return {"id": str(getattr(h, "id", "")), "title": str(getattr(h, "title", ""))}
+
+
+def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, env: Environment,
+                pfs: list[ProgramFunction], cfg: AgentConfig, variant: str,
+                teacher: Teacher | None = None, skills_text: str = "",
+                scorer: Any = None) -> Trajectory:
+    """Run one question to FINAL or the step budget and return the full trajectory."""
+    p = load_prompts()
+    t0 = time.perf_counter()
+    traj = Trajectory(qid=qid, question=question, answers=list(answers), variant=variant)
+    system = p["system"] + (f"\n{p['skills_header']}\n{skills_text}" if skills_text else "")
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": p["question"].format(question=question)}]
+    state = EpisodeState(question=question, max_steps=cfg.max_steps)
+    dispatcher = Dispatcher(pfs if cfg.use_pfs else [], teacher=teacher,
+                            max_modify_fires=cfg.max_modify_fires)
+    for i in range(cfg.max_steps):
+        ts = time.perf_counter()
+        state.step_count = i
+        reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            stop=["Observation:"], seed=cfg.seed)
+        llm_s = time.perf_counter() - ts
+        traj.prompt_tokens += reply.prompt_tokens
+        traj.completion_tokens += reply.completion_tokens
+        step = StepRecord(index=i, raw_output=reply.text, llm_s=llm_s,
+                          prompt_messages=[dict(m) for m in messages])
+        parsed = parse_action(reply.text)
+        if isinstance(parsed, ParseFailure):
+            step.parse_error, step.thought = parsed.reason, parsed.thought
+            step.observation = p["parse_error"].format(reason=parsed.reason)
+            messages += [{"role": "assistant", "content": reply.text.strip()[:400] or "(empty)"},
+                         {"role": "user", "content": step.observation}]
+            step.step_s = time.perf_counter() - ts
+            traj.steps.append(step)
+            continue
+        step.thought = parsed.thought
+        ctx = state.to_ctx(parsed.thought)
+        d = dispatcher.dispatch(ctx, parsed.type, parsed.arg)
+        state.absorb(ctx)
+        a_orig, a_final = Action(parsed.type, parsed.arg), Action(d.action_type, d.arg)
+        audit = AuditEvent(state=state.snapshot(), a_orig=a_orig, a_final=a_final,
+                           context=list(d.contexts), mode=d.mode, errors=list(d.errors),
+                           fired=[{"skill_id": f.skill_id, "type": f.type, "reason": f.reason,
+                                   "applied": f.applied} for f in d.fired],
+                           dispatch_s=d.elapsed_s)
+        traj.pf_errors += d.errors
+        obs, done = _execute(a_final, state, env, cfg, audit, p)
+        if d.contexts:
+            obs = obs + "\n" + "\n".join(d.contexts)
+        step.audit, step.observation = audit, obs
+        state.action_history.append(a_final.render())
+        messages += [{"role": "assistant", "content": f"Thought: {parsed.thought}\nAction: {a_final.render()}"},
+                     {"role": "user", "content": p["observation"].format(observation=obs)}]
+        step.step_s = time.perf_counter() - ts
+        traj.steps.append(step)
+        if done:
+            traj.prediction, traj.terminated = a_final.arg, "final"
+            break
+    else:
+        traj.terminated = "max_steps"
+    if scorer is not None:
+        traj.em, traj.f1 = scorer(traj.prediction, traj.answers)
+    traj.wall_s = time.perf_counter() - t0
+    return traj
+
+
+def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
+             audit: AuditEvent, p: dict[str, str]) -> tuple[str, bool]:
+    """Execute the final action; fill Δ_t (``audit.feedback``). Returns (observation, done)."""
+    if a.type == "FINAL":
+        audit.feedback = {"final": True}
+        return "", True
+    if a.type == "SEARCH":
+        if state.search_count >= cfg.max_search_calls:
+            audit.feedback = {"budget_exhausted": "search"}
+            return p["budget_exhausted"].format(kind="search").removeprefix("Observation: "), False
+        obs, hits = env.search(a.arg)
+        state.search_count += 1
+        state.queries.append(a.arg)
+        state.empty_results = not hits
+        state.last_search_results_text = obs
+        state.last_search_hits = [_hit_dict(h) for h in hits]
+        known = {h["id"] for h in state.seen_hits}
+        state.seen_hits += [h for h in state.last_search_hits if h["id"] not in known]
+        audit.feedback = {"n_hits": len(hits), "hit_ids": [h["id"] for h in state.last_search_hits]}
+        return obs, False
+    if a.type == "READ":
+        if state.read_count >= cfg.max_read_calls:
+            audit.feedback = {"budget_exhausted": "read"}
+            return p["budget_exhausted"].format(kind="read").removeprefix("Observation: "), False
+        obs, doc = env.read(a.arg)
+        if doc is not None:
+            state.read_count += 1
+            state.read_ids.append(str(doc.get("id", "")))
+            state.read_contents.append(str(doc.get("contents", "")))
+        audit.feedback = {"found": doc is not None, "doc_id": (doc or {}).get("id")}
+        return obs, False
+    raise ValueError(f"unknown action type {a.type!r}")  # the parser/dispatcher only emit the three

@@ -1,0 +1,57 @@
+"""Turn a small model's free text into one action, tolerating sloppy formats.
+
+A 135M-parameter policy writes "Action: Search[x]", "SEARCH: x", "search(x)",
+"Final Answer: x" or nothing usable at all. Anything we cannot read becomes a
+``ParseFailure`` that the loop records and shows to the model; it never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ACTIONS = ("SEARCH", "READ", "FINAL")
+_ALIASES = {"ANSWER": "FINAL", "FINISH": "FINAL", "FINAL ANSWER": "FINAL", "FINAL_ANSWER": "FINAL",
+            "LOOKUP": "SEARCH", "QUERY": "SEARCH", "OPEN": "READ"}
+_NAME = r"(SEARCH|READ|FINAL[ _]ANSWER|FINAL|ANSWER|FINISH|LOOKUP|QUERY|OPEN)"
+_BRACKETED = re.compile(_NAME + r"\s*[\[\(\{<]\s*(.+?)\s*[\]\)\}>]", re.I | re.S)
+_COLON = re.compile(r"(?:^|\n|Action\s*:\s*)" + _NAME + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I)
+_THOUGHT = re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|SEARCH|READ|FINAL)\b|\Z)", re.I | re.S)
+
+
+@dataclass
+class ParsedAction:
+    type: str
+    arg: str
+    thought: str
+
+
+@dataclass
+class ParseFailure:
+    reason: str
+    thought: str
+
+
+def _norm(name: str) -> str:
+    n = re.sub(r"[ _]+", " ", name.upper()).strip()
+    return _ALIASES.get(n, n)
+
+
+def parse_action(text: str) -> ParsedAction | ParseFailure:
+    """Return the first well-formed action in ``text`` (bracketed form preferred)."""
+    text = text or ""
+    m_t = _THOUGHT.search(text)
+    thought = (m_t.group(1) if m_t else text.split("\n", 1)[0]).strip()[:1000]
+    candidates = []
+    for rx in (_BRACKETED, _COLON):
+        m = rx.search(text)
+        if m:
+            candidates.append((m.start(), m))
+    if not candidates:
+        return ParseFailure("no SEARCH[...], READ[...] or FINAL[...] action found", thought)
+    _, m = min(candidates, key=lambda c: c[0])
+    kind, arg = _norm(m.group(1)), m.group(2).strip().strip("\"'` ").strip()
+    arg = re.sub(r"\s+", " ", arg)[:500]
+    if not arg:
+        return ParseFailure(f"{kind} has an empty argument", thought)
+    return ParsedAction(kind, arg, thought)

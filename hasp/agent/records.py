@@ -1,0 +1,92 @@
+"""What an episode leaves behind: steps, each with its PF audit event e_t (paper §3.2).
+
+These dataclasses are the boundary between the rollout and everything downstream
+(failure detection, signal scoring, training data), so they serialise losslessly
+to JSON lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Action:
+    type: str  # SEARCH | READ | FINAL
+    arg: str
+
+    def render(self) -> str:
+        return f"{self.type}[{self.arg}]"
+
+
+@dataclass
+class AuditEvent:
+    """e_t = (s_t, a_orig, a_final, c_t, κ_t, Δ_t) for one step."""
+
+    state: dict[str, Any]
+    a_orig: Action
+    a_final: Action
+    context: list[str] = field(default_factory=list)
+    fired: list[dict[str, Any]] = field(default_factory=list)  # κ_t: skill_id, type, reason, applied
+    mode: str = "none"
+    feedback: dict[str, Any] = field(default_factory=dict)  # Δ_t: what executing a_final produced
+    errors: list[str] = field(default_factory=list)
+    dispatch_s: float = 0.0
+
+    @property
+    def was_modified(self) -> bool:
+        return self.a_orig != self.a_final
+
+
+@dataclass
+class StepRecord:
+    index: int
+    raw_output: str
+    thought: str = ""
+    audit: AuditEvent | None = None
+    observation: str = ""
+    parse_error: str = ""
+    prompt_messages: list[dict[str, str]] = field(default_factory=list)
+    llm_s: float = 0.0
+    step_s: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    qid: str
+    question: str
+    answers: list[str]
+    variant: str
+    steps: list[StepRecord] = field(default_factory=list)
+    prediction: str = ""
+    em: float = 0.0
+    f1: float = 0.0
+    terminated: str = ""  # final | max_steps | error
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float = 0.0
+    pf_errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        steps = []
+        for s in d.get("steps", []):
+            s = dict(s)
+            a = s.get("audit")
+            if a:
+                a = dict(a)
+                a["a_orig"] = Action(**a["a_orig"])
+                a["a_final"] = Action(**a["a_final"])
+                s["audit"] = AuditEvent(**a)
+            steps.append(StepRecord(**s))
+        return cls(**{**d, "steps": steps})
+
+    def audits(self) -> list[AuditEvent]:
+        return [s.audit for s in self.steps if s.audit is not None]
+
+    def fired_skills(self) -> list[str]:
+        return [f["skill_id"] for a in self.audits() for f in a.fired if f.get("applied", True)]

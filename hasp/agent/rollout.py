@@ -1,0 +1,53 @@
+"""Run many episodes concurrently and persist trajectories as JSON lines.
+
+Episodes are independent, so a thread pool keeps the (continuous-batching)
+model server busy; the LLM client bounds in-flight requests itself. Results
+come back in input order so a rollout file is deterministic for a given policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from hasp.agent.records import Trajectory
+
+
+def run_many(items: Sequence[Any], episode: Callable[[Any], Trajectory], *, concurrency: int = 8,
+             desc: str = "rollout", progress: bool = True) -> list[Trajectory]:
+    """Apply ``episode`` to every item with bounded concurrency, keeping order."""
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        futures = [pool.submit(episode, it) for it in items]
+        out = []
+        for f in tqdm(futures, desc=desc, disable=not progress, leave=False):
+            out.append(f.result())
+    return out
+
+
+def write_trajectories(trajs: Sequence[Trajectory], path: Path) -> None:
+    """Atomic write: a killed run never leaves a half-written trajectory file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for t in trajs:
+            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_trajectories(path: Path) -> list[Trajectory]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    out.append(Trajectory.from_dict(json.loads(line)))
+                except (json.JSONDecodeError, TypeError, KeyError) as e:
+                    raise ValueError(f"{path}:{n}: not a trajectory record: {e}") from e
+    return out

@@ -1,0 +1,130 @@
+"""Typed view of ``params.yaml``: one model per concern, validated once at load.
+
+A bad value fails here with one message naming the key, never deep inside a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataParams(_Strict):
+    seed: int = 7
+    n_questions: int = Field(90, ge=6)
+    fractions: tuple[float, float, float] = (0.4, 0.2, 0.4)
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "DataParams":
+        if abs(sum(self.fractions) - 1.0) > 1e-6 or min(self.fractions) <= 0:
+            raise ValueError("data.fractions must be three positive numbers summing to 1")
+        return self
+
+
+class EndpointParams(_Strict):
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> "EndpointParams":
+        if self.base_url and not self.model:
+            raise ValueError("model is required when base_url is set")
+        return self
+
+
+class LLMParams(EndpointParams):
+    port: int = Field(8765, ge=1024, le=65535)
+    timeout_s: float = Field(120, gt=0)
+    max_retries: int = Field(3, ge=0)
+    max_concurrency: int = Field(8, ge=1)
+
+
+class AgentParams(_Strict):
+    max_steps: int = Field(6, ge=1)
+    max_search_calls: int = Field(3, ge=0)
+    max_read_calls: int = Field(3, ge=0)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(64, ge=8)
+    top_k: int = Field(3, ge=1)
+    max_modify_fires: int = Field(2, ge=0)
+
+
+class EvolveParams(_Strict):
+    min_cluster_size: int = Field(3, ge=1)
+    max_candidates: int = Field(5, ge=0)
+    proposal_temperature: float = Field(0.7, ge=0)
+    proposal_max_tokens: int = Field(600, ge=32)
+    exec_threshold: float = Field(0.3, ge=0, le=1)
+    new_group_threshold: float = Field(0.75, ge=0, le=1)
+    same_group_threshold: float = Field(0.60, ge=0, le=1)
+    max_library_size: int = Field(50, ge=1)
+
+
+class SignalParams(_Strict):
+    reward_floor: float = 0.25
+
+
+class TrainParams(_Strict):
+    enabled: bool = True
+    learning_rate: float = Field(2e-4, gt=0)
+    max_steps: int = Field(30, ge=1)
+    per_device_train_batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    max_length: int = Field(768, ge=64)
+    seed: int = 0
+
+
+class TrackingParams(_Strict):
+    experiment: str = "hasp-search"
+
+
+class Params(_Strict):
+    data: DataParams = DataParams()
+    llm: LLMParams = LLMParams()
+    teacher: EndpointParams = EndpointParams()
+    agent: AgentParams = AgentParams()
+    evolve: EvolveParams = EvolveParams()
+    signals: SignalParams = SignalParams()
+    train: TrainParams = TrainParams()
+    tracking: TrackingParams = TrackingParams()
+
+    def section_hash(self, *names: str) -> str:
+        """Content hash of some sections: the params part of a cache key."""
+        blob = json.dumps({n: getattr(self, n).model_dump(mode="json") for n in names}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class ParamsError(ValueError):
+    pass
+
+
+def load_params(path: Path | str = "params.yaml", overrides: dict[str, Any] | None = None) -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from e
+    raw = raw or {}
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    try:
+        return Params(**raw)
+    except ValidationError as e:
+        msgs = "; ".join(f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors())
+        raise ParamsError(f"{path}: {msgs}") from e

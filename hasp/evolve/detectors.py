@@ -1,0 +1,521 @@
+"""Phase B, heuristic half: rule-based failure detectors over failed trajectories.
+
+Every detector looks at one ``Trajectory`` and either returns a ``FailurePattern``
+(a reusable description of *why* the episode failed, plus the evidence that made
+the rule fire) or ``None``. Detectors are registered with ``@detector("name")``;
+``detect_failures`` runs all of them on the failed trajectories (``em == 0``).
+
+Design choices:
+
+* The abstraction / trigger / hint texts of one heuristic category are fixed
+  templates. Episode specifics go into ``evidence``. That keeps all patterns of
+  one rule textually identical, so the Jaccard dedup in ``cluster.py`` merges
+  them and a cluster's support is simply the number of distinct episodes.
+* Detectors read what the agent *did* (``audit.a_final``, after PF rewrites) and
+  what the tools returned (step observations with PF-injected context removed),
+  never PF-private state, so they work on any stored trajectory jsonl.
+* Rules are deliberately orthogonal where cheap: ``reasoning_hallucination``
+  needs at least one READ (an episode with no READ is ``no_read_before_final``),
+  ``partial_answer`` / ``format_mismatch`` / ``wrong_entity_focus`` split the
+  answer-vs-gold overlap into "subset", "superset" and "mostly disjoint".
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hasp.agent.context import CONFLICT_WORDS, EpisodeState
+from hasp.agent.records import Action, StepRecord, Trajectory
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FailurePattern", "DETECTORS", "detector", "detect_failures", "run_detectors",
+    "tokens", "content_tokens", "jaccard", "replay_contexts", "tool_observation",
+    "read_texts", "final_action",
+]
+
+# --------------------------------------------------------------------------- text utilities
+
+STOPWORDS = frozenset("""
+a an the of in on at to for from by with and or but is are was were be been being it its this that
+these those which who whom whose what when where why how did does do done has have had not no yes
+as into than then there their they them he she his her him i you we our your my me about after
+before during over under between also only just very can could would should will shall may might
+must so if else while because one any some all each other such same
+""".split())
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str | None) -> list[str]:
+    """Lower-case alphanumeric tokens; underscores split words (``query_too_broad`` -> 3 tokens)."""
+    return _TOKEN.findall((text or "").lower().replace("_", " "))
+
+
+def _stem(tok: str) -> str:
+    """A very light plural strip so 'queries'/'query' and 'searches'/'search' meet."""
+    if len(tok) > 4 and tok.endswith("ies"):
+        return tok[:-3] + "y"
+    if len(tok) > 4 and tok.endswith("es") and tok[-3] in "sxz":
+        return tok[:-2]
+    if len(tok) > 3 and tok.endswith("s") and not tok.endswith("ss"):
+        return tok[:-1]
+    return tok
+
+
+def content_tokens(text: str | None) -> list[str]:
+    """Tokens without stopwords, lightly stemmed: what 'content tokens' means everywhere here."""
+    return [_stem(t) for t in tokens(text) if t not in STOPWORDS]
+
+
+def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
+    """Token-set Jaccard; strings are tokenised with ``tokens`` (stopwords kept). Empty/empty = 0."""
+    sa = set(tokens(a)) if isinstance(a, str) else set(a)
+    sb = set(tokens(b)) if isinstance(b, str) else set(b)
+    if not sa and not sb:
+        return 0.0
+    return len(sa & sb) / len(sa | sb)
+
+
+# --------------------------------------------------------------------------- pattern record
+
+@dataclass
+class FailurePattern:
+    """One failed episode abstracted into a reusable failure mode (paper App. C.2)."""
+
+    category: str
+    abstraction: str
+    trigger: str
+    intervention_hint: str
+    qid: str
+    source: str = "heuristic"  # heuristic | llm
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The text the dedup compares: abstraction + trigger."""
+        return f"{self.abstraction} {self.trigger}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "FailurePattern":
+        keys = {"category", "abstraction", "trigger", "intervention_hint", "qid", "source", "evidence"}
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+
+DetectorFn = Callable[[Trajectory], "FailurePattern | None"]
+DETECTORS: dict[str, DetectorFn] = {}
+
+
+def detector(name: str) -> Callable[[DetectorFn], DetectorFn]:
+    """Register a detector under ``name`` (also the category of the patterns it emits)."""
+
+    def deco(fn: DetectorFn) -> DetectorFn:
+        if name in DETECTORS and DETECTORS[name] is not fn:
+            raise ValueError(f"detector {name!r} registered twice")
+        fn.detector_name = name  # type: ignore[attr-defined]
+        DETECTORS[name] = fn
+        return fn
+
+    return deco
+
+
+# Fixed per-category texts (see module docstring for why they are templates).
+_TEMPLATES: dict[str, tuple[str, str, str]] = {
+    "premature_final": (
+        "The agent commits to a final answer within the first two steps, before gathering evidence.",
+        "A FINAL action is proposed while step_count is below 2 and nothing has been read.",
+        "Turn an early FINAL into a SEARCH for the question's main entity, or remind the agent to verify first."),
+    "repeated_search": (
+        "The agent re-issues nearly the same search query instead of reformulating or reading a result.",
+        "A SEARCH whose query shares most tokens with an earlier query in action_history.",
+        "Block the repeat: suggest READ on an unread hit or a query about a different hop of the question."),
+    "no_read_before_final": (
+        "The agent answers from search snippets without ever opening a document.",
+        "A FINAL action while has_read is False.",
+        "Replace the FINAL with READ of the top search hit, or inject a reminder to read before answering."),
+    "query_too_broad": (
+        "The agent searches with one or two generic words, so results miss the target entity.",
+        "A SEARCH whose query has fewer than two content words (e.g. just 'born' or 'river').",
+        "Rewrite the query to include the named entity from the question."),
+    "query_too_narrow": (
+        "The agent pastes the whole multi-hop question (or a long clause) as a query and gets poor or no results.",
+        "A SEARCH whose query nearly copies the question, is very long, or returns empty_results.",
+        "Shorten the query to the entity of the current hop, e.g. the first named entity of the question."),
+    "wrong_entity_focus": (
+        "The final answer names a different entity than the one asked about (often a look-alike distractor).",
+        "A FINAL whose answer shares few tokens with the entities in the read documents tied to the question.",
+        "Before FINAL, inject a check that the answer is the attribute of the exact entity in the question."),
+    "reasoning_hallucination": (
+        "The final answer is not supported by the documents the agent read.",
+        "A FINAL whose answer words mostly do not occur in all_read_contents.",
+        "Before FINAL, check the answer appears in the read text; if not, SEARCH or READ again."),
+    "format_mismatch": (
+        "The answer contains the right content but wrapped in extra words or a sentence instead of the short form.",
+        "A FINAL whose answer is a long phrase or sentence rather than a short name, place or year.",
+        "Inject an instruction to answer with only the entity / date, no explanation."),
+    "partial_answer": (
+        "The answer gives only part of the required entity (e.g. a surname instead of the full name).",
+        "A FINAL whose answer is a strict subset of a longer name that appears in the read text.",
+        "Inject a reminder to give the complete name as written in the document."),
+    "contradictory_evidence_ignored": (
+        "Read documents disagree or contain negations, and the agent answers without resolving the conflict.",
+        "A FINAL right after reading while contradictory_sources is True.",
+        "Inject context pointing at the conflict, or redirect to a SEARCH that disambiguates."),
+    "excessive_steps_no_progress": (
+        "The agent spends many steps without finding new documents or reaching an answer.",
+        "Several consecutive steps add no new documents or reads, or step_count approaches max_steps.",
+        "When progress stalls, inject a summary of what was found and push toward READ of the best hit or FINAL."),
+    "pf_override_harmful": (
+        "A Program Function rewrote the agent's action and the episode still failed.",
+        "A step where a PF applied MODIFY_ACTION in an episode that ended wrong.",
+        "Narrow the rewriting PF's trigger or downgrade it to INJECT_CONTEXT."),
+}
+
+
+def _pattern(category: str, traj: Trajectory, **evidence: Any) -> FailurePattern:
+    abstraction, trigger, hint = _TEMPLATES[category]
+    return FailurePattern(category=category, abstraction=abstraction, trigger=trigger,
+                          intervention_hint=hint, qid=traj.qid, source="heuristic", evidence=evidence)
+
+
+# --------------------------------------------------------------------------- trajectory views
+
+def _acted(traj: Trajectory) -> Iterator[tuple[StepRecord, Action]]:
+    """Steps that executed an action (parse failures have no audit), with the executed action."""
+    for s in traj.steps:
+        if s.audit is not None:
+            yield s, s.audit.a_final
+
+
+def final_action(traj: Trajectory) -> Action | None:
+    for _, a in _acted(traj):
+        if a.type == "FINAL":
+            return a
+    return None
+
+
+def _prediction(traj: Trajectory) -> str:
+    if traj.prediction:
+        return traj.prediction
+    fa = final_action(traj)
+    return fa.arg if fa else ""
+
+
+def tool_observation(step: StepRecord) -> str:
+    """The observation the tool produced, without the context PFs appended to it."""
+    obs = step.observation or ""
+    ctx = step.audit.context if step.audit else []
+    if ctx:
+        tail = "\n" + "\n".join(ctx)
+        if obs.endswith(tail):
+            obs = obs[: -len(tail)]
+    return obs
+
+
+def _read_ok(step: StepRecord) -> bool:
+    fb = step.audit.feedback if step.audit else {}
+    return "budget_exhausted" not in fb and fb.get("found", True) is not False
+
+
+def read_texts(traj: Trajectory, before_step: int | None = None) -> list[str]:
+    """Contents of successful READs (optionally only those before step index ``before_step``)."""
+    out = []
+    for s, a in _acted(traj):
+        if before_step is not None and s.index >= before_step:
+            break
+        if a.type == "READ" and _read_ok(s):
+            out.append(tool_observation(s))
+    return out
+
+
+def _searches(traj: Trajectory) -> list[tuple[StepRecord, str]]:
+    return [(s, a.arg) for s, a in _acted(traj) if a.type == "SEARCH"]
+
+
+def replay_contexts(traj: Trajectory) -> list[tuple[dict[str, Any], str, str]]:
+    """Rebuild the step context a PF saw at each executed step: ``[(ctx, action_type, arg)]``.
+
+    ``action_type``/``arg`` are the agent's *proposed* action (``a_orig``), which is what
+    ``should_activate`` receives. PF-private ``_`` counters are not stored in
+    trajectories, so they are absent. Used to measure how often a candidate's
+    trigger would have fired on a cluster's failed episodes.
+    """
+    state = EpisodeState(question=traj.question, max_steps=max(len(traj.steps), 1))
+    out: list[tuple[dict[str, Any], str, str]] = []
+    for i, s in enumerate(traj.steps):
+        state.step_count = i
+        if s.audit is None:
+            continue
+        a_orig, a = s.audit.a_orig, s.audit.a_final
+        out.append((state.to_ctx(s.thought), a_orig.type, a_orig.arg))
+        fb, obs = s.audit.feedback, tool_observation(s)
+        if a.type == "SEARCH" and "budget_exhausted" not in fb:
+            ids = [str(x) for x in fb.get("hit_ids", [])]
+            state.search_count += 1
+            state.queries.append(a.arg)
+            state.empty_results = int(fb.get("n_hits", len(ids))) == 0
+            state.last_search_results_text = obs
+            state.last_search_hits = [{"id": x, "title": ""} for x in ids]
+            known = {h["id"] for h in state.seen_hits}
+            state.seen_hits += [h for h in state.last_search_hits if h["id"] not in known]
+        elif a.type == "READ" and _read_ok(s):
+            state.read_count += 1
+            state.read_ids.append(str(fb.get("doc_id") or ""))
+            state.read_contents.append(obs)
+        state.action_history.append(a.render())
+    return out
+
+
+def _gold_token_sets(traj: Trajectory) -> list[list[str]]:
+    return [content_tokens(g) for g in traj.answers if content_tokens(g)]
+
+
+def _overlap_f1(pred: list[str], gold: list[str]) -> float:
+    common = len(set(pred) & set(gold))
+    if not pred or not gold or common == 0:
+        return 0.0
+    p, r = common / len(set(pred)), common / len(set(gold))
+    return 2 * p * r / (p + r)
+
+
+def _conflict_count(text: str) -> int:
+    low = f" {' '.join(tokens(text))} "
+    return sum(low.count(f" {w} ") for w in CONFLICT_WORDS)
+
+
+# --------------------------------------------------------------------------- the twelve rules
+
+@detector("premature_final")
+def premature_final(traj: Trajectory) -> FailurePattern | None:
+    """FINAL reached in a trajectory shorter than three steps."""
+    fa = final_action(traj)
+    if fa is None or len(traj.steps) >= 3:
+        return None
+    return _pattern("premature_final", traj, n_steps=len(traj.steps), answer=fa.arg)
+
+
+@detector("repeated_search")
+def repeated_search(traj: Trajectory) -> FailurePattern | None:
+    """Two SEARCH queries whose token-Jaccard (content tokens) exceeds 0.8."""
+    qs = [q for _, q in _searches(traj)]
+    toks = [content_tokens(q) for q in qs]
+    for i in range(len(qs)):
+        for j in range(i + 1, len(qs)):
+            sim = jaccard(toks[i], toks[j])
+            if sim > 0.8:
+                return _pattern("repeated_search", traj, first=qs[i], repeat=qs[j],
+                                jaccard=round(sim, 3), n_searches=len(qs))
+    return None
+
+
+@detector("no_read_before_final")
+def no_read_before_final(traj: Trajectory) -> FailurePattern | None:
+    """A FINAL with no successful READ before it."""
+    for s, a in _acted(traj):
+        if a.type == "READ" and _read_ok(s):
+            return None
+        if a.type == "FINAL":
+            return _pattern("no_read_before_final", traj, final_step=s.index, answer=a.arg,
+                            n_searches=len(_searches(traj)))
+    return None
+
+
+@detector("query_too_broad")
+def query_too_broad(traj: Trajectory) -> FailurePattern | None:
+    """A SEARCH with fewer than 2 content tokens. (No "shares nothing with the question" rule:
+    a second-hop query legitimately names an entity the question never mentions.)"""
+    for s, q in _searches(traj):
+        ct = content_tokens(q)
+        if len(ct) < 2:
+            return _pattern("query_too_broad", traj, query=q, step=s.index, n_content_tokens=len(ct))
+    return None
+
+
+@detector("query_too_narrow")
+def query_too_narrow(traj: Trajectory) -> FailurePattern | None:
+    """A SEARCH that copies the question (Jaccard >= 0.8 with >= 4 content tokens), has >= 10
+    content tokens, or returned no hits with >= 4 content tokens."""
+    for s, q in _searches(traj):
+        ct = content_tokens(q)
+        sim = jaccard(ct, content_tokens(traj.question))
+        fb = s.audit.feedback if s.audit else {}
+        empty = "n_hits" in fb and int(fb["n_hits"]) == 0
+        why = ("copies_question" if sim >= 0.8 and len(ct) >= 4 else
+               "too_long" if len(ct) >= 10 else
+               "empty_results" if empty and len(ct) >= 4 else "")
+        if why:
+            return _pattern("query_too_narrow", traj, query=q, step=s.index, why=why,
+                            jaccard_with_question=round(sim, 3), n_content_tokens=len(ct))
+    return None
+
+
+@detector("wrong_entity_focus")
+def wrong_entity_focus(traj: Trajectory) -> FailurePattern | None:
+    """Answer/gold content-token overlap (F1, best gold) below 0.3, answer not a subset of a gold."""
+    pred = content_tokens(_prediction(traj))
+    golds = _gold_token_sets(traj)
+    if not pred or not golds:
+        return None
+    if any(set(pred) <= set(g) for g in golds):  # a piece of the gold: partial_answer's job
+        return None
+    best = max(_overlap_f1(pred, g) for g in golds)
+    if best >= 0.3:
+        return None
+    return _pattern("wrong_entity_focus", traj, answer=_prediction(traj), gold=list(traj.answers),
+                    overlap=round(best, 3))
+
+
+@detector("reasoning_hallucination")
+def reasoning_hallucination(traj: Trajectory) -> FailurePattern | None:
+    """Final answer whose content tokens are < 30% present in the documents read before it.
+    Needs >= 1 READ (episodes without reads are ``no_read_before_final``)."""
+    fa_step = next((s for s, a in _acted(traj) if a.type == "FINAL"), None)
+    if fa_step is None:
+        return None
+    reads = read_texts(traj, before_step=fa_step.index)
+    pred = content_tokens(fa_step.audit.a_final.arg if fa_step.audit else "")
+    if not reads or not pred:
+        return None
+    read_tok = set(content_tokens("\n".join(reads)))
+    grounded = sum(t in read_tok for t in pred) / len(pred)
+    if grounded >= 0.3:
+        return None
+    return _pattern("reasoning_hallucination", traj, answer=fa_step.audit.a_final.arg if fa_step.audit else "",
+                    grounded_fraction=round(grounded, 3), n_reads=len(reads))
+
+
+@detector("format_mismatch")
+def format_mismatch(traj: Trajectory) -> FailurePattern | None:
+    """The answer contains every gold content token but adds >= 2 extra tokens (a sentence
+    or an explanation around the right entity), or is much longer than any gold."""
+    raw = _prediction(traj)
+    pred = content_tokens(raw)
+    golds = _gold_token_sets(traj)
+    if not pred or not golds:
+        return None
+    for g in golds:
+        extra = len(set(pred) - set(g))
+        if set(g) <= set(pred) and extra >= 2:
+            return _pattern("format_mismatch", traj, answer=raw, gold=list(traj.answers), extra_tokens=extra)
+    if len(tokens(raw)) >= 8 and len(tokens(raw)) > 3 * max(len(tokens(g)) for g in traj.answers):
+        return _pattern("format_mismatch", traj, answer=raw, gold=list(traj.answers),
+                        answer_tokens=len(tokens(raw)))
+    return None
+
+
+@detector("partial_answer")
+def partial_answer(traj: Trajectory) -> FailurePattern | None:
+    """The answer is a non-empty strict subset of a gold answer's content tokens."""
+    raw = _prediction(traj)
+    pred = set(content_tokens(raw))
+    if not pred:
+        return None
+    for g in _gold_token_sets(traj):
+        if pred < set(g):
+            return _pattern("partial_answer", traj, answer=raw, gold=list(traj.answers),
+                            coverage=round(len(pred) / len(set(g)), 3))
+    return None
+
+
+@detector("contradictory_evidence_ignored")
+def contradictory_evidence_ignored(traj: Trajectory) -> FailurePattern | None:
+    """The documents read so far carry >= 3 conflict/negation markers (the runtime's
+    ``contradictory_sources`` rule) and the very next action after that point is FINAL."""
+    reads: list[str] = []
+    conflicted_at: int | None = None
+    for s, a in _acted(traj):
+        if a.type == "FINAL":
+            if conflicted_at is not None:
+                return _pattern("contradictory_evidence_ignored", traj, conflict_step=conflicted_at,
+                                final_step=s.index, answer=a.arg,
+                                conflict_markers=_conflict_count("\n".join(reads)))
+            return None
+        if conflicted_at is not None:  # the agent did something else after seeing the conflict
+            return None
+        if a.type == "READ" and _read_ok(s):
+            reads.append(tool_observation(s))
+            if _conflict_count("\n".join(reads)) >= 3:
+                conflicted_at = s.index
+    return None
+
+
+@detector("excessive_steps_no_progress")
+def excessive_steps_no_progress(traj: Trajectory) -> FailurePattern | None:
+    """No FINAL after >= 4 steps, or >= 3 consecutive steps without progress (a new
+    document id in search hits or a new successful READ); parse failures count as no progress."""
+    seen: set[str] = set()
+    read: set[str] = set()
+    run = longest = 0
+    for s in traj.steps:
+        progress = False
+        if s.audit is not None:
+            a, fb = s.audit.a_final, s.audit.feedback
+            if a.type == "FINAL":
+                break
+            if a.type == "SEARCH":
+                new = {str(x) for x in fb.get("hit_ids", [])} - seen
+                seen |= new
+                progress = bool(new)
+            elif a.type == "READ" and _read_ok(s):
+                doc = str(fb.get("doc_id") or tool_observation(s)[:80])
+                progress = doc not in read
+                read.add(doc)
+        run = 0 if progress else run + 1
+        longest = max(longest, run)
+    no_final = final_action(traj) is None
+    if (no_final and len(traj.steps) >= 4) or longest >= 3:
+        return _pattern("excessive_steps_no_progress", traj, n_steps=len(traj.steps),
+                        reached_final=not no_final, longest_stall=longest,
+                        parse_errors=sum(bool(s.parse_error) for s in traj.steps))
+    return None
+
+
+@detector("pf_override_harmful")
+def pf_override_harmful(traj: Trajectory) -> FailurePattern | None:
+    """A PF applied a MODIFY_ACTION (a_orig != a_final) in this failed episode."""
+    rewrites = []
+    for s, a in _acted(traj):
+        au = s.audit
+        if au is None or not au.was_modified:
+            continue
+        sids = [f["skill_id"] for f in au.fired
+                if f.get("type") == "MODIFY_ACTION" and f.get("applied", True)]
+        rewrites.append({"step": s.index, "skill_ids": sids, "from": au.a_orig.render(), "to": a.render()})
+    if not rewrites:
+        return None
+    return _pattern("pf_override_harmful", traj, rewrites=rewrites,
+                    skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}))
+
+
+# --------------------------------------------------------------------------- entry points
+
+def run_detectors(traj: Trajectory, names: Iterable[str] | None = None) -> list[FailurePattern]:
+    """All registered (or the named) detectors on one trajectory, regardless of its EM.
+
+    A detector that raises is logged and skipped: one odd trajectory must not stop Phase B.
+    """
+    out = []
+    for name in (list(names) if names is not None else list(DETECTORS)):
+        fn = DETECTORS[name]
+        try:
+            p = fn(traj)
+        except Exception as e:  # noqa: BLE001 - robustness over strictness for stored data
+            log.warning("detector %s failed on %s: %s: %s", name, traj.qid, type(e).__name__, e)
+            continue
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def detect_failures(trajs: Iterable[Trajectory], names: Iterable[str] | None = None) -> list[FailurePattern]:
+    """Heuristic failure patterns over the failed trajectories (``em == 0``) only."""
+    names = list(names) if names is not None else None
+    return [p for t in trajs if not t.em for p in run_detectors(t, names)]

@@ -1,0 +1,525 @@
+"""Phase C: the student authors candidate skills (SKILL.md + PF code) for failure clusters.
+
+The default student is a 135M-parameter model, so most replies are imperfect.
+The parser is tolerant about *documentation* and strict about *code*:
+
+* SKILL.md: fenced ``markdown``/``md``/``yaml`` block, or a ``---`` frontmatter
+  anywhere in the reply. Valid frontmatter keys are kept; a missing or broken
+  frontmatter is rebuilt from the cluster (skill_id from the category,
+  description from the abstraction) around the model's own body text.
+  Every repair is listed in ``Candidate.notes``.
+* PF code: taken verbatim from a fenced ``python`` block (or an unlabeled block
+  that defines ``should_activate``). With no code block the candidate gets empty
+  ``code`` and fails Phase D honestly. Code is never synthesised or rewritten
+  here; a reply that merely copies the prompt's example class is also emptied.
+
+The prompt states the PF interface, the no-model-calls rule for
+``should_activate``, the step-context fields, the existing skill ids and a
+feedback history of earlier proposals (EvoSkill-style, so rejected ideas are
+not resubmitted unchanged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from hasp.agent.context import EpisodeState
+from hasp.evolve.cluster import Cluster
+from hasp.pf.skill_md import PHASES, SkillFormatError, SkillSpec, parse_skill_md, render_skill_md
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ChatModel", "Candidate", "FeedbackEntry", "FeedbackHistory", "STEP_CONTEXT_FIELDS",
+           "INTERVENTION_KWARGS", "build_proposer_messages", "parse_proposal", "propose_candidates",
+           "skill_id_from_category", "registered_id"]
+
+
+class ChatModel(Protocol):
+    """The one method we need from ``hasp.llm.client.LLMClient`` (or a test double).
+    The result must have a ``.text`` attribute."""
+
+    def chat(self, messages: list[dict[str, str]], *, temperature: float | None = None,
+             max_tokens: int | None = None, stop: list[str] | None = None,
+             seed: int | None = None) -> Any: ...
+
+
+#: The context keys a PF can read, taken from the runtime so the prompt never drifts from it.
+STEP_CONTEXT_FIELDS: tuple[str, ...] = tuple(EpisodeState(question="", max_steps=1).to_ctx().keys())
+_FIELD_DOC = {
+    "question": "str, the user question",
+    "step_count": "int, 0-based index of this step",
+    "has_read": "bool, a document was read this episode",
+    "search_count": "int", "read_count": "int",
+    "empty_results": "bool, the last SEARCH found nothing",
+    "contradictory_sources": "bool, read documents contain conflict/negation words",
+    "max_steps": "int, step budget",
+    "action_history": 'list[str] of executed actions like "SEARCH[x]"',
+    "last_search_results_text": "str", "all_read_contents": "str, all read documents",
+    "thought": "str, the agent's thought for this step",
+    "queries": "list[str] of earlier search queries",
+    "last_search_hits": 'list of {"id","title"}', "seen_hits": 'list of {"id","title"}',
+    "read_ids": "list[str] of read document ids",
+}
+INTERVENTION_KWARGS = ("type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id")
+
+# A small worked example in the prompt. If the reply's code is (nearly) this, it is not a proposal.
+_EXAMPLE_ID = "empty_result_rephrase"
+_EXAMPLE_CODE = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+
+@register_pf("empty_result_rephrase")
+class EmptyResultRephrase(ProgramFunction):
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "SEARCH" and ctx.get("empty_results", False) and ctx.get("search_count", 0) >= 1
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        words = arg.split()[:3]
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
+                            new_action_arg=" ".join(words), reason="last search was empty; shorter query")
+'''
+_EXAMPLE_MD = f'''---
+skill_id: {_EXAMPLE_ID}
+name: empty-result-rephrase
+description: When a search returns nothing, retry with a shorter query.
+error_category: query_too_narrow
+priority: 0.5
+---
+## When it fires
+A SEARCH right after a search that returned no results.
+## What it does
+Keeps the first three words of the query.
+'''
+
+
+def _w(text: str) -> str:
+    return " ".join(text.split())
+
+
+_SYSTEM = f"""You design Program Functions (PFs) for a question-answering agent.
+The agent works in steps. Each step it proposes one action: SEARCH[query], READ[doc_id] or FINAL[answer].
+Before the action runs, every PF looks at the step context and the proposed action. A PF may rewrite
+the action or add a short note that the agent sees in its next observation.
+
+A skill is two parts:
+1. SKILL.md: YAML frontmatter between --- lines (skill_id, name, description, error_category, priority)
+   followed by markdown explaining when the skill fires and what it does.
+2. pf.py: one Python class that subclasses ProgramFunction, decorated with @register_pf("<skill_id>")
+   using the same skill_id as the frontmatter.
+
+Rules for the code:
+- should_activate(self, ctx, action_type, arg) -> bool. Plain deterministic Python over ctx,
+  action_type and arg only. Never call a language model, the network, files or random numbers here.
+- intervene(self, ctx, action_type, arg, teacher=None) -> Intervention.
+- Intervention accepts only these keyword arguments: {", ".join(INTERVENTION_KWARGS)}.
+  type is InterventionType.MODIFY_ACTION, InterventionType.INJECT_CONTEXT or InterventionType.NOOP.
+  MODIFY_ACTION must set new_action_type to "SEARCH", "READ" or "FINAL" (and usually new_action_arg).
+  INJECT_CONTEXT must set context_text.
+- action_type is "SEARCH", "READ" or "FINAL". Fire only on the actions the failure is about;
+  a PF that rewrites every action does harm.
+- Import line: from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+  Use only the Python standard library besides that.
+- ctx keys: {"; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS)}.
+  Read them with ctx.get(key, default).
+
+Reply with exactly two fenced blocks: first ```markdown with the SKILL.md, then ```python with the class.
+Example of the format (for a different failure; do not copy it):
+```markdown
+{_EXAMPLE_MD}```
+```python
+{_EXAMPLE_CODE}```"""
+
+
+# --------------------------------------------------------------------------- feedback history
+
+@dataclass
+class FeedbackEntry:
+    """One earlier proposal and what happened to it."""
+
+    epoch: int
+    skill_id: str
+    category: str
+    decision: str  # admitted | rejected | revise | ...
+    q_skill: float
+    reasons: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "FeedbackEntry":
+        """From a FeedbackHistory line or a ``library_history.json`` entry (extra keys ignored)."""
+        reasons = d.get("reasons", [])
+        if isinstance(reasons, str):
+            reasons = [reasons]
+        review = d.get("review") or {}
+        q = d.get("q_skill", review.get("q_skill", 0.0))
+        return cls(epoch=int(d.get("epoch", 0)), skill_id=str(d.get("skill_id", "")),
+                   category=str(d.get("category", "")), decision=str(d.get("decision", "")),
+                   q_skill=float(q or 0.0), reasons=[str(r) for r in reasons])
+
+
+class FeedbackHistory:
+    """Append-only jsonl of earlier proposals, read back into the proposer prompt."""
+
+    def __init__(self, path: Path | None = None, entries: Iterable[FeedbackEntry] = ()) -> None:
+        self.path = Path(path) if path is not None else None
+        self.entries: list[FeedbackEntry] = list(entries)
+
+    @classmethod
+    def load(cls, path: Path) -> "FeedbackHistory":
+        """Missing file -> empty history; unparseable lines (e.g. a torn last line) are skipped."""
+        path = Path(path)
+        entries = []
+        if path.exists():
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    entries.append(FeedbackEntry.from_dict(json.loads(line)))
+                except (ValueError, TypeError, AttributeError) as e:
+                    log.warning("%s:%d: skipping bad feedback line: %s", path, n, e)
+        return cls(path, entries)
+
+    def append(self, entry: FeedbackEntry | dict[str, Any]) -> FeedbackEntry:
+        """Add one entry; with a path, append it to the file (one line, flushed and fsynced)."""
+        if isinstance(entry, dict):
+            entry = FeedbackEntry.from_dict(entry)
+        self.entries.append(entry)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(asdict(entry), ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return entry
+
+    def save(self, path: Path | None = None) -> Path:
+        """Write every entry (atomically: temp file + os.replace)."""
+        path = Path(path) if path is not None else self.path
+        if path is None:
+            raise ValueError("FeedbackHistory.save needs a path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for e in self.entries:
+                    f.write(json.dumps(asdict(e), ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.path = path
+        return path
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[FeedbackEntry]:
+        return iter(self.entries)
+
+    def relevant(self, category: str | None = None, limit: int = 8) -> list[FeedbackEntry]:
+        """Same-category entries first, then the most recent others; newest first in each part."""
+        same = [e for e in reversed(self.entries) if category and e.category == category]
+        other = [e for e in reversed(self.entries) if not (category and e.category == category)]
+        return (same + other)[:limit]
+
+    def render(self, category: str | None = None, limit: int = 8) -> str:
+        lines = []
+        for e in self.relevant(category, limit):
+            why = "; ".join(e.reasons)[:240] or "no reason recorded"
+            lines.append(f"- epoch {e.epoch}: {e.skill_id} (failure {e.category}) -> "
+                         f"{e.decision.upper()}, Q_skill={e.q_skill:.2f}. Why: {why}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- prompt
+
+_ID_OK = re.compile(r"^[a-z][a-z0-9_]{2,63}$")
+
+
+def skill_id_from_category(category: str) -> str:
+    """A valid snake_case skill id derived from a failure category."""
+    s = re.sub(r"[^a-z0-9]+", "_", (category or "").lower()).strip("_")
+    if not s or not s[0].isalpha():
+        s = f"fix_{s}" if s else "candidate_skill"
+    s = s[:64].rstrip("_")
+    return s if _ID_OK.match(s) else (s + "_pf")[:64]
+
+
+def _suggested_id(cluster: Cluster, existing_ids: Sequence[str]) -> str:
+    sid = skill_id_from_category(cluster.category)
+    if sid in existing_ids and cluster.is_new_category:  # a new failure should not overwrite a skill
+        sid = (sid + "_guard")[:64]
+    return sid
+
+
+def _evidence_lines(cluster: Cluster, n: int = 2) -> list[str]:
+    out = []
+    for p in cluster.patterns[:n]:
+        ev = json.dumps(p.evidence, ensure_ascii=False, default=str)
+        out.append(f"- episode {p.qid}: {ev[:300]}")
+    return out
+
+
+def build_proposer_messages(cluster: Cluster, existing_skill_ids: Sequence[str],
+                            history: FeedbackHistory | Iterable[FeedbackEntry] | None = None, *,
+                            history_limit: int = 8) -> list[dict[str, str]]:
+    """System + user messages asking the student for one skill that fixes ``cluster``."""
+    if history is not None and not isinstance(history, FeedbackHistory):
+        history = FeedbackHistory(None, history)
+    existing = list(existing_skill_ids)
+    sid = _suggested_id(cluster, existing)
+    rep = cluster.representative
+    parts = [
+        f"Failure to fix: {cluster.category}",
+        f"What goes wrong: {rep.abstraction}",
+        f"When it shows up: {rep.trigger}",
+        f"Idea for a fix: {rep.intervention_hint}",
+        f"Seen in {cluster.support} failed episodes. Examples:",
+        *_evidence_lines(cluster),
+        "",
+        "Existing skills: " + (", ".join(existing) if existing else "(none)"),
+    ]
+    if cluster.nearest_skill and not cluster.is_new_category:
+        parts.append(f"This failure is close to the existing skill {cluster.nearest_skill}. Either write an "
+                     f"improved version of it (use skill_id {cluster.nearest_skill}) or a clearly different skill.")
+    else:
+        parts.append("Write a new skill that does not duplicate an existing one.")
+    hist = history.render(cluster.category, history_limit) if history is not None else ""
+    parts += ["", "Earlier proposals and their outcome:", hist or "(none yet)"]
+    if hist:
+        parts.append("Do not resubmit an idea that was rejected. If yours is similar, change the trigger or "
+                     "the intervention to address the listed reasons.")
+    parts += ["", f"Use skill_id: {sid}",
+              "Reply with the ```markdown SKILL.md block, then the ```python block."]
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
+
+
+# --------------------------------------------------------------------------- parsing
+
+@dataclass
+class Candidate:
+    """One proposed skill as produced by the student (after tolerant parsing)."""
+
+    skill_id: str
+    skill_md: str
+    code: str
+    cluster_category: str
+    raw_reply: str
+    parse_error: str = ""  # non-empty when the reply is unusable as code (no/odd python block, LLM error)
+    notes: list[str] = field(default_factory=list)  # repairs made to the documentation part
+    epoch: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Candidate":
+        keys = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.\-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)
+_FRONT = re.compile(r"\A\s*---[ \t]*\n(.*?)\n---[ \t]*(?:\n(.*))?\Z", re.S)
+_REGISTER = re.compile(r"""register_pf\(\s*(?:skill_id\s*=\s*)?["']([^"']*)["']""")
+_PY = {"python", "py", "python3"}
+_MD = {"markdown", "md", "skill", "skill.md", "yaml", "yml"}
+_SAFE_KEYS = {  # frontmatter keys salvaged from a broken SKILL.md, with the type each must have
+    "name": str, "description": str, "title": str, "error_category": str, "system_summary": str,
+    "priority": (int, float), "trigger_keywords": list, "applicable_modes": list,
+    "applicable_phases": list, "domain": str, "phases": dict,
+}
+
+
+def _blocks(reply: str) -> list[tuple[str, str]]:
+    return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(reply)]
+
+
+def registered_id(code: str) -> str | None:
+    """The id in the code's ``@register_pf("...")`` (first one), if any."""
+    m = _REGISTER.search(code or "")
+    return m.group(1) if m else None
+
+
+def _norm_code(code: str) -> str:
+    return re.sub(r"\s+", "", code)
+
+
+def _pick_code(blocks: list[tuple[str, str]]) -> str:
+    py = [b for lang, b in blocks if lang in _PY]
+    if not py:
+        py = [b for lang, b in blocks if lang == "" and "def should_activate" in b]
+    if not py:
+        return ""
+    best = next((b for b in py if "should_activate" in b), py[0])
+    return best.strip("\n") + "\n" if best.strip() else ""
+
+
+def _pick_md(blocks: list[tuple[str, str]], reply: str) -> tuple[str, str]:
+    """(frontmatter-bearing text, how it was found)."""
+    for lang, b in blocks:
+        if lang in _MD:
+            if lang in ("yaml", "yml") and not b.lstrip().startswith("---"):
+                body = next((bb for ll, bb in blocks if ll in ("markdown", "md")), "")
+                return f"---\n{b.strip()}\n---\n{body}", "yaml block"
+            return b, f"{lang} block"
+    for lang, b in blocks:
+        if lang == "" and b.lstrip().startswith("---"):
+            return b, "unlabeled block"
+    outside = _FENCE.sub("", reply)
+    m = re.search(r"^---[ \t]*\n.*?\n---[ \t]*$.*", outside, re.S | re.M)
+    if m:
+        return m.group(0), "inline frontmatter"
+    return outside.strip(), "prose"
+
+
+def _salvage_meta(raw: Any, notes: list[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {}
+    meta: dict[str, Any] = {}
+    for k, v in raw.items():
+        k = str(k)
+        if k == "skill_id":
+            meta[k] = str(v)
+        elif k in _SAFE_KEYS and isinstance(v, _SAFE_KEYS[k]) and not isinstance(v, bool):
+            meta[k] = v
+        else:
+            notes.append(f"dropped frontmatter key {k!r}")
+    if "applicable_phases" in meta:
+        meta["applicable_phases"] = [p for p in meta["applicable_phases"] if p in PHASES]
+    if "phases" in meta and not set(meta["phases"]) <= set(PHASES):
+        notes.append("dropped invalid 'phases'")
+        meta.pop("phases")
+    return meta
+
+
+def _spec_or_none(meta: dict[str, Any], body: str) -> SkillSpec | None:
+    try:
+        return parse_skill_md("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n" + body)
+    except (SkillFormatError, yaml.YAMLError):
+        return None
+
+
+def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence[str] = (),
+                   epoch: int = 0) -> Candidate:
+    """Turn a raw student reply into a ``Candidate`` (see the module docstring for the rules)."""
+    reply = reply or ""
+    notes: list[str] = []
+    errors: list[str] = []
+    blocks = _blocks(reply)
+    code = _pick_code(blocks)
+    if not code:
+        errors.append("no python code block in the reply")
+    elif _norm_code(code) == _norm_code(_EXAMPLE_CODE) or registered_id(code) == _EXAMPLE_ID:
+        errors.append("the code copies the prompt's example")
+        code = ""
+
+    md_text, where = _pick_md(blocks, reply)
+    try:
+        spec = parse_skill_md(md_text, "<proposal>")
+        sp_meta: dict[str, Any] = spec.model_dump(exclude={"body"})
+        body = spec.body
+    except SkillFormatError as e:
+        notes.append(f"SKILL.md did not validate: {str(e)[:200]}")
+        m = _FRONT.match(md_text)
+        if m:
+            body = (m.group(2) or "").strip()
+            try:
+                raw_meta = yaml.safe_load(m.group(1))
+            except yaml.YAMLError:
+                raw_meta = None
+                notes.append("frontmatter is not valid YAML")
+            sp_meta = _salvage_meta(raw_meta, notes)
+        else:
+            body, sp_meta = md_text.strip(), {}
+            notes.append(f"no frontmatter found (looked at: {where})")
+
+    # The id: the code's registration wins (it is what will run), then the frontmatter, then the cluster.
+    fm_id = str(sp_meta.get("skill_id") or "")
+    code_id = registered_id(code) if code else None
+    if code_id and _ID_OK.match(code_id):
+        sid = code_id
+        if fm_id and fm_id != code_id:
+            notes.append(f"frontmatter skill_id {fm_id!r} replaced by the code's id {code_id!r}")
+    elif _ID_OK.match(fm_id):
+        sid = fm_id
+    else:
+        sid = _suggested_id(cluster, existing_skill_ids)
+        notes.append(f"skill_id synthesized from the cluster: {sid}")
+    if code and code_id is None:
+        errors.append("the code has no @register_pf(...) decorator")
+    elif code and code_id != sid:
+        errors.append(f"@register_pf id {code_id!r} is not a valid skill id")
+
+    rep = cluster.representative
+    synth = {"skill_id": sid, "name": sid.replace("_", "-"), "description": rep.abstraction,
+             "error_category": cluster.category, "version": 1, "priority": 0.5}
+    meta = {**synth, **{k: v for k, v in sp_meta.items() if v not in (None, "", [], {})}}
+    meta["skill_id"], meta["version"] = sid, 1
+    for k in ("name", "description", "error_category"):
+        if not str(sp_meta.get(k) or "").strip():
+            notes.append(f"{k} synthesized from the cluster")
+    if not body.strip():
+        body = f"## Failure pattern\n{rep.abstraction}\n\n## When it fires\n{rep.trigger}\n"
+        notes.append("body synthesized from the cluster")
+    final = _spec_or_none(meta, body)
+    if final is None:
+        notes.append("frontmatter reduced to synthesized keys")
+        final = _spec_or_none(synth, body) or _spec_or_none(synth, "")
+    assert final is not None  # synth is always valid: sid is checked against the id regex
+    return Candidate(skill_id=sid, skill_md=render_skill_md(final), code=code,
+                     cluster_category=cluster.category, raw_reply=reply,
+                     parse_error="; ".join(errors), notes=notes, epoch=epoch)
+
+
+# --------------------------------------------------------------------------- proposal loop
+
+def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
+                       history: FeedbackHistory | None = None, epoch: int = 0, max_candidates: int = 5,
+                       temperature: float = 0.7, max_tokens: int = 700, seed: int | None = None
+                       ) -> list[Candidate]:
+    """One candidate per cluster for the first ``max_candidates`` clusters (already ranked).
+
+    Uses ``student.map_chat`` when present (batched, concurrent), else ``chat`` one by one.
+    A failed LLM call yields a candidate with empty code and the error in ``parse_error``,
+    so the epoch's record shows it instead of silently proposing fewer skills.
+    """
+    chosen = list(clusters)[: max(0, max_candidates)]
+    if not chosen:
+        return []
+    convs = [build_proposer_messages(c, existing_skill_ids, history) for c in chosen]
+    kw = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+    replies: list[Any] = []
+    batch = getattr(student, "map_chat", None)
+    if callable(batch):
+        try:
+            replies = list(batch(convs, **kw))
+        except Exception as e:  # noqa: BLE001 - fall back to one call at a time
+            log.warning("map_chat failed (%s); proposing one cluster at a time", e)
+            replies = []
+    if len(replies) != len(convs):
+        replies = []
+        for msgs in convs:
+            try:
+                replies.append(student.chat(msgs, **kw))
+            except Exception as e:  # noqa: BLE001 - recorded on the candidate
+                replies.append(e)
+    out = []
+    for c, r in zip(chosen, replies):
+        if isinstance(r, BaseException):
+            cand = parse_proposal("", c, existing_skill_ids=existing_skill_ids, epoch=epoch)
+            cand.parse_error = f"LLM call failed: {type(r).__name__}: {r}"
+        else:
+            cand = parse_proposal(str(getattr(r, "text", r) or ""), c,
+                                  existing_skill_ids=existing_skill_ids, epoch=epoch)
+        out.append(cand)
+    return out

@@ -1,0 +1,620 @@
+"""Phase E: five-dimensional review of a candidate skill (paper App. C.5).
+
+``Q_skill = 0.25 Q_concept + 0.20 Q_trigger + 0.20 Q_intervene + 0.20 Q_exec + 0.15 Q_val``
+
+Decision, in priority order:
+
+1. **Hard reject** when the Phase-D execution score ``Q_exec < 0.3`` (the reviewer is
+   not even consulted then; the recorded scores come from the heuristic reviewer).
+2. The reviewer's **explicit decision**: the teacher's literal ``DECISION: ACCEPT|REVISE|REJECT``
+   line; for the heuristic reviewer, a veto (``REJECT``) on a disqualifying defect
+   (constant trigger, intervention that never changes anything, model/IO calls in
+   ``should_activate``). The heuristic reviewer never issues an explicit ACCEPT.
+3. **Thresholds**: ``Q_skill >= 0.60`` accept, ``>= 0.42`` revise, else reject.
+
+Admission (Phase F) additionally requires ``Q_skill >= admission_bar(is_new_category)``
+(0.75 for a new failure group, 0.60 for a refinement of an existing one).
+
+``Q_exec`` in the composite is always the Phase-D score (measured by running the
+code) rather than the teacher's opinion of executability; the teacher's own value
+is kept in ``Review.llm_scores``.
+
+Heuristic reviewer (no teacher), deterministic, from the code's AST and the cluster:
+
+* concept: cluster support (saturating at 6 episodes), novelty (or 0.6 when the
+  candidate is a new version of the nearest existing skill), an authored description
+  and an authored body (synthesized text from the parser earns partial credit).
+* trigger: ``should_activate`` is not constant, reads known step-context fields or the
+  action argument (2 such signals = full credit), checks ``action_type`` (full credit
+  when it is the action the failure is about), contains a condition; unknown ctx keys
+  cost credit.
+* intervene: builds a non-NOOP ``Intervention`` of a type that fits the category,
+  with the payload the type needs (new_action_type/arg or context_text), a reason,
+  only the allowed keyword arguments, and proportionality (a MODIFY_ACTION whose
+  trigger does not look at ``action_type`` would rewrite every kind of action).
+* exec: the Phase-D ``Q_exec``.
+* val: ``trigger_hit_rate`` (share of the cluster's failed episodes on which the trigger
+  would have fired, see ``trigger_hit_rate()``) when given; otherwise the proxy
+  ``0.8 * mean(trigger, intervene)`` (discounted because it is not measured).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from hasp.agent.records import Trajectory
+from hasp.evolve.cluster import Cluster
+from hasp.evolve.detectors import replay_contexts
+from hasp.evolve.propose import INTERVENTION_KWARGS, STEP_CONTEXT_FIELDS, Candidate
+from hasp.pf.skill_md import SkillFormatError, parse_skill_md
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ChatModel", "Review", "review_candidate", "heuristic_review", "llm_review",
+           "build_reviewer_messages", "parse_review_reply", "admission_bar", "passes_admission",
+           "composite", "threshold_decision", "trigger_hit_rate", "code_facts", "CodeFacts",
+           "WEIGHTS", "HARD_REJECT_EXEC", "ACCEPT_AT", "REVISE_AT"]
+
+WEIGHTS = {"concept": 0.25, "trigger": 0.20, "intervene": 0.20, "exec": 0.20, "val": 0.15}
+HARD_REJECT_EXEC = 0.3
+ACCEPT_AT, REVISE_AT = 0.60, 0.42
+NEW_GROUP_BAR, SAME_GROUP_BAR = 0.75, 0.60
+DECISIONS = ("ACCEPT", "REVISE", "REJECT")
+
+
+class ChatModel(Protocol):
+    def chat(self, messages: list[dict[str, str]], *, temperature: float | None = None,
+             max_tokens: int | None = None, stop: list[str] | None = None,
+             seed: int | None = None) -> Any: ...
+
+
+@dataclass
+class Review:
+    q_concept: float
+    q_trigger: float
+    q_intervene: float
+    q_exec: float
+    q_val: float
+    q_skill: float
+    decision: str  # ACCEPT | REVISE | REJECT
+    feedback: str
+    reviewer: str  # llm | heuristic
+    reasons: list[str] = field(default_factory=list)
+    decided_by: str = ""  # hard_reject | explicit | threshold
+    llm_scores: dict[str, float] = field(default_factory=dict)
+    raw_reply: str = ""
+    fallback_reason: str = ""
+
+    def scores(self) -> dict[str, float]:
+        return {"q_concept": self.q_concept, "q_trigger": self.q_trigger, "q_intervene": self.q_intervene,
+                "q_exec": self.q_exec, "q_val": self.q_val, "q_skill": self.q_skill}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Review":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def composite(concept: float, trigger: float, intervene: float, exec_: float, val: float) -> float:
+    return round(WEIGHTS["concept"] * concept + WEIGHTS["trigger"] * trigger + WEIGHTS["intervene"] * intervene
+                 + WEIGHTS["exec"] * exec_ + WEIGHTS["val"] * val, 4)
+
+
+def threshold_decision(q_skill: float) -> str:
+    return "ACCEPT" if q_skill >= ACCEPT_AT else "REVISE" if q_skill >= REVISE_AT else "REJECT"
+
+
+def admission_bar(is_new_category: bool) -> float:
+    """Minimum Q_skill for admission: 0.75 for a new failure group, 0.60 for an existing one."""
+    return NEW_GROUP_BAR if is_new_category else SAME_GROUP_BAR
+
+
+def passes_admission(review: Review, is_new_category: bool) -> bool:
+    return review.decision == "ACCEPT" and review.q_skill >= admission_bar(is_new_category)
+
+
+def _clip(x: float) -> float:
+    return round(min(1.0, max(0.0, float(x))), 4)
+
+
+# --------------------------------------------------------------------------- AST facts
+
+_IO_NAMES = {"teacher", "openai", "requests", "httpx", "urllib", "socket", "subprocess", "random", "open",
+             "os", "time", "llm", "client"}
+_IO_ATTRS = {"chat", "map_chat", "generate", "completion", "completions", "urlopen", "post", "request"}
+_VALID_ACTIONS = {"SEARCH", "READ", "FINAL"}
+_FIT: dict[str, set[str]] = {
+    "premature_final": {"MODIFY_ACTION", "INJECT_CONTEXT"},
+    "no_read_before_final": {"MODIFY_ACTION", "INJECT_CONTEXT"},
+    "repeated_search": {"MODIFY_ACTION", "INJECT_CONTEXT"},
+    "query_too_broad": {"MODIFY_ACTION"},
+    "query_too_narrow": {"MODIFY_ACTION"},
+    "excessive_steps_no_progress": {"INJECT_CONTEXT", "MODIFY_ACTION"},
+    "reasoning_hallucination": {"INJECT_CONTEXT", "MODIFY_ACTION"},
+    "wrong_entity_focus": {"INJECT_CONTEXT"},
+    "format_mismatch": {"MODIFY_ACTION", "INJECT_CONTEXT"},
+    "partial_answer": {"INJECT_CONTEXT"},
+    "contradictory_evidence_ignored": {"INJECT_CONTEXT", "MODIFY_ACTION"},
+    "pf_override_harmful": {"INJECT_CONTEXT"},
+}
+_TARGET_ACTION: dict[str, set[str]] = {
+    **{c: {"FINAL"} for c in ("premature_final", "no_read_before_final", "reasoning_hallucination",
+                              "wrong_entity_focus", "format_mismatch", "partial_answer",
+                              "contradictory_evidence_ignored")},
+    **{c: {"SEARCH"} for c in ("repeated_search", "query_too_broad", "query_too_narrow")},
+}
+
+
+@dataclass
+class CodeFacts:
+    """What the heuristic reviewer reads off the candidate's code."""
+
+    parses: bool = False
+    error: str = ""
+    class_name: str | None = None
+    has_should_activate: bool = False
+    has_intervene: bool = False
+    trigger_fields: list[str] = field(default_factory=list)
+    unknown_fields: list[str] = field(default_factory=list)
+    trigger_constant: bool = False
+    trigger_action_types: list[str] = field(default_factory=list)
+    trigger_checks_action: bool = False
+    trigger_has_condition: bool = False
+    trigger_uses_arg: bool = False
+    trigger_io: list[str] = field(default_factory=list)
+    iv_types: list[str] = field(default_factory=list)
+    iv_bad_kwargs: list[str] = field(default_factory=list)
+    iv_new_action_types: list[str] = field(default_factory=list)
+    iv_has_new_arg: bool = False
+    iv_has_context: bool = False
+    iv_has_reason: bool = False
+    trigger_src: str = ""
+    intervene_src: str = ""
+
+
+def _param(fn: ast.FunctionDef, i: int) -> str | None:
+    args = fn.args.posonlyargs + fn.args.args
+    return args[i].arg if len(args) > i else None
+
+
+def _str(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _ctx_keys(fn: ast.FunctionDef, ctx_name: str | None) -> set[str]:
+    keys: set[str] = set()
+    if not ctx_name:
+        return keys
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == ctx_name:
+            if (k := _str(n.slice)) is not None:
+                keys.add(k)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"
+              and isinstance(n.func.value, ast.Name) and n.func.value.id == ctx_name and n.args):
+            if (k := _str(n.args[0])) is not None:
+                keys.add(k)
+        elif (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.In, ast.NotIn))
+              and isinstance(n.comparators[0], ast.Name) and n.comparators[0].id == ctx_name):
+            if (k := _str(n.left)) is not None:
+                keys.add(k)
+    return keys
+
+
+def _action_literals(fn: ast.FunctionDef, at_name: str | None) -> set[str]:
+    """String literals ``action_type`` is compared with (==, !=, in, not in; .upper() allowed)."""
+    out: set[str] = set()
+    if not at_name:
+        return out
+
+    def is_at(n: ast.AST) -> bool:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            n = n.func.value
+        return isinstance(n, ast.Name) and n.id == at_name
+
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Compare):
+            sides = [n.left, *n.comparators]
+            if any(is_at(s) for s in sides):
+                for s in sides:
+                    if (v := _str(s)) is not None:
+                        out.add(v.upper())
+                    elif isinstance(s, (ast.Tuple, ast.List, ast.Set)):
+                        out |= {v.upper() for e in s.elts if (v := _str(e)) is not None}
+    return out
+
+
+def _is_constant_fn(fn: ast.FunctionDef) -> bool:
+    """True when every return is a literal of the same truthiness (or there is no return):
+    such a trigger fires on every step or on none."""
+    rets = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    if any(r.value is not None and not isinstance(r.value, ast.Constant) for r in rets):
+        return False
+    return len({bool(r.value.value) if r.value is not None else False for r in rets}) <= 1
+
+
+def _interventions(fn: ast.FunctionDef) -> list[ast.Call]:
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name == "Intervention":
+                out.append(n)
+    return out
+
+
+def _iv_type(call: ast.Call) -> str:
+    node = next((k.value for k in call.keywords if k.arg == "type"), call.args[0] if call.args else None)
+    if node is None:
+        return "NOOP"  # the dataclass default
+    if isinstance(node, ast.Attribute):
+        return node.attr.upper()
+    if (v := _str(node)) is not None:
+        return v.upper()
+    return "?"
+
+
+def _nonempty(node: ast.AST) -> bool:
+    return not (isinstance(node, ast.Constant) and node.value in ("", None))
+
+
+def code_facts(code: str) -> CodeFacts:
+    """Static facts about a candidate's PF class (never executes the code)."""
+    f = CodeFacts()
+    try:
+        tree = ast.parse(code or "")
+    except SyntaxError as e:
+        f.error = f"syntax error: {e.msg} (line {e.lineno})"
+        return f
+    f.parses = True
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    cls = next((c for c in classes if any(
+        isinstance(m, ast.FunctionDef) and m.name == "should_activate" for m in c.body)), None)
+    if cls is None:
+        f.error = "no class with should_activate"
+        return f
+    f.class_name = cls.name
+    methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+    sa, iv = methods.get("should_activate"), methods.get("intervene")
+    if sa is not None:
+        f.has_should_activate = True
+        f.trigger_src = ast.get_source_segment(code, sa) or ""
+        ctx_name, at_name, arg_name = _param(sa, 1), _param(sa, 2), _param(sa, 3)
+        f.trigger_uses_arg = bool(arg_name) and any(
+            isinstance(n, ast.Name) and n.id == arg_name for n in ast.walk(sa))
+        keys = _ctx_keys(sa, ctx_name)
+        f.trigger_fields = sorted(k for k in keys if k in STEP_CONTEXT_FIELDS)
+        f.unknown_fields = sorted(k for k in keys if k not in STEP_CONTEXT_FIELDS and not k.startswith("_"))
+        f.trigger_constant = _is_constant_fn(sa)
+        f.trigger_action_types = sorted(_action_literals(sa, at_name))
+        f.trigger_checks_action = bool(f.trigger_action_types)
+        f.trigger_has_condition = any(isinstance(n, (ast.If, ast.IfExp, ast.Compare, ast.BoolOp, ast.UnaryOp))
+                                      for n in ast.walk(sa))
+        io = set()
+        for n in ast.walk(sa):
+            if isinstance(n, ast.Name) and n.id in _IO_NAMES:
+                io.add(n.id)
+            elif isinstance(n, ast.Attribute) and n.attr in _IO_ATTRS:
+                io.add(n.attr)
+        f.trigger_io = sorted(io)
+    if iv is not None:
+        f.has_intervene = True
+        f.intervene_src = ast.get_source_segment(code, iv) or ""
+        calls = _interventions(iv)
+        f.iv_types = sorted({_iv_type(c) for c in calls})
+        bad, nat = set(), set()
+        for c in calls:
+            for k in c.keywords:
+                if k.arg is not None and k.arg not in INTERVENTION_KWARGS:
+                    bad.add(k.arg)
+                if k.arg == "new_action_type":
+                    nat.add((_str(k.value) or "?").upper())
+                if k.arg == "new_action_arg" and _nonempty(k.value):
+                    f.iv_has_new_arg = True
+                if k.arg == "context_text" and _nonempty(k.value):
+                    f.iv_has_context = True
+                if k.arg == "reason" and _nonempty(k.value):
+                    f.iv_has_reason = True
+        f.iv_bad_kwargs, f.iv_new_action_types = sorted(bad), sorted(nat)
+    return f
+
+
+# --------------------------------------------------------------------------- heuristic reviewer
+
+def _frontmatter(candidate: Candidate) -> tuple[str, str]:
+    try:
+        spec = parse_skill_md(candidate.skill_md, "<candidate>")
+        return spec.description, spec.body
+    except SkillFormatError:
+        return "", ""
+
+
+def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
+                      trigger_hit_rate: float | None) -> tuple[dict[str, float], list[str], str | None]:
+    reasons: list[str] = []
+    veto: str | None = None
+    notes = " ".join(candidate.notes)
+
+    # concept
+    desc, body = _frontmatter(candidate)
+    support = min(1.0, cluster.support / 6)
+    refine = bool(cluster.nearest_skill) and candidate.skill_id == cluster.nearest_skill
+    nov = cluster.novelty if cluster.is_new_category or not refine else max(cluster.novelty, 0.6)
+    desc_ok = (0.5 if "description synthesized" in notes else 1.0) if len(desc.split()) >= 5 else 0.0
+    body_ok = (0.3 if "body synthesized" in notes else 1.0) if len(body.split()) >= 15 else (
+        0.3 if body.strip() else 0.0)
+    concept = 0.35 * support + 0.25 * nov + 0.25 * desc_ok + 0.15 * body_ok
+    if not cluster.is_new_category and not refine:
+        reasons.append(f"overlaps existing skill {cluster.nearest_skill} without refining it")
+    if desc_ok < 1.0:
+        reasons.append("no authored description")
+
+    f = code_facts(candidate.code)
+    if not candidate.code.strip():
+        reasons.append("no code")
+    elif not f.parses or f.class_name is None:
+        reasons.append(f.error or "code unusable")
+
+    # trigger
+    trigger = 0.0
+    if f.has_should_activate:
+        if f.trigger_io:
+            reasons.append(f"should_activate uses model/IO/randomness: {', '.join(f.trigger_io)}")
+            veto = "REJECT"
+        elif f.trigger_constant:
+            reasons.append("should_activate is constant (fires always or never)")
+            trigger, veto = 0.05, "REJECT"
+        else:
+            targets = _TARGET_ACTION.get(cluster.category)
+            act = 0.0
+            if f.trigger_checks_action:
+                act = 1.0 if not targets or set(f.trigger_action_types) & targets else 0.4
+            signals = len(f.trigger_fields) + f.trigger_uses_arg
+            trigger = (0.15 + 0.45 * min(1.0, signals / 2) + 0.25 * act
+                       + 0.15 * f.trigger_has_condition - 0.15 * min(2, len(f.unknown_fields)))
+            if not signals:
+                reasons.append("trigger reads neither step-context fields nor the action argument")
+            if f.unknown_fields:
+                reasons.append(f"trigger reads unknown ctx keys: {', '.join(f.unknown_fields)}")
+            if not f.trigger_checks_action:
+                reasons.append("trigger does not check action_type")
+
+    # intervene
+    intervene = 0.0
+    active = [t for t in f.iv_types if t != "NOOP"]
+    if f.has_intervene:
+        if not active:
+            reasons.append("intervene never changes anything (NOOP only)")
+            intervene, veto = 0.05, "REJECT"
+        else:
+            want = _FIT.get(cluster.category)
+            fit = 0.5 if "?" in active and len(active) == 1 else (
+                0.75 if want is None else 1.0 if set(active) & want else 0.5)
+            payload = []
+            if "MODIFY_ACTION" in active:
+                nat_ok = 1.0 if set(f.iv_new_action_types) & _VALID_ACTIONS else (
+                    0.5 if f.iv_new_action_types else 0.0)
+                payload.append(0.6 * nat_ok + 0.4 * f.iv_has_new_arg)
+            if "INJECT_CONTEXT" in active:
+                payload.append(1.0 if f.iv_has_context else 0.0)
+            pay = sum(payload) / len(payload) if payload else 0.5
+            proportional = 1.0
+            if "MODIFY_ACTION" in active and not f.trigger_checks_action:
+                proportional = 0.2
+                reasons.append("MODIFY_ACTION without an action_type check rewrites any action")
+            if f.trigger_constant:
+                proportional = 0.0
+            intervene = 0.4 * fit + 0.25 * pay + 0.1 * f.iv_has_reason + 0.25 * proportional
+            if f.iv_bad_kwargs:
+                intervene *= 0.5
+                reasons.append(f"Intervention got unknown keywords: {', '.join(f.iv_bad_kwargs)}")
+            if fit < 1.0 and want is not None:
+                reasons.append(f"intervention type {active} is an odd fit for {cluster.category}")
+            if pay < 1.0:
+                reasons.append("intervention lacks the payload its type needs")
+
+    # val
+    if trigger_hit_rate is not None:
+        val = max(0.0, min(1.0, trigger_hit_rate))
+        if f.trigger_constant:
+            val = min(val, 0.1)
+        reasons.append(f"trigger fired on {trigger_hit_rate:.0%} of the cluster's failed episodes")
+    else:
+        val = 0.8 * (trigger + intervene) / 2
+    scores = {"concept": _clip(concept), "trigger": _clip(trigger), "intervene": _clip(intervene),
+              "exec": _clip(q_exec), "val": _clip(val)}
+    return scores, reasons, veto
+
+
+def heuristic_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, *,
+                     trigger_hit_rate: float | None = None, fallback_reason: str = "") -> Review:
+    scores, reasons, veto = _heuristic_scores(candidate, cluster, exec_report_q_exec, trigger_hit_rate)
+    return _decide(scores, reasons, explicit=veto, reviewer="heuristic", feedback="; ".join(reasons),
+                   fallback_reason=fallback_reason)
+
+
+def _decide(scores: dict[str, float], reasons: list[str], *, explicit: str | None, reviewer: str,
+            feedback: str, raw_reply: str = "", llm_scores: dict[str, float] | None = None,
+            fallback_reason: str = "") -> Review:
+    q = composite(scores["concept"], scores["trigger"], scores["intervene"], scores["exec"], scores["val"])
+    if scores["exec"] < HARD_REJECT_EXEC:
+        decision, by = "REJECT", "hard_reject"
+        reasons = [f"hard reject: Q_exec {scores['exec']:.2f} < {HARD_REJECT_EXEC}", *reasons]
+    elif explicit in DECISIONS:
+        decision, by = explicit, "explicit"
+    else:
+        decision, by = threshold_decision(q), "threshold"
+    return Review(q_concept=scores["concept"], q_trigger=scores["trigger"], q_intervene=scores["intervene"],
+                  q_exec=scores["exec"], q_val=scores["val"], q_skill=q, decision=decision,
+                  feedback=feedback, reviewer=reviewer, reasons=reasons, decided_by=by,
+                  llm_scores=dict(llm_scores or {}), raw_reply=raw_reply, fallback_reason=fallback_reason)
+
+
+# --------------------------------------------------------------------------- LLM reviewer
+
+_REVIEW_SYSTEM = f"""You judge candidate Program Functions (PFs) for a search agent that acts with
+SEARCH[query], READ[doc_id] and FINAL[answer]. A PF is deterministic Python run at every step:
+should_activate(ctx, action_type, arg) -> bool decides whether it fires; intervene(ctx, action_type,
+arg, teacher=None) -> Intervention either rewrites the action (MODIFY_ACTION), adds a note to the next
+observation (INJECT_CONTEXT) or does nothing (NOOP). ctx keys: {", ".join(STEP_CONTEXT_FIELDS)}.
+Be strict: a skill that is vague, fires too often, duplicates an existing skill or could derail
+correct episodes should not enter the library."""
+
+_REVIEW_FORMAT = """Score each dimension between 0.0 and 1.0:
+- Q_concept: a real, recurring and general failure, distinct from the existing skills.
+- Q_trigger: should_activate is specific, deterministic, uses the ctx keys above, neither too broad nor too narrow.
+- Q_intervene: intervene fixes the failure proportionately and without harmful side effects.
+- Q_exec: the code follows the interface, would import and returns the right types.
+- Q_val: it would reduce this failure on unseen questions and coexist with other PFs.
+
+Answer with exactly these seven lines and nothing else:
+Q_concept: <number>
+Q_trigger: <number>
+Q_intervene: <number>
+Q_exec: <number>
+Q_val: <number>
+DECISION: <one of ACCEPT, REVISE, REJECT>
+FEEDBACK: <one to three sentences>"""
+
+
+def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: float,
+                            existing_skill_ids: Iterable[str] = ()) -> list[dict[str, str]]:
+    f = code_facts(candidate.code)
+    rep = cluster.representative
+    user = "\n".join([
+        f"## Candidate {candidate.skill_id} for failure '{cluster.category}'",
+        f"Failure: {rep.abstraction}",
+        f"Seen in {cluster.support} failed episodes; novelty vs library {cluster.novelty:.2f}"
+        f"{' (new failure group)' if cluster.is_new_category else f' (close to {cluster.nearest_skill})'}.",
+        "Existing skills: " + (", ".join(existing_skill_ids) or "(none)"),
+        f"Automatic execution checks passed: {exec_q:.2f} of 1.0",
+        "", "## Trigger", "```python", (f.trigger_src or "(missing)")[:1500], "```",
+        "", "## Intervention", "```python", (f.intervene_src or "(missing)")[:1500], "```",
+        "", "## SKILL.md", candidate.skill_md[:2000],
+        "", "## Full code", "```python", (candidate.code or "(none)")[:4000], "```",
+        "", _REVIEW_FORMAT,
+    ])
+    return [{"role": "system", "content": _REVIEW_SYSTEM}, {"role": "user", "content": user}]
+
+
+_KEYS = {"concept": "concept", "trigger": "trigger", "intervene": "intervene", "intervention": "intervene",
+         "exec": "exec", "executability": "exec", "val": "val", "validation": "val"}
+_SCORE = re.compile(
+    r"Q[ _-]?(concept|trigger|intervene|intervention|executability|exec|validation|val)[a-z_ ]*?\**\s*[:=]\s*\**\s*"
+    r"\[?\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:/\s*(\d+(?:\.\d+)?))?", re.I)
+_DECISION_LINE = re.compile(r"^\W*DECISION\W*[:=](.*)$", re.I | re.M)
+_FEEDBACK = re.compile(r"^\W*(?:OVERALL\s+)?FEEDBACK\W*[:=]\s*(.*)", re.I | re.M | re.S)
+
+
+def _norm_score(value: str, denom: str | None) -> float | None:
+    v = float(value)
+    if denom:
+        d = float(denom)
+        return v / d if d > 0 and v <= d else None
+    if v <= 1.0:
+        return v
+    if v <= 10.0:
+        return v / 10
+    if v <= 100.0:
+        return v / 100
+    return None
+
+
+def parse_review_reply(text: str) -> tuple[dict[str, float] | None, str | None, str, str]:
+    """(scores or None if any of the five is missing, decision or None, feedback, problem)."""
+    scores: dict[str, float] = {}
+    for m in _SCORE.finditer(text or ""):
+        key = _KEYS[m.group(1).lower()]
+        v = _norm_score(m.group(2), m.group(3))
+        if v is not None and key not in scores:
+            scores[key] = round(v, 4)
+    decision = None
+    for m in _DECISION_LINE.finditer(text or ""):
+        words = {w for w in DECISIONS if re.search(rf"\b{w}\b", m.group(1), re.I)}
+        if len(words) == 1:  # "ACCEPT / REVISE / REJECT" echoed from the template is not a decision
+            decision = words.pop()
+    fm = _FEEDBACK.search(text or "")
+    feedback = fm.group(1).strip()[:1000] if fm else ""
+    missing = [k for k in ("concept", "trigger", "intervene", "exec", "val") if k not in scores]
+    if missing:
+        return None, decision, feedback, f"missing scores: {', '.join(missing)}"
+    return scores, decision, feedback, ""
+
+
+def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, teacher: ChatModel, *,
+               existing_skill_ids: Iterable[str] = (), trigger_hit_rate: float | None = None,
+               max_tokens: int = 400, retries: int = 1) -> Review:
+    """Teacher review; a malformed reply is retried ``retries`` times, then the heuristic decides."""
+    msgs = build_reviewer_messages(candidate, cluster, exec_report_q_exec, list(existing_skill_ids))
+    problems: list[str] = []
+    raw = ""
+    for attempt in range(retries + 1):
+        try:
+            reply = teacher.chat(msgs, temperature=0.0, max_tokens=max_tokens)
+            raw = str(getattr(reply, "text", reply) or "")
+        except Exception as e:  # noqa: BLE001 - a teacher outage must not stop the epoch
+            problems.append(f"attempt {attempt + 1}: teacher call failed: {type(e).__name__}: {e}")
+            continue
+        scores, decision, feedback, problem = parse_review_reply(raw)
+        if scores is not None:
+            llm_scores = dict(scores)
+            scores = {**scores, "exec": _clip(exec_report_q_exec)}
+            reasons = [f"teacher decision: {decision}" if decision else "teacher gave no DECISION line"]
+            return _decide(scores, reasons, explicit=decision, reviewer="llm", feedback=feedback,
+                           raw_reply=raw, llm_scores=llm_scores)
+        problems.append(f"attempt {attempt + 1}: {problem}")
+        msgs = [*msgs, {"role": "assistant", "content": raw[:2000]},
+                {"role": "user", "content": "That reply did not follow the format. Reply again with only the "
+                                            "seven lines: Q_concept, Q_trigger, Q_intervene, Q_exec, Q_val, "
+                                            "DECISION, FEEDBACK."}]
+    reason = "teacher review unusable (" + "; ".join(problems) + "); heuristic reviewer used"
+    log.warning("%s: %s", candidate.skill_id, reason)
+    rv = heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
+                          fallback_reason=reason)
+    rv.raw_reply = raw
+    return rv
+
+
+def review_candidate(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster,
+                     teacher: ChatModel | None = None, *, trigger_hit_rate: float | None = None,
+                     existing_skill_ids: Iterable[str] = (), max_tokens: int = 400) -> Review:
+    """Phase E for one candidate. See the module docstring for the decision order."""
+    if exec_report_q_exec < HARD_REJECT_EXEC or teacher is None:
+        reason = "" if teacher is None else "teacher not consulted: Phase-D hard reject"
+        return heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
+                                fallback_reason=reason)
+    return llm_review(candidate, exec_report_q_exec, cluster, teacher, existing_skill_ids=existing_skill_ids,
+                      trigger_hit_rate=trigger_hit_rate, max_tokens=max_tokens)
+
+
+# --------------------------------------------------------------------------- trigger replay
+
+def trigger_hit_rate(should_activate: Callable[[dict[str, Any], str, str], Any] | Any,
+                     trajs: Iterable[Trajectory]) -> float:
+    """Share of ``trajs`` on which the trigger fires on at least one replayed step.
+
+    ``should_activate`` is a callable or any object with a ``should_activate`` method
+    (e.g. ``hasp.pf.sandbox.SandboxedPF`` -- never pass untrusted code in-process).
+    Contexts come from ``detectors.replay_contexts``; an exception counts as not firing.
+    """
+    fn = getattr(should_activate, "should_activate", should_activate)
+    trajs = list(trajs)
+    if not trajs:
+        return 0.0
+    hits = 0
+    for t in trajs:
+        for ctx, at, arg in replay_contexts(t):
+            try:
+                if fn(dict(ctx), at, arg):
+                    hits += 1
+                    break
+            except Exception as e:  # noqa: BLE001
+                log.debug("trigger raised on %s: %s", t.qid, e)
+    return hits / len(trajs)

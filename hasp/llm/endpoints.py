@@ -1,0 +1,54 @@
+"""From params to live clients: the embedded server when no base_url is given.
+
+Pointing ``llm.base_url``/``llm.model`` (or ``teacher.*``) in params.yaml at any
+OpenAI-compatible server (vLLM, a hosted API) needs no code change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from hasp.config import EndpointParams, LLMParams
+from hasp.llm.client import LLMClient, LLMConfig
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | None = None,
+                  max_tokens: int = 256) -> Iterator[LLMClient]:
+    """Yield a client for the policy. With no ``base_url``, serve ``model_dir`` (default: the
+    embedded SmolLM2 folder) on a loopback port for the duration of the block."""
+    if llm.base_url:
+        cfg = LLMConfig(base_url=llm.base_url, model=str(llm.model), api_key_env=llm.api_key_env,
+                        timeout_s=llm.timeout_s, max_retries=llm.max_retries,
+                        max_concurrency=llm.max_concurrency, max_tokens=max_tokens)
+        with LLMClient(cfg) as client:
+            yield client
+        return
+    from hasp.llm.model_prep import prepare_model
+    from hasp.llm.server import ensure_server
+
+    folder = model_dir or prepare_model()
+    base_url, model_name, handle = ensure_server(folder, port or llm.port)
+    try:
+        cfg = LLMConfig(base_url=base_url, model=model_name, timeout_s=llm.timeout_s,
+                        max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
+                        max_tokens=max_tokens)
+        with LLMClient(cfg) as client:
+            yield client
+    finally:
+        if handle is not None:
+            handle.stop()
+
+
+def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | None:
+    """A client for the teacher, or None (PFs and review then use their deterministic paths)."""
+    if not teacher.base_url:
+        return None
+    return LLMClient(LLMConfig(base_url=teacher.base_url, model=str(teacher.model),
+                               api_key_env=teacher.api_key_env, timeout_s=llm.timeout_s,
+                               max_retries=llm.max_retries, max_concurrency=llm.max_concurrency))

@@ -1,0 +1,196 @@
+"""Run ``transformers serve`` on a local HF folder as an OpenAI-compatible endpoint.
+
+Why a subprocess: the same ``LLMClient`` then talks to the embedded CPU model and to any remote
+endpoint (vLLM, a hosted API) alike, and continuous batching lets concurrent agent episodes share one
+model copy. Facts about transformers 5.23's server that this module relies on:
+
+- With a positional model (``FORCE_MODEL``) the server preloads it before listening and is *pinned*: a
+  request must name exactly that string as ``model`` (or omit it); any other name gets HTTP 400
+  ``Server is pinned to '<name>'``. We pass the resolved absolute folder path, so that path is the name.
+- With ``--continuous-batching`` the sampling settings (temperature/top_p/do_sample) of the *first*
+  request are frozen into the batching manager for the server's lifetime; later requests only choose
+  ``max_tokens``. ``stop`` is ignored too (generation runs to EOS or ``max_tokens``; ``LLMClient`` cuts
+  the text client-side). So we send the first request ourselves (warm-up) with ``temperature`` given
+  at construction: 0.0 (default) makes the server greedy, > 0 makes it always sample at that value.
+- ``GET /v1/models`` lists only the Hugging Face hub cache (HTTP 500 when it does not exist) and never
+  the pinned folder, so it is useless as a health check; we use ``GET /health`` plus a probe request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+PROBE_MODEL = "__hasp_probe__"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral port that was free a moment ago (tests start servers on these)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
+    """Tiny stdlib HTTP call returning (status, text); status 0 means no connection."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError):
+        return 0, ""
+
+
+def pinned_model(root_url: str, timeout: float = 5.0) -> str | None:
+    """Name of the model a healthy ``transformers serve`` at ``root_url`` is pinned to, else None.
+
+    Asks for a nonexistent model: the server rejects it at once (no generation) and names its model.
+    """
+    status, _ = _http("GET", f"{root_url}/health", timeout=timeout)
+    if status != 200:
+        return None
+    status, text = _http("POST", f"{root_url}/v1/chat/completions", timeout=timeout, body={
+        "model": PROBE_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    m = re.search(r"pinned to '(.*?)'", text)
+    return m.group(1) if m else None
+
+
+class LocalModelServer:
+    """``transformers serve <folder> --continuous-batching`` as a managed child process.
+
+    Use as a context manager or call ``start()``/``stop()``. Logs go to ``log_path`` (default
+    ``<folder>/../serve-<port>.log``) so a failed start can show why.
+    """
+
+    def __init__(self, folder: Path | str, port: int | None = None, *, host: str = "127.0.0.1",
+                 log_path: Path | None = None, startup_timeout_s: float = 300.0,
+                 extra_args: tuple[str, ...] = (), temperature: float = 0.0) -> None:
+        self.folder = Path(folder).resolve()
+        self.host = host
+        self.port = port or free_port(host)
+        self.log_path = log_path or self.folder.parent / f"serve-{self.port}.log"
+        self.startup_timeout_s = startup_timeout_s
+        self.extra_args = extra_args
+        self.temperature = temperature
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def model_name(self) -> str:
+        """The ``model`` string requests must carry (the server is pinned to it)."""
+        return str(self.folder)
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI ``base_url`` (with ``/v1``)."""
+        return f"{self.root_url}/v1"
+
+    def command(self) -> list[str]:
+        # What the `transformers` console script does, via this interpreter: no reliance on PATH.
+        return [sys.executable, "-c", "import sys; from transformers.cli.transformers import main; "
+                "sys.argv[0] = 'transformers'; sys.exit(main())",
+                "serve", self.model_name, "--continuous-batching", "--host", self.host,
+                "--port", str(self.port), "--log-level", "info", *self.extra_args]
+
+    def start(self) -> LocalModelServer:
+        """Spawn the server and block until it answers a real 1-token completion (which also warms it)."""
+        if self.proc is not None:
+            return self
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if s.connect_ex((self.host, self.port)) == 0:
+                raise RuntimeError(f"port {self.port} on {self.host} is already in use")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        with open(self.log_path, "ab") as log:
+            # Own session/process group so stop() also reaches any workers it forks.
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        deadline = t0 + self.startup_timeout_s
+        while time.perf_counter() < deadline:
+            if self.proc.poll() is not None:
+                rc = self.proc.returncode
+                self.proc = None
+                raise RuntimeError(f"transformers serve exited with {rc} during startup; "
+                                   f"log {self.log_path}:\n{self._log_tail()}")
+            if _http("GET", f"{self.root_url}/health", timeout=2.0)[0] == 200 and self._warm():
+                self.startup_s = time.perf_counter() - t0
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"transformers serve not healthy after {self.startup_timeout_s:.0f}s; "
+                           f"log {self.log_path}:\n{self._log_tail()}")
+
+    def _warm(self) -> bool:
+        """First request: proves the model answers and fixes the server's sampling mode (see module doc)."""
+        status, _ = _http("POST", f"{self.base_url}/chat/completions", timeout=120.0, body={
+            "model": self.model_name, "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1, "temperature": self.temperature})
+        return status == 200
+
+    def _log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the process group, SIGKILL after ``grace_s``; safe to call twice."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> LocalModelServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
+                  startup_timeout_s: float = 300.0, temperature: float = 0.0) -> tuple[str, str, LocalModelServer | None]:
+    """``(base_url, model_name, handle)`` for a server of ``folder`` on ``port``.
+
+    Reuses a healthy server already pinned to this folder (``handle`` is then None: not ours to stop);
+    otherwise starts one and returns its handle, which the caller must ``stop()``. A server on that
+    port pinned to a *different* model is an error rather than a silent mismatch. ``temperature`` only
+    applies to a newly started server (a reused one keeps the sampling mode it was warmed with).
+    """
+    name = str(Path(folder).resolve())
+    root = f"http://{host}:{port}"
+    running = pinned_model(root)
+    if running == name:
+        return f"{root}/v1", name, None
+    if running is not None:
+        raise RuntimeError(f"{root} serves {running!r}, not {name!r}")
+    srv = LocalModelServer(name, port, host=host, startup_timeout_s=startup_timeout_s,
+                           temperature=temperature).start()
+    return srv.base_url, srv.model_name, srv

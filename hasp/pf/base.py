@@ -1,0 +1,35 @@
+"""The ProgramFunction interface (paper App. B.1)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from hasp.pf.intervention import Intervention
+
+
+class Teacher(Protocol):
+    """What a teacher-assisted PF may call. ``hasp.llm.client.LLMClient`` satisfies it."""
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int = 256,
+                 temperature: float = 0.0) -> str: ...
+
+
+class ProgramFunction:
+    """A skill as code: decides *when* to fire and *how* to repair the next action.
+
+    ``ctx`` is the step context dict (App. C.5 field names). PFs may keep private
+    per-episode counters in ``ctx`` under keys starting with ``_``; the runtime
+    carries those across steps of one episode.
+    """
+
+    skill_id: ClassVar[str] = ""
+    needs_teacher: ClassVar[bool] = False
+    #: per-episode cap on how often this PF may fire (None = only the runtime limits)
+    max_fires: ClassVar[int | None] = None
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        raise NotImplementedError
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        raise NotImplementedError

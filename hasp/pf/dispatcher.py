@@ -1,0 +1,122 @@
+"""Applies PFs to one proposed action: the intervention operator Γ (paper §3.1).
+
+One ``Dispatcher`` lives for one episode. It enforces the runtime limits of App.
+B.1 (at most ``max_modify_fires`` MODIFY_ACTION fires per PF, the per-skill caps
+``ProgramFunction.max_fires``) and isolates faults: a PF that raises is disabled
+for the rest of the episode and the error is recorded, never propagated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.intervention import Intervention, InterventionType
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Fired:
+    """One PF that activated on this step."""
+
+    skill_id: str
+    type: str
+    reason: str = ""
+    applied: bool = True  # False when a MODIFY_ACTION was suppressed (limit / already modified)
+    context_text: str = ""
+
+
+@dataclass
+class DispatchResult:
+    action_type: str
+    arg: str
+    contexts: list[str] = field(default_factory=list)
+    fired: list[Fired] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def modified(self) -> bool:
+        return any(f.type == InterventionType.MODIFY_ACTION.value and f.applied for f in self.fired)
+
+    @property
+    def mode(self) -> str:
+        """κ_t's intervention mode: the strongest applied intervention on this step."""
+        if self.modified:
+            return InterventionType.MODIFY_ACTION.value
+        if self.contexts:
+            return InterventionType.INJECT_CONTEXT.value
+        return InterventionType.NOOP.value if self.fired else "none"
+
+
+class Dispatcher:
+    def __init__(self, pfs: list[ProgramFunction], *, teacher: Teacher | None = None,
+                 max_modify_fires: int = 2) -> None:
+        self.pfs = list(pfs)
+        self.teacher = teacher
+        self.max_modify_fires = max_modify_fires
+        self.fire_counts: Counter[str] = Counter()
+        self.modify_counts: Counter[str] = Counter()
+        self.disabled: dict[str, str] = {}
+
+    def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
+        msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {exc}"
+        self.disabled[pf.skill_id] = msg
+        res.errors.append(msg)
+        log.warning("PF disabled for this episode: %s", msg)
+
+    def dispatch(self, ctx: dict[str, Any], action_type: str, arg: str) -> DispatchResult:
+        """Run every active PF on (ctx, action); return the final action and injected context.
+
+        PFs run in the given (priority) order and each sees the action as modified by
+        earlier ones; at most one MODIFY_ACTION is applied per step.
+        """
+        t0 = time.perf_counter()
+        res = DispatchResult(action_type=action_type, arg=arg)
+        for pf in self.pfs:
+            sid = pf.skill_id
+            if sid in self.disabled:
+                continue
+            cap = pf.max_fires
+            if cap is not None and self.fire_counts[sid] >= cap:
+                continue
+            try:
+                active = bool(pf.should_activate(ctx, res.action_type, res.arg))
+            except Exception as e:  # noqa: BLE001 - fault isolation is the point
+                self._disable(pf, "should_activate", e, res)
+                continue
+            if not active:
+                continue
+            try:
+                needs = getattr(pf, "needs_teacher", False)
+                iv = pf.intervene(ctx, res.action_type, res.arg, self.teacher if needs else None)
+                if not isinstance(iv, Intervention):
+                    raise TypeError(f"intervene returned {type(iv).__name__}, not Intervention")
+            except Exception as e:  # noqa: BLE001
+                self._disable(pf, "intervene", e, res)
+                continue
+            iv.skill_id = iv.skill_id or sid
+            fired = Fired(skill_id=sid, type=iv.type.value, reason=iv.reason)
+            if iv.type is InterventionType.MODIFY_ACTION:
+                if res.modified or self.modify_counts[sid] >= self.max_modify_fires:
+                    fired.applied = False
+                else:
+                    self.modify_counts[sid] += 1
+                    res.action_type = (iv.new_action_type or res.action_type).upper()
+                    res.arg = iv.new_action_arg if iv.new_action_arg is not None else res.arg
+                    if iv.context_text:
+                        res.contexts.append(iv.context_text)
+                        fired.context_text = iv.context_text
+            elif iv.type is InterventionType.INJECT_CONTEXT and iv.context_text:
+                res.contexts.append(iv.context_text)
+                fired.context_text = iv.context_text
+            if fired.applied:
+                self.fire_counts[sid] += 1
+            res.fired.append(fired)
+        res.elapsed_s = time.perf_counter() - t0
+        return res

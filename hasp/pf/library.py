@@ -1,0 +1,165 @@
+"""The versioned skill library on disk.
+
+Layout (per domain)::
+
+    skills/<domain>/<skill_id>/SKILL.md + pf.py                  seed skills (project code)
+    skills/<domain>/generated/<skill_id>__v<N>/SKILL.md + pf.py   admitted candidates
+    skills/<domain>/library_history.json                         every admission decision
+
+Only the highest version of each base id is active; older versions stay on disk
+for replay. Seed PF code is trusted project code and is imported in-process.
+Generated PF code is untrusted: it is only ever executed through
+``hasp.pf.sandbox.SandboxedPF`` (a separate, resource-limited process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hasp.pf.base import ProgramFunction
+from hasp.pf.registry import collecting
+from hasp.pf.skill_md import SkillFormatError, SkillSpec, load_skill_md
+
+log = logging.getLogger(__name__)
+
+VERSION_DIR = re.compile(r"^(?P<base>[a-z][a-z0-9_]*)__v(?P<n>\d+)$")
+MAX_LIBRARY_SIZE = 50
+
+
+@dataclass
+class Skill:
+    """One skill version: its spec, its PF (if it has code) and where it came from."""
+
+    spec: SkillSpec
+    path: Path
+    version: int
+    generated: bool
+    pf: ProgramFunction | None = None
+
+    @property
+    def skill_id(self) -> str:
+        return self.spec.skill_id
+
+
+@dataclass
+class SkillLibrary:
+    domain: str
+    root: Path
+    skills: list[Skill] = field(default_factory=list)
+    load_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.skill_id for s in self.skills]
+
+    def get(self, skill_id: str) -> Skill | None:
+        return next((s for s in self.skills if s.skill_id == skill_id), None)
+
+    def pfs(self) -> list[ProgramFunction]:
+        """Active PFs, highest priority first (the dispatcher's evaluation order)."""
+        return [s.pf for s in self.skills if s.pf is not None]
+
+    def content_hash(self) -> str:
+        return library_hash(self.root)
+
+    def close(self) -> None:
+        for s in self.skills:
+            closer = getattr(s.pf, "close", None)
+            if callable(closer):
+                closer()
+
+
+def library_hash(root: Path) -> str:
+    """Content hash of every SKILL.md / pf.py under ``root`` (the cache key for a library)."""
+    h = hashlib.sha256()
+    if root.exists():
+        for p in sorted(root.rglob("*")):
+            rel = p.relative_to(root).parts
+            if rel[0] == "snapshots" or any(part.startswith(".") for part in rel):
+                continue  # snapshots and in-flight admission temp dirs are not the active library
+            if p.is_file() and p.name in ("SKILL.md", "pf.py"):
+                h.update(str(p.relative_to(root)).encode())
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
+    """Import a seed skill's pf.py and instantiate the PF registered under ``skill_id``."""
+    mod_name = f"hasp_skills.{pf_path.parent.parent.name}.{pf_path.parent.name}"
+    spec = importlib.util.spec_from_file_location(mod_name, pf_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {pf_path}")
+    module = importlib.util.module_from_spec(spec)
+    with collecting() as found:
+        spec.loader.exec_module(module)
+    if skill_id not in found:
+        raise SkillFormatError(f"{pf_path}: no @register_pf({skill_id!r}) class (found {sorted(found)})")
+    return found[skill_id]()
+
+
+def _sandboxed_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
+    from hasp.pf.sandbox import SandboxedPF
+
+    return SandboxedPF(pf_path.read_text(encoding="utf-8"), skill_id=skill_id)
+
+
+def scan_versions(root: Path) -> dict[str, list[tuple[int, Path, bool]]]:
+    """All versions per base id: (version, folder, generated)."""
+    out: dict[str, list[tuple[int, Path, bool]]] = {}
+    if not root.exists():
+        return out
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / "SKILL.md").exists()):
+        try:
+            v = load_skill_md(d / "SKILL.md").version
+        except SkillFormatError:
+            v = 1
+        out.setdefault(d.name, []).append((v, d, False))
+    gen = root / "generated"
+    if gen.exists():
+        for d in sorted(p for p in gen.iterdir() if p.is_dir()):
+            m = VERSION_DIR.match(d.name)
+            if m and (d / "SKILL.md").exists():
+                out.setdefault(m["base"], []).append((int(m["n"]), d, True))
+    return out
+
+
+def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
+                 include_generated: bool = True) -> SkillLibrary:
+    """Load the highest version of every skill under ``root``.
+
+    A broken skill folder never stops the load: it is skipped and reported in
+    ``load_errors`` (and the log), so one bad SKILL.md cannot take a rollout down.
+    """
+    domain = domain or root.name
+    lib = SkillLibrary(domain=domain, root=root)
+    for base, versions in scan_versions(root).items():
+        if not include_generated:
+            versions = [v for v in versions if not v[2]]
+        if not versions:
+            continue
+        # Highest version wins; a generated version beats a seed with the same number.
+        version, folder, generated = max(versions, key=lambda t: (t[0], t[2]))
+        try:
+            spec = load_skill_md(folder / "SKILL.md")
+            if spec.skill_id != base:
+                raise SkillFormatError(f"{folder}/SKILL.md: skill_id {spec.skill_id!r} != folder id {base!r}")
+            pf_path = folder / "pf.py"
+            pf = None
+            if pf_path.exists():
+                pf = _sandboxed_pf(pf_path, base) if generated else _import_trusted_pf(pf_path, base)
+            lib.skills.append(Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf))
+        except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal
+            msg = f"skipped skill {folder}: {e}"
+            log.warning(msg)
+            lib.load_errors.append(msg)
+    lib.skills.sort(key=lambda s: (-s.spec.priority, s.skill_id))
+    if len(lib.skills) > max_size:
+        dropped = [s.skill_id for s in lib.skills[max_size:]]
+        log.warning("library %s over cap %d; inactive: %s", root, max_size, dropped)
+        lib.skills = lib.skills[:max_size]
+    return lib

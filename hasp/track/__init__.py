@@ -1,0 +1,1 @@
+"""MLflow helpers: one place that knows the tracking URI, runs, metrics and artifacts."""

@@ -1,0 +1,82 @@
+"""Start/stop MLflow runs in one place and log the pipeline's results.
+
+The store is a SQLite file inside the project (absolute URI; MLflow's file store
+is deprecated). ``mlflow`` is imported lazily so ``hasp --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def tracking_uri(project_dir: Path | None = None) -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<project>/mlflow.db`` (absolute)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    root = (project_dir or Path.cwd()).resolve()
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+def _mlflow():
+    import logging
+
+    import mlflow
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    return mlflow
+
+
+@contextlib.contextmanager
+def start_run(experiment: str, run_name: str, *, tags: Mapping[str, str] | None = None,
+              project_dir: Path | None = None) -> Iterator[Any]:
+    """Context manager around one MLflow run; yields the ``mlflow`` module bound to it."""
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(tracking_uri(project_dir))
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=run_name, tags=dict(tags or {})):
+        yield mlflow
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def log_numeric(mlflow: Any, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    """Log every numeric leaf of a nested dict as a metric (dotted names)."""
+    flat = {k.replace("/", "."): float(v) for k, v in flatten(metrics).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if flat:
+        mlflow.log_metrics(flat, step=step)
+
+
+def log_json_artifact(mlflow: Any, obj: Any, name: str, artifact_path: str | None = None) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        p.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+        mlflow.log_artifact(str(p), artifact_path=artifact_path)
+
+
+def find_runs(experiment: str, project_dir: Path | None = None) -> list[Any]:
+    """All runs of an experiment (newest first) — for tests and the CLI's `hasp runs`."""
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(tracking_uri(project_dir))
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    client = mlflow.tracking.MlflowClient()
+    return list(client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"]))

@@ -1,0 +1,371 @@
+"""Objective A SFT: LoRA on PF-corrected steps, weighted by A_t (paper §3.2, App. D.3, D.7; E1/E4).
+
+``train_sft`` reads the jsonl written by ``hasp.train.data.build_sft_rows`` and trains a LoRA adapter
+with TRL's ``SFTTrainer`` + PEFT on CPU (or whatever device the model lands on), then saves
+
+- ``<out>/adapter``  the PEFT adapter (+ tokenizer), servable by vLLM ``--lora-modules``;
+- ``<out>/merged``   the adapter merged into a fresh copy of the base, a plain HF folder with
+  tokenizer and chat template (``transformers serve <out>/merged``);
+- ``<out>/train_summary.json``  recipe, metrics and per-step history.
+
+Loss: only the last assistant turn (the corrected step) is trained. Rows become TRL
+*prompt-completion* conversations (prompt = the messages the policy saw, completion = the target),
+so TRL's completion-only loss applies. ``assistant_only_loss`` is not used: it needs
+``{% generation %}`` markers, SmolLM2's chatml template has none and TRL ships no patched
+template for it — and it would also train the earlier assistant turns of the history, which carry
+their own (different) weights.
+
+Sample weights (TRL has none for SFT):
+
+- ``weighting="loss"`` (default): ``WeightedSFTTrainer`` keeps a ``sample_weight`` column through
+  dataset preparation and collation and computes ``Σ_i w_i Σ_t nll_it / N_tokens`` with the same
+  fused LM head and token normaliser TRL uses (so with all w = 1 it equals TRL's loss). Weights are
+  divided by their mean over the training set so the effective learning rate does not shrink with
+  the scale of A_t (A_t ≈ 0.3–0.7). A zero-weight row contributes no gradient.
+- ``weighting="oversample"``: rows are repeated in proportion to the weight (largest-remainder
+  apportionment of ``round(oversample_factor · n)`` copies) and trained with TRL's plain loss.
+- ``weighting="none"``: weights ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed  # noqa: E402
+from trl import SFTConfig, SFTTrainer  # noqa: E402
+
+from hasp.train.data import read_jsonl  # noqa: E402
+
+WEIGHT_COLUMN = "sample_weight"
+LogCallback = Callable[[dict[str, float], int], Any]  # mlflow.log_metrics(metrics, step=...) fits
+
+
+def _h(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class SFTRecipe:
+    """Every knob of the SFT run; defaults follow paper App. D.3 / Table 13 (E1) except where CPU demands."""
+
+    lora_r: int = field(default=16, metadata=_h("LoRA rank (paper: 16)."))
+    lora_alpha: int = field(default=32, metadata=_h("LoRA alpha (paper: 32)."))
+    lora_dropout: float = field(default=0.05, metadata=_h("Dropout on the LoRA branch."))
+    target_modules: tuple[str, ...] = field(
+        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        metadata=_h("Linear modules that get LoRA adapters (Llama/Qwen names)."))
+    learning_rate: float = field(
+        default=1e-5, metadata=_h("Peak learning rate (paper E1/E4: 1e-5). Raise it (e.g. 2e-4) for short CPU demos."))
+    num_train_epochs: float = field(default=10.0, metadata=_h("Epochs over the SFT pool (paper E1: 10)."))
+    max_steps: int = field(default=-1, metadata=_h("If > 0, stop after this many optimizer steps (CPU demos)."))
+    per_device_train_batch_size: int = field(default=4, metadata=_h("Micro-batch size."))
+    gradient_accumulation_steps: int = field(default=1, metadata=_h("Micro-batches per optimizer step."))
+    max_length: int = field(
+        default=1024, metadata=_h("Max tokens of prompt+target; older history turns are dropped to fit."))
+    seed: int = field(default=0, metadata=_h("Seed for LoRA init, data order and dropout."))
+    weighting: str = field(
+        default="loss", metadata={"help": "How A_t is honoured: per-row loss weight, oversampling, or ignored.",
+                                  "choices": ["loss", "oversample", "none"]})
+    normalize_weights: bool = field(
+        default=True, metadata=_h("weighting=loss: divide weights by their mean so the average row weight is 1."))
+    oversample_factor: float = field(
+        default=2.0, metadata=_h("weighting=oversample: total copies = round(factor * n_rows), split by weight."))
+    lr_scheduler_type: str = field(default="linear", metadata=_h("transformers LR scheduler name."))
+    warmup_steps: float = field(default=0.0, metadata=_h("Warmup steps (int) or ratio of total steps (float < 1)."))
+    weight_decay: float = field(default=0.0, metadata=_h("AdamW weight decay."))
+    max_grad_norm: float = field(default=1.0, metadata=_h("Gradient clipping norm."))
+    logging_steps: int = field(default=1, metadata=_h("Log (and call log_callback) every N optimizer steps."))
+    gradient_checkpointing: bool = field(
+        default=False, metadata=_h("Recompute activations (paper: on, GPU). Off by default: slower on CPU."))
+    trim_history: bool = field(
+        default=True, metadata=_h("Drop the oldest (assistant, observation) turns of a too-long prompt."))
+    save_merged: bool = field(default=True, metadata=_h("Also merge LoRA into the base and save a full HF folder."))
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("loss", "oversample", "none"):
+            raise ValueError(f"weighting must be loss|oversample|none, not {self.weighting!r}")
+        self.target_modules = tuple(self.target_modules)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "SFTRecipe":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d or {}) - names
+        if unknown:
+            raise KeyError(f"unknown SFTRecipe fields {sorted(unknown)}")
+        return cls(**dict(d or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["target_modules"] = list(self.target_modules)
+        return d
+
+
+@dataclass
+class TrainResult:
+    adapter_dir: Path
+    merged_dir: Path | None
+    metrics: dict[str, Any]
+    history: list[dict[str, float]]
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+def _n_tokens(tok: Any, messages: list[dict[str, str]]) -> int:
+    out = tok.apply_chat_template(messages, tokenize=True)
+    ids = out["input_ids"] if isinstance(out, Mapping) else out
+    return len(ids)
+
+
+def fit_messages(tok: Any, messages: list[dict[str, str]], max_length: int | None,
+                 trim: bool = True) -> tuple[list[dict[str, str]] | None, int]:
+    """Drop the oldest (assistant, user) pairs after system + question until the conversation fits.
+
+    TRL truncates sequences from the right (``keep_start`` is its only mode), which would cut the
+    target off a long multi-step prompt; trimming history here keeps the target intact. Returns
+    ``(messages or None if it cannot fit, number of messages dropped)``.
+    """
+    if max_length is None:
+        return messages, 0
+    msgs = list(messages)
+    head = 2 if msgs and msgs[0]["role"] == "system" else 1
+    dropped = 0
+    while _n_tokens(tok, msgs) > max_length:
+        if not trim or len(msgs) - head < 3:  # nothing left between the question and the target
+            return None, dropped
+        del msgs[head:head + 2]
+        dropped += 2
+    return msgs, dropped
+
+
+def apportion(weights: list[float], total: int) -> list[int]:
+    """Largest-remainder split of ``total`` copies proportional to ``weights`` (deterministic)."""
+    w = [max(0.0, float(x)) for x in weights]
+    s = sum(w)
+    if s <= 0 or total <= 0:
+        return [0] * len(w)
+    quotas = [x * total / s for x in w]
+    counts = [math.floor(q) for q in quotas]
+    order = sorted(range(len(w)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def prepare_rows(rows: list[dict[str, Any]], tok: Any, recipe: SFTRecipe) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """SFT rows → prompt/completion examples (+ ``sample_weight`` for loss weighting) and data stats."""
+    kept: list[tuple[list[dict[str, str]], dict[str, str], float]] = []
+    n_trimmed = n_too_long = 0
+    for r in rows:
+        msgs = r["messages"]
+        if not msgs or msgs[-1].get("role") != "assistant":
+            raise ValueError(f"row {r.get('qid')}/{r.get('step')} does not end with an assistant message")
+        fitted, dropped = fit_messages(tok, msgs, recipe.max_length, recipe.trim_history)
+        if fitted is None:
+            n_too_long += 1
+            continue
+        n_trimmed += dropped > 0
+        kept.append((fitted[:-1], fitted[-1], float(r.get(WEIGHT_COLUMN, 1.0))))
+    raw = [w for _, _, w in kept]
+    stats: dict[str, Any] = {"n_rows_in": len(rows), "n_rows_used": len(kept), "n_rows_trimmed": n_trimmed,
+                             "n_rows_too_long": n_too_long,
+                             "mean_weight_raw": sum(raw) / len(raw) if raw else 0.0}
+    examples: list[dict[str, Any]] = []
+    if recipe.weighting == "oversample":
+        counts = apportion(raw, round(recipe.oversample_factor * len(kept)))
+        for (p, c, _), k in zip(kept, counts):
+            examples += [{"prompt": p, "completion": [c]} for _ in range(k)]
+        stats["oversample_counts"] = counts
+    elif recipe.weighting == "loss":
+        mean = sum(raw) / len(raw) if raw else 1.0
+        scale = 1.0 / mean if recipe.normalize_weights and mean > 0 else 1.0
+        examples = [{"prompt": p, "completion": [c], WEIGHT_COLUMN: max(0.0, w) * scale} for p, c, w in kept]
+    else:
+        examples = [{"prompt": p, "completion": [c]} for p, c, _ in kept]
+    stats["n_train_examples"] = len(examples)
+    return examples, stats
+
+
+# -- trainer -------------------------------------------------------------------------------------
+
+class _WeightCollator:
+    """Wraps TRL's collator: pads as usual, then adds the per-row ``sample_weight`` tensor."""
+
+    def __init__(self, base: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> None:
+        self.base = base
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = self.base(examples)
+        if examples and WEIGHT_COLUMN in examples[0]:
+            batch[WEIGHT_COLUMN] = torch.tensor([float(e[WEIGHT_COLUMN]) for e in examples], dtype=torch.float32)
+        return batch
+
+
+class WeightedSFTTrainer(SFTTrainer):
+    """``SFTTrainer`` whose NLL is weighted per row by a ``sample_weight`` column.
+
+    Training loss = Σ_i w_i Σ_t nll_it / num_items_in_batch — TRL 1.16's own normaliser (label
+    tokens across the accumulated micro-batches), so gradient accumulation stays exact. Batches
+    without weights, eval, and the non-default loss paths (DFT, label smoothing, custom loss
+    functions, MoE aux loss) fall back to ``SFTTrainer.compute_loss``. Logs the unweighted token
+    NLL as ``nll`` beside the weighted ``loss``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.data_collator = _WeightCollator(self.data_collator)
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()
+        if WEIGHT_COLUMN not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, WEIGHT_COLUMN]
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
+        weights = inputs.pop(WEIGHT_COLUMN, None)
+        if (weights is None or return_outputs or not model.training or self.compute_loss_func is not None
+                or self.label_smoother is not None or self.args.loss_type != "nll" or self.aux_loss_enabled):
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        inputs["use_cache"] = False
+        outputs = model(**inputs, fused_lm_head=True)
+        nll = -outputs.log_probs  # (batch, seq-1), zero on ignored positions
+        mask = outputs.label_mask
+        w = weights.to(device=nll.device, dtype=nll.dtype).view(-1, 1)
+        num_tokens = mask.sum() if num_items_in_batch is None else num_items_in_batch
+        loss = (nll * w).sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
+        # the metrics SFTTrainer logs, computed the same way
+        num_valid = self.accelerator.gather_for_metrics(mask.sum()).sum()
+        ent = self.accelerator.gather_for_metrics(outputs.entropy.detach().sum()).sum()
+        top1 = self.accelerator.gather_for_metrics(outputs.is_top1.sum()).sum()
+        nll_sum = self.accelerator.gather_for_metrics(nll.detach().sum()).sum()
+        ok = num_valid > 0
+        self._metrics["train"]["entropy"].append((ent / num_valid).item() if ok else 0.0)
+        self._metrics["train"]["mean_token_accuracy"].append((top1 / num_valid).item() if ok else 0.0)
+        self._metrics["train"]["nll"].append((nll_sum / num_valid).item() if ok else 0.0)
+        self._metrics["train"]["mean_sample_weight"].append(float(weights.mean()))
+        n_in_batch = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
+        self._total_train_tokens += n_in_batch // self._tp_size
+        self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+        return loss
+
+
+class _HistoryCallback(TrainerCallback):
+    """Collects every training log (loss, grad_norm, learning_rate, entropy, mean_token_accuracy, ...)."""
+
+    def __init__(self, sink: LogCallback | None) -> None:
+        self.history: list[dict[str, float]] = []
+        self.summary: dict[str, float] = {}
+        self.sink = sink
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+        logs = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+        if "loss" not in logs:  # the end-of-training summary (train_loss, train_runtime, ...)
+            self.summary.update(logs)
+            return
+        rec = {"step": float(state.global_step), **logs}
+        self.history.append(rec)
+        if self.sink is not None:
+            self.sink({k: v for k, v in rec.items() if k != "step"}, state.global_step)
+
+
+def _replace_dir(tmp: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+
+
+def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe | None = None, *,
+              log_callback: LogCallback | None = None) -> TrainResult:
+    """Train a LoRA adapter on SFT rows; save adapter, merged model and a summary under ``out_dir``.
+
+    ``log_callback(metrics, step)`` is called at every logging step (``mlflow.log_metrics`` fits).
+    """
+    from peft import LoraConfig, PeftModel
+
+    recipe = recipe or SFTRecipe()
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    set_seed(recipe.seed)
+    t0 = time.perf_counter()
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    examples, data_stats = prepare_rows(read_jsonl(rows_path), tok, recipe)
+    if not examples:
+        raise ValueError(f"no trainable rows in {rows_path} (stats: {data_stats})")
+    from datasets import Dataset
+
+    dataset = Dataset.from_list(examples)
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    on_cpu = not torch.cuda.is_available()
+    args = SFTConfig(
+        output_dir=str(out_dir / "trainer"),
+        use_cpu=on_cpu, bf16=False, fp16=False,
+        gradient_checkpointing=recipe.gradient_checkpointing,
+        report_to=[], save_strategy="no", disable_tqdm=True,
+        logging_strategy="steps", logging_steps=recipe.logging_steps,
+        learning_rate=recipe.learning_rate, num_train_epochs=recipe.num_train_epochs,
+        max_steps=recipe.max_steps, per_device_train_batch_size=recipe.per_device_train_batch_size,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        lr_scheduler_type=recipe.lr_scheduler_type, warmup_steps=recipe.warmup_steps,
+        weight_decay=recipe.weight_decay, max_grad_norm=recipe.max_grad_norm,
+        max_length=recipe.max_length, completion_only_loss=True, packing=False, padding_free=False,
+        seed=recipe.seed, data_seed=recipe.seed, dataloader_num_workers=0, dataloader_pin_memory=False,
+    )
+    peft_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
+                             target_modules=list(recipe.target_modules), bias="none", task_type="CAUSAL_LM")
+    history = _HistoryCallback(log_callback)
+    trainer_cls = WeightedSFTTrainer if recipe.weighting == "loss" else SFTTrainer
+    trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
+                          peft_config=peft_config, callbacks=[history])
+    t_train = time.perf_counter()
+    out = trainer.train()
+    train_s = time.perf_counter() - t_train
+
+    adapter_dir = out_dir / "adapter"
+    tmp = Path(tempfile.mkdtemp(prefix=".adapter.", dir=out_dir))
+    trainer.model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    _replace_dir(tmp, adapter_dir)
+    del trainer, model
+
+    merged_dir = None
+    if recipe.save_merged:
+        merged_dir = out_dir / "merged"
+        tmp = Path(tempfile.mkdtemp(prefix=".merged.", dir=out_dir))
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+        merged.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        _replace_dir(tmp, merged_dir)
+
+    steps = int(out.global_step)
+    metrics: dict[str, Any] = {
+        **{k: v for k, v in data_stats.items() if k != "oversample_counts"},
+        **history.summary,
+        "train_loss": float(out.training_loss),
+        "global_step": steps,
+        "train_wall_s": train_s,
+        "s_per_step": train_s / steps if steps else float("nan"),
+        "total_wall_s": time.perf_counter() - t0,
+        "weighting": recipe.weighting,
+    }
+    summary = {"recipe": recipe.to_dict(), "model_dir": str(model_dir), "rows_path": str(rows_path),
+               "metrics": metrics, "history": history.history,
+               "oversample_counts": data_stats.get("oversample_counts")}
+    (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return TrainResult(adapter_dir=adapter_dir, merged_dir=merged_dir, metrics=metrics, history=history.history)

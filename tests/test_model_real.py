@@ -1,0 +1,29 @@
+"""The embedded model end to end: GGUF from PyPI -> HF folder -> transformers serve -> LLMClient."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from hasp.llm.client import LLMClient
+from hasp.llm.model_prep import MARKER, prepare_model
+
+
+def test_prepare_model_is_idempotent_and_complete() -> None:
+    folder = prepare_model()
+    t0 = time.perf_counter()
+    assert prepare_model() == folder
+    assert time.perf_counter() - t0 < 1.0  # second call only checks the marker
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", MARKER):
+        assert (folder / name).is_file(), name
+    assert "<|im_start|>" in (folder / "chat_template.jinja").read_text()
+    assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] == 2
+
+
+def test_real_server_chat_completion(real_llm: LLMClient) -> None:
+    before = real_llm.usage
+    res = real_llm.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)
+    assert res.text.strip()
+    assert "Paris" in res.text  # greedy SmolLM2-135M answers this one correctly
+    assert res.prompt_tokens > 0 and 0 < res.completion_tokens <= 16
+    assert real_llm.usage.completion_tokens == before.completion_tokens + res.completion_tokens

@@ -1,0 +1,419 @@
+"""Phase E review (decision order, LLM parsing, heuristic reviewer) and Phase F admission."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hasp.evolve import admit as admit_mod
+from hasp.evolve.admit import admit, next_version, read_history, record_decision, snapshot
+from hasp.evolve.cluster import Cluster, cluster_patterns
+from hasp.evolve.detectors import _TEMPLATES, FailurePattern
+from hasp.evolve.propose import Candidate, parse_proposal
+from hasp.evolve.review import (
+    Review,
+    admission_bar,
+    code_facts,
+    composite,
+    heuristic_review,
+    parse_review_reply,
+    passes_admission,
+    review_candidate,
+    trigger_hit_rate,
+)
+from hasp.pf.library import load_library, scan_versions
+from hasp.pf.skill_md import load_skill_md
+from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+
+
+@dataclass
+class Reply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+class ScriptedChat:
+    """Replays scripted replies and records every call."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.calls = []
+
+    def chat(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None):
+        self.calls.append(messages)
+        r = self.replies.pop(0)
+        if isinstance(r, BaseException):
+            raise r
+        return Reply(r)
+
+
+def make_cluster(cat: str = "no_read_before_final", n: int = 4, existing=("query_dedup",)) -> Cluster:
+    a, t, h = _TEMPLATES[cat]
+    ps = [FailurePattern(cat, a, t, h, qid=f"q{i}", evidence={}) for i in range(n)]
+    (c,) = cluster_patterns(ps, list(existing))
+    return c
+
+
+GOOD_CODE = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+
+@register_pf("read_before_final")
+class ReadBeforeFinal(ProgramFunction):
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "FINAL" and not ctx.get("has_read", False) and ctx.get("search_count", 0) > 0
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        hits = ctx.get("last_search_hits", [])
+        if hits:
+            return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="READ",
+                                new_action_arg=hits[0]["id"], reason="read before answering")
+        return Intervention(type=InterventionType.INJECT_CONTEXT,
+                            context_text="Read a document before answering.", reason="no hits to read")
+'''
+
+TRIVIAL_CODE = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+
+@register_pf("read_before_final")
+class Trivial(ProgramFunction):
+    def should_activate(self, ctx, action_type, arg):
+        return True
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(type=InterventionType.NOOP)
+'''
+
+SKILL_MD = """---
+skill_id: read_before_final
+name: read-before-final
+description: Stops the agent from answering from snippets; it must read the top hit first.
+error_category: no_read_before_final
+---
+## When it fires
+On FINAL when nothing has been read yet, after at least one search returned documents to open.
+
+## What it does
+Turns the FINAL into READ of the first search hit so the answer is grounded in a document.
+"""
+
+
+def cand(code: str = GOOD_CODE, md: str = SKILL_MD) -> Candidate:
+    reply = f"```markdown\n{md}```\n```python\n{code}```"
+    return parse_proposal(reply, make_cluster(), epoch=1)
+
+
+def llm_reply(c=0.9, t=0.8, i=0.8, e=0.9, v=0.7, decision: str | None = "ACCEPT") -> str:
+    lines = [f"Q_concept: {c}", "Concept feedback: fine", f"Q_trigger: {t}", f"Q_intervene: {i}",
+             f"Q_exec: {e}", f"Q_val: {v}"]
+    if decision:
+        lines.append(f"DECISION: {decision}")
+    lines.append("FEEDBACK: looks reasonable.")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- decision order
+
+def test_composite_weights():
+    assert composite(1, 0, 0, 0, 0) == 0.25 and composite(0, 0, 0, 0, 1) == 0.15
+    assert composite(1, 1, 1, 1, 1) == 1.0
+
+
+def test_hard_reject_beats_teacher_accept_and_skips_the_teacher():
+    teacher = ScriptedChat([llm_reply(decision="ACCEPT")])
+    r = review_candidate(cand(), 0.25, make_cluster(), teacher)
+    assert r.decision == "REJECT" and r.decided_by == "hard_reject"
+    assert teacher.calls == []  # not consulted
+    assert any("hard reject" in x for x in r.reasons)
+
+
+def test_literal_decision_line_beats_thresholds():
+    low = review_candidate(cand(), 1.0, make_cluster(), ScriptedChat([llm_reply(0.1, 0.1, 0.1, 0.1, 0.1, "ACCEPT")]))
+    assert low.reviewer == "llm" and low.decision == "ACCEPT" and low.decided_by == "explicit"
+    assert low.q_skill < 0.6
+    high = review_candidate(cand(), 1.0, make_cluster(), ScriptedChat([llm_reply(1, 1, 1, 1, 1, "REJECT")]))
+    assert high.decision == "REJECT" and high.q_skill > 0.9
+
+
+def test_threshold_fallback_without_decision_line():
+    def run(score):
+        return review_candidate(cand(), 1.0, make_cluster(),
+                                ScriptedChat([llm_reply(score, score, score, 1.0, score, None)]))
+
+    # q_exec in the composite is the Phase-D score (1.0), not the teacher's
+    r = run(0.7)
+    assert r.decided_by == "threshold" and r.q_exec == 1.0 and r.llm_scores["exec"] == 1.0
+    assert r.q_skill == composite(0.7, 0.7, 0.7, 1.0, 0.7) and r.decision == "ACCEPT"
+    assert run(0.4).decision == "REVISE"  # 0.8*0.4 + 0.2 = 0.52
+    assert run(0.1).decision == "REJECT"  # 0.28
+
+
+def test_parse_review_reply_variants():
+    scores, decision, fb, problem = parse_review_reply(
+        "**Q_concept**: 8/10\nQ_trigger = 0.7\nQ_intervention: 0.6\nQ_executability: 90\nQ_val: .5\n"
+        "DECISION: revise\nOVERALL FEEDBACK: narrow the trigger")
+    assert problem == "" and decision == "REVISE" and fb == "narrow the trigger"
+    assert scores == {"concept": 0.8, "trigger": 0.7, "intervene": 0.6, "exec": 0.9, "val": 0.5}
+    # echoing the template's alternatives is not a decision
+    _, decision, _, _ = parse_review_reply(llm_reply(decision="[ACCEPT / REVISE / REJECT]"))
+    assert decision is None
+    scores, _, _, problem = parse_review_reply("Q_concept: 0.9\nDECISION: ACCEPT")
+    assert scores is None and "missing scores" in problem
+
+
+def test_malformed_reply_is_retried_once():
+    teacher = ScriptedChat(["I like it!", llm_reply(decision="ACCEPT")])
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert r.reviewer == "llm" and r.decision == "ACCEPT" and len(teacher.calls) == 2
+    assert "format" in teacher.calls[1][-1]["content"]
+
+
+def test_twice_malformed_falls_back_to_heuristic_with_reason(caplog):
+    teacher = ScriptedChat(["I like it!", TimeoutError("slow"), "never used"])
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert r.reviewer == "heuristic" and len(teacher.calls) == 2
+    assert "missing scores" in r.fallback_reason and "TimeoutError" in r.fallback_reason
+    assert "heuristic reviewer used" in caplog.text
+
+
+# --------------------------------------------------------------------------- heuristic reviewer
+
+def test_heuristic_scores_good_pf_above_trivial_pf():
+    cl = make_cluster()
+    good = review_candidate(cand(GOOD_CODE), 1.0, cl, None)
+    trivial = review_candidate(cand(TRIVIAL_CODE), 1.0, cl, None)
+    assert good.reviewer == trivial.reviewer == "heuristic"
+    assert good.q_trigger > 0.8 and trivial.q_trigger < 0.1
+    assert good.q_intervene > 0.8 and trivial.q_intervene < 0.1
+    assert good.q_skill > trivial.q_skill + 0.3
+    assert good.decision == "ACCEPT" and trivial.decision == "REJECT"
+    assert trivial.decided_by == "explicit"  # vetoed, not just below threshold
+    assert any("constant" in x for x in trivial.reasons) and any("NOOP" in x for x in trivial.reasons)
+
+
+def test_heuristic_penalises_modify_on_every_action_and_unknown_fields():
+    broad = GOOD_CODE.replace('action_type == "FINAL" and not ctx.get("has_read", False)',
+                              'not ctx.get("hasRead", False)')
+    f = code_facts(broad)
+    assert f.unknown_fields == ["hasRead"] and not f.trigger_checks_action
+    good = heuristic_review(cand(GOOD_CODE), 1.0, make_cluster())
+    bad = heuristic_review(cand(broad), 1.0, make_cluster())
+    assert bad.q_trigger < good.q_trigger and bad.q_intervene < good.q_intervene
+    assert any("rewrites any action" in x for x in bad.reasons)
+
+
+def test_heuristic_vetoes_model_calls_in_should_activate():
+    code = GOOD_CODE.replace('return action_type == "FINAL"',
+                             'return teacher_client.chat([]) and action_type == "FINAL"').replace(
+        "teacher_client", "teacher")
+    r = heuristic_review(cand(code), 1.0, make_cluster())
+    assert r.decision == "REJECT" and any("model/IO" in x for x in r.reasons)
+
+
+def test_heuristic_val_uses_trigger_hit_rate():
+    cl = make_cluster()
+    hi = heuristic_review(cand(), 1.0, cl, trigger_hit_rate=1.0)
+    lo = heuristic_review(cand(), 1.0, cl, trigger_hit_rate=0.0)
+    assert hi.q_val == 1.0 and lo.q_val == 0.0 and hi.q_skill - lo.q_skill == pytest.approx(0.15)
+
+
+def _traj(qid: str, actions: list[tuple[str, str]]) -> Trajectory:
+    steps = []
+    for i, (typ, arg) in enumerate(actions):
+        fb = ({"n_hits": 1, "hit_ids": [f"d{i}"]} if typ == "SEARCH" else
+              {"found": True, "doc_id": f"d{i}"} if typ == "READ" else {"final": True})
+        steps.append(StepRecord(index=i, raw_output="", observation=f"text {i}",
+                                audit=AuditEvent(state={}, a_orig=Action(typ, arg), a_final=Action(typ, arg),
+                                                 feedback=fb)))
+    return Trajectory(qid=qid, question="q?", answers=["x"], variant="pf", steps=steps)
+
+
+def test_trigger_hit_rate_replays_failed_episodes():
+    no_read = _traj("a", [("SEARCH", "Ana Morro"), ("FINAL", "Telvik")])
+    fine = _traj("b", [("SEARCH", "Ana Morro"), ("READ", "d0"), ("FINAL", "Telvik")])
+
+    def sa(ctx, action_type, arg):
+        return action_type == "FINAL" and not ctx["has_read"]
+
+    assert trigger_hit_rate(sa, [no_read, fine]) == 0.5
+    assert trigger_hit_rate(lambda *a: 1 / 0, [no_read]) == 0.0  # raising counts as not firing
+    assert trigger_hit_rate(sa, []) == 0.0
+
+
+def test_admission_bar_and_gate():
+    assert admission_bar(True) == 0.75 and admission_bar(False) == 0.60
+    r = Review(0.7, 0.7, 0.7, 1, 0.7, 0.745, "ACCEPT", "", "heuristic")
+    assert passes_admission(r, is_new_category=False) and not passes_admission(r, is_new_category=True)
+
+
+# --------------------------------------------------------------------------- admission
+
+def accept(q: float = 0.9) -> Review:
+    return Review(q, q, q, 1.0, q, q, "ACCEPT", "ok", "heuristic", decided_by="threshold")
+
+
+SEED_MD = """---
+skill_id: seed_skill
+name: seed-skill
+description: A trusted seed skill used by the tests.
+version: 3
+---
+Body.
+"""
+SEED_PF = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+
+@register_pf("seed_skill")
+class Seed(ProgramFunction):
+    def should_activate(self, ctx, action_type, arg):
+        return False
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention()
+'''
+
+
+@pytest.fixture
+def lib_root(tmp_path: Path) -> Path:
+    root = tmp_path / "skills" / "search"
+    (root / "seed_skill").mkdir(parents=True)
+    (root / "seed_skill" / "SKILL.md").write_text(SEED_MD)
+    (root / "seed_skill" / "pf.py").write_text(SEED_PF)
+    return root
+
+
+def test_admit_versions_v1_then_v2_and_writes_metadata(lib_root):
+    cl = make_cluster()
+    r1 = admit(lib_root, cand(), accept(), epoch=1, cluster=cl)
+    assert r1.admitted and r1.version == 1 and r1.path == "generated/read_before_final__v1"
+    folder = lib_root / r1.path
+    assert sorted(p.name for p in folder.iterdir()) == ["SKILL.md", "metadata.json", "pf.py"]
+    assert load_skill_md(folder / "SKILL.md").version == 1
+    assert (folder / "pf.py").read_text() == GOOD_CODE
+    meta = json.loads((folder / "metadata.json").read_text())
+    assert meta["epoch"] == 1 and meta["review"]["q_skill"] == 0.9 and meta["cluster"]["support"] == 4
+    assert meta["timestamp"] and meta["cluster"]["category"] == "no_read_before_final"
+
+    r2 = admit(lib_root, cand(), accept(), epoch=2, cluster=cl)
+    assert r2.admitted and r2.version == 2
+    assert load_skill_md(lib_root / r2.path / "SKILL.md").version == 2
+    assert (lib_root / r1.path).exists()  # old version stays for replay
+    assert next_version(lib_root, "read_before_final") == 3
+
+
+def test_admit_version_continues_after_seed_version(lib_root):
+    md = SKILL_MD.replace("read_before_final", "seed_skill")
+    code = GOOD_CODE.replace("read_before_final", "seed_skill")
+    c = parse_proposal(f"```markdown\n{md}```\n```python\n{code}```", make_cluster())
+    r = admit(lib_root, c, accept(), epoch=1, cluster=make_cluster())
+    assert r.admitted and r.version == 4  # seed SKILL.md says version 3
+    assert scan_versions(lib_root)["seed_skill"][-1][0] == 4
+
+
+def test_history_records_rejections_too(lib_root):
+    cl = make_cluster()
+    rejected = Review(0.2, 0.05, 0.05, 1.0, 0.04, 0.3, "REJECT", "trivial", "heuristic",
+                      reasons=["should_activate is constant"], decided_by="explicit")
+    r = admit(lib_root, cand(TRIVIAL_CODE), rejected, epoch=3, cluster=cl)
+    assert not r.admitted and "review decision REJECT" in r.reason
+    assert not (lib_root / "generated" / "read_before_final__v1").exists()
+    below_bar = Review(0.7, 0.7, 0.7, 1.0, 0.7, 0.745, "ACCEPT", "", "heuristic")
+    r2 = admit(lib_root, cand(), below_bar, epoch=3, cluster=cl)  # cl is a new group: bar 0.75
+    assert not r2.admitted and "below the new-group bar" in r2.reason
+    no_code = cand(code="")
+    r3 = admit(lib_root, no_code, accept(), epoch=3, cluster=cl)
+    assert not r3.admitted and "no PF code" in r3.reason
+    ok = admit(lib_root, cand(), accept(), epoch=3, cluster=cl)
+    hist = read_history(lib_root)
+    assert [h["decision"] for h in hist] == ["rejected", "rejected", "rejected", "admitted"]
+    assert hist[0]["review"]["q_trigger"] == 0.05 and "should_activate is constant" in hist[0]["reasons"]
+    assert hist[0]["q_skill"] == 0.3 and hist[0]["epoch"] == 3 and hist[0]["version"] is None
+    assert hist[3]["version"] == 1 and hist[3]["path"] == ok.path
+
+
+def test_record_decision_is_append_only_and_atomic(lib_root, monkeypatch):
+    record_decision(lib_root, {"skill_id": "a", "decision": "rejected"})
+    record_decision(lib_root, {"skill_id": "b", "decision": "admitted"})
+    assert [h["skill_id"] for h in read_history(lib_root)] == ["a", "b"]
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(admit_mod.os, "replace", boom)
+    with pytest.raises(OSError):
+        record_decision(lib_root, {"skill_id": "c"})
+    monkeypatch.undo()
+    assert [h["skill_id"] for h in read_history(lib_root)] == ["a", "b"]  # old file intact
+    assert not [p for p in lib_root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_library_cap_refuses_new_ids_but_allows_new_versions(lib_root):
+    cl = make_cluster()
+    r = admit(lib_root, cand(), accept(), epoch=1, cluster=cl, max_library_size=1)  # seed_skill fills it
+    assert not r.admitted and "library is full" in r.reason
+    md = SKILL_MD.replace("read_before_final", "seed_skill")
+    code = GOOD_CODE.replace("read_before_final", "seed_skill")
+    c = parse_proposal(f"```markdown\n{md}```\n```python\n{code}```", cl)
+    assert admit(lib_root, c, accept(), epoch=1, cluster=cl, max_library_size=1).admitted
+
+
+def test_crash_mid_write_leaves_nothing_visible(lib_root, monkeypatch):
+    real_replace = os.replace
+
+    def crash(src, dst):
+        if Path(dst).name.startswith("read_before_final__v"):
+            raise OSError("killed")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(admit_mod.os, "replace", crash)
+    with pytest.raises(OSError):
+        admit(lib_root, cand(), accept(), epoch=1, cluster=make_cluster())
+    gen = lib_root / "generated"
+    assert list(gen.iterdir()) == []  # the temp folder was cleaned up
+    assert read_history(lib_root) == []  # no decision claimed for a folder that does not exist
+
+
+def test_kill_mid_write_leftover_temp_dir_is_ignored(lib_root, monkeypatch):
+    """A hard kill skips the cleanup: the half-written temp folder must stay invisible."""
+    def crash(src, dst):
+        raise KeyboardInterrupt("SIGKILL stand-in")
+
+    monkeypatch.setattr(admit_mod.os, "replace", crash)
+    monkeypatch.setattr(admit_mod, "_discard_tmp", lambda p: None)
+    with pytest.raises(KeyboardInterrupt):
+        admit(lib_root, cand(), accept(), epoch=1, cluster=make_cluster())
+    monkeypatch.undo()
+    leftovers = list((lib_root / "generated").iterdir())
+    assert len(leftovers) == 1 and leftovers[0].name.startswith(".tmp-")
+    assert (leftovers[0] / "SKILL.md").exists()  # it is a complete-looking skill folder, yet…
+
+    lib = load_library(lib_root, "search")
+    try:
+        assert lib.ids == ["seed_skill"] and lib.load_errors == []
+    finally:
+        lib.close()
+    assert "read_before_final" not in scan_versions(lib_root)
+    # the next admission is still v1
+    r = admit(lib_root, cand(), accept(), epoch=1, cluster=make_cluster())
+    assert r.admitted and r.version == 1
+
+
+def test_snapshot_copies_active_versions(lib_root, tmp_path):
+    cl = make_cluster()
+    admit(lib_root, cand(), accept(), epoch=1, cluster=cl)
+    admit(lib_root, cand(), accept(), epoch=2, cluster=cl)
+    dest = lib_root / "snapshots" / "epoch_2"
+    snapshot(lib_root, dest)
+    assert (dest / "seed_skill" / "pf.py").exists()
+    assert (dest / "generated" / "read_before_final__v2" / "pf.py").exists()
+    assert not (dest / "generated" / "read_before_final__v1").exists()
+    assert len(json.loads((dest / "library_history.json").read_text())) == 2
+    # the snapshot folder does not become a skill of the live library
+    assert set(scan_versions(lib_root)) == {"seed_skill", "read_before_final"}
+    snapshot(lib_root, dest)  # re-running an epoch replaces the snapshot
+    assert {p.name for p in (lib_root / "snapshots").iterdir()} == {"epoch_2"}
