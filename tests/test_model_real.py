@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
 
 from hasp.llm.client import LLMClient
 from hasp.llm.model_prep import MARKER, prepare_model
+from hasp.llm.server import ensure_server
 
 
 def test_prepare_model_is_idempotent_and_complete() -> None:
@@ -27,3 +32,13 @@ def test_real_server_chat_completion(real_llm: LLMClient) -> None:
     assert "Paris" in res.text  # greedy SmolLM2-135M answers this one correctly
     assert res.prompt_tokens > 0 and 0 < res.completion_tokens <= 16
     assert real_llm.usage.completion_tokens == before.completion_tokens + res.completion_tokens
+
+
+def test_ensure_server_reuses_the_running_server(real_llm: LLMClient, tmp_path: Path) -> None:
+    port = urlparse(real_llm.config.base_url).port
+    assert port is not None
+    base_url, model, handle = ensure_server(prepare_model(), port)
+    assert handle is None  # reused, not ours to stop
+    assert (base_url, model) == (real_llm.config.base_url, real_llm.config.model)
+    with pytest.raises(RuntimeError, match="serves"):
+        ensure_server(tmp_path, port)  # a different folder must not silently reuse it

@@ -121,3 +121,218 @@ def summarize_rollout(trajs: list[Trajectory]) -> dict[str, Any]:
         "completion_tokens": sum(t.completion_tokens for t in trajs),
         "wall_s_sum": sum(t.wall_s for t in trajs),
     }
+
+
+# ----------------------------------------------------------------------------- Phase B
+def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Path) -> dict[str, Any]:
+    """Phase B: heuristic failure detection on EM=0 trajectories, Jaccard dedup, clustering."""
+    from hasp.evolve.cluster import cluster_patterns, clusters_to_json, existing_from_library
+    from hasp.evolve.detectors import detect_failures
+
+    trajs = read_trajectories(rollout_path)
+    patterns = detect_failures(trajs)
+    lib = load_library(library_root, "search")
+    try:
+        existing = existing_from_library(lib)
+    finally:
+        lib.close()
+    clusters = cluster_patterns(patterns, existing, min_cluster_size=params.evolve.min_cluster_size)
+    write_json([p.to_dict() for p in patterns], out_dir / "failures.json")
+    write_json(clusters_to_json(clusters), out_dir / "clusters.json")
+    return {"failed": sum(1 for t in trajs if t.em == 0), "patterns": len(patterns),
+            "pattern_categories": dict(Counter(p.category for p in patterns)),
+            "clusters": len(clusters), "new_category_clusters": sum(c.is_new_category for c in clusters)}
+
+
+# ----------------------------------------------------------------------------- Phase C
+def propose(clusters_path: Path, library_root: Path, params: Params, out_path: Path, *,
+            student: Any, epoch: int, history_path: Path | None = None) -> dict[str, Any]:
+    """Phase C: the student writes at most ``max_candidates`` SKILL.md + PF code candidates."""
+    from hasp.evolve.cluster import clusters_from_json
+    from hasp.evolve.propose import FeedbackHistory, propose_candidates
+
+    clusters = clusters_from_json(read_json(clusters_path))
+    lib = load_library(library_root, "search")
+    ids = lib.ids
+    lib.close()
+    history = FeedbackHistory.load(history_path) if history_path and history_path.exists() else None
+    e = params.evolve
+    cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
+                               max_candidates=e.max_candidates, temperature=e.proposal_temperature,
+                               max_tokens=e.proposal_max_tokens, seed=epoch)
+    write_json([c.to_dict() for c in cands], out_path)
+    return {"proposed": len(cands), "with_code": sum(1 for c in cands if c.code.strip()),
+            "parse_errors": sum(1 for c in cands if c.parse_error)}
+
+
+# ----------------------------------------------------------------------------- Phase D
+def validate(candidates_path: Path, out_path: Path) -> dict[str, Any]:
+    """Phase D: syntax, policy, interface, 9 sandboxed mock executions, return types."""
+    from hasp.evolve.propose import Candidate
+    from hasp.evolve.validate import validate_candidate
+
+    reports = []
+    for c in (Candidate.from_dict(d) for d in read_json(candidates_path)):
+        rep = validate_candidate(c.code, c.skill_id)
+        reports.append({"skill_id": c.skill_id, **rep.to_dict()})
+    write_json(reports, out_path)
+    return {"validated": len(reports), "exec_pass": sum(1 for r in reports if r["passed"]),
+            "q_exec_mean": (sum(r["q_exec"] for r in reports) / len(reports)) if reports else 0.0}
+
+
+# ----------------------------------------------------------------------------- Phase E
+def review(candidates_path: Path, validation_path: Path, clusters_path: Path, rollout_path: Path,
+           library_root: Path, params: Params, out_path: Path, *, teacher: Any = None) -> dict[str, Any]:
+    """Phase E: five-dimension review (LLM teacher if configured, else the heuristic reviewer).
+
+    Q_val uses the candidate's trigger replayed over its cluster's failed trajectories,
+    executed in the sandbox (candidate code is untrusted)."""
+    from hasp.evolve.cluster import clusters_from_json
+    from hasp.evolve.propose import Candidate
+    from hasp.evolve.review import review_candidate, trigger_hit_rate
+    from hasp.pf.sandbox import SandboxedPF
+
+    cands = [Candidate.from_dict(d) for d in read_json(candidates_path)]
+    reports = {r["skill_id"]: r for r in read_json(validation_path)}
+    clusters = {c.category: c for c in clusters_from_json(read_json(clusters_path))}
+    trajs = read_trajectories(rollout_path)
+    lib = load_library(library_root, "search")
+    ids = lib.ids
+    lib.close()
+    out = []
+    for c in cands:
+        rep = reports.get(c.skill_id, {"q_exec": 0.0, "passed": False})
+        cluster = clusters.get(c.cluster_category)
+        hit_rate = None
+        if rep.get("passed") and cluster is not None:
+            pf = SandboxedPF(c.code, skill_id=c.skill_id)
+            try:
+                hit_rate = trigger_hit_rate(pf, [t for t in trajs if t.qid in set(cluster.qids)])
+            except Exception as e:  # noqa: BLE001 - a broken candidate scores 0 here, it never stops the epoch
+                log.warning("trigger replay failed for %s: %s", c.skill_id, e)
+                hit_rate = 0.0
+            finally:
+                pf.close()
+        if cluster is None:
+            log.warning("candidate %s names unknown cluster %s", c.skill_id, c.cluster_category)
+            from hasp.evolve.cluster import Cluster
+            cluster = Cluster(category=c.cluster_category, patterns=[], support=0, novelty=0.0,
+                              is_new_category=False, representative=None)
+        rv = review_candidate(c, float(rep["q_exec"]), cluster, teacher, trigger_hit_rate=hit_rate,
+                              existing_skill_ids=ids)
+        out.append({"skill_id": c.skill_id, "cluster": c.cluster_category, "trigger_hit_rate": hit_rate,
+                    "is_new_category": cluster.is_new_category, **rv.to_dict()})
+    write_json(out, out_path)
+    q = [r["q_skill"] for r in out]
+    return {"reviewed": len(out), "review_accept": sum(1 for r in out if r["decision"] == "ACCEPT"),
+            "q_skill_mean": sum(q) / len(q) if q else 0.0, "q_skill_min": min(q, default=0.0),
+            "q_skill_max": max(q, default=0.0), "reviewer": sorted({r["reviewer"] for r in out})}
+
+
+# ----------------------------------------------------------------------------- Phase F
+def admit_phase(candidates_path: Path, reviews_path: Path, clusters_path: Path, library_in: Path,
+                library_out: Path, params: Params, *, epoch: int,
+                history_path: Path | None = None) -> dict[str, Any]:
+    """Phase F: copy the input library to ``library_out`` and admit accepted candidates there.
+
+    Every decision (admitted or not) lands in ``library_out/library_history.json``; the
+    proposer's feedback history (``history_path``) gets the same entries."""
+    from hasp.evolve.admit import admit, snapshot
+    from hasp.evolve.cluster import Cluster, clusters_from_json
+    from hasp.evolve.propose import Candidate, FeedbackEntry, FeedbackHistory
+    from hasp.evolve.review import Review
+
+    tmp = library_out.with_name(f".{library_out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(library_in, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+    shutil.rmtree(library_out, ignore_errors=True)
+    os.replace(tmp, library_out)
+    cands = {c["skill_id"]: Candidate.from_dict(c) for c in read_json(candidates_path)}
+    clusters = {c.category: c for c in clusters_from_json(read_json(clusters_path))}
+    history = FeedbackHistory.load(history_path) if history_path and history_path.exists() else (
+        FeedbackHistory(path=history_path) if history_path else None)
+    results = []
+    for r in read_json(reviews_path):
+        cand = cands[r["skill_id"]]
+        cluster = clusters.get(cand.cluster_category) or Cluster(
+            category=cand.cluster_category, patterns=[], support=0, novelty=0.0,
+            is_new_category=False, representative=None)
+        res = admit(library_out, cand, Review.from_dict(r), epoch=epoch, cluster=cluster,
+                    max_library_size=params.evolve.max_library_size)
+        results.append({"skill_id": res.skill_id, "admitted": res.admitted, "version": res.version,
+                        "reason": res.reason})
+        if history is not None:
+            history.append(FeedbackEntry.from_dict(res.entry))
+    if not (library_out / "library_history.json").exists():
+        write_json([], library_out / "library_history.json")  # an epoch with no candidates still has a history
+    snapshot(library_out, library_out / "snapshots" / f"epoch_{epoch}")
+    lib = load_library(library_out, "search")
+    size = len(lib.skills)
+    lib.close()
+    return {"admitted": sum(r["admitted"] for r in results), "decisions": results, "library_size": size}
+
+
+# ----------------------------------------------------------------------------- Phases G + H
+def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
+    """Phase G (four coarse signals per step) and H (SFT + DPO jsonl of PF-corrected steps)."""
+    from hasp.signals.coarse import score_trajectory
+    from hasp.train.data import build_dpo_rows, build_sft_rows, summarize, write_jsonl
+
+    trajs = read_trajectories(rollout_path)
+    scores = [score_trajectory(t) for t in trajs]
+    sft = build_sft_rows(trajs, reward_floor=params.signals.reward_floor)
+    dpo = build_dpo_rows(trajs, reward_floor=params.signals.reward_floor)
+    write_jsonl(sft, out_dir / "sft.jsonl")
+    write_jsonl(dpo, out_dir / "dpo.jsonl")
+    step_scores = [s for ts in scores for s in ts.steps]
+    n = max(1, len(step_scores))
+    signals = {
+        "trajectory_A_mean": sum(ts.A for ts in scores) / max(1, len(scores)),
+        "step_mean": {k: sum(getattr(s, k) for s in step_scores) / n
+                      for k in ("timing", "modality", "correctness", "outcome", "A")},
+        "scored_steps": len(step_scores),
+    }
+    summary = {"signals": signals, "sft": summarize(sft), "dpo_rows": len(dpo)}
+    write_json(summary, out_dir / "data_summary.json")
+    return summary
+
+
+# ----------------------------------------------------------------------------- LoRA SFT (E1 shape)
+def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> dict[str, Any]:
+    """Short LoRA SFT of the policy on the Phase-H rows; writes adapter/ and merged/ under out_dir."""
+    from hasp.train.sft import SFTRecipe, train_sft
+
+    t = params.train
+    if not t.enabled:
+        write_json({"skipped": "train.enabled is false"}, out_dir / "train_metrics.json")
+        return {"skipped": True}
+    if model_dir is None:
+        from hasp.llm.model_prep import prepare_model
+        model_dir = prepare_model()
+    recipe = SFTRecipe(learning_rate=t.learning_rate, max_steps=t.max_steps, lora_r=t.lora_r,
+                       lora_alpha=t.lora_alpha, per_device_train_batch_size=t.per_device_train_batch_size,
+                       gradient_accumulation_steps=t.gradient_accumulation_steps,
+                       max_length=t.max_length, seed=t.seed)
+    res = train_sft(model_dir, sft_path, out_dir, recipe)
+    out = {"metrics": res.metrics, "history": res.history, "recipe": recipe.to_dict(),
+           "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir) if res.merged_dir else None}
+    write_json(out, out_dir / "train_metrics.json")
+    return out
+
+
+# ----------------------------------------------------------------------------- evaluation
+EVAL_AGENTS = ("react", "pf", "trained_pf")
+
+
+def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, *, policy: Any,
+             trained_policy: Any | None, teacher: Any = None, split: str = "test") -> dict[str, Any]:
+    """Baseline ReAct vs PF agent vs trained PF agent on the test split (same library, same data)."""
+    runs = [("react", "react", policy), ("pf", "pf", policy)]
+    if trained_policy is not None:
+        runs.append(("trained_pf", "pf", trained_policy))
+    results = {}
+    for label, variant, pol in runs:
+        results[label] = rollout(params, data_dir, library_root, split, out_dir / f"{label}.jsonl",
+                                 policy=pol, variant=variant, teacher=teacher, label=label)
+    write_json(results, out_dir / "metrics.json")
+    return results

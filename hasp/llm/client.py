@@ -112,8 +112,8 @@ class LLMClient:
             try:
                 resp = self._client.chat.completions.create(**kwargs)
             except openai.APIError as e:
-                raise LLMError(f"LLM endpoint {cfg.base_url} (model {cfg.model!r}) failed after "
-                               f"{cfg.max_retries} retries: {type(e).__name__}: {e}") from e
+                raise LLMError(f"LLM endpoint {cfg.base_url} (model {cfg.model!r}) failed: {type(e).__name__}: "
+                               f"{e} (429/5xx/connection errors were retried up to {cfg.max_retries}x)") from e
         latency = time.perf_counter() - t0
         text = (resp.choices[0].message.content or "") if resp.choices else ""
         if stop:  # servers differ on whether the stop string is included; normalise to excluded

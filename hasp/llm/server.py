@@ -12,12 +12,17 @@ model copy. Facts about transformers 5.23's server that this module relies on:
   ``max_tokens``. ``stop`` is ignored too (generation runs to EOS or ``max_tokens``; ``LLMClient`` cuts
   the text client-side). So we send the first request ourselves (warm-up) with ``temperature`` given
   at construction: 0.0 (default) makes the server greedy, > 0 makes it always sample at that value.
+- On CPU the paged KV cache of continuous batching is sized, by default, to ~80-90% of the machine's
+  *free RAM* (11 GB RSS seen on a 24 GB box, OOM-killed next to a training job). We always pass
+  ``--cb-num-blocks``/``--cb-max-batch-tokens``: 64 blocks x 256 tokens = 16k cached tokens, ~0.75 GB in
+  fp32 for SmolLM2-135M, enough for 8 concurrent 2k-token episodes; RSS then stays under ~2 GB.
 - ``GET /v1/models`` lists only the Hugging Face hub cache (HTTP 500 when it does not exist) and never
   the pinned folder, so it is useless as a health check; we use ``GET /health`` plus a probe request.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -25,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -72,19 +78,22 @@ class LocalModelServer:
     """``transformers serve <folder> --continuous-batching`` as a managed child process.
 
     Use as a context manager or call ``start()``/``stop()``. Logs go to ``log_path`` (default
-    ``<folder>/../serve-<port>.log``) so a failed start can show why.
+    ``$TMPDIR/hasp-serve-<port>.log``) so a failed start can show why.
     """
 
     def __init__(self, folder: Path | str, port: int | None = None, *, host: str = "127.0.0.1",
                  log_path: Path | None = None, startup_timeout_s: float = 300.0,
-                 extra_args: tuple[str, ...] = (), temperature: float = 0.0) -> None:
+                 extra_args: tuple[str, ...] = (), temperature: float = 0.0,
+                 cb_num_blocks: int = 64, cb_max_batch_tokens: int = 1024) -> None:
         self.folder = Path(folder).resolve()
         self.host = host
         self.port = port or free_port(host)
-        self.log_path = log_path or self.folder.parent / f"serve-{self.port}.log"
+        self.log_path = log_path or Path(tempfile.gettempdir()) / f"hasp-serve-{self.port}.log"
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = extra_args
         self.temperature = temperature
+        self.cb_num_blocks = cb_num_blocks
+        self.cb_max_batch_tokens = cb_max_batch_tokens
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
 
@@ -107,7 +116,9 @@ class LocalModelServer:
         return [sys.executable, "-c", "import sys; from transformers.cli.transformers import main; "
                 "sys.argv[0] = 'transformers'; sys.exit(main())",
                 "serve", self.model_name, "--continuous-batching", "--host", self.host,
-                "--port", str(self.port), "--log-level", "info", *self.extra_args]
+                "--port", str(self.port), "--log-level", "info",
+                "--cb-num-blocks", str(self.cb_num_blocks), "--cb-max-batch-tokens", str(self.cb_max_batch_tokens),
+                *self.extra_args]
 
     def start(self) -> LocalModelServer:
         """Spawn the server and block until it answers a real 1-token completion (which also warms it)."""
@@ -123,18 +134,24 @@ class LocalModelServer:
             # Own session/process group so stop() also reaches any workers it forks.
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        deadline = t0 + self.startup_timeout_s
+        atexit.register(self.stop)  # never leave an orphan (it has its own session, so no SIGHUP)
+        try:
+            self._wait_ready(t0 + self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.perf_counter() - t0
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
         while time.perf_counter() < deadline:
+            assert self.proc is not None
             if self.proc.poll() is not None:
-                rc = self.proc.returncode
-                self.proc = None
-                raise RuntimeError(f"transformers serve exited with {rc} during startup; "
+                raise RuntimeError(f"transformers serve exited with {self.proc.returncode} during startup; "
                                    f"log {self.log_path}:\n{self._log_tail()}")
             if _http("GET", f"{self.root_url}/health", timeout=2.0)[0] == 200 and self._warm():
-                self.startup_s = time.perf_counter() - t0
-                return self
+                return
             time.sleep(0.5)
-        self.stop()
         raise TimeoutError(f"transformers serve not healthy after {self.startup_timeout_s:.0f}s; "
                            f"log {self.log_path}:\n{self._log_tail()}")
 
@@ -154,6 +171,7 @@ class LocalModelServer:
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the process group, SIGKILL after ``grace_s``; safe to call twice."""
         proc, self.proc = self.proc, None
+        atexit.unregister(self.stop)
         if proc is None or proc.poll() is not None:
             return
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):

@@ -440,9 +440,12 @@ def probe_protections(workdir: str) -> dict[str, str]:
     outside = f"/tmp/hasp_sandbox_probe_{os.getpid()}"
 
     def write_outside():
-        with open(outside, "w") as f:
-            f.write("x")
-        os.unlink(outside)
+        try:
+            with open(outside, "w") as f:
+                f.write("x")
+        finally:
+            if os.path.exists(outside):  # an empty file can be created when only FSIZE=0 holds
+                os.unlink(outside)
         return outside
 
     def write_workdir():
@@ -478,9 +481,10 @@ _SCALARS = (int, float, str, bool, type(None))
 
 def _snapshot(v):
     """A comparable, immutable image of a private ctx value (scalars as-is, containers as JSON)."""
-    if type(v) in _SCALARS:
-        return (0, v)
-    return (1, _ENC_SORTED.encode(v))
+    t = type(v)
+    if t in _SCALARS:
+        return (t, v)  # the type too: True == 1, but a PF that swaps them changed the value
+    return (list, _ENC_SORTED.encode(v))
 
 
 def _err(e: BaseException) -> dict:
@@ -631,7 +635,7 @@ class Worker:
                 if type(k) is str and k[:1] == "_":
                     snap = _snapshot(v)
                     if before.get(k) != snap:
-                        changed[k] = v if snap[0] == 0 else json.loads(snap[1])
+                        changed[k] = json.loads(snap[1]) if snap[0] is list else v
             resp["ctx_private"], resp["ctx_deleted"] = changed, deleted
         except BaseException as e:  # noqa: BLE001
             resp = {"ok": False, "error": f"TypeError: private ctx value cannot leave the sandbox ({e})"}

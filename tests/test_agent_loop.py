@@ -1,0 +1,117 @@
+"""Parser tolerance and the harness loop, driven by a scripted policy double over real BM25 data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hasp.agent.loop import AgentConfig, run_episode
+from hasp.agent.parser import ParsedAction, ParseFailure, parse_action
+from hasp.agent.records import Trajectory
+from hasp.domains.search.generator import generate_benchmark
+from hasp.domains.search.retriever import BM25Retriever
+from hasp.domains.search.task import score
+from hasp.domains.search.tools import SearchEnvironment
+from hasp.pf.library import load_library
+
+SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Thought: find it\nAction: SEARCH[Lahurn Holdings founder]", ("SEARCH", "Lahurn Holdings founder")),
+    ("search(Lahurn)", ("SEARCH", "Lahurn")),
+    ("Action: Read[doc0012]", ("READ", "doc0012")),
+    ("Final Answer: Keinkanholt", ("FINAL", "Keinkanholt")),
+    ("I think so. FINAL[ \"1951\" ]", ("FINAL", "1951")),
+    ("Answer: Tom\nmore text", ("FINAL", "Tom")),
+    ("SEARCH: who founded X\nREAD[1]", ("SEARCH", "who founded X")),
+])
+def test_parser_tolerates_sloppy_formats(text, expected):
+    r = parse_action(text)
+    assert isinstance(r, ParsedAction), r
+    assert (r.type, r.arg) == expected
+
+
+@pytest.mark.parametrize("text", ["", "I am not sure what to do.", "SEARCH[]", "Thought: hmm"])
+def test_parser_failure_is_a_value_not_an_exception(text):
+    assert isinstance(parse_action(text), ParseFailure)
+
+
+@dataclass
+class Reply:
+    text: str
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+class ScriptedPolicy:
+    """Test double: returns the scripted replies in order and records the prompts it saw."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.seen = []
+
+    def chat(self, messages, **kw):
+        self.seen.append([dict(m) for m in messages])
+        return Reply(self.replies.pop(0) if self.replies else "FINAL[unknown]")
+
+
+@pytest.fixture(scope="module")
+def world():
+    bench = generate_benchmark(7, 20)
+    return bench, BM25Retriever.from_corpus(bench.corpus)
+
+
+def _run(world, replies, use_pfs=True, **cfg):
+    bench, retr = world
+    q = bench.questions[0]
+    lib = load_library(SEED)
+    pol = ScriptedPolicy(replies)
+    t = run_episode(qid=q.id, question=q.question, answers=q.answers, policy=pol,
+                    env=SearchEnvironment(retr, top_k=3), pfs=lib.pfs(),
+                    cfg=AgentConfig(use_pfs=use_pfs, **cfg), variant="pf", scorer=score)
+    return q, t, pol
+
+
+def test_premature_final_is_rewritten_and_audited(world):
+    q, t, pol = _run(world, ["Thought: easy\nAction: FINAL[Paris]", "FINAL[Paris]", f"FINAL[{'x'}]"])
+    a0 = t.steps[0].audit
+    assert a0.a_orig.type == "FINAL" and a0.a_final.type == "SEARCH" and a0.was_modified
+    assert a0.fired[0]["skill_id"] == "premature_final" and a0.mode == "MODIFY_ACTION"
+    assert a0.feedback["n_hits"] > 0  # Δ_t: the rewritten search really ran
+    # step 2: FINAL without READ -> insufficient_exploration turns it into a READ of the best hit
+    a1 = t.steps[1].audit
+    assert a1.a_final.type == "READ" and a1.a_final.arg == a0.feedback["hit_ids"][0]
+    assert "READ" in pol.seen[2][-2]["content"]  # the model sees the action that was executed
+    assert t.terminated == "final"
+
+
+def test_without_pfs_the_final_stands(world):
+    q, t, _ = _run(world, ["FINAL[Paris]"], use_pfs=False)
+    assert len(t.steps) == 1 and t.steps[0].audit.fired == [] and t.prediction == "Paris"
+    assert t.em == 0.0
+
+
+def test_unparseable_output_is_recorded_and_recoverable(world):
+    bench, _ = world
+    q = bench.questions[0]
+    _, t, pol = _run(world, ["blah blah", f"SEARCH[{q.question}]", f"FINAL[{q.answers[0]}]"],
+                     use_pfs=False)
+    assert t.steps[0].parse_error and t.steps[0].audit is None
+    assert "could not read an action" in pol.seen[1][-1]["content"]
+    assert t.prediction == q.answers[0] and t.em == 1.0 and t.f1 == 1.0
+
+
+def test_budgets_and_max_steps(world):
+    _, t, _ = _run(world, ["SEARCH[a b]", "SEARCH[c d]", "SEARCH[e f]"], use_pfs=False,
+                   max_steps=3, max_search_calls=2)
+    assert t.terminated == "max_steps"
+    assert t.steps[2].audit.feedback == {"budget_exhausted": "search"}
+
+
+def test_trajectory_roundtrips_through_json(world):
+    _, t, _ = _run(world, ["FINAL[Paris]", "READ[1]", "FINAL[x]"])
+    back = Trajectory.from_dict(t.to_dict())
+    assert back == t and back.audits()[0].was_modified

@@ -1,0 +1,159 @@
+"""PF runtime: Intervention contract, SKILL.md, library versions, dispatcher limits and isolation."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf.dispatcher import Dispatcher
+from hasp.pf.library import library_hash, load_library
+from hasp.pf.registry import collecting
+from hasp.pf.skill_md import SkillFormatError, parse_skill_md
+
+SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+
+
+def make_pf(sid, *, fire_on=("FINAL",), kind="MODIFY_ACTION", new=("SEARCH", "q"), raises=None, cap=None):
+    with collecting():
+        @register_pf(sid)
+        class _PF(ProgramFunction):
+            max_fires = cap
+
+            def should_activate(self, ctx, action_type, arg):
+                if raises == "should_activate":
+                    raise RuntimeError("boom")
+                return action_type in fire_on
+
+            def intervene(self, ctx, action_type, arg, teacher=None):
+                if raises == "intervene":
+                    raise ValueError("bad")
+                if kind == "MODIFY_ACTION":
+                    return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type=new[0],
+                                        new_action_arg=new[1], reason="r")
+                if kind == "INJECT_CONTEXT":
+                    return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=f"ctx-{sid}")
+                if kind == "DICT":
+                    return {"type": "NOOP"}
+                return Intervention()
+    return _PF()
+
+
+def test_intervention_contract():
+    with pytest.raises(ValueError):
+        Intervention(type=InterventionType.MODIFY_ACTION)  # a modification must say what to do
+    iv = Intervention.from_dict({"type": "INJECT_CONTEXT", "context_text": "x", "junk": 1})
+    assert iv.type is InterventionType.INJECT_CONTEXT and iv.context_text == "x"
+    assert Intervention.from_dict(iv.to_dict()) == iv
+
+
+def test_register_pf_rejects_non_pf():
+    with pytest.raises(TypeError):
+        register_pf("x_bad")(object)
+
+
+def test_modify_limit_two_per_pf_and_one_per_step():
+    a = make_pf("aaa_mod", new=("SEARCH", "first"))
+    b = make_pf("bbb_mod", fire_on=("FINAL", "SEARCH"), new=("READ", "second"))
+    d = Dispatcher([a, b], max_modify_fires=2)
+    results = [d.dispatch({}, "FINAL", "x") for _ in range(3)]
+    # step 1, 2: a modifies (b suppressed because the step is already modified)
+    assert [(r.action_type, r.arg) for r in results[:2]] == [("SEARCH", "first")] * 2
+    assert results[0].fired[1].skill_id == "bbb_mod" and results[0].fired[1].applied is False
+    # step 3: a has used its two MODIFY fires -> b's modification applies
+    assert (results[2].action_type, results[2].arg) == ("READ", "second")
+    assert results[2].mode == "MODIFY_ACTION"
+
+
+def test_per_skill_cap_counts_fires():
+    pf = make_pf("capped_ctx", fire_on=("SEARCH",), kind="INJECT_CONTEXT", cap=2)
+    d = Dispatcher([pf])
+    fired = [bool(d.dispatch({}, "SEARCH", "q").fired) for _ in range(4)]
+    assert fired == [True, True, False, False]
+
+
+def test_raising_pf_is_disabled_and_others_still_run():
+    bad = make_pf("bad_pf", raises="should_activate")
+    bad2 = make_pf("bad_iv", raises="intervene")
+    wrong_type = make_pf("wrong_type", kind="DICT")
+    good = make_pf("good_ctx", kind="INJECT_CONTEXT")
+    d = Dispatcher([bad, bad2, wrong_type, good])
+    r1 = d.dispatch({}, "FINAL", "x")
+    assert r1.contexts == ["ctx-good_ctx"]
+    assert len(r1.errors) == 3 and set(d.disabled) == {"bad_pf", "bad_iv", "wrong_type"}
+    r2 = d.dispatch({}, "FINAL", "x")
+    assert r2.errors == [] and r2.contexts == ["ctx-good_ctx"]  # disabled ones are skipped, not retried
+
+
+def test_skill_md_errors_name_the_file():
+    with pytest.raises(SkillFormatError, match="x.md: missing YAML"):
+        parse_skill_md("no frontmatter", "x.md")
+    with pytest.raises(SkillFormatError, match="y.md: frontmatter has no skill_id"):
+        parse_skill_md("---\nname: a\n---\nbody", "y.md")
+    with pytest.raises(SkillFormatError, match="z.md: .*phases"):
+        parse_skill_md("---\nskill_id: abc\nphases: {post_lunch: {}}\n---\n", "z.md")
+    with pytest.raises(SkillFormatError, match="w.md: invalid YAML"):
+        parse_skill_md("---\nskill_id: [unclosed\n---\n", "w.md")
+
+
+def test_skill_md_agent_skills_keys_and_phase_text():
+    spec = parse_skill_md("---\nskill_id: some_skill\nsystem_summary: Do X.\nphases:\n  pre_final: {}\n---\n"
+                          "# T\n\n## Phase: pre_final\nCheck before answering.\n")
+    assert spec.name == "some-skill" and spec.description == "Do X."
+    assert spec.phase_text("pre_final") == "Check before answering."
+
+
+def test_seed_library_loads_every_skill():
+    lib = load_library(SEED)
+    assert lib.load_errors == []
+    for required in ("insufficient_exploration", "premature_final", "iterative_refinement",
+                     "decompose_complex_question", "answer_completeness", "retrieval_failure"):
+        assert required in lib.ids
+    prios = [s.spec.priority for s in lib.skills]
+    assert prios == sorted(prios, reverse=True)
+    for s in lib.skills:  # Agent Skills keys present
+        assert s.spec.name and s.spec.description
+
+
+def test_highest_version_wins_and_broken_skill_is_skipped(tmp_path):
+    root = tmp_path / "search"
+    shutil.copytree(SEED, root)
+    gen = root / "generated" / "premature_final__v2"
+    gen.mkdir(parents=True)
+    (gen / "SKILL.md").write_text((SEED / "premature_final" / "SKILL.md").read_text().replace(
+        "version: 1", "version: 2").replace("priority: 0.9", "priority: 0.95"))
+    (gen / "pf.py").write_text(
+        "from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf\n\n"
+        "@register_pf('premature_final')\nclass P(ProgramFunction):\n"
+        "    def should_activate(self, ctx, action_type, arg):\n"
+        "        return action_type == 'FINAL' and ctx.get('search_count', 0) == 0\n"
+        "    def intervene(self, ctx, action_type, arg, teacher=None):\n"
+        "        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type='SEARCH',\n"
+        "                            new_action_arg=ctx.get('question', ''), reason='v2')\n")
+    broken = root / "broken_one"
+    broken.mkdir()
+    (broken / "SKILL.md").write_text("not a skill")
+    (root / "generated" / ".tmp-half-written").mkdir()
+    h1 = library_hash(root)
+    lib = load_library(root)
+    try:
+        s = lib.get("premature_final")
+        assert s.version == 2 and s.generated and s.spec.priority == 0.95
+        assert type(s.pf).__name__ == "SandboxedPF"  # generated code never runs in-process
+        assert any("broken_one" in e for e in lib.load_errors)
+        assert "broken_one" not in lib.ids
+        r = Dispatcher(lib.pfs()).dispatch({"question": "Who founded Acme?", "search_count": 0}, "FINAL", "x")
+        assert (r.action_type, r.fired[0].skill_id) == ("SEARCH", "premature_final")
+    finally:
+        lib.close()
+    (root / "generated" / ".tmp-half-written" / "x").write_text("junk")
+    assert library_hash(root) == h1  # in-flight temp dirs are not part of the library's identity
+
+
+def test_library_cap(tmp_path):
+    root = tmp_path / "search"
+    shutil.copytree(SEED, root)
+    lib = load_library(root, max_size=3)
+    assert len(lib.skills) == 3 and lib.ids[0] == "premature_final"

@@ -1,0 +1,222 @@
+"""Real TRL + PEFT SFT on CPU with a tiny random Llama (and, marked ``model``, the embedded 135M)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+from hasp.agent.loop import load_prompts  # noqa: E402
+from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory  # noqa: E402
+from hasp.train.data import build_sft_rows, write_jsonl  # noqa: E402
+from hasp.train.sft import (  # noqa: E402
+    WEIGHT_COLUMN,
+    SFTRecipe,
+    WeightedSFTTrainer,
+    apportion,
+    fit_messages,
+    prepare_rows,
+    train_sft,
+)
+
+REAL_MODEL = Path(os.environ.get("HASP_CACHE") or Path.home() / ".cache" / "hasp") / "models" / "smollm2-135m-instruct"
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def _tokenizer():
+    """The embedded model's tokenizer when its folder exists, else a small byte-level BPE with chatml."""
+    from transformers import AutoTokenizer
+
+    if (REAL_MODEL / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(REAL_MODEL)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    corpus = [load_prompts()["system"], "Thought: Action: SEARCH READ FINAL Observation: Question: founder born city"]
+    tk.train_from_iterator(corpus * 20, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                  pad_token="<|im_end|>", unk_token="<unk>")
+    tok.chat_template = CHATML
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny_llama")
+    tok = _tokenizer()
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _traj(k: int, em: float) -> Trajectory:
+    """Two steps: a FINAL→SEARCH rescue with the real system prompt, then FINAL."""
+    p = load_prompts()
+    msgs = [{"role": "system", "content": p["system"]},
+            {"role": "user", "content": p["question"].format(question=f"Where was founder {k} born?")}]
+    a0 = AuditEvent(state={"step_count": 0, "has_read": False, "empty_results": False},
+                    a_orig=Action("FINAL", f"guess{k}"), a_final=Action("SEARCH", f"founder {k}"),
+                    fired=[{"skill_id": "premature_final", "type": "MODIFY_ACTION", "reason": "", "applied": True}])
+    hist = msgs + [{"role": "assistant", "content": f"Thought: t{k}\nAction: SEARCH[founder {k}]"},
+                   {"role": "user", "content": f"Observation: [d{k}] founder {k} was born in City{k}."}]
+    a1 = AuditEvent(state={"step_count": 1, "has_read": False, "empty_results": False},
+                    a_orig=Action("FINAL", f"City{k}"), a_final=Action("READ", f"d{k}"),
+                    fired=[{"skill_id": "no_read_before_final", "type": "MODIFY_ACTION", "reason": "",
+                            "applied": True}])
+    steps = [StepRecord(index=0, raw_output="", thought=f"t{k}", audit=a0, prompt_messages=msgs),
+             StepRecord(index=1, raw_output="", thought=f"found it {k}", audit=a1, prompt_messages=hist)]
+    return Trajectory(qid=f"q{k}", question="", answers=[f"City{k}"], variant="pf", steps=steps, em=em)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    r = build_sft_rows([_traj(k, float(k % 2)) for k in range(6)])
+    assert len(r) >= 8
+    return r
+
+
+def _rows_file(tmp_path: Path, rows: list[dict]) -> Path:
+    return write_jsonl(rows, tmp_path / "sft.jsonl")
+
+
+def test_apportion_and_oversample_counts(tiny_model_dir: Path, rows: list[dict]) -> None:
+    assert apportion([1, 1, 2], 8) == [2, 2, 4]
+    assert apportion([0.0, 0.0, 0.5, 0.0], 8) == [0, 0, 8, 0]
+    assert sum(apportion([0.3, 0.6, 0.45], 7)) == 7
+    tok = _tokenizer()
+    one_hot = [dict(r, sample_weight=(0.9 if i == 2 else 0.0)) for i, r in enumerate(rows[:4])]
+    ex, stats = prepare_rows(one_hot, tok, SFTRecipe(weighting="oversample", oversample_factor=2.0))
+    assert stats["oversample_counts"] == [0, 0, 8, 0] and len(ex) == 8
+    assert all(e["completion"] == [rows[2]["messages"][-1]] for e in ex)
+    ex, _ = prepare_rows(one_hot, tok, SFTRecipe(weighting="loss"))
+    assert [e[WEIGHT_COLUMN] for e in ex] == pytest.approx([0.0, 0.0, 4.0, 0.0])  # normalised to mean 1
+    ex, _ = prepare_rows(one_hot, tok, SFTRecipe(weighting="none"))
+    assert len(ex) == 4 and WEIGHT_COLUMN not in ex[0]
+
+
+def test_fit_messages_trims_history_not_target(rows: list[dict]) -> None:
+    tok = _tokenizer()
+    long = rows[1]["messages"]
+    assert len(long) == 5  # system, question, assistant, observation, target
+    full = len(tok.apply_chat_template(long, tokenize=True)["input_ids"])
+    fitted, dropped = fit_messages(tok, long, full - 1)
+    assert dropped == 2 and fitted[-1] == long[-1] and fitted[:2] == long[:2]
+    assert fit_messages(tok, long, 5)[0] is None
+    assert fit_messages(tok, long, full - 1, trim=False)[0] is None
+
+
+def test_weighted_loss_is_linear_in_weights_and_matches_trl(tiny_model_dir: Path, rows: list[dict],
+                                                            tmp_path: Path) -> None:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    tok = _tokenizer()
+    ex, _ = prepare_rows(rows[:2], tok, SFTRecipe(weighting="loss"))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    args = SFTConfig(output_dir=str(tmp_path / "t"), use_cpu=True, bf16=False, fp16=False, report_to=[],
+                     gradient_checkpointing=False, per_device_train_batch_size=2, completion_only_loss=True,
+                     save_strategy="no", max_length=1024)
+    trainer = WeightedSFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(ex), processing_class=tok,
+                                 peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert WEIGHT_COLUMN in batch and batch[WEIGHT_COLUMN].shape == (2,)
+    m = trainer.model
+    m.train()
+    labels = batch["labels"]
+    n_tok = (labels[:, 1:] != -100).sum()
+
+    def loss(w0: float, w1: float) -> float:
+        b = {k: v for k, v in batch.items()}
+        b[WEIGHT_COLUMN] = torch.tensor([w0, w1])
+        with torch.no_grad():
+            return float(trainer.compute_loss(m, b, num_items_in_batch=n_tok))
+
+    plain_batch = {k: v for k, v in batch.items() if k != WEIGHT_COLUMN}
+    with torch.no_grad():
+        plain = float(SFTTrainer.compute_loss(trainer, m, plain_batch, num_items_in_batch=n_tok))
+    assert loss(1.0, 1.0) == pytest.approx(plain, rel=1e-5)  # all-ones weights == TRL's own loss
+    a, b = loss(1.0, 0.0), loss(0.0, 1.0)
+    assert a + b == pytest.approx(plain, rel=1e-5) and a != pytest.approx(b)
+    assert loss(0.0, 0.0) == 0.0
+    assert loss(2.0, 0.0) == pytest.approx(2 * a, rel=1e-5)
+
+
+def _check_outputs(res, steps: int) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert len(res.history) == steps
+    assert all(math.isfinite(h["loss"]) for h in res.history)
+    assert all("grad_norm" in h and "learning_rate" in h and "entropy" in h and "mean_token_accuracy" in h
+               for h in res.history)
+    assert (res.adapter_dir / "adapter_config.json").is_file()
+    assert (res.adapter_dir / "adapter_model.safetensors").is_file()
+    assert res.merged_dir is not None and (res.merged_dir / "config.json").is_file()
+    assert (res.merged_dir / "model.safetensors").is_file() and (res.merged_dir / "tokenizer_config.json").is_file()
+    assert not list(res.merged_dir.glob("adapter_*"))  # a plain HF folder, not an adapter
+    tok = AutoTokenizer.from_pretrained(res.merged_dir)
+    model = AutoModelForCausalLM.from_pretrained(res.merged_dir)
+    enc = tok.apply_chat_template([{"role": "user", "content": "Question: hi"}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)
+    out = model.generate(**enc, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > enc["input_ids"].shape[1]
+    assert res.metrics["global_step"] == steps and res.metrics["s_per_step"] > 0
+
+
+def test_train_sft_loss_weighting_end_to_end(tiny_model_dir: Path, rows: list[dict], tmp_path: Path) -> None:
+    path = _rows_file(tmp_path, rows)
+    recipe = SFTRecipe(max_steps=3, learning_rate=1e-3, per_device_train_batch_size=2, lora_r=4, lora_alpha=8)
+    seen: list[tuple[int, dict]] = []
+    res = train_sft(tiny_model_dir, path, tmp_path / "run1", recipe, log_callback=lambda m, s: seen.append((s, m)))
+    _check_outputs(res, 3)
+    assert [s for s, _ in seen] == [1, 2, 3] and "loss" in seen[0][1] and "nll" in seen[0][1]
+    summary = json.loads((tmp_path / "run1" / "train_summary.json").read_text())
+    assert summary["recipe"]["weighting"] == "loss" and len(summary["history"]) == 3
+    # same seed, same data → same losses
+    res2 = train_sft(tiny_model_dir, path, tmp_path / "run2", recipe)
+    assert [h["loss"] for h in res2.history] == pytest.approx([h["loss"] for h in res.history], rel=1e-6)
+
+
+def test_train_sft_oversample_end_to_end(tiny_model_dir: Path, rows: list[dict], tmp_path: Path) -> None:
+    one_hot = [dict(r, sample_weight=(0.9 if i == 0 else 0.0)) for i, r in enumerate(rows)]
+    recipe = SFTRecipe(max_steps=2, learning_rate=1e-3, per_device_train_batch_size=2, lora_r=4, lora_alpha=8,
+                       weighting="oversample")
+    res = train_sft(tiny_model_dir, _rows_file(tmp_path, one_hot), tmp_path / "run", recipe)
+    _check_outputs(res, 2)
+    assert res.metrics["n_train_examples"] == 2 * len(rows)
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["oversample_counts"] == [2 * len(rows)] + [0] * (len(rows) - 1)
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not (REAL_MODEL / "config.json").is_file(), reason="embedded model folder not prepared")
+def test_train_sft_real_135m_two_steps(rows: list[dict], tmp_path: Path) -> None:
+    recipe = SFTRecipe(max_steps=2, learning_rate=2e-4, per_device_train_batch_size=2)
+    res = train_sft(REAL_MODEL, _rows_file(tmp_path, rows[:4]), tmp_path / "run", recipe)
+    _check_outputs(res, 2)

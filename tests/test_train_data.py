@@ -1,0 +1,90 @@
+"""Objective A data build (paper App. D.6): SFT / DPO rows from scored trajectories."""
+
+from __future__ import annotations
+
+import json
+
+from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.signals import score_step
+from hasp.train.data import build_dpo_rows, build_sft_rows, read_jsonl, summarize, write_jsonl
+
+SYSTEM = {"role": "system", "content": "You answer questions."}
+MODIFY = {"skill_id": "premature_final", "type": "MODIFY_ACTION", "reason": "no read", "applied": True}
+INJECT = {"skill_id": "decompose", "type": "INJECT_CONTEXT", "reason": "", "applied": True}
+SUPPRESSED = {"skill_id": "other", "type": "MODIFY_ACTION", "reason": "", "applied": False}
+
+
+def _step(i: int, orig: Action, final: Action, fired: list[dict], history: list[dict], *, context=(),
+          has_read=False) -> StepRecord:
+    audit = AuditEvent(state={"step_count": i, "has_read": has_read, "empty_results": False},
+                       a_orig=orig, a_final=final, context=list(context), fired=fired)
+    return StepRecord(index=i, raw_output="", thought=f"thinking {i}", audit=audit,
+                      prompt_messages=[SYSTEM, {"role": "user", "content": "Question: Q?"}, *history])
+
+
+def make_traj(qid: str, em: float) -> Trajectory:
+    """0: FINAL→READ rescue; 1: plain SEARCH with an injected hint; 2: parse failure; 3: FINAL, no PF."""
+    h1 = [{"role": "assistant", "content": "Thought: thinking 0\nAction: READ[d1]"},
+          {"role": "user", "content": "Observation: d1 text"}]
+    steps = [
+        _step(0, Action("FINAL", "guess"), Action("READ", "d1"), [MODIFY], []),
+        _step(1, Action("SEARCH", "q"), Action("SEARCH", "q"), [INJECT, SUPPRESSED], h1, context=["hint"],
+              has_read=True),
+        StepRecord(index=2, raw_output="??", parse_error="no action"),
+        _step(3, Action("FINAL", "a"), Action("FINAL", "a"), [], h1, has_read=True),
+    ]
+    return Trajectory(qid=qid, question="Q?", answers=["a"], variant="pf", steps=steps, em=em)
+
+
+def test_sft_rows_pf_steps_and_target() -> None:
+    rows = build_sft_rows([make_traj("ok", 1.0)], reward_floor=0.0)
+    assert [r["step"] for r in rows] == [0, 1]  # PF-applied steps only; parse failure and plain step skipped
+    r0 = rows[0]
+    assert r0["messages"][:-1] == make_traj("ok", 1.0).steps[0].prompt_messages
+    assert r0["messages"][-1] == {"role": "assistant", "content": "Thought: thinking 0\nAction: READ[d1]"}
+    assert r0["was_modified"] and r0["skill_ids"] == ["premature_final"] and r0["qid"] == "ok"
+    assert set(r0["coarse"]) == {"timing", "modality", "correctness", "outcome"} and len(r0["fine"]) == 15
+    assert r0["sample_weight"] == round(score_step(make_traj("ok", 1.0), 0).A, 6)
+    assert rows[1]["skill_ids"] == ["decompose"]  # the suppressed MODIFY is not credited
+    assert not rows[1]["was_modified"]
+
+
+def test_floor_drops_low_rows() -> None:
+    trajs = [make_traj("ok", 1.0), make_traj("bad", 0.0)]
+    all_rows = build_sft_rows(trajs, reward_floor=-1.0)
+    kept = build_sft_rows(trajs, reward_floor=0.25)
+    assert len(kept) < len(all_rows)
+    assert all(r["sample_weight"] >= 0.25 for r in kept)
+    assert any(r["sample_weight"] < 0.25 for r in all_rows)
+    high = max(r["sample_weight"] for r in all_rows)
+    assert build_sft_rows(trajs, reward_floor=high + 1e-6) == []
+
+
+def test_success_steps_only_with_flag() -> None:
+    ok, bad = make_traj("ok", 1.0), make_traj("bad", 0.0)
+    rows = build_sft_rows([ok, bad], reward_floor=0.0, only_pf_steps=False)
+    assert sorted((r["qid"], r["step"]) for r in rows) == [("bad", 0), ("bad", 1), ("ok", 0), ("ok", 1), ("ok", 3)]
+    plain = next(r for r in rows if r["step"] == 3)
+    assert plain["messages"][-1]["content"].endswith("Action: FINAL[a]") and plain["skill_ids"] == []
+
+
+def test_dpo_only_modified_steps() -> None:
+    rows = build_dpo_rows([make_traj("ok", 1.0), make_traj("bad", 0.0)], reward_floor=0.0)
+    assert rows and all(r["was_modified"] for r in rows)
+    assert [(r["qid"], r["step"]) for r in rows] == [("ok", 0), ("bad", 0)]
+    r = rows[0]
+    assert r["chosen"] == [{"role": "assistant", "content": "Thought: thinking 0\nAction: READ[d1]"}]
+    assert r["rejected"] == [{"role": "assistant", "content": "Thought: thinking 0\nAction: FINAL[guess]"}]
+    assert r["prompt"][-1]["role"] == "user"
+
+
+def test_accepts_dicts_write_jsonl_and_summarize(tmp_path) -> None:
+    rows = build_sft_rows([make_traj("ok", 1.0).to_dict()], reward_floor=0.0)  # jsonl-loaded trajectories
+    path = write_jsonl(rows, tmp_path / "sub" / "sft.jsonl")
+    assert read_jsonl(path) == json.loads(json.dumps(rows))
+    assert [p.name for p in path.parent.iterdir()] == ["sft.jsonl"]  # no temp file left behind
+    s = summarize(rows)
+    assert s["n_rows"] == 2 and s["n_modified"] == 1 and s["n_qids"] == 1
+    assert s["per_skill"] == {"decompose": 1, "premature_final": 1}
+    assert abs(s["mean_weight"] - sum(r["sample_weight"] for r in rows) / 2) < 1e-9
+    assert summarize([])["n_rows"] == 0
