@@ -3,7 +3,7 @@
 Why: continuous batching is the reason we run a server at all; this shows how much it buys on this
 machine (agent episodes run concurrently, so aggregate tok/s is what sets experiment wall time).
 
-    python bench/llm_throughput.py [--requests 8] [--max-tokens 64] [--port N] [--extra "--cb-num-blocks 64"]
+    python bench/llm_throughput.py [--requests 8] [--max-tokens 64] [--port N] [--threads N] [--extra "--cb-num-blocks 64"]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=8, help="concurrent requests (and sequential count)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--port", type=int, default=0, help="reuse/start a server on this port (0: fresh, free port)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of a fresh server")
     ap.add_argument("--extra", default="", help="extra `transformers serve` flags for a fresh server")
     a = ap.parse_args()
 
@@ -40,7 +41,7 @@ def main() -> None:
     if a.port:
         base_url, model, handle = ensure_server(folder, a.port)
     else:
-        handle = LocalModelServer(folder, extra_args=tuple(shlex.split(a.extra))).start()
+        handle = LocalModelServer(folder, extra_args=tuple(shlex.split(a.extra)), threads=a.threads).start()
         base_url, model = handle.base_url, handle.model_name
     if handle is not None:
         print(f"server startup (spawn -> first 1-token answer): {handle.startup_s:.1f}s  log {handle.log_path}")

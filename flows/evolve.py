@@ -14,7 +14,10 @@ from typing import Any
 
 from prefect import flow
 
+from dataclasses import asdict
+
 from hasp.config import load_params
+from hasp.evolve.epoch import history_before
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
 from tasks import phases
@@ -50,7 +53,9 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
     model_id = _model_identity(p)
     teacher = teacher_client(p.teacher, p.llm)
     teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"
-    policy = LazyPolicy(p.llm, max_tokens=max(p.agent.max_tokens, p.evolve.proposal_max_tokens))
+    policy = LazyPolicy(p.llm, max_tokens=p.agent.max_tokens)
+    student = LazyPolicy(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
+                         temperature=p.evolve.proposal_temperature)
     trained_dir = out / "train" / "merged"
     trained = LazyPolicy(p.llm.model_copy(update={"base_url": None}), model_dir=trained_dir,
                          port=p.llm.port + 1, max_tokens=p.agent.max_tokens)
@@ -71,10 +76,11 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
             k, ep_dir / "rollout.jsonl", lib, p, ep_dir)
 
         k = key_of(code, content_hash(ep_dir / "clusters.json"), lib_h, p.section_hash("evolve"), model_id,
-                   content_hash(history), epoch)
+                   [asdict(x) for x in history_before(history, epoch).entries], epoch)
         phase_out["propose"] = phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json"))(
-            k, ep_dir / "clusters.json", lib, p, ep_dir / "candidates.json", student=policy, epoch=epoch,
+            k, ep_dir / "clusters.json", lib, p, ep_dir / "candidates.json", student=student, epoch=epoch,
             history_path=history)
+        student.close()  # free its memory before the next model-heavy phases
         cand_h = content_hash(ep_dir / "candidates.json")
 
         k = key_of(code, cand_h)
@@ -108,9 +114,9 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
             k, p, data_dir, evolved, out / "eval", policy=policy,
             trained_policy=trained if has_trained else None, teacher=teacher)
     finally:
-        servers_started = policy.started or trained.started
-        policy.close()
-        trained.close()
+        servers_started = policy.started or trained.started or student.started
+        for lazy in (policy, student, trained):
+            lazy.close()
     for name, summary in phase_out.items():
         if name not in ("data", "train"):
             phases_write_summary(ep_dir, name, summary)

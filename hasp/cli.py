@@ -127,7 +127,8 @@ def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Pa
     from hasp.llm.endpoints import policy_client
 
     p = _params(params)
-    with policy_client(p.llm, max_tokens=p.evolve.proposal_max_tokens) as student:
+    with policy_client(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
+                       temperature=p.evolve.proposal_temperature) as student:
         s = propose(epoch_dir / "clusters.json", library, p, epoch_dir / "candidates.json", student=student,
                     epoch=_epoch_of(epoch_dir), history_path=history)
     _save_summary(epoch_dir, "propose", s)

@@ -56,6 +56,8 @@ class AgentParams(_Strict):
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(64, ge=8)
     top_k: int = Field(3, ge=1)
+    snippet_chars: int = Field(120, ge=20)
+    read_chars: int = Field(400, ge=50)
     max_modify_fires: int = Field(2, ge=0)
 
 

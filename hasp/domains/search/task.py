@@ -37,7 +37,8 @@ class SearchTask:
         return items[:limit] if limit else items
 
     def episode_fn(self, *, policy: Policy, library: SkillLibrary | None, cfg: AgentConfig,
-                   variant: Variant, top_k: int = 3, teacher: Teacher | None = None,
+                   variant: Variant, top_k: int = 3, snippet_chars: int = 200, read_chars: int = 2000,
+                   teacher: Teacher | None = None,
                    label: str | None = None) -> Callable[[QAItem], Trajectory]:
         pfs = library.pfs() if (library is not None and variant.use_pfs) else []
         skills_text = skills_prompt(library) if (library is not None and variant.skills_in_prompt) else ""
@@ -45,7 +46,8 @@ class SearchTask:
                               "skills_in_prompt": variant.skills_in_prompt})
 
         def run(item: QAItem) -> Trajectory:
-            env = SearchEnvironment(self.retriever, top_k=top_k)
+            env = SearchEnvironment(self.retriever, top_k=top_k, snippet_chars=snippet_chars,
+                                    read_chars=read_chars)
             return run_episode(qid=item.id, question=item.question, answers=item.answers,
                                policy=policy, env=env, pfs=pfs, cfg=vcfg, variant=label or variant.name,
                                teacher=teacher, skills_text=skills_text, scorer=score)
