@@ -3,34 +3,60 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-STOPWORDS = frozenset(
-    "a an the of in on at to for from by with and or is was were be been who whom whose which what "
-    "when where why how did does do that this these those it its as into than then there their his her "
-    "he she they them i you we our your name year city".split())
-_TOKEN = re.compile(r"[A-Za-z0-9]+")
+STOPWORDS = frozenset("""
+a an the of in on at to for from by with and or but is are was were be been being it its this that
+these those which who whom whose what when where why how did does do done has have had not no yes
+as into than then there their they them he she his her him i you we our your my me about after
+before during over under between also only just very can could would should will shall may might
+must so if else while because one any some all each other such same
+""".split())
 
-
-def tokens(text: str) -> list[str]:
-    return [t.lower() for t in _TOKEN.findall(text or "")]
-
-
-def content_tokens(text: str) -> list[str]:
-    return [t for t in tokens(text) if t not in STOPWORDS]
+_TOKEN = re.compile(r"[a-z0-9]+")
 
 
-def jaccard(a: str, b: str) -> float:
-    sa, sb = set(tokens(a)), set(tokens(b))
-    if not sa or not sb:
+def tokens(text: str | None) -> list[str]:
+    """Lower-case alphanumeric tokens; underscores split words (``query_too_broad`` -> 3 tokens)."""
+    return _TOKEN.findall((text or "").lower().replace("_", " "))
+
+
+def _stem(tok: str) -> str:
+    """A very light plural strip so 'queries'/'query' and 'searches'/'search' meet."""
+    if len(tok) > 4 and tok.endswith("ies"):
+        return tok[:-3] + "y"
+    if len(tok) > 4 and tok.endswith("es") and tok[-3] in "sxz":
+        return tok[:-2]
+    if len(tok) > 3 and tok.endswith("s") and not tok.endswith("ss"):
+        return tok[:-1]
+    return tok
+
+
+def content_tokens(text: str | None) -> list[str]:
+    """Tokens without stopwords, lightly stemmed: what 'content tokens' means everywhere here."""
+    return [_stem(t) for t in tokens(text) if t not in STOPWORDS]
+
+
+def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
+    """Token-set Jaccard; strings are tokenised with ``tokens`` (stopwords kept). Empty/empty = 0."""
+    sa = set(tokens(a)) if isinstance(a, str) else set(a)
+    sb = set(tokens(b)) if isinstance(b, str) else set(b)
+    if not sa and not sb:
         return 0.0
     return len(sa & sb) / len(sa | sb)
 
 
+
+
+_QUERY_STOP = STOPWORDS | {"name", "year", "city", "located", "born"}
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
 def keyword_query(text: str, max_words: int = 8) -> str:
     """A short search query: the text's content words, capitalised names first."""
-    words = _TOKEN.findall(text or "")
-    caps = [w for w in words if w[:1].isupper() and w.lower() not in STOPWORDS]
-    rest = [w for w in words if w not in caps and w.lower() not in STOPWORDS]
+    words = _WORD.findall(text or "")
+    caps = [w for w in words if w[:1].isupper() and w.lower() not in _QUERY_STOP]
+    rest = [w for w in words if w not in caps and w.lower() not in _QUERY_STOP]
     seen: list[str] = []
     for w in caps + rest:
         if w.lower() not in {s.lower() for s in seen}:

@@ -30,6 +30,7 @@ from typing import Any
 
 from hasp.agent.context import CONFLICT_WORDS, EpisodeState
 from hasp.agent.records import Action, StepRecord, Trajectory
+from hasp.textutil import STOPWORDS, content_tokens, jaccard, tokens
 
 log = logging.getLogger(__name__)
 
@@ -38,49 +39,6 @@ __all__ = [
     "tokens", "content_tokens", "jaccard", "replay_contexts", "tool_observation",
     "read_texts", "final_action",
 ]
-
-# --------------------------------------------------------------------------- text utilities
-
-STOPWORDS = frozenset("""
-a an the of in on at to for from by with and or but is are was were be been being it its this that
-these those which who whom whose what when where why how did does do done has have had not no yes
-as into than then there their they them he she his her him i you we our your my me about after
-before during over under between also only just very can could would should will shall may might
-must so if else while because one any some all each other such same
-""".split())
-
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-def tokens(text: str | None) -> list[str]:
-    """Lower-case alphanumeric tokens; underscores split words (``query_too_broad`` -> 3 tokens)."""
-    return _TOKEN.findall((text or "").lower().replace("_", " "))
-
-
-def _stem(tok: str) -> str:
-    """A very light plural strip so 'queries'/'query' and 'searches'/'search' meet."""
-    if len(tok) > 4 and tok.endswith("ies"):
-        return tok[:-3] + "y"
-    if len(tok) > 4 and tok.endswith("es") and tok[-3] in "sxz":
-        return tok[:-2]
-    if len(tok) > 3 and tok.endswith("s") and not tok.endswith("ss"):
-        return tok[:-1]
-    return tok
-
-
-def content_tokens(text: str | None) -> list[str]:
-    """Tokens without stopwords, lightly stemmed: what 'content tokens' means everywhere here."""
-    return [_stem(t) for t in tokens(text) if t not in STOPWORDS]
-
-
-def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
-    """Token-set Jaccard; strings are tokenised with ``tokens`` (stopwords kept). Empty/empty = 0."""
-    sa = set(tokens(a)) if isinstance(a, str) else set(a)
-    sb = set(tokens(b)) if isinstance(b, str) else set(b)
-    if not sa and not sb:
-        return 0.0
-    return len(sa & sb) / len(sa | sb)
-
 
 # --------------------------------------------------------------------------- pattern record
 
