@@ -27,6 +27,7 @@ SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
     ("I think so. FINAL[ \"1951\" ]", ("FINAL", "1951")),
     ("Answer: Tom\nmore text", ("FINAL", "Tom")),
     ("SEARCH: who founded X\nREAD[1]", ("SEARCH", "who founded X")),
+    ("The answer is: 2018.", ("FINAL", "2018")),
 ])
 def test_parser_tolerates_sloppy_formats(text, expected):
     r = parse_action(text)

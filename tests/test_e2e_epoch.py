@@ -24,7 +24,7 @@ def epoch_env(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["data"].update(n_questions=14)
+    params["data"].update(n_questions=10)
     params["agent"].update(max_steps=4, max_tokens=48)
     params["llm"].update(port=8911)
     params["evolve"].update(max_candidates=2, proposal_max_tokens=160, min_cluster_size=2)

@@ -16,6 +16,7 @@ _ALIASES = {"ANSWER": "FINAL", "FINISH": "FINAL", "FINAL ANSWER": "FINAL", "FINA
 _NAME = r"(SEARCH|READ|FINAL[ _]ANSWER|FINAL|ANSWER|FINISH|LOOKUP|QUERY|OPEN)"
 _BRACKETED = re.compile(_NAME + r"\s*[\[\(\{<]\s*(.+?)\s*[\]\)\}>]", re.I | re.S)
 _COLON = re.compile(r"(?:^|\n|Action\s*:\s*)" + _NAME + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I)
+_STATED = re.compile(r"\bthe (?:final )?answer is\s*:?\s*(.+?)\s*(?:\n|$)", re.I)
 _THOUGHT = re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|SEARCH|READ|FINAL)\b|\Z)", re.I | re.S)
 
 
@@ -48,6 +49,9 @@ def parse_action(text: str) -> ParsedAction | ParseFailure:
         if m:
             candidates.append((m.start(), m))
     if not candidates:
+        m = _STATED.search(text)  # "The answer is: X" is an explicit final answer, not a guess
+        if m and m.group(1).strip(" .:"):
+            return ParsedAction("FINAL", re.sub(r"\s+", " ", m.group(1)).strip(" .\"'")[:500], thought)
         return ParseFailure("no SEARCH[...], READ[...] or FINAL[...] action found", thought)
     _, m = min(candidates, key=lambda c: c[0])
     kind, arg = _norm(m.group(1)), m.group(2).strip().strip("\"'` ").strip()

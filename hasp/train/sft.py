@@ -69,8 +69,9 @@ class SFTRecipe:
         default=1e-5, metadata=_h("Peak learning rate (paper E1/E4: 1e-5). Raise it (e.g. 2e-4) for short CPU demos."))
     num_train_epochs: float = field(default=10.0, metadata=_h("Epochs over the SFT pool (paper E1: 10)."))
     max_steps: int = field(default=-1, metadata=_h("If > 0, stop after this many optimizer steps (CPU demos)."))
-    per_device_train_batch_size: int = field(default=4, metadata=_h("Micro-batch size."))
-    gradient_accumulation_steps: int = field(default=1, metadata=_h("Micro-batches per optimizer step."))
+    per_device_train_batch_size: int = field(
+        default=2, metadata=_h("Micro-batch size (2 keeps the 135M model under ~5 GB RSS on CPU; 4 needs ~6-8 GB)."))
+    gradient_accumulation_steps: int = field(default=2, metadata=_h("Micro-batches per optimizer step."))
     max_length: int = field(
         default=1024, metadata=_h("Max tokens of prompt+target; older history turns are dropped to fit."))
     seed: int = field(default=0, metadata=_h("Seed for LoRA init, data order and dropout."))
@@ -91,6 +92,11 @@ class SFTRecipe:
     trim_history: bool = field(
         default=True, metadata=_h("Drop the oldest (assistant, observation) turns of a too-long prompt."))
     save_merged: bool = field(default=True, metadata=_h("Also merge LoRA into the base and save a full HF folder."))
+    torch_threads: int | None = field(
+        default=None, metadata=_h("torch.set_num_threads for the run. None: torch default (all cores); 0: auto = "
+                                  "idle cores by the 1-min load average (min 1). Use fewer when an LLM server shares "
+                                  "the CPU: oversubscribed OpenMP threads made steps 3-5x slower here. Changing it "
+                                  "changes float reduction order, so losses differ in the last digits."))
 
     def __post_init__(self) -> None:
         if self.weighting not in ("loss", "oversample", "none"):
@@ -280,10 +286,32 @@ class _HistoryCallback(TrainerCallback):
             self.sink({k: v for k, v in rec.items() if k != "step"}, state.global_step)
 
 
-def _replace_dir(tmp: Path, dest: Path) -> None:
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
+def _idle_cores() -> int:
+    n = os.cpu_count() or 1
+    try:
+        busy = round(os.getloadavg()[0])
+    except OSError:
+        busy = 0
+    return max(1, n - busy)
+
+
+def _save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
+    """Write a folder in a temp dir beside ``dest`` and move it into place, so ``dest`` is never half-written.
+
+    mkdtemp/safetensors leave 0700/0600 modes, which a server running as another user (docker) cannot
+    read, so the modes are opened up before the move.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)
+        for p in tmp.rglob("*"):
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe | None = None, *,
@@ -292,10 +320,20 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
 
     ``log_callback(metrics, step)`` is called at every logging step (``mlflow.log_metrics`` fits).
     """
+    recipe = recipe or SFTRecipe()
+    prev_threads = torch.get_num_threads()
+    if recipe.torch_threads is not None:
+        torch.set_num_threads(recipe.torch_threads or _idle_cores())
+    try:
+        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback)
+    finally:
+        torch.set_num_threads(prev_threads)  # process-global: do not leak the setting to the caller
+
+
+def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe,
+               log_callback: LogCallback | None) -> TrainResult:
     from peft import LoraConfig, PeftModel
 
-    recipe = recipe or SFTRecipe()
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
     t0 = time.perf_counter()
@@ -337,21 +375,20 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
     train_s = time.perf_counter() - t_train
 
     adapter_dir = out_dir / "adapter"
-    tmp = Path(tempfile.mkdtemp(prefix=".adapter.", dir=out_dir))
-    trainer.model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    _replace_dir(tmp, adapter_dir)
+    _save_folder(adapter_dir, lambda d: (trainer.model.save_pretrained(d), tok.save_pretrained(d)))
     del trainer, model
+    try:
+        (out_dir / "trainer").rmdir()  # save_strategy="no" leaves it empty
+    except OSError:
+        pass
 
     merged_dir = None
     if recipe.save_merged:
         merged_dir = out_dir / "merged"
-        tmp = Path(tempfile.mkdtemp(prefix=".merged.", dir=out_dir))
+        # a fresh base (the trained one carries TRL's patched forward) + the saved adapter, merged
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-        merged.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        _replace_dir(tmp, merged_dir)
+        _save_folder(merged_dir, lambda d: (merged.save_pretrained(d), tok.save_pretrained(d)))
 
     steps = int(out.global_step)
     metrics: dict[str, Any] = {
@@ -363,6 +400,7 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
         "s_per_step": train_s / steps if steps else float("nan"),
         "total_wall_s": time.perf_counter() - t0,
         "weighting": recipe.weighting,
+        "torch_threads": torch.get_num_threads(),
     }
     summary = {"recipe": recipe.to_dict(), "model_dir": str(model_dir), "rows_path": str(rows_path),
                "metrics": metrics, "history": history.history,

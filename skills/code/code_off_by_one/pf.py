@@ -1,0 +1,109 @@
+"""Loop bounds and indices that reach one element past the end → a hint quoting the lines."""
+
+import ast
+
+from hasp.domains.code.task import code_view, format_findings
+from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+ADVICE = ("Valid indices of a sequence `xs` are 0 .. len(xs) - 1. Re-check each loop bound and index "
+          "above against the first and the last element (and an input of length 1).")
+
+
+def _len_of(node):
+    """`len(NAME)` -> NAME, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name)):
+        return node.args[0].id
+    return None
+
+
+def _len_plus(node):
+    """`len(NAME) + k` (k >= 0 an int) -> (NAME, k), else None."""
+    name = _len_of(node)
+    if name:
+        return name, 0
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.right, ast.Constant)
+            and type(node.right.value) is int and node.right.value >= 0):
+        name = _len_of(node.left)
+        if name:
+            return name, node.right.value
+    return None
+
+
+def _index_uses(body, seq, var):
+    """Subscripts `seq[var]` / `seq[var + k]` (not slices) in the loop body: [(node, k)]."""
+    out = []
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == seq):
+                continue
+            s = n.slice
+            if isinstance(s, ast.Name) and s.id == var:
+                out.append((n, 0))
+            elif (isinstance(s, ast.BinOp) and isinstance(s.op, ast.Add) and isinstance(s.left, ast.Name)
+                  and s.left.id == var and isinstance(s.right, ast.Constant) and type(s.right.value) is int):
+                out.append((n, s.right.value))
+    return out
+
+
+def _compares_len(body, seq):
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Compare) and any(_len_of(x) == seq for x in [n.left, *n.comparators]):
+                return True
+    return False
+
+
+def find_off_by_one(tree):
+    found = []
+    for node in ast.walk(tree):
+        # seq[len(seq)] / seq[len(seq) + k]
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            lp = _len_plus(node.slice)
+            if lp and lp[0] == node.value.id:
+                found.append((node.lineno, f"`{node.value.id}[len({node.value.id}){' + ' + str(lp[1]) if lp[1] else ''}]` "
+                                           "is always out of range; the last element is at len - 1"))
+        # for i in range(...len(seq) + k...) with seq[i + j] in the body
+        if (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call)
+                and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and node.iter.args):
+            var = node.target.id
+            stop = node.iter.args[0] if len(node.iter.args) == 1 else node.iter.args[1]
+            step = node.iter.args[2] if len(node.iter.args) == 3 else None
+            lp = _len_plus(stop)
+            if not lp or step is not None:
+                continue
+            seq, k = lp
+            if _compares_len(node.body, seq):
+                continue  # the body checks the bound itself
+            for sub, j in _index_uses(node.body, seq, var):
+                if k + j >= 1:
+                    found.append((sub.lineno, f"`{var}` goes up to len({seq}){' + ' + str(k - 1) if k > 1 else ''}"
+                                              f"{' - 1' if k == 0 else ''}, so `{seq}[{var}{' + ' + str(j) if j else ''}]` "
+                                              f"is past the end on the last iteration"))
+        # while i <= len(seq): ... seq[i]
+        if isinstance(node, ast.While) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1:
+            t = node.test
+            if isinstance(t.ops[0], ast.LtE) and isinstance(t.left, ast.Name):
+                seq = _len_of(t.comparators[0])
+                if seq and _index_uses(node.body, seq, t.left.id):
+                    found.append((node.lineno, f"`{t.left.id} <= len({seq})` lets `{seq}[{t.left.id}]` "
+                                               "run one past the end; use `<`"))
+    return sorted(set(found))
+
+
+@register_pf("code_off_by_one")
+class CodeOffByOnePF(ProgramFunction):
+    max_fires = 1
+
+    def _scan(self, arg):
+        view = code_view(arg)
+        return view, (find_off_by_one(view.tree) if view.tree is not None else [])
+
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "FINAL" and bool(self._scan(arg)[1])
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        view, found = self._scan(arg)
+        return Intervention(type=InterventionType.INJECT_CONTEXT,
+                            context_text=format_findings("OFF-BY-ONE CHECK", found, view, ADVICE),
+                            reason=f"{len(found)} index/bound(s) past the end")
