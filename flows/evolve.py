@@ -23,7 +23,25 @@ from hasp.llm.lazy import LazyPolicy
 from tasks import phases
 from tasks.cache import content_hash, key_of
 
-CODE_DIR = Path(__file__).resolve().parents[1] / "hasp"
+# Every hasp module an epoch executes; their sources (plus the prompt files) are the code part of
+# each cache key, so editing an unrelated domain package does not invalidate the epoch's cache.
+EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.propose",
+                 "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.signals.coarse",
+                 "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandbox",
+                 "hasp.pf.sandbox_worker", "hasp.pf.sandbox_policy", "hasp.track.epoch_report",
+                 "hasp.llm.endpoints")
+
+
+def code_version() -> str:
+    import importlib
+    import sys
+
+    for name in EPOCH_MODULES:
+        importlib.import_module(name)
+    files = sorted({Path(m.__file__) for n, m in list(sys.modules.items())
+                    if (n == "hasp" or n.startswith("hasp.")) and getattr(m, "__file__", None)})
+    files += sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
+    return key_of(*[(f.name, content_hash(f)) for f in files])
 
 
 def _model_identity(params: Any) -> str:
@@ -49,7 +67,7 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
     data_dir, ep_dir = out / "data", out / f"epoch_{epoch}"
     ep_dir.mkdir(parents=True, exist_ok=True)
     history = out / "proposal_history.jsonl"
-    code = content_hash(CODE_DIR)
+    code = code_version()
     model_id = _model_identity(p)
     teacher = teacher_client(p.teacher, p.llm)
     teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"

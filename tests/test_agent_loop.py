@@ -28,6 +28,9 @@ SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
     ("Answer: Tom\nmore text", ("FINAL", "Tom")),
     ("SEARCH: who founded X\nREAD[1]", ("SEARCH", "who founded X")),
     ("The answer is: 2018.", ("FINAL", "2018")),
+    ("Action: FINAL[(1+1+1)*8]", ("FINAL", "(1+1+1)*8")),
+    ("FINAL[\\frac{1}{2}]", ("FINAL", "\\frac{1}{2}")),
+    ("SEARCH[Ana Morro born", ("SEARCH", "Ana Morro born")),
 ])
 def test_parser_tolerates_sloppy_formats(text, expected):
     r = parse_action(text)

@@ -9,15 +9,51 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 ACTIONS = ("SEARCH", "READ", "FINAL")
 _ALIASES = {"ANSWER": "FINAL", "FINISH": "FINAL", "FINAL ANSWER": "FINAL", "FINAL_ANSWER": "FINAL",
             "LOOKUP": "SEARCH", "QUERY": "SEARCH", "OPEN": "READ"}
 _NAME = r"(SEARCH|READ|FINAL[ _]ANSWER|FINAL|ANSWER|FINISH|LOOKUP|QUERY|OPEN)"
-_BRACKETED = re.compile(_NAME + r"\s*[\[\(\{<]\s*(.+?)\s*[\]\)\}>]", re.I | re.S)
+_OPEN = re.compile(_NAME + r"\s*([\[\(\{<])", re.I)
+_CLOSE = {"[": "]", "(": ")", "{": "}", "<": ">"}
 _COLON = re.compile(r"(?:^|\n|Action\s*:\s*)" + _NAME + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I)
 _STATED = re.compile(r"\bthe (?:final )?answer is\s*:?\s*(.+?)\s*(?:\n|$)", re.I)
 _THOUGHT = re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|SEARCH|READ|FINAL)\b|\Z)", re.I | re.S)
+
+
+@dataclass
+class _Match:
+    """Position, action name and argument of one bracketed action."""
+
+    pos: int
+    name: str
+    arg: str
+
+    def start(self) -> int:
+        return self.pos
+
+    def group(self, i: int) -> str:
+        return self.name if i == 1 else self.arg
+
+
+def _bracketed(text: str) -> _Match | None:
+    """First NAME[...] with *balanced* brackets, so FINAL[(1+1+1)*8] keeps its parentheses."""
+    for m in _OPEN.finditer(text):
+        opener = m.group(2)
+        closer, depth = _CLOSE[opener], 0
+        for j in range(m.end() - 1, len(text)):
+            ch = text[j]
+            if ch == opener:
+                depth += 1
+            elif ch == closer:
+                depth -= 1
+                if depth == 0:
+                    return _Match(m.start(), m.group(1), text[m.end():j])
+        line_end = text.find("\n", m.end())  # unclosed: take the rest of the line
+        arg = text[m.end(): line_end if line_end >= 0 else len(text)]
+        return _Match(m.start(), m.group(1), arg)
+    return None
 
 
 @dataclass
@@ -43,9 +79,8 @@ def parse_action(text: str) -> ParsedAction | ParseFailure:
     text = text or ""
     m_t = _THOUGHT.search(text)
     thought = (m_t.group(1) if m_t else text.split("\n", 1)[0]).strip()[:1000]
-    candidates = []
-    for rx in (_BRACKETED, _COLON):
-        m = rx.search(text)
+    candidates: list[tuple[int, Any]] = []
+    for m in (_bracketed(text), _COLON.search(text)):
         if m:
             candidates.append((m.start(), m))
     if not candidates:

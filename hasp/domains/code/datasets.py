@@ -221,6 +221,7 @@ _EVALPLUS_HARNESS = '''
 import copy as _hasp_copy
 import json as _hasp_json
 import math as _hasp_math
+import re as _hasp_re
 
 
 def _hasp_restore(value, template):
@@ -229,6 +230,13 @@ def _hasp_restore(value, template):
         return value
     if isinstance(value, str) and isinstance(template, complex):
         return complex(value)
+    if isinstance(value, str) and isinstance(template, (int, float)) and not isinstance(template, bool):
+        for conv in ((int, float) if isinstance(template, int) else (float,)):
+            try:
+                return conv(value)
+            except ValueError:
+                pass
+        return value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(template, complex):
         return complex(value)
     if isinstance(value, list) and isinstance(template, (list, tuple, set, frozenset)):
@@ -270,6 +278,8 @@ def _hasp_close(got, exp, tol):
 
 
 def _hasp_same(got, exp, tol):
+    if isinstance(exp, _hasp_re.Match) and isinstance(got, _hasp_re.Match):
+        return got.span() == exp.span() and got.group() == exp.group()
     try:
         if got == exp:
             return True

@@ -423,7 +423,11 @@ def _hasp_driver():
         report("killed", "memory limit: MemoryError while the tests ran")
     except AssertionError as e:
         tb = e.__traceback__
-        report("failed", "assertion failed" + where(tb, "<tests>") + (f": {str(e)[:1500]}" if str(e) else ""))
+        try:
+            msg = str(e)
+        except BaseException:
+            msg = ""
+        report("failed", f"assertion failed: {msg[:1500]}" if msg else "assertion failed" + where(tb, "<tests>"))
     except BaseException as e:
         tb = e.__traceback__
         if isinstance(e, OSError) and e.errno == 27:

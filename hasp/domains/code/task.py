@@ -82,7 +82,8 @@ def extract_code(text: str | None, entry_point: str | None = None) -> str:
     Fenced blocks win (python-tagged or untagged; an unterminated last fence counts):
     the last block defining ``entry_point``, else the longest block with a ``def``/``class``,
     else the first block. Without fences: the text itself if it parses (also as an indented
-    function body), else from the first line that starts code, trimmed of trailing prose."""
+    function body), else from the first line that starts code, trimmed of trailing prose;
+    "" when nothing in the text looks like code."""
     if not text:
         return ""
     text = _THINK.sub("", text.replace("\r\n", "\n"))
@@ -103,7 +104,9 @@ def extract_code(text: str | None, entry_point: str | None = None) -> str:
     m = _CODE_START.search(text)
     if m:
         return _trim_to_parse(text[m.start():])
-    return _trim_to_parse(stripped) if stripped[:1].isspace() else stripped.strip()
+    if stripped[:1].isspace():
+        return _trim_to_parse(stripped)
+    return ""  # prose without anything that parses or looks like code
 
 
 def build_program(item: CodeItem, code: str) -> str:
