@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
+export HASP_LLM_THREADS=${HASP_LLM_THREADS:-2}  # the demo has the machine to itself
 exec hasp demo "$@"

@@ -68,7 +68,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
                       pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
-    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                               pad_token_id=tok.pad_token_id)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
@@ -141,7 +142,7 @@ def test_weighted_loss_is_linear_in_weights_and_matches_trl(tiny_model_dir: Path
     ex, _ = prepare_rows(rows[:2], tok, SFTRecipe(weighting="loss"))
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     args = SFTConfig(output_dir=str(tmp_path / "t"), use_cpu=True, bf16=False, fp16=False, report_to=[],
-                     gradient_checkpointing=False, per_device_train_batch_size=2, completion_only_loss=True,
+                     activation_checkpointing=False, per_device_train_batch_size=2, completion_only_loss=True,
                      save_strategy="no", max_length=1024)
     trainer = WeightedSFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(ex), processing_class=tok,
                                  peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
@@ -217,6 +218,7 @@ def test_train_sft_oversample_end_to_end(tiny_model_dir: Path, rows: list[dict],
 @pytest.mark.model
 @pytest.mark.skipif(not (REAL_MODEL / "config.json").is_file(), reason="embedded model folder not prepared")
 def test_train_sft_real_135m_two_steps(rows: list[dict], tmp_path: Path) -> None:
-    recipe = SFTRecipe(max_steps=2, learning_rate=2e-4, per_device_train_batch_size=2)
+    recipe = SFTRecipe(max_steps=2, learning_rate=2e-4, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                       torch_threads=0)  # auto: idle cores; oversubscribed threads are 3-5x slower
     res = train_sft(REAL_MODEL, _rows_file(tmp_path, rows[:4]), tmp_path / "run", recipe)
     _check_outputs(res, 2)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -89,8 +90,8 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
 def _need_str(path: Path, n: int, row: dict[str, Any], key: str, *, empty_ok: bool = False) -> str:
     v = row.get(key)
     if not isinstance(v, str) or (not empty_ok and not v.strip()):
-        raise CodeDatasetError(f"{path}: row {n}: field {key!r} must be a {'string' if empty_ok else 'non-empty string'}"
-                               f" (got {type(v).__name__})")
+        kind = "string" if empty_ok else "non-empty string"
+        raise CodeDatasetError(f"{path}: row {n}: field {key!r} must be a {kind} (got {type(v).__name__})")
     return v
 
 
@@ -107,9 +108,18 @@ def _task_id(path: Path, n: int, row: dict[str, Any]) -> str:
     return str(v)
 
 
+def _parse_quietly(src: str) -> ast.Module:
+    """``ast.parse`` without the SyntaxWarnings/DeprecationWarnings old dataset code triggers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(src)
+
+
 def _check_compiles(path: Path, n: int, key: str, src: str) -> None:
     try:
-        compile(src, f"<{key}>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(src, f"<{key}>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
         raise CodeDatasetError(f"{path}: row {n}: field {key!r} is not valid Python ({e})") from e
 
@@ -151,7 +161,7 @@ def load_humaneval(path: str | Path | None = None) -> list[CodeItem]:
 
 def _called_names(src: str) -> list[str]:
     try:
-        tree = ast.parse(src)
+        tree = _parse_quietly(src)
     except SyntaxError:
         return []
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
@@ -161,7 +171,7 @@ def _called_names(src: str) -> list[str]:
 
 def _defined_functions(src: str) -> list[str]:
     try:
-        tree = ast.parse(src)
+        tree = _parse_quietly(src)
     except SyntaxError:
         return []
     return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
@@ -345,7 +355,7 @@ def _json_inputs(path: Path, n: int, row: dict[str, Any], key: str) -> list[list
 def _assertion_template(assertion: str, entry: str) -> list[Any] | None:
     """Literal arguments of the first ``entry(...)`` call in the row's assertions."""
     try:
-        tree = ast.parse(assertion)
+        tree = _parse_quietly(assertion)
     except (SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):

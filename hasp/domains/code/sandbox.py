@@ -83,7 +83,7 @@ STATUSES: tuple[str, ...] = ("passed", "failed", "timeout", "error", "killed")
 MAX_DETAIL_CHARS = 2000
 OUTPUT_TAIL_BYTES = 4000
 
-# Landlock (x86_64 syscall numbers; rights from <linux/landlock.h>)
+# Landlock (syscall numbers are the same on every architecture; rights from <linux/landlock.h>)
 _NR_LANDLOCK_CREATE, _NR_LANDLOCK_ADD_RULE, _NR_LANDLOCK_RESTRICT = 444, 445, 446
 _LL_FS_WRITE_RIGHTS = {  # right -> first ABI that knows it
     1 << 1: 1,   # WRITE_FILE
@@ -292,8 +292,12 @@ def _hasp_driver():
                     roots[p] = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 except OSError:
                     pass
+    was_root = os.geteuid() == 0
     fail_soft("uid", drop_uid)
-    if roots and prot.get("uid") not in (0, False, None):
+    prot["uid"] = os.geteuid()
+    prot["uid_dropped"] = was_root and prot["uid"] != 0
+    prot["unprivileged"] = prot["uid"] != 0
+    if roots and prot["uid_dropped"]:
         by_len = sorted(roots, key=len, reverse=True)
 
         def remap(path):
@@ -308,8 +312,7 @@ def _hasp_driver():
                 pth[:] = [remap(p) if isinstance(p, str) else p for p in pth]
         sys.path_importer_cache.clear()
         prot["import_roots_via_fd"] = len(roots)
-    prot["uid_dropped"] = prot.get("uid") not in (0, False)
-    prot["pdeathsig"] = libc.prctl(1, 9, 0, 0, 0) == 0                    # PR_SET_PDEATHSIG, SIGKILL
+    prot["pdeathsig"] = libc.prctl(c["PR_SET_PDEATHSIG"], c["SIGKILL"], 0, 0, 0) == 0
     prot["no_new_privs"] = libc.prctl(c["PR_SET_NO_NEW_PRIVS"], 1, 0, 0, 0) == 0
     prot["not_dumpable"] = libc.prctl(c["PR_SET_DUMPABLE"], 0, 0, 0, 0) == 0
 
@@ -318,7 +321,7 @@ def _hasp_driver():
         if not job["landlock"]:
             return False
         u64, i32 = ctypes.c_uint64, ctypes.c_int32
-        abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+        abi = libc.syscall(c["NR_LL_CREATE"], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
         if abi < 1:
             errno_fail("landlock unsupported")
         fs = 0
@@ -333,7 +336,7 @@ def _hasp_driver():
             _fields_ = [("allowed", u64), ("parent_fd", i32)]
         attr = Attr(fs, c["LL_NET"] if abi >= 4 else 0, c["LL_SCOPES"] if abi >= 6 else 0)
         size = 8 if abi < 4 else 16 if abi < 6 else 24
-        rfd = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+        rfd = libc.syscall(c["NR_LL_CREATE"], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
         if rfd < 0:
             errno_fail("landlock_create_ruleset")
         try:
@@ -342,11 +345,13 @@ def _hasp_driver():
                 pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
                     rule = Beneath(rights, pfd)
-                    if libc.syscall(445, ctypes.c_int(rfd), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    ok = libc.syscall(c["NR_LL_ADD_RULE"], ctypes.c_int(rfd), ctypes.c_int(1),  # PATH_BENEATH
+                                      ctypes.byref(rule), ctypes.c_uint32(0))
+                    if ok != 0:
                         errno_fail(f"landlock_add_rule({path})")
                 finally:
                     os.close(pfd)
-            if libc.syscall(446, ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
+            if libc.syscall(c["NR_LL_RESTRICT"], ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
                 errno_fail("landlock_restrict_self")
         finally:
             os.close(rfd)
@@ -441,6 +446,7 @@ _hasp_driver()
 
 # ---------------------------------------------------------------------------- host side
 
+@lru_cache(maxsize=1)
 def _landlock_abi() -> int:
     try:
         import ctypes
@@ -519,7 +525,9 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
                   "PR_SET_DUMPABLE": _sw.PR_SET_DUMPABLE, "PR_SET_SECCOMP": _sw.PR_SET_SECCOMP,
                   "SECCOMP_MODE_FILTER": _sw.SECCOMP_MODE_FILTER, "LL_EXEC": _LL_FS_EXECUTE,
                   "LL_DEVNULL": _LL_FS_DEVNULL_RIGHTS, "LL_DEVICES": _LL_FS_DIR_DEVICE_RIGHTS,
-                  "LL_NET": _LL_NET_TCP, "LL_SCOPES": _LL_SCOPES},
+                  "LL_NET": _LL_NET_TCP, "LL_SCOPES": _LL_SCOPES, "NR_LL_CREATE": _NR_LANDLOCK_CREATE,
+                  "NR_LL_ADD_RULE": _NR_LANDLOCK_ADD_RULE, "NR_LL_RESTRICT": _NR_LANDLOCK_RESTRICT,
+                  "PR_SET_PDEATHSIG": 1, "SIGKILL": int(signal.SIGKILL)},
     }
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
            "TMPDIR": workdir}
@@ -546,6 +554,9 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
         finally:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
             try:
                 rc = proc.wait(timeout=10)
             except subprocess.TimeoutExpired:  # pragma: no cover - unkillable?

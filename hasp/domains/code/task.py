@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -38,7 +39,9 @@ _CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@
 
 def render_messages(item: CodeItem, skills_text: str = "") -> list[dict[str, str]]:
     """System + user message for one problem; ``skills_text`` is the skills' prompt block."""
-    system = SYSTEM_PROMPT + (f"\n\nGuidelines from the skill library:\n{skills_text.strip()}" if skills_text.strip() else "")
+    system = SYSTEM_PROMPT
+    if skills_text.strip():
+        system += f"\n\nGuidelines from the skill library:\n{skills_text.strip()}"
     if item.prefix:
         user = ("Complete the following Python function. Reply with the complete function (signature "
                 "included, with any imports and helpers it needs).\n\n```python\n" + item.prompt.rstrip() + "\n```")
@@ -49,16 +52,23 @@ def render_messages(item: CodeItem, skills_text: str = "") -> list[dict[str, str
 
 # ---------------------------------------------------------------------------- extraction
 
+def _parse(src: str) -> ast.Module:
+    with warnings.catch_warnings():  # model code with "\d" in plain strings etc.
+        warnings.simplefilter("ignore")
+        return ast.parse(src)
+
+
 def _parses(src: str) -> bool:
     try:
-        ast.parse(src)
+        _parse(src)
         return True
     except (SyntaxError, ValueError):
         return False
 
 
 def _defines(src: str, name: str) -> bool:
-    return bool(name) and re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", src, re.M) is not None
+    pattern = rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\("
+    return bool(name) and re.search(pattern, src, re.M) is not None
 
 
 def _trim_to_parse(src: str, max_trims: int = 60) -> str:
@@ -117,13 +127,12 @@ def build_program(item: CodeItem, code: str) -> str:
         return code
     prefix = item.prefix.rstrip("\n") + "\n"
     first = next((ln for ln in code.split("\n") if ln.strip()), "")
-    if _defines(code, item.entry_point) or not first:
-        if _defines(code, item.entry_point) and not first[:1].isspace():
-            return prefix + "\n\n" + code
-        if _defines(code, item.entry_point):
-            return prefix + "\n\n" + textwrap.dedent(code)
-        return prefix + code
-    if first[:1].isspace():  # an indented body continues the prompt's function
+    indented = first[:1].isspace()
+    if not first:
+        return prefix
+    if _defines(code, item.entry_point):  # a full function: it replaces the prompt's stub
+        return prefix + "\n\n" + (textwrap.dedent(code) if indented else code)
+    if indented:  # an indented body continues the prompt's function
         return prefix + code
     return prefix + textwrap.indent(code, "    ")  # an unindented body
 
@@ -177,13 +186,18 @@ class CodeView:
 @lru_cache(maxsize=256)
 def code_view(text: str) -> CodeView:
     """Parse a FINAL argument (raw completion or code) into a ``CodeView`` (cached)."""
-    code = extract_code(text) if "```" in (text or "") or "<think>" in (text or "") else (text or "")
+    raw = text or ""
+    first = next((ln for ln in raw.split("\n") if ln.strip()), "")
+    looks_like_code = bool(_CODE_START.match(first)) or first[:1].isspace() or _parses(raw)
+    # Raw code is analysed as written (a syntax error must stay visible); fenced or
+    # prose-wrapped completions are reduced to their code first.
+    code = raw if looks_like_code and "```" not in raw and "<think>" not in raw else (extract_code(raw) or raw)
     try:
-        tree = ast.parse(code)
+        tree = _parse(code)
     except (SyntaxError, ValueError) as e:
         dedented = textwrap.dedent(code)
         try:
-            return CodeView(dedented, ast.parse(dedented))
+            return CodeView(dedented, _parse(dedented))
         except (SyntaxError, ValueError):
             pass
         return CodeView(code, None, f"{type(e).__name__}: {getattr(e, 'msg', e)}", getattr(e, "lineno", 0) or 0)

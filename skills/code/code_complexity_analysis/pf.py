@@ -67,7 +67,9 @@ def find_complexity_risks(tree):
             for n in ast.walk(stmt):
                 if isinstance(n, ast.Call):
                     f = n.func
-                    if isinstance(f, ast.Name) and f.id == "sorted" or isinstance(f, ast.Attribute) and f.attr == "sort":
+                    is_sort = (isinstance(f, ast.Name) and f.id == "sorted") or (
+                        isinstance(f, ast.Attribute) and f.attr == "sort")
+                    if is_sort:
                         found.append((n.lineno, "sorting inside a loop: O(n^2 log n) overall; sort once outside"))
                     elif isinstance(f, ast.Attribute) and f.attr == "index" and n.args:
                         found.append((n.lineno, "`.index(...)` inside a loop scans the sequence every iteration"))

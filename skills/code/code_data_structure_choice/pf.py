@@ -24,7 +24,8 @@ def _list_names(fn):
     for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs):
         ann = a.annotation
         base = ann.value if isinstance(ann, ast.Subscript) else ann
-        if isinstance(base, ast.Name) and base.id in _LISTY_ANN or isinstance(base, ast.Attribute) and base.attr in _LISTY_ANN:
+        base_name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+        if base_name in _LISTY_ANN:
             names.add(a.arg)
     # rebinding to a set/dict anywhere removes it
     for n in ast.walk(fn):

@@ -40,8 +40,10 @@ def find_io_risks(tree, entry):
     if fn is None or _is_generator(fn):
         return sorted(set(found))
     returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
-    valued = [r for r in returns if r.value is not None and not (isinstance(r.value, ast.Constant) and r.value.value is None)]
-    prints = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
+    valued = [r for r in returns
+              if r.value is not None and not (isinstance(r.value, ast.Constant) and r.value.value is None)]
+    prints = [n for n in ast.walk(fn)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"]
     body_is_stub = all(isinstance(s, (ast.Pass, ast.Expr)) for s in fn.body)
     if not valued and prints:
         found.append((prints[0].lineno, f"`{fn.name}` prints its result but returns None"))
@@ -53,7 +55,8 @@ def find_io_risks(tree, entry):
         for r in valued:
             v = r.value
             if isinstance(v, ast.Constant) and v.value is not None and type(v.value) not in ok:
-                found.append((r.lineno, f"returns {v.value!r} ({type(v.value).__name__}) but the signature says -> {ann}"))
+                found.append((r.lineno, f"returns {v.value!r} ({type(v.value).__name__}) but the signature "
+                                        f"says -> {ann}"))
             if ann != "str" and isinstance(v, ast.JoinedStr):
                 found.append((r.lineno, f"returns an f-string but the signature says -> {ann}"))
     elif ann in _COLLECTION_ANN:

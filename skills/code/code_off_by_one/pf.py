@@ -61,8 +61,9 @@ def find_off_by_one(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
             lp = _len_plus(node.slice)
             if lp and lp[0] == node.value.id:
-                found.append((node.lineno, f"`{node.value.id}[len({node.value.id}){' + ' + str(lp[1]) if lp[1] else ''}]` "
-                                           "is always out of range; the last element is at len - 1"))
+                name, plus = node.value.id, f" + {lp[1]}" if lp[1] else ""
+                found.append((node.lineno, f"`{name}[len({name}){plus}]` is always out of range; the last "
+                                           "element is at len - 1"))
         # for i in range(...len(seq) + k...) with seq[i + j] in the body
         if (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call)
                 and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and node.iter.args):
@@ -77,9 +78,10 @@ def find_off_by_one(tree):
                 continue  # the body checks the bound itself
             for sub, j in _index_uses(node.body, seq, var):
                 if k + j >= 1:
-                    found.append((sub.lineno, f"`{var}` goes up to len({seq}){' + ' + str(k - 1) if k > 1 else ''}"
-                                              f"{' - 1' if k == 0 else ''}, so `{seq}[{var}{' + ' + str(j) if j else ''}]` "
-                                              f"is past the end on the last iteration"))
+                    top = "len(%s)%s" % (seq, f" + {k - 1}" if k > 1 else " - 1" if k == 0 else "")
+                    index = f"{seq}[{var}{f' + {j}' if j else ''}]"
+                    found.append((node.lineno, f"`{var}` goes up to {top}, so `{index}` (line {sub.lineno}) "
+                                               "is past the end on the last iteration"))
         # while i <= len(seq): ... seq[i]
         if isinstance(node, ast.While) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1:
             t = node.test

@@ -1,0 +1,241 @@
+"""Single-step episodes (math, code) through the same PF dispatcher and trajectory records.
+
+A single-step domain asks the policy once and treats the answer it extracts as the action
+``FINAL[answer]``. The episode is the search loop's step reduced to its core:
+
+1. one policy call on the domain's messages;
+2. ``extract(text) -> (thought, answer | None)`` finds the proposed answer (the FINAL argument);
+3. ``ctx_builder(thought, answer)`` builds the step context the domain's ``pre_final`` PFs read;
+4. :class:`hasp.pf.dispatcher.Dispatcher` runs the PFs on ``("FINAL", answer)`` — a PF may rewrite
+   the answer (MODIFY_ACTION) or add hints (INJECT_CONTEXT); the step gets its audit event e_t;
+5. if PFs injected hints and ``revise`` is on, the model gets ONE revision turn (its own reply,
+   then a user turn with the hints); the revised answer is a second step with its own audit
+   event, dispatched by the same per-episode dispatcher (so per-episode PF caps hold);
+6. ``scorer(answer)`` grades the last executed answer: ``em = f1 = score`` (1.0/0.0).
+
+There is no domain branch in here: prompts, extraction, context and grading come in as the
+functions passed, which is the point of the paper's claim that one dispatcher serves web search,
+math and code unchanged. The result is an ordinary :class:`~hasp.agent.records.Trajectory`, so
+signal scoring, training-data building, failure detection and MLflow logging apply as they are.
+
+``Trajectory.terminated`` is ``"final"`` when some step produced an answer, else ``"max_steps"``
+(the one-step budget ran out without an action), as in the multi-step loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hasp.agent.loop import AgentConfig, Policy
+from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.agent.variants import Variant, get_variant
+from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.dispatcher import DispatchResult, Dispatcher
+
+__all__ = [
+    "DEFAULT_FORMAT_HINT", "REVISE_TEMPLATE", "Extract", "Scorer", "CtxBuilder", "evaluate_variants",
+    "library_info", "revision_message", "run_single_step", "skills_prompt", "summarize_single_step",
+]
+
+#: extract(model text) -> (thought, proposed answer or None when the reply holds no answer)
+Extract = Callable[[str], "tuple[str, str | None]"]
+#: scorer(answer) -> score in [0, 1], or (score, feedback dict recorded in the audit's Δ_t)
+Scorer = Callable[[str], "float | tuple[float, dict[str, Any]]"]
+#: ctx_builder(thought, answer) -> the step context (App. C.5 names + domain keys) the PFs read
+CtxBuilder = Callable[[str, str], "dict[str, Any]"]
+
+DEFAULT_FORMAT_HINT = "give your final answer as FINAL[...]"
+REVISE_TEMPLATE = ("A checker looked at your answer and found:\n{hints}\n\n"
+                   "If a check points to a problem, fix it; if everything checks out, keep your answer. "
+                   "Revise and {format_hint}.")
+_NO_ANSWER = "no answer found in the reply"
+_STATE_STR_CHARS = 300
+
+
+def revision_message(contexts: Sequence[str], format_hint: str = DEFAULT_FORMAT_HINT) -> str:
+    """The user turn of the revision: the PF hints, then the instruction to answer again."""
+    hints = "\n".join(f"- {c.strip()}" for c in contexts if c and c.strip())
+    return REVISE_TEMPLATE.format(hints=hints, format_hint=format_hint)
+
+
+def library_info(library: Any) -> dict[str, Any]:
+    """Size and load errors of a skill library, for an evaluation summary ({} without a library)."""
+    if library is None:
+        return {}
+    return {"library_size": len(library.skills), "library_load_errors": list(library.load_errors)}
+
+
+def skills_prompt(library: Any, limit: int | None = None) -> str:
+    """Prompt-only rendering of a skill library: one ``- summary`` line per active skill."""
+    skills = list(getattr(library, "skills", []) or [])[:limit]
+    lines = [f"- {(s.spec.system_summary or s.spec.description).strip()}" for s in skills]
+    return "\n".join(ln for ln in lines if ln != "- ")
+
+
+def _state(ctx: dict[str, Any]) -> dict[str, Any]:
+    """s_t for the audit record: the context without PF-private keys and the (long) question."""
+    out: dict[str, Any] = {}
+    for k, v in ctx.items():
+        if k.startswith("_") or k == "question":
+            continue
+        if isinstance(v, str) and len(v) > _STATE_STR_CHARS:
+            v = v[:_STATE_STR_CHARS] + "..."
+        if v is None or isinstance(v, (str, int, float, bool)) or (
+                isinstance(v, (list, tuple)) and all(isinstance(x, (str, int, float, bool)) for x in v)):
+            out[k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _grade(scorer: Scorer, answer: str) -> tuple[float, dict[str, Any]]:
+    got = scorer(answer)
+    if isinstance(got, tuple):
+        value, extra = got
+        return float(value), dict(extra or {})
+    return float(got), {}
+
+
+def _audit(ctx: dict[str, Any], answer: str, d: DispatchResult) -> AuditEvent:
+    return AuditEvent(state=_state(ctx), a_orig=Action("FINAL", answer), a_final=Action(d.action_type, d.arg),
+                      context=list(d.contexts), mode=d.mode, errors=list(d.errors),
+                      fired=[{"skill_id": f.skill_id, "type": f.type, "reason": f.reason, "applied": f.applied}
+                             for f in d.fired],
+                      dispatch_s=d.elapsed_s)
+
+
+def run_single_step(*, qid: str, question: str, answers: Sequence[str],
+                    messages: Sequence[dict[str, str]], policy: Policy, pfs: Sequence[ProgramFunction],
+                    variant: Variant | str, cfg: AgentConfig, extract: Extract, scorer: Scorer,
+                    ctx_builder: CtxBuilder, teacher: Teacher | None = None, revise: bool = True,
+                    label: str | None = None, format_hint: str = DEFAULT_FORMAT_HINT,
+                    score_steps: bool = True, stop: list[str] | None = None) -> Trajectory:
+    """Run one single-step episode (plus at most one PF-triggered revision turn).
+
+    ``messages`` are the domain's prompt, already rendered for the variant (skill summaries in
+    the system prompt for ``prompt``). PFs run only when ``variant.use_pfs``; ``react`` and
+    ``prompt`` therefore never fire and never revise. ``label`` overrides the variant name stored
+    in the trajectory. With ``score_steps`` every answered step's score is kept in its audit
+    feedback (``feedback["score"]``), so the effect of the revision can be measured; only the last
+    answer counts for ``em``. The model never sees a score.
+
+    A non-final answered step that a PF rewrote (MODIFY_ACTION) has its rewritten answer in
+    ``a_final``; if the revision reply holds no answer, that rewritten first answer is the prediction.
+    """
+    v = get_variant(variant) if isinstance(variant, str) else variant
+    t0 = time.perf_counter()
+    traj = Trajectory(qid=str(qid), question=question, answers=list(answers), variant=label or v.name)
+    dispatcher = Dispatcher(list(pfs) if v.use_pfs else [], teacher=teacher, max_modify_fires=cfg.max_modify_fires)
+    convo = [dict(m) for m in messages]
+    private: dict[str, Any] = {}
+    history: list[str] = []
+    max_steps = 2 if (revise and v.use_pfs) else 1
+    for i in range(max_steps):
+        ts = time.perf_counter()
+        reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
+                            seed=cfg.seed)
+        traj.prompt_tokens += int(getattr(reply, "prompt_tokens", 0) or 0)
+        traj.completion_tokens += int(getattr(reply, "completion_tokens", 0) or 0)
+        text = reply.text or ""
+        step = StepRecord(index=i, raw_output=text, llm_s=time.perf_counter() - ts,
+                          prompt_messages=[dict(m) for m in convo])
+        traj.steps.append(step)
+        thought, answer = extract(text)
+        step.thought = thought or ""
+        if answer is None:
+            step.parse_error = _NO_ANSWER
+            step.step_s = time.perf_counter() - ts
+            break
+        ctx = ctx_builder(step.thought, answer)
+        ctx.update({"step_count": i, "max_steps": max_steps, "action_history": list(history), **private})
+        d = dispatcher.dispatch(ctx, "FINAL", answer)
+        private.update({k: val for k, val in ctx.items() if k.startswith("_")})
+        audit = _audit(ctx, answer, d)
+        traj.pf_errors += d.errors
+        step.audit = audit
+        history.append(audit.a_final.render())
+        traj.prediction, traj.terminated = audit.a_final.arg, "final"
+        if d.contexts:
+            step.observation = "\n" + "\n".join(d.contexts)  # the loop's convention: tool output "" + hints
+        last = i == max_steps - 1 or not d.contexts
+        audit.feedback = {"final": last}
+        if score_steps or last:
+            s, extra = _grade(scorer, audit.a_final.arg)
+            audit.feedback.update({"score": s, **extra})
+        if not last:
+            audit.feedback["revision_requested"] = True
+            convo += [{"role": "assistant", "content": text.strip() or "(empty)"},
+                      {"role": "user", "content": revision_message(d.contexts, format_hint)}]
+        step.step_s = time.perf_counter() - ts
+        if last:
+            break
+    if traj.terminated != "final":
+        traj.terminated = "max_steps"
+    audited = traj.audits()
+    if audited:
+        fb = audited[-1].feedback
+        if "score" not in fb:
+            s, extra = _grade(scorer, audited[-1].a_final.arg)
+            fb.update({"score": s, **extra})
+        traj.em = traj.f1 = float(fb["score"])
+    traj.wall_s = time.perf_counter() - t0
+    return traj
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def summarize_single_step(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """``summarize_rollout`` plus the single-step views: accuracy, PF action- vs context-level
+    share, revision rate and the accuracy of the first (pre-revision) answers."""
+    from hasp.evolve.epoch import summarize_rollout
+
+    s = summarize_rollout(list(trajs))
+    n = max(1, len(trajs))
+    types = Counter(f.get("type") for t in trajs for a in t.audits() for f in a.fired if f.get("applied", True))
+    action, context = types.get("MODIFY_ACTION", 0), types.get("INJECT_CONTEXT", 0)
+    firsts = [t.audits()[0].feedback.get("score") for t in trajs if t.audits()]
+    firsts = [float(x) for x in firsts if isinstance(x, (int, float))]
+    revised = [t for t in trajs if any(a.feedback.get("revision_requested") for a in t.audits())]
+    first_of = {id(t): float(t.audits()[0].feedback.get("score", t.em)) for t in revised}
+    s.update({
+        "accuracy": s["em"],
+        "pf_action_fires": action,
+        "pf_context_fires": context,
+        "pf_action_share": action / (action + context) if action + context else 0.0,
+        "pf_context_share": context / (action + context) if action + context else 0.0,
+        "episodes_with_fires": sum(1 for t in trajs if t.fired_skills()) / n,
+        "revised_rate": len(revised) / n,
+        "first_answer_accuracy": (sum(firsts) / len(trajs)) if trajs else 0.0,
+        "revision_fixed": sum(1 for t in revised if t.em > first_of[id(t)]),
+        "revision_broke": sum(1 for t in revised if t.em < first_of[id(t)]),
+    })
+    return s
+
+
+def evaluate_variants(items: Sequence[Any], variants: Sequence[str],
+                      episode_for: Callable[[Variant], Callable[[Any], Trajectory]], out_dir: Path, *,
+                      concurrency: int = 8, extra_metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                      progress: bool = True, desc: str = "") -> dict[str, dict[str, Any]]:
+    """Run every variant over ``items``; write ``out_dir/<variant>.jsonl`` and ``metrics.json``."""
+    from hasp.agent.rollout import run_many, write_trajectories
+    from hasp.evolve.epoch import write_json
+
+    out_dir = Path(out_dir)
+    results: dict[str, dict[str, Any]] = {}
+    for name in variants:
+        v = get_variant(name)
+        t0 = time.perf_counter()
+        trajs = run_many(list(items), episode_for(v), concurrency=concurrency,
+                         desc=f"{desc}:{name}" if desc else name, progress=progress)
+        wall = time.perf_counter() - t0
+        write_trajectories(trajs, out_dir / f"{name}.jsonl")
+        summary = summarize_single_step(trajs)
+        summary["wall_s"] = wall
+        if extra_metrics is not None:
+            summary.update(extra_metrics(summary))
+        results[name] = summary
+    write_json(results, out_dir / "metrics.json")
+    return results

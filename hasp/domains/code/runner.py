@@ -1,0 +1,89 @@
+"""Code episodes through the shared single-step runner (``hasp.agent.single_step``).
+
+The domain supplies ``render_messages``, :func:`split_completion` (the FINAL argument is the
+extracted program), ``final_context`` (the PF context) and the sandboxed ``score``; the
+dispatcher, audit events, revision turn and trajectories are the ones math and search use.
+``em`` is 1.0 when the item's tests pass, so a variant's mean ``em`` is pass@1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hasp.agent.loop import AgentConfig, Policy
+from hasp.agent.records import Trajectory
+from hasp.agent.single_step import evaluate_variants, library_info, run_single_step, skills_prompt
+from hasp.agent.variants import Variant, get_variant
+from hasp.domains.code.datasets import CodeItem
+from hasp.domains.code.task import extract_code, final_context, render_messages, score
+from hasp.pf.base import Teacher
+from hasp.pf.library import SkillLibrary, load_library
+
+DOMAIN = "code"
+FORMAT_HINT = "reply with the complete corrected function in a single ```python code block"
+_FENCED = re.compile(r"```[^\n]*\n.*?(?:\n[ \t]*```|\Z)", re.S)
+_THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.S | re.I)
+
+
+def split_completion(text: str | None, entry_point: str | None = None) -> tuple[str, str | None]:
+    """(thought, code): the code is what :func:`extract_code` finds (None when there is none), the
+    thought is the prose around it (fenced blocks and the code itself removed)."""
+    text = text or ""
+    code = extract_code(text, entry_point)
+    if not code.strip():
+        return text.strip(), None
+    think = " ".join(m.strip() for m in _THINK.findall(text))
+    prose = _FENCED.sub("", _THINK.sub("", text))
+    if code in prose:
+        prose = prose.replace(code, "")
+    thought = "\n".join(p for p in (think, prose.strip()) if p)
+    return thought, code
+
+
+def grade(item: CodeItem, code: str, **kw: Any) -> tuple[float, dict[str, Any]]:
+    """Sandboxed tests → (1.0/0.0, feedback for the audit: status and a short detail)."""
+    r = score(item, code, **kw)
+    return float(r.passed), {"status": r.status, "detail": (r.detail or "")[:300]}
+
+
+def episode_fn(policy: Policy, library: SkillLibrary | None, cfg: AgentConfig, variant: Variant | str, *,
+               teacher: Teacher | None = None, revise: bool = True, label: str | None = None,
+               score_steps: bool = True, timeout_s: float = 10.0) -> Callable[[CodeItem], Trajectory]:
+    """``item -> Trajectory`` for one variant: ``react`` (no PFs, no skills), ``prompt`` (skill
+    summaries in the system prompt), ``pf`` (the library's PFs on the FINAL program)."""
+    v = get_variant(variant) if isinstance(variant, str) else variant
+    pfs = library.pfs() if (library is not None and v.use_pfs) else []
+    skills_text = skills_prompt(library) if (library is not None and v.skills_in_prompt) else ""
+
+    def run(item: CodeItem) -> Trajectory:
+        return run_single_step(
+            qid=item.task_id, question=item.prompt, answers=[],
+            messages=render_messages(item, skills_text), policy=policy, pfs=pfs, variant=v, cfg=cfg,
+            extract=lambda text: split_completion(text, item.entry_point),
+            scorer=lambda code: grade(item, code, timeout_s=timeout_s),
+            ctx_builder=lambda thought, code: final_context(item, thought),
+            teacher=teacher, revise=revise, label=label, format_hint=FORMAT_HINT, score_steps=score_steps)
+
+    return run
+
+
+def evaluate_domain(domain: str, items: Sequence[CodeItem], variants: Sequence[str], policy: Policy,
+                    library_root: Path | None, out_dir: Path, concurrency: int = 8, *,
+                    cfg: AgentConfig | None = None, teacher: Teacher | None = None, revise: bool = True,
+                    progress: bool = True) -> dict[str, dict[str, Any]]:
+    """Every variant over ``items``: ``out_dir/<variant>.jsonl`` + ``metrics.json``; returns
+    ``{variant: summary}`` with ``accuracy`` = ``pass@1`` = ``em``."""
+    cfg = cfg or AgentConfig(max_steps=1, max_tokens=384)
+    lib = load_library(Path(library_root), domain or DOMAIN) if library_root is not None else None
+    try:
+        return evaluate_variants(
+            items, variants,
+            lambda v: episode_fn(policy, lib, cfg, v, teacher=teacher, revise=revise),
+            Path(out_dir), concurrency=concurrency, progress=progress, desc=domain or DOMAIN,
+            extra_metrics=lambda s: {"pass@1": s["em"], **library_info(lib)})
+    finally:
+        if lib is not None:
+            lib.close()
