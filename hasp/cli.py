@@ -186,6 +186,30 @@ def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Pa
     typer.echo(json.dumps(s.get("metrics", s), default=str))
 
 
+@app.command("eval-domain")
+def eval_domain_cmd(domain: Annotated[str, typer.Option(help="math | code")],
+                    dataset: Annotated[str, typer.Option(help="game24 | humaneval | a file path (kind:path for code)")],
+                    limit: Optional[int] = None, variants: str = "react,prompt,pf",
+                    params: ParamsOpt = Path("params.yaml"), out: Optional[Path] = None) -> None:
+    """Single-step math/code evaluation through the same dispatcher; logs one MLflow run."""
+    from hasp.domains.eval_cli import run_domain_eval
+
+    res = run_domain_eval(domain, dataset, limit, [v.strip() for v in variants.split(",") if v.strip()],
+                          params, out or Path("outputs") / f"eval_{domain}")
+    for v, m in res["results"].items():
+        typer.echo(f"{domain}/{dataset} {v:8s} n={m['n']} accuracy={m.get('accuracy', m['em']):.3f} "
+                   f"pf_fires={m['pf_fires_total']}")
+    typer.echo(f"MLflow run {res['run_id']}")
+
+
+@app.command("retriever-serve")
+def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, topk: int = 3) -> None:
+    """Serve a BM25 index over CORPUS (jsonl of {id, contents}) with the Search-R1 /retrieve API."""
+    from hasp.domains.search.retriever_server import serve
+
+    serve(corpus, host, port, topk=topk)
+
+
 @app.command("eval")
 def eval_cmd(library: Library = Path("outputs/epoch_0/library"), data: Path = Path("outputs/data"),
              out: Path = Path("outputs/eval"), trained: Optional[Path] = Path("outputs/train/merged"),

@@ -1,0 +1,299 @@
+"""Single-step math and code episodes through the same PF dispatcher and Trajectory records."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hasp.agent.loop import AgentConfig
+from hasp.agent.records import Trajectory
+from hasp.agent.rollout import read_trajectories
+from hasp.agent.single_step import REVISE_TEMPLATE, run_single_step, summarize_single_step
+from hasp.domains.code import runner as code_runner
+from hasp.domains.code.datasets import load_humaneval
+from hasp.domains.math import runner as math_runner
+from hasp.domains.math.datasets import MathItem
+from hasp.domains.math.task import math_ctx, score, split_output
+from hasp.pf.library import load_library
+from hasp.signals.coarse import score_trajectory
+from hasp.train.data import build_sft_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+MATH_SKILLS = ROOT / "skills" / "math"
+CODE_SKILLS = ROOT / "skills" / "code"
+CFG = AgentConfig(max_steps=1, max_tokens=128)
+
+G24 = MathItem(id="g24-1-1-4-6", kind="game24", numbers=[1, 1, 4, 6], answers=[], source="test",
+               problem="Make 24 from the numbers [1, 1, 4, 6]. Combine them with +, -, * and / and "
+                       "parentheses, using every number exactly once. Give the expression as your answer.")
+NUMERIC = MathItem(id="n-42", problem="What is 6 times 7?", answers=["42"], kind="numeric", source="test")
+
+WRONG_G24 = "Thought: 1+1+4 is 6, times 4 is 24.\nFINAL[(1+1+4)*4]"
+RIGHT_G24 = "Thought: 4*6 is 24 and 1*1 keeps it.\nFINAL[4*6*1*1]"
+
+HE0_WRONG = '''Compare each number with the next one.
+```python
+def has_close_elements(numbers, threshold):
+    for i in range(len(numbers)):
+        if abs(numbers[i] - numbers[i + 1]) < threshold:
+            return True
+    return False
+```'''
+HE0_RIGHT = '''Compare every pair.
+```python
+def has_close_elements(numbers, threshold):
+    for i in range(len(numbers)):
+        for j in range(i + 1, len(numbers)):
+            if abs(numbers[i] - numbers[j]) < threshold:
+                return True
+    return False
+```'''
+
+
+@dataclass
+class Reply:
+    text: str
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+
+
+class ScriptedPolicy:
+    """Test double: returns fixed replies in order (then ``default``) and records every prompt."""
+
+    def __init__(self, replies, default: str = "FINAL[0]"):
+        self.replies = list(replies)
+        self.default = default
+        self.seen: list[list[dict[str, str]]] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        with self._lock:
+            self.seen.append([dict(m) for m in messages])
+            return Reply(self.replies.pop(0) if self.replies else self.default)
+
+
+@pytest.fixture(scope="module")
+def math_lib():
+    lib = load_library(MATH_SKILLS, "math")
+    assert lib.load_errors == []
+    yield lib
+    lib.close()
+
+
+@pytest.fixture(scope="module")
+def code_lib():
+    lib = load_library(CODE_SKILLS, "code")
+    yield lib
+    lib.close()
+
+
+@pytest.fixture(scope="module")
+def he0():
+    return next(it for it in load_humaneval() if it.task_id == "HumanEval/0")
+
+
+def _math_episode(item, pol, lib, variant="pf", **kw) -> Trajectory:
+    return math_runner.episode_fn(pol, lib, CFG, variant, **kw)(item)
+
+
+# ----------------------------------------------------------------------------- math
+
+
+def test_game24_verification_pf_triggers_a_successful_revision(math_lib):
+    pol = ScriptedPolicy([WRONG_G24, RIGHT_G24])
+    t = _math_episode(G24, pol, math_lib)
+    assert isinstance(t, Trajectory) and t.variant == "pf"
+    assert t.em == 1.0 and t.f1 == 1.0 and t.prediction == "4*6*1*1" and t.terminated == "final"
+    assert len(t.steps) == 2 and len(pol.seen) == 2
+    first, second = t.audits()
+    assert first.a_orig.type == "FINAL" and first.a_orig.arg == "(1+1+4)*4" and first.a_final == first.a_orig
+    fired = {f["skill_id"] for f in first.fired}
+    assert "verification_missing" in fired and first.mode == "INJECT_CONTEXT"
+    assert any("4 used 2x" in c for c in first.context)
+    assert first.feedback["score"] == 0.0 and first.feedback["revision_requested"] and not first.feedback["final"]
+    assert second.a_orig.arg == "4*6*1*1" and second.feedback == {"final": True, "score": 1.0}
+    assert any("Verified" in c for c in second.context)  # the second answer has its own audit
+    assert second.state["step_count"] == 1 and second.state["action_history"] == ["FINAL[(1+1+4)*4]"]
+    assert t.steps[0].thought.startswith("1+1+4") and t.steps[0].observation.endswith(first.context[-1])
+    # the revision turn: the model's own reply, then the hints and the format instruction
+    rev = pol.seen[1]
+    assert rev[:2] == pol.seen[0] and rev[2] == {"role": "assistant", "content": WRONG_G24}
+    assert rev[3]["role"] == "user" and "A checker" in rev[3]["content"] and "4 used 2x" in rev[3]["content"]
+    assert "FINAL[answer]" in rev[3]["content"]
+    assert t.steps[1].prompt_messages == rev
+    assert t.prompt_tokens == 22 and t.completion_tokens == 14
+    assert t.fired_skills().count("verification_missing") == 2
+    # lossless JSON round trip, and the downstream code runs unchanged on it
+    back = Trajectory.from_dict(json.loads(json.dumps(t.to_dict())))
+    assert back == t
+    scores = score_trajectory(t)
+    assert len(scores.steps) == 2
+    rows = build_sft_rows([t], reward_floor=-1.0)
+    assert rows and rows[0]["qid"] == G24.id and rows[0]["messages"][-1]["role"] == "assistant"
+
+
+def test_final_format_error_modifies_the_action(math_lib):
+    pol = ScriptedPolicy(["6 times 7 is 42. FINAL[\\boxed{42}]"])
+    t = _math_episode(NUMERIC, pol, math_lib, revise=False)
+    (a,) = t.audits()
+    assert a.a_orig.arg == "\\boxed{42}" and a.a_final.arg == "42" and a.was_modified
+    assert a.mode == "MODIFY_ACTION" and t.prediction == "42" and t.em == 1.0
+    assert len(pol.seen) == 1 and len(t.steps) == 1  # revise=False: no second turn
+    s = summarize_single_step([t])
+    assert s["pf_action_fires"] == 1 and 0 < s["pf_action_share"] < 1 and s["accuracy"] == 1.0
+
+
+def test_revision_without_an_answer_keeps_the_first_answer(math_lib):
+    pol = ScriptedPolicy([RIGHT_G24, "I am not sure any more."])
+    t = _math_episode(G24, pol, math_lib)
+    assert len(t.steps) == 2 and t.steps[1].audit is None and t.steps[1].parse_error
+    assert t.prediction == "4*6*1*1" and t.em == 1.0 and t.terminated == "final"
+
+
+def test_no_answer_is_a_recorded_model_failure(math_lib):
+    t = _math_episode(G24, ScriptedPolicy(["Let me think about 24."]), math_lib)
+    assert t.terminated == "max_steps" and t.em == 0.0 and t.prediction == ""
+    assert len(t.steps) == 1 and t.steps[0].audit is None and t.steps[0].parse_error
+
+
+def test_react_variant_never_fires(math_lib, code_lib, he0):
+    pol = ScriptedPolicy([WRONG_G24, RIGHT_G24])
+    t = _math_episode(G24, pol, math_lib, variant="react")
+    assert t.variant == "react" and len(pol.seen) == 1 and len(t.steps) == 1
+    (a,) = t.audits()
+    assert a.fired == [] and a.context == [] and a.mode == "none" and t.em == 0.0
+    assert "Checks to apply" not in pol.seen[0][0]["content"]
+    cpol = ScriptedPolicy([HE0_WRONG, HE0_RIGHT])
+    ct = code_runner.episode_fn(cpol, code_lib, CFG, "react")(he0)
+    assert len(cpol.seen) == 1 and ct.fired_skills() == [] and ct.em == 0.0
+    # PFs handed straight to run_single_step are ignored for a variant without PFs
+    t2 = run_single_step(qid="x", question=G24.problem, answers=[], messages=[{"role": "user", "content": "q"}],
+                         policy=ScriptedPolicy([WRONG_G24]), pfs=math_lib.pfs(), variant="react", cfg=CFG,
+                         extract=split_output, scorer=lambda ans: score(G24, ans),
+                         ctx_builder=lambda th, ans: math_ctx(G24, th))
+    assert t2.fired_skills() == [] and len(t2.steps) == 1
+
+
+def test_prompt_variant_puts_skill_summaries_in_the_system_prompt(math_lib, code_lib, he0):
+    pol = ScriptedPolicy([WRONG_G24])
+    t = _math_episode(G24, pol, math_lib, variant="prompt")
+    system = pol.seen[0][0]
+    assert system["role"] == "system"
+    summary = math_lib.get("verification_missing").spec.system_summary.strip()
+    assert summary and summary in system["content"]
+    assert t.variant == "prompt" and t.fired_skills() == [] and len(t.steps) == 1
+    cpol = ScriptedPolicy([HE0_RIGHT])
+    ct = code_runner.episode_fn(cpol, code_lib, CFG, "prompt")(he0)
+    code_summary = code_lib.skills[0].spec.system_summary.strip()
+    assert code_summary in cpol.seen[0][0]["content"] and ct.fired_skills() == []
+    pf_pol = ScriptedPolicy([RIGHT_G24, RIGHT_G24])
+    _math_episode(G24, pf_pol, math_lib, variant="pf")
+    assert summary not in pf_pol.seen[0][0]["content"]
+
+
+# ----------------------------------------------------------------------------- code
+
+
+def test_humaneval0_wrong_then_correct_through_the_real_sandbox(code_lib, he0):
+    pol = ScriptedPolicy([HE0_WRONG, HE0_RIGHT])
+    t = code_runner.episode_fn(pol, code_lib, CFG, "pf")(he0)
+    assert t.qid == "HumanEval/0" and len(t.steps) == 2 and t.em == 1.0 and t.terminated == "final"
+    first, second = t.audits()
+    assert first.a_orig.type == "FINAL" and first.a_orig.arg.startswith("def has_close_elements")
+    assert "```" not in first.a_orig.arg and first.a_final == first.a_orig  # code PFs never rewrite code
+    assert "code_off_by_one" in {f["skill_id"] for f in first.fired}
+    assert any("OFF-BY-ONE" in c for c in first.context)
+    assert first.feedback["score"] == 0.0 and first.feedback["status"] in ("failed", "error")
+    assert second.feedback["score"] == 1.0 and second.feedback["status"] == "passed"
+    assert "range(i + 1" in t.prediction
+    assert t.steps[0].thought == "Compare each number with the next one."
+    rev = pol.seen[1][-1]["content"]
+    assert "OFF-BY-ONE" in rev and "```python" in rev
+
+
+def test_split_completion():
+    assert code_runner.split_completion("no code here, sorry") == ("no code here, sorry", None)
+    thought, code = code_runner.split_completion(HE0_RIGHT, "has_close_elements")
+    assert thought == "Compare every pair." and code.startswith("def has_close_elements")
+    thought, code = code_runner.split_completion("def f(x):\n    return x\n", "f")
+    assert thought == "" and code == "def f(x):\n    return x"
+
+
+# ----------------------------------------------------------------------------- evaluation + MLflow
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default artifact root is relative to the working directory
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path
+
+
+def test_evaluate_domain_and_log_eval_to_mlflow(mlflow_store, code_lib, he0):
+    import mlflow
+
+    from hasp.track.eval_report import log_eval
+
+    out = mlflow_store / "eval_math"
+    items = [G24, NUMERIC]
+    # concurrency 1 keeps the scripted replies in item order: react, prompt (1 call each), then pf
+    pol = ScriptedPolicy([WRONG_G24, "FINAL[42]", WRONG_G24, "FINAL[41]",
+                          WRONG_G24, RIGHT_G24, "FINAL[41]", "Check: 6*7=42. FINAL[42]"])
+    res = math_runner.evaluate_domain("math", items, ["react", "prompt", "pf"], pol, MATH_SKILLS, out, 1,
+                                      cfg=CFG, progress=False)
+    assert set(res) == {"react", "prompt", "pf"} and not pol.replies
+    assert res["react"]["accuracy"] == 0.5 and res["prompt"]["accuracy"] == 0.0
+    pf = res["pf"]
+    assert pf["accuracy"] == 1.0 and pf["first_answer_accuracy"] == 0.0 and pf["revised_rate"] == 1.0
+    assert pf["revision_fixed"] == 2 and pf["revision_broke"] == 0
+    assert pf["pf_fires"]["verification_missing"] == 4 and pf["pf_context_share"] > 0
+    assert res["react"]["pf_fires_total"] == 0 and pf["library_size"] == 11
+    assert pf["prompt_tokens"] > 0 and pf["wall_s"] > 0
+    assert json.loads((out / "metrics.json").read_text())["pf"]["accuracy"] == 1.0
+    assert [t.qid for t in read_trajectories(out / "pf.jsonl")] == [G24.id, NUMERIC.id]
+
+    cout = mlflow_store / "eval_code"
+    cres = code_runner.evaluate_domain("code", [he0], ["pf"], ScriptedPolicy([HE0_WRONG, HE0_RIGHT]),
+                                       CODE_SKILLS, cout, 1, cfg=CFG, progress=False)
+    assert cres["pf"]["pass@1"] == 1.0 == cres["pf"]["accuracy"]
+
+    run_id = log_eval(res, experiment="hasp-math-test", run_name="math-eval", params={"dataset": "unit", "n": 2},
+                      tags={"hasp.domain": "math"}, out_dir=out)
+    crun = log_eval(cres, experiment="hasp-code-test", run_name="code-eval", params={}, tags={}, out_dir=cout)
+    client = mlflow.tracking.MlflowClient()
+    run = client.get_run(run_id)
+    m = run.data.metrics
+    assert m["pf.accuracy"] == 1.0 and m["react.accuracy"] == 0.5 and m["pf.first_answer_accuracy"] == 0.0
+    assert m["pf.fires.verification_missing"] == 4 and "pf.pf_action_share" in m and "pf.pf_context_share" in m
+    assert m["pf.completion_tokens"] > 0 and m["pf.wall_s"] > 0 and "react.fires.verification_missing" not in m
+    assert run.data.params["dataset"] == "unit" and run.data.tags["hasp.domain"] == "math"
+    arts = {a.path for a in client.list_artifacts(run_id)}
+    assert "metrics.json" in arts and "trajectories" in arts
+    assert client.get_run(crun).data.metrics["pf.pass_at_1"] == 1.0
+
+
+def test_run_domain_eval_with_an_injected_policy(mlflow_store, tmp_path):
+    import mlflow
+
+    from hasp.domains.eval_cli import run_domain_eval
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    out = tmp_path / "out"
+    res = run_domain_eval("math", "game24", 2, ["react", "pf"], tmp_path / "params.yaml", out,
+                          library_root=MATH_SKILLS, policy=ScriptedPolicy([], default="FINAL[1+1]"),
+                          concurrency=1, progress=False)
+    assert res["n_items"] == 2 and set(res["results"]) == {"react", "pf"}
+    assert res["results"]["pf"]["n"] == 2 and res["results"]["pf"]["pf_fires_total"] > 0
+    assert (out / "react.jsonl").exists() and (out / "pf.jsonl").exists()
+    run = mlflow.tracking.MlflowClient().get_run(res["run_id"])
+    assert run.data.tags["hasp.dataset"] == "game24" and "pf.accuracy" in run.data.metrics
+    with pytest.raises(ValueError):
+        run_domain_eval("math", "game24", 1, ["nope"], tmp_path / "params.yaml", out, policy=ScriptedPolicy([]))
+
+
+def test_revision_message_wording():
+    assert "{hints}" in REVISE_TEMPLATE and "{format_hint}" in REVISE_TEMPLATE
