@@ -8,8 +8,6 @@ come back in input order so a rollout file is deterministic for a given policy.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,12 +31,9 @@ def run_many(items: Sequence[Any], episode: Callable[[Any], Trajectory], *, conc
 
 def write_trajectories(trajs: Sequence[Trajectory], path: Path) -> None:
     """Atomic write: a killed run never leaves a half-written trajectory file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        for t in trajs:
-            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    from hasp.train.data import write_jsonl
+
+    write_jsonl((t.to_dict() for t in trajs), path)
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -205,18 +204,9 @@ class FeedbackHistory:
         path = Path(path) if path is not None else self.path
         if path is None:
             raise ValueError("FeedbackHistory.save needs a path")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for e in self.entries:
-                    f.write(json.dumps(asdict(e), ensure_ascii=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from hasp.train.data import write_jsonl
+
+        write_jsonl([asdict(e) for e in self.entries], path)
         self.path = path
         return path
 
