@@ -26,6 +26,9 @@ class ProgramFunction:
     needs_teacher: ClassVar[bool] = False
     #: per-episode cap on how often this PF may fire (None = only the runtime limits)
     max_fires: ClassVar[int | None] = None
+    #: FINAL-time handler (App. B.2): None = no handler, "code" = deterministic check,
+    #: "llm" = asks the teacher and is skipped when no teacher is configured.
+    handler_kind: ClassVar[str | None] = None
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         raise NotImplementedError
@@ -33,3 +36,14 @@ class ProgramFunction:
     def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
                   teacher: Teacher | None = None) -> Intervention:
         raise NotImplementedError
+
+    def check_final(self, ctx: dict[str, Any], answer: str,
+                    teacher: Teacher | None = None) -> str | None:
+        """FINAL-time handler vote: a short reason to send the agent back to SEARCH, or None.
+
+        Only called when ``handler_kind`` is set and handlers are enabled. Votes of all
+        handlers on one FINAL are counted; the runtime overrides FINAL only when the
+        count reaches the domain's vote threshold, and at most once per episode, so a
+        single noisy handler can never loop the agent.
+        """
+        return None
