@@ -53,8 +53,10 @@ from hasp.domains.math.task import (
     game24_numbers,
     math_ctx,
     pre_final,
+    bare_game24_answer,
     score,
     split_output,
+    split_output_for,
 )
 from hasp.pf.intervention import InterventionType
 from hasp.pf.library import load_library
@@ -460,6 +462,28 @@ AIME = MathItem(id="a", problem="Find the remainder when N is divided by 1000.",
 ])
 def test_score(item: MathItem, pred: str | None, expected: float) -> None:
     assert score(item, pred) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("24 = 2 * 3 + 4", "2 * 3 + 4"),                    # what SmolLM2-135M writes
+    ("so (1+1+1)*8 = 24.", "(1+1+1)*8"),                # words around the equation dropped
+    ("(8 / (3 - 8/3)) = 24", "(8 / (3 - 8/3))"),
+    ("first 3*8 = 24\nthen 24 = (1+1+1) * 8", "(1+1+1) * 8"),  # the last equation wins
+    ("24 = 24", None),                                  # no arithmetic: not an answer
+    ("I think 8 * 3 is the way", None),                 # no equation with 24
+    ("2 * 3 = 6", None),                                # equation, but not for 24
+    ("", None),
+])
+def test_bare_game24_answer(text: str, expected: str | None) -> None:
+    assert bare_game24_answer(text) == expected
+
+
+def test_split_output_for_marks_how_the_answer_was_found() -> None:
+    assert split_output_for(G24, "Thought: ok\nFINAL[(1+1+1)*8]") == ("ok", "(1+1+1)*8", "final")
+    thought, answer, fmt = split_output_for(G24, "24 = (1+1+1)*8")
+    assert (answer, fmt) == ("(1+1+1)*8", "bare") and score(G24, answer) == 1.0
+    assert split_output_for(AIME, "24 = 2*12")[1:] == (None, "none")  # the fallback is 24-game only
+    assert split_output_for(G24, "no idea")[1:] == (None, "none")
 
 
 def test_split_output_and_messages() -> None:

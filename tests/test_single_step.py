@@ -147,6 +147,19 @@ def test_final_format_error_modifies_the_action(math_lib):
     assert s["pf_action_fires"] == 1 and 0 < s["pf_action_share"] < 1 and s["accuracy"] == 1.0
 
 
+def test_bare_equation_answer_is_graded_and_the_format_pf_asks_for_final(math_lib):
+    pol = ScriptedPolicy(["24 = (1+1+4)*4", "FINAL[4*6*1*1]"])
+    t = _math_episode(G24, pol, math_lib)
+    first, second = t.audits()
+    assert first.a_orig.arg == "(1+1+4)*4" and first.state["answer_format"] == "bare"
+    assert "final_format_error" in {f["skill_id"] for f in first.fired}
+    assert any("no FINAL[...] line" in c for c in first.context)
+    assert second.state["answer_format"] == "final" and t.em == 1.0
+    # without PFs the same bare reply is still graded (same extraction for every variant)
+    t2 = _math_episode(G24, ScriptedPolicy(["24 = 4*6*1*1"]), math_lib, variant="react")
+    assert t2.prediction == "4*6*1*1" and t2.em == 1.0
+
+
 def test_revision_without_an_answer_keeps_the_first_answer(math_lib):
     pol = ScriptedPolicy([RIGHT_G24, "I am not sure any more."])
     t = _math_episode(G24, pol, math_lib)

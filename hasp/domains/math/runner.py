@@ -16,7 +16,7 @@ from hasp.agent.records import Trajectory
 from hasp.agent.single_step import evaluate_variants, library_info, run_single_step, skills_prompt
 from hasp.agent.variants import Variant, get_variant
 from hasp.domains.math.datasets import MathItem
-from hasp.domains.math.task import build_messages, math_ctx, score, split_output
+from hasp.domains.math.task import build_messages, math_ctx, score, split_output_for
 from hasp.pf.base import Teacher
 from hasp.pf.library import SkillLibrary, load_library
 
@@ -34,11 +34,17 @@ def episode_fn(policy: Policy, library: SkillLibrary | None, cfg: AgentConfig, v
     skills_text = skills_prompt(library) if (library is not None and v.skills_in_prompt) else ""
 
     def run(item: MathItem) -> Trajectory:
+        fmt = {"last": "final"}  # how the current step's answer was found; read by the ctx builder
+
+        def extract(text: str) -> tuple[str, str | None]:
+            thought, answer, fmt["last"] = split_output_for(item, text)
+            return thought, answer
+
         return run_single_step(
             qid=item.id, question=item.problem, answers=item.answers,
             messages=build_messages(item, skills_text), policy=policy, pfs=pfs, variant=v, cfg=cfg,
-            extract=split_output, scorer=lambda answer: score(item, answer),
-            ctx_builder=lambda thought, answer: math_ctx(item, thought),
+            extract=extract, scorer=lambda answer: score(item, answer),
+            ctx_builder=lambda thought, answer: math_ctx(item, thought, answer_format=fmt["last"]),
             teacher=teacher, revise=revise, label=label, format_hint=FORMAT_HINT, score_steps=score_steps)
 
     return run

@@ -26,7 +26,7 @@ from hasp.pf.dispatcher import DispatchResult, Dispatcher
 
 __all__ = [
     "MathEnvironment", "MathStepResult", "SYSTEM_PROMPT", "answer_of", "build_messages", "game24_numbers",
-    "math_ctx", "pre_final", "score", "split_output", "verify_game24",
+    "bare_game24_answer", "math_ctx", "pre_final", "score", "split_output", "split_output_for", "verify_game24",
 ]
 
 SYSTEM_PROMPT = (
@@ -58,6 +58,48 @@ def split_output(text: str | None) -> tuple[str, str | None]:
     thought = text[:starts[-1]] if starts else text
     thought = re.sub(r"^\s*Thought\s*:\s*", "", thought.strip(), flags=re.I).strip()
     return thought, answer
+
+
+_EQUATION_LINE = re.compile(r"^[^=\n]*=[^=\n]*$", re.M)
+_EXPR_CHARS = r"[\d\s()+\-*/x×÷.]"
+_EXPR_TAIL = re.compile(rf"\(?\s*\d{_EXPR_CHARS}*$")      # an expression ending a text
+_EXPR_HEAD = re.compile(rf"^{_EXPR_CHARS}*\d\s*\)*")       # an expression starting a text
+_TWENTY_FOUR_END = re.compile(r"(?:^|[^\d.])24(?:\.0+)?\s*$")
+_TWENTY_FOUR_START = re.compile(r"^\s*24(?:\.0+)?(?!\d|\.\d)")
+_ARITH = re.compile(r"\d\s*\)*\s*[-+*/x×÷]\s*\(*\s*\d")
+
+
+def bare_game24_answer(text: str | None) -> str | None:
+    """The expression of the last ``… 24 = expr`` / ``expr = 24 …`` line, for replies without ``FINAL[``.
+
+    Small models often state the 24-game answer as an equation instead of the requested
+    ``FINAL[expr]``. Taking that equation's expression side keeps their attempt gradable; the
+    episode marks it as ``answer_format = "bare"`` so the format PF can still ask for FINAL[...].
+    Lines without an arithmetic expression next to a literal 24 give None.
+    """
+    for line in reversed(_EQUATION_LINE.findall(text or "")):
+        left, right = line.split("=", 1)
+        m = _EXPR_TAIL.search(left)
+        if m and _TWENTY_FOUR_START.match(right) and _ARITH.search(m.group(0)):
+            return m.group(0).strip().strip(".").strip()
+        m = _EXPR_HEAD.match(right.strip())
+        if m and _TWENTY_FOUR_END.search(left) and _ARITH.search(m.group(0)):
+            return m.group(0).strip().strip(".").strip()
+    return None
+
+
+def split_output_for(item: MathItem, text: str | None) -> tuple[str, str | None, str]:
+    """(reasoning, answer, answer_format): ``split_output`` plus, for 24-game items, the bare
+    equation fallback. ``answer_format`` is ``"final"`` (FINAL[…] or another explicit answer
+    marker), ``"bare"`` (the equation fallback) or ``"none"``."""
+    thought, answer = split_output(text)
+    if answer is not None:
+        return thought, answer, "final"
+    if item.kind == "game24":
+        bare = bare_game24_answer(text)
+        if bare is not None:
+            return thought, bare, "bare"
+    return thought, None, "none"
 
 
 def answer_of(prediction: str | None) -> str:
@@ -103,7 +145,7 @@ def game24_numbers(ctx: dict[str, Any]) -> list[int] | None:
 
 
 def math_ctx(item: MathItem, thought: str = "", *, step_count: int = 0, max_steps: int = 1,
-             action_history: list[str] | None = None) -> dict[str, Any]:
+             action_history: list[str] | None = None, answer_format: str = "final") -> dict[str, Any]:
     """The step context the math PFs see. Gold answers are deliberately not in it."""
     return {
         "question": item.problem,
@@ -115,6 +157,7 @@ def math_ctx(item: MathItem, thought: str = "", *, step_count: int = 0, max_step
         "numbers": list(item.numbers) if item.numbers else None,
         "source": item.source,
         "item_id": item.id,
+        "answer_format": answer_format,
     }
 
 

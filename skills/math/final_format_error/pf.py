@@ -35,15 +35,24 @@ def fixed_answer(ctx, arg):
     return cand
 
 
+BARE_HINT = ("[FORMAT] Your reply has no FINAL[...] line; the answer was taken from an equation in the "
+             "text. End with exactly one line FINAL[answer].")
+
+
 @register_pf("final_format_error")
 class FinalFormatErrorPF(ProgramFunction):
     max_fires = 2
 
     def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and fixed_answer(ctx, arg) is not None
+        if action_type != "FINAL":
+            return False
+        return ctx.get("answer_format") == "bare" or fixed_answer(ctx, arg) is not None
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         new = fixed_answer(ctx, arg)
+        if ctx.get("answer_format") == "bare" and new is None:
+            return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=BARE_HINT,
+                                reason="answer found without FINAL[...]")
         if new is None:
             return Intervention(type=InterventionType.NOOP, reason="answer already clean")
         return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="FINAL", new_action_arg=new,
