@@ -82,9 +82,17 @@ class Clients:
 
     def close(self) -> None:
         for c in (self.policy, self.student, self.trained):
-            closer = getattr(c, "close", None)
-            if callable(closer):
-                closer()
+            _close(c)
+
+    def release_student(self) -> None:
+        """Stop the student's server between phases (a lazy client restarts it when asked again)."""
+        _close(self.student)
+
+
+def _close(client: Any) -> None:
+    closer = getattr(client, "close", None)
+    if callable(closer):
+        closer()
 
 
 def make_clients(p: Params, out: Path) -> Clients:
@@ -147,7 +155,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     ph["propose"] = phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json"))(
         k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
         epoch=epoch, history_path=history)
-    clients.student.close()  # free its memory before the next model-heavy phases
+    clients.release_student()  # free its memory before the next model-heavy phases
     cand_h = content_hash(ep_dir / "candidates.json")
 
     if "validate" in run_phases:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from hasp.config import Params
 from hasp.evolve import epoch as ep
@@ -72,7 +73,7 @@ def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_di
     return ep.gate(epoch_dir, library, params, baseline, run_val)
 
 
-@task(name="frontier")
+@task(name="frontier", cache_policy=NO_CACHE)
 def frontier(out_root: Path, epoch: int, library_out: Path, val_summary: dict[str, Any], params: Params, *,
              seed: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Not cached: cheap, idempotent, and it must see the frontier file as it is now."""
