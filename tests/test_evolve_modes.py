@@ -425,3 +425,28 @@ def test_build_data_writes_objective_b_next_to_objective_a(epoch_files):
         assert (ed / name).exists(), name
     assert s["objective_b"]["records"] == 4 and s["objective_b"]["sft_rows"] >= 1
     assert s["objective_b"]["dpo_rows"] >= 1  # good_skill admitted vs the refused ones
+
+
+# --------------------------------------------------------------------------- CLI
+
+def test_cli_run_rejects_a_bad_filtering_value_before_prefect_starts(capsys):
+    from hasp.cli import main
+
+    assert main(["evolve", "run", "--epochs", "1", "--filtering", "bogus", "--params",
+                 str(ROOT / "params.yaml")]) == 2
+    assert "evolve.filtering" in capsys.readouterr().err
+
+
+def test_cli_gate_writes_an_empty_gate_file_when_the_val_gate_is_off(tmp_path):
+    import yaml
+
+    from hasp.cli import main
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["evolve"]["filtering"] = "exec"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    ed = tmp_path / "epoch_0"
+    assert main(["evolve", "gate", "--epoch-dir", str(ed), "--library", str(ROOT / "skills" / "search"),
+                 "--params", str(tmp_path / "params.yaml")]) == 0
+    assert json.loads((ed / "gate.json").read_text()) == []
+    assert "val gate off" in json.loads((ed / "summary_gate.json").read_text())["skipped"]
