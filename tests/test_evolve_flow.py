@@ -91,6 +91,8 @@ def env(tmp_path_factory):
     mp.setenv("PREFECT_HOME", str(work / ".prefect"))
     mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     mp.setenv("PREFECT_LOGGING_LEVEL", "WARNING")
+    # the ephemeral API server migrates a fresh database first: slow on a loaded 2-core machine
+    mp.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "240")
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"].update(n_questions=10)
