@@ -261,7 +261,6 @@ def test_val_gate_records_a_failed_run_and_refuses(epoch_files):
     def crash(library, label):
         raise RuntimeError("endpoint down")
 
-    from hasp.evolve.gate import Evidence  # noqa: F401 - the public type the phase builds
     items = [(_cand("good_skill", _code("good_skill")), _cluster(), Review.from_dict(_review("g", "ACCEPT", 0.9)))]
     (res,) = run_val_gate(items, lib, crash, {"em": 0.5, "f1": 0.5})
     assert res.delta_em is None and "endpoint down" in res.error and res.r_skill == pytest.approx(0.9)

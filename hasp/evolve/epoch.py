@@ -1,5 +1,10 @@
 """One self-improvement epoch as file-to-file phase functions (paper App. C, Phases A–H).
 
+Besides the lettered phases: ``gate`` (held-out val check of each candidate, App. E's
+ΔEM_val), ``frontier_update`` / ``rollback_to`` (best library versions by val EM) and
+``build_skill_data`` (Objective B). Which checks may refuse a candidate is the gate
+table of ``hasp.evolve.gate`` (``evolve.mode`` / ``evolve.filtering``).
+
 Each function reads its inputs from files, writes its outputs atomically and
 returns a small summary dict. The same functions back the ``hasp`` CLI (and so
 the ``dvc.yaml`` stages) and the Prefect tasks, so the two orchestrations can
@@ -277,7 +282,7 @@ def _load_list(path: Path | None) -> list[dict[str, Any]]:
     return read_json(path) if path is not None and Path(path).exists() else []
 
 
-def _evidence(epoch_dir: Path, library_in: Path, params: Params) -> list[Any]:
+def _evidence(epoch_dir: Path, library_in: Path) -> list[Any]:
     """One ``gate.Evidence`` per candidate from the epoch's files (absent phases -> None)."""
     from hasp.evolve.admit import active_ids
     from hasp.evolve.cluster import Cluster, clusters_from_json
@@ -309,7 +314,7 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate
 
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in, params)
+    evs = _evidence(epoch_dir, library_in)
     todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
     items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
     results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
@@ -349,7 +354,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
 
     epoch_dir = Path(candidates_path).parent
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in, params)
+    evs = _evidence(epoch_dir, library_in)
     tmp = library_out.with_name(f".{library_out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(library_in, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
@@ -421,7 +426,7 @@ def frontier_update(out_root: Path, epoch: int, library_out: Path, val_summary: 
                     epoch, score, target.score, target.epoch, e.rollback_tolerance)
     info = write_carry(ep_dir, carry, rolled_back_to=rolled, val_em=score, best=fr.best())
     return {"val_em": score, "val_f1": val_summary.get("f1"), "in_frontier": entered, "rolled_back_to": rolled,
-            "carry": str(carry), "frontier": [m.__dict__ for m in fr.members], **{"best_score": info["best_score"]}}
+            "carry": str(carry), "frontier": [m.__dict__ for m in fr.members], "best_score": info["best_score"]}
 
 
 def rollback_to(out_root: Path, epoch: int, dest: Path | None = None) -> Path:
