@@ -99,6 +99,7 @@ def env(tmp_path_factory):
     params["agent"].update(max_steps=3)
     params["llm"].update(base_url="http://127.0.0.1:9/v1", model="double-model", max_concurrency=2)
     params["evolve"].update(max_candidates=2, min_cluster_size=2)
+    params["train"].update(enabled=False)  # the single-epoch flow's LoRA step needs real weights
     params["tracking"]["experiment"] = "hasp-evolve-flow-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
@@ -175,3 +176,32 @@ def test_unchanged_rerun_hits_the_cache(first):
     assert {n: doubles[n].calls.n for n in doubles} == before  # not one model call
     assert res2["run_id"] == res["run_id"] and res2["eval"] == res["eval"]
     assert (work / "outputs" / "epoch_1" / "candidates.json").read_bytes() == cands
+
+
+def test_single_epoch_flow_still_runs_with_the_gate(env):
+    """``evolve_epoch_flow`` (``hasp demo``) runs the same epoch tasks, then evaluation and one MLflow run."""
+    from flows.evolve import evolve_epoch_flow
+
+    work, doubles = env
+    res = evolve_epoch_flow(params_path=str(work / "params.yaml"), out_root=str(work / "single"),
+                            library=str(work / "skills" / "search"))
+    ph = res["phases"]
+    assert ph["train"] == {"skipped": True}
+    assert set(res["eval"]) == {"react", "pf"} and ph["gate"]["val_runs"] >= 0
+    hist = json.loads((work / "single" / "epoch_0" / "library" / "library_history.json").read_text())
+    assert len(hist) == ph["propose"]["proposed"]
+    assert all("gates" in h for h in hist)
+
+
+def test_serve_registers_evolve_flow_with_a_cron_schedule(monkeypatch):
+    import flows.serve as serve
+
+    seen = {}
+    monkeypatch.setattr(serve.evolve_flow, "serve", lambda **kw: seen.update(kw))
+    serve.main(["--cron", "30 1 * * *", "--epochs", "3", "--mode", "lite", "--filtering", "exec"])
+    assert seen["cron"] == "30 1 * * *" and seen["name"] == "nightly-evolve"
+    assert seen["parameters"]["epochs"] == 3 and seen["parameters"]["mode"] == "lite"
+    assert seen["parameters"]["filtering"] == "exec"
+    seen.clear()
+    serve.main(["--cron", "0 3 * * *", "--timezone", "Europe/Berlin"])
+    assert seen["schedule"].cron == "0 3 * * *" and seen["schedule"].timezone == "Europe/Berlin"
