@@ -27,6 +27,7 @@ from hasp.evolve.epoch import history_before
 from hasp.evolve.gate import epoch_phases, static_exec
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
+from hasp.pf.library import library_hash
 from tasks import phases
 from tasks.cache import content_hash, key_of
 
@@ -172,9 +173,10 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     rev_h = content_hash(ep_dir / "reviews.json")
 
     # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's
-    # seed member. Keyed on library *content*: it is the previous epoch's "val_after" run.
+    # seed member. Keyed on the skills only (SKILL.md + pf.py, not history or snapshots): it is the
+    # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
-    k = key_of(*val_key, lib_h)
+    k = key_of(*val_key, library_hash(lib_in))
     ph["val_baseline"] = phases.val_rollout(k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
                                             policy=clients.policy, teacher=clients.teacher, label="val_baseline")
     if "gate" in run_phases:
@@ -190,7 +192,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
     evolved = ep_dir / "library"
 
-    k = key_of(*val_key, content_hash(evolved))
+    k = key_of(*val_key, library_hash(evolved))
     ph["val_after"] = phases.val_rollout(k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
                                          policy=clients.policy, teacher=clients.teacher, label="val_after")
     ph["frontier"] = phases.frontier(out, epoch, evolved, ph["val_after"], p,

@@ -148,6 +148,10 @@ def test_two_epochs_carry_the_library(first):
     assert len(gate0) == e0["gate"]["val_runs"]
     for g in gate0:
         assert g["base_em"] == e0["val_baseline"]["em"] and g["delta_em"] is not None
+    # no rollback here (EM stays flat), so epoch 1's library-alone val run is epoch 0's "val_after"
+    # run served from the cache: its trajectories file was never written
+    assert e0["frontier"]["rolled_back_to"] is None
+    assert e1["val_baseline"] == e0["val_after"] and not (out / "epoch_1" / "val_baseline.jsonl").exists()
     fr = json.loads((out / "frontier.json").read_text())
     assert {m["epoch"] for m in fr["members"]} <= {-1, 0, 1} and fr["members"]
     assert set(res["eval"]) == {"react", "pf"}
