@@ -257,8 +257,9 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
 @flow(name="hasp-evolve", log_prints=True)
 def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
                 params_path: str = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
-                start_epoch: int = 0, final_eval: bool = True) -> dict[str, Any]:
-    """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering`` override params.yaml.
+                start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None) -> dict[str, Any]:
+    """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
+    params.yaml.
 
     Epoch ``i`` starts from the library named in ``epoch_<i-1>/carry.json`` (the previous
     epoch's library, or the restored best snapshot after a rollback); the first epoch of a
@@ -267,7 +268,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     (``<out>/eval_evolution/metrics.json``)."""
     from hasp.evolve.frontier import read_carry
 
-    overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering)) if v is not None}
+    overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
+                                   ("evolve.val_gate", val_gate)) if v is not None}
     p = load_params(params_path, overrides)
     out = Path(out_root)
     data_dir = out / "data"

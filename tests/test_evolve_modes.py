@@ -449,3 +449,21 @@ def test_cli_gate_writes_an_empty_gate_file_when_the_val_gate_is_off(tmp_path):
                  "--params", str(tmp_path / "params.yaml")]) == 0
     assert json.loads((ed / "gate.json").read_text()) == []
     assert "val gate off" in json.loads((ed / "summary_gate.json").read_text())["skipped"]
+
+
+def test_cli_run_passes_mode_filtering_and_val_gate_to_the_flow(monkeypatch, capsys):
+    import flows.evolve as fe
+    from hasp.cli import main
+
+    seen = {}
+
+    def flow_double(**kw):
+        seen.update(kw)
+        return {"epochs": [], "eval": {}, "library": "lib", "run_id": "r1"}
+
+    monkeypatch.setattr(fe, "evolve_flow", flow_double)
+    assert main(["evolve", "run", "--epochs", "3", "--mode", "lite", "--filtering", "exec", "--no-val-gate",
+                 "--params", str(ROOT / "params.yaml"), "--out", "o"]) == 0
+    assert (seen["epochs"], seen["mode"], seen["filtering"], seen["val_gate"], seen["out_root"]) == (
+        3, "lite", "exec", False, "o")
+    assert "MLflow run r1" in capsys.readouterr().out

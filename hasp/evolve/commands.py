@@ -42,11 +42,14 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
                                                  help="Continue after epoch N-1 (reads its carry.json).")] = 0,
         final_eval: Annotated[bool, typer.Option("--final-eval/--no-final-eval",
                                                  help="Evaluate the final library on the test split.")] = True,
+        val_gate: Annotated[Optional[bool], typer.Option(
+            "--val-gate/--no-val-gate", help="Override evolve.val_gate (full filtering's held-out check).")] = None,
         ) -> None:
     """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
     from hasp.config import ParamsError, load_params
 
-    overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering)) if v is not None}
+    overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
+                                   ("evolve.val_gate", val_gate)) if v is not None}
     try:
         load_params(params, overrides)  # fail here, with the key named, before Prefect starts
     except ParamsError as e:
@@ -58,7 +61,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     from flows.evolve import evolve_flow
 
     res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params), out_root=str(out),
-                      library=str(library), start_epoch=start_epoch, final_eval=final_eval)
+                      library=str(library), start_epoch=start_epoch, final_eval=final_eval, val_gate=val_gate)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
         typer.echo(json.dumps({"epoch": i, "proposed": ph["propose"]["proposed"],
                                "admitted": ph["admit"]["admitted"], "library_size": ph["admit"]["library_size"],
