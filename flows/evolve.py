@@ -1,4 +1,11 @@
-"""The evolution epoch as a Prefect flow: data → A … H → LoRA SFT → evaluation → MLflow.
+"""Evolution as Prefect flows.
+
+* ``evolve_epoch_flow`` — one epoch: data → A … H (with the val gate and the frontier)
+  → LoRA SFT → evaluation → one MLflow run (``hasp demo``, the e2e test).
+* ``evolve_flow`` — N epochs (``hasp evolve run``): the same per-epoch tasks with
+  ``epoch_<i>/`` artifacts, the library carried from epoch to epoch (or rolled back to
+  the best frontier snapshot), a final test evaluation, and one MLflow run with
+  per-epoch metrics at ``step=epoch``.
 
 Runs without a server (ephemeral Prefect). Every task is cached on content hashes,
 so re-running an unchanged epoch replays summaries from the cache and skips the
@@ -9,24 +16,26 @@ For a schedule, see ``flows/serve.py``.
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from dataclasses import asdict
-
-from hasp.config import load_params
+from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
+from hasp.evolve.gate import epoch_phases, static_exec
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
+from hasp.pf.library import library_hash
 from tasks import phases
 from tasks.cache import content_hash, key_of
 
 # Every hasp module an epoch executes; their sources (plus the prompt files) are the code part of
 # each cache key, so editing an unrelated domain package does not invalidate the epoch's cache.
 EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.propose",
-                 "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.signals.coarse",
+                 "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.evolve.summarize",
+                 "hasp.evolve.gate", "hasp.evolve.frontier", "hasp.signals.coarse",
                  "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandbox",
                  "hasp.pf.sandbox_worker", "hasp.pf.sandbox_policy", "hasp.track.epoch_report",
                  "hasp.llm.endpoints")
@@ -59,66 +68,171 @@ def _fresh(*paths: Path) -> bool:
     return not all(p.exists() for p in paths)
 
 
+@dataclass
+class Clients:
+    """The model clients of a run. All lazy: a fully cached run never starts a server."""
+
+    policy: Any
+    student: Any
+    trained: Any
+    teacher: Any = None
+
+    @property
+    def started(self) -> bool:
+        return any(getattr(c, "started", False) for c in (self.policy, self.student, self.trained))
+
+    def close(self) -> None:
+        for c in (self.policy, self.student, self.trained):
+            _close(c)
+
+    def release_student(self) -> None:
+        """Stop the student's server between phases (a lazy client restarts it when asked again)."""
+        _close(self.student)
+
+
+def _close(client: Any) -> None:
+    closer = getattr(client, "close", None)
+    if callable(closer):
+        closer()
+
+
+def make_clients(p: Params, out: Path) -> Clients:
+    """Policy (greedy), student (sampling, own server), trained policy, teacher (or None).
+    Tests replace this function with one returning doubles."""
+    return Clients(
+        policy=LazyPolicy(p.llm, max_tokens=p.agent.max_tokens),
+        student=LazyPolicy(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
+                           temperature=p.evolve.proposal_temperature),
+        trained=LazyPolicy(p.llm.model_copy(update={"base_url": None}), model_dir=out / "train" / "merged",
+                           port=p.llm.port + 1, max_tokens=p.agent.max_tokens),
+        teacher=teacher_client(p.teacher, p.llm))
+
+
+@dataclass
+class RunKeys:
+    """The parts of every cache key that are fixed for a whole run."""
+
+    code: str
+    model_id: str
+    teacher_id: str
+    data_h: str
+
+
+STALE_IF_SKIPPED = {"validate": "validation.json", "review": "reviews.json", "gate": "gate.json"}
+
+
+def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, clients: Clients, keys: RunKeys,
+              *, seed_frontier: bool) -> tuple[dict[str, Any], Path]:
+    """Phases A–H of one epoch plus the val gate and the frontier; returns (summaries, carry library).
+
+    Which of D / E / val gate run comes from ``hasp.evolve.gate.epoch_phases``; files of a
+    phase that does not run are removed so an earlier run's results cannot leak into admission."""
+    ep_dir = out / f"epoch_{epoch}"
+    ep_dir.mkdir(parents=True, exist_ok=True)
+    history = out / "proposal_history.jsonl"
+    code, model_id, teacher_id, data_h = keys.code, keys.model_id, keys.teacher_id, keys.data_h
+    run_phases = epoch_phases(p.evolve)
+    for phase, name in STALE_IF_SKIPPED.items():
+        if phase not in run_phases:
+            (ep_dir / name).unlink(missing_ok=True)
+    lib_h = content_hash(lib_in)
+    agent_llm = p.section_hash("agent", "llm")
+    ph: dict[str, Any] = {}
+
+    k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id)
+    ph["rollout"] = phases.rollout.with_options(refresh_cache=_fresh(ep_dir / "rollout.jsonl"))(
+        k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher)
+    roll_h = content_hash(ep_dir / "rollout.jsonl")
+
+    summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
+    summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
+    k = key_of(code, roll_h, lib_h, p.section_hash("evolve"), summ_id, epoch)
+    ph["analyse"] = phases.analyse.with_options(refresh_cache=_fresh(ep_dir / "clusters.json"))(
+        k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch)
+    clus_h = content_hash(ep_dir / "clusters.json")
+
+    k = key_of(code, clus_h, lib_h, p.section_hash("evolve"), model_id,
+               [asdict(x) for x in history_before(history, epoch).entries], epoch)
+    ph["propose"] = phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json"))(
+        k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
+        epoch=epoch, history_path=history)
+    clients.release_student()  # free its memory before the next model-heavy phases
+    cand_h = content_hash(ep_dir / "candidates.json")
+
+    if "validate" in run_phases:
+        static = static_exec(p.evolve)
+        k = key_of(code, cand_h, static)
+        ph["validate"] = phases.validate.with_options(refresh_cache=_fresh(ep_dir / "validation.json"))(
+            k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static)
+    val_h = content_hash(ep_dir / "validation.json")
+
+    if "review" in run_phases:
+        k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve"), teacher_id)
+        ph["review"] = phases.review.with_options(refresh_cache=_fresh(ep_dir / "reviews.json"))(
+            k, ep_dir, lib_in, p, teacher=clients.teacher)
+    rev_h = content_hash(ep_dir / "reviews.json")
+
+    # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's
+    # seed member. Keyed on the skills only (SKILL.md + pf.py, not history or snapshots): it is the
+    # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
+    val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
+    k = key_of(*val_key, library_hash(lib_in))
+    ph["val_baseline"] = phases.val_rollout(k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
+                                            policy=clients.policy, teacher=clients.teacher, label="val_baseline")
+    if "gate" in run_phases:
+        k = key_of(code, data_h, lib_h, cand_h, val_h, rev_h, p.section_hash("evolve"), agent_llm, model_id,
+                   teacher_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
+        ph["gate"] = phases.gate.with_options(refresh_cache=_fresh(ep_dir / "gate.json"))(
+            k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher)
+    gate_h = content_hash(ep_dir / "gate.json")
+
+    k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve"), epoch)
+    ph["admit"] = phases.admit.with_options(
+        refresh_cache=_fresh(ep_dir / "library" / "library_history.json", ep_dir / "admission.json"))(
+        k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
+    evolved = ep_dir / "library"
+
+    k = key_of(*val_key, library_hash(evolved))
+    ph["val_after"] = phases.val_rollout(k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
+                                         policy=clients.policy, teacher=clients.teacher, label="val_after")
+    ph["frontier"] = phases.frontier(out, epoch, evolved, ph["val_after"], p,
+                                     seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
+    carry = Path(ph["frontier"]["carry"])
+
+    earlier = [content_hash(f) for f in sorted(out.glob("epoch_*/skill_records.jsonl"))
+               if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
+    k = key_of(code, roll_h, p.section_hash("signals", "evolve"), cand_h, rev_h, val_h, gate_h,
+               content_hash(ep_dir / "admission.json"), earlier)
+    ph["build_data"] = phases.build_data.with_options(refresh_cache=_fresh(ep_dir / "sft.jsonl"))(
+        k, ep_dir / "rollout.jsonl", p, ep_dir)
+    for name, summary in ph.items():
+        phases_write_summary(ep_dir, name, summary)
+    return ph, carry
+
+
+def _prepare(p: Params, data_dir: Path, code: str) -> dict[str, Any]:
+    k = key_of(code, p.section_hash("data"))
+    return phases.prepare_data.with_options(refresh_cache=_fresh(data_dir / "test.jsonl"))(k, p, data_dir)
+
+
 @flow(name="hasp-evolve-epoch", log_prints=True)
 def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs",
                       library: str = "skills/search", epoch: int = 0) -> dict[str, Any]:
     p = load_params(params_path)
     out, lib = Path(out_root), Path(library)
-    data_dir, ep_dir = out / "data", out / f"epoch_{epoch}"
-    ep_dir.mkdir(parents=True, exist_ok=True)
-    history = out / "proposal_history.jsonl"
+    data_dir = out / "data"
     code = code_version()
     model_id = _model_identity(p)
-    teacher = teacher_client(p.teacher, p.llm)
     teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"
-    policy = LazyPolicy(p.llm, max_tokens=p.agent.max_tokens)
-    student = LazyPolicy(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
-                         temperature=p.evolve.proposal_temperature)
+    clients = make_clients(p, out)
     trained_dir = out / "train" / "merged"
-    trained = LazyPolicy(p.llm.model_copy(update={"base_url": None}), model_dir=trained_dir,
-                         port=p.llm.port + 1, max_tokens=p.agent.max_tokens)
     phase_out: dict[str, Any] = {}
     try:
-        k = key_of(code, p.section_hash("data"))
-        phase_out["data"] = phases.prepare_data.with_options(refresh_cache=_fresh(data_dir / "test.jsonl"))(
-            k, p, data_dir)
-        data_h, lib_h = content_hash(data_dir), content_hash(lib)
-
-        k = key_of(code, data_h, lib_h, p.section_hash("agent", "llm"), model_id, teacher_id)
-        phase_out["rollout"] = phases.rollout.with_options(refresh_cache=_fresh(ep_dir / "rollout.jsonl"))(
-            k, p, data_dir, lib, ep_dir / "rollout.jsonl", policy=policy, teacher=teacher)
-        roll_h = content_hash(ep_dir / "rollout.jsonl")
-
-        k = key_of(code, roll_h, lib_h, p.section_hash("evolve"))
-        phase_out["analyse"] = phases.analyse.with_options(refresh_cache=_fresh(ep_dir / "clusters.json"))(
-            k, ep_dir / "rollout.jsonl", lib, p, ep_dir)
-
-        k = key_of(code, content_hash(ep_dir / "clusters.json"), lib_h, p.section_hash("evolve"), model_id,
-                   [asdict(x) for x in history_before(history, epoch).entries], epoch)
-        phase_out["propose"] = phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json"))(
-            k, ep_dir / "clusters.json", lib, p, ep_dir / "candidates.json", student=student, epoch=epoch,
-            history_path=history)
-        student.close()  # free its memory before the next model-heavy phases
-        cand_h = content_hash(ep_dir / "candidates.json")
-
-        k = key_of(code, cand_h)
-        phase_out["validate"] = phases.validate.with_options(refresh_cache=_fresh(ep_dir / "validation.json"))(
-            k, ep_dir / "candidates.json", ep_dir / "validation.json")
-
-        k = key_of(code, cand_h, content_hash(ep_dir / "validation.json"), content_hash(ep_dir / "clusters.json"),
-                   roll_h, lib_h, p.section_hash("evolve"), teacher_id)
-        phase_out["review"] = phases.review.with_options(refresh_cache=_fresh(ep_dir / "reviews.json"))(
-            k, ep_dir, lib, p, teacher=teacher)
-
-        k = key_of(code, cand_h, content_hash(ep_dir / "reviews.json"), lib_h, p.section_hash("evolve"), epoch)
-        phase_out["admit"] = phases.admit.with_options(
-            refresh_cache=_fresh(ep_dir / "library" / "library_history.json"))(
-            k, ep_dir, lib, p, epoch=epoch, history_path=history)
-        evolved = ep_dir / "library"
-
-        k = key_of(code, roll_h, p.section_hash("signals"))
-        phase_out["build_data"] = phases.build_data.with_options(refresh_cache=_fresh(ep_dir / "sft.jsonl"))(
-            k, ep_dir / "rollout.jsonl", p, ep_dir)
+        phase_out["data"] = _prepare(p, data_dir, code)
+        keys = RunKeys(code, model_id, teacher_id, content_hash(data_dir))
+        ep_phases, carry = run_epoch(p, out, data_dir, lib, epoch, clients, keys, seed_frontier=True)
+        phase_out.update(ep_phases)
+        ep_dir = out / f"epoch_{epoch}"
 
         train_key = key_of(code, content_hash(ep_dir / "sft.jsonl"), p.section_hash("train"), model_id)
         phase_out["train"] = phases.train.with_options(
@@ -126,22 +240,75 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
             train_key, ep_dir / "sft.jsonl", p, out / "train")
         has_trained = (trained_dir / "config.json").exists()
 
-        k = key_of(code, data_h, content_hash(evolved), p.section_hash("agent", "llm"), model_id,
+        k = key_of(code, keys.data_h, content_hash(carry), p.section_hash("agent", "llm"), model_id,
                    train_key if has_trained else None, teacher_id)
         eval_res = phases.evaluate.with_options(refresh_cache=_fresh(out / "eval" / "metrics.json"))(
-            k, p, data_dir, evolved, out / "eval", policy=policy,
-            trained_policy=trained if has_trained else None, teacher=teacher)
+            k, p, data_dir, carry, out / "eval", policy=clients.policy,
+            trained_policy=clients.trained if has_trained else None, teacher=clients.teacher)
     finally:
-        servers_started = policy.started or trained.started or student.started
-        for lazy in (policy, student, trained):
-            lazy.close()
-    for name, summary in phase_out.items():
-        if name not in ("data", "train"):
-            phases_write_summary(ep_dir, name, summary)
+        servers_started = clients.started
+        clients.close()
     k = key_of(code, {n: s for n, s in phase_out.items() if n != "train"}, eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
     run_id = phases.track(k, out, p, epoch)
     return {"phases": phase_out, "eval": eval_res, "run_id": run_id, "model_used": servers_started}
+
+
+@flow(name="hasp-evolve", log_prints=True)
+def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
+                params_path: str = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
+                start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None) -> dict[str, Any]:
+    """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
+    params.yaml.
+
+    Epoch ``i`` starts from the library named in ``epoch_<i-1>/carry.json`` (the previous
+    epoch's library, or the restored best snapshot after a rollback); the first epoch of a
+    run at ``start_epoch=0`` starts from ``library``. With ``final_eval`` the PF agent and the
+    plain ReAct baseline are evaluated on the test split with the final library
+    (``<out>/eval_evolution/metrics.json``)."""
+    from hasp.evolve.frontier import read_carry
+
+    overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
+                                   ("evolve.val_gate", val_gate)) if v is not None}
+    p = load_params(params_path, overrides)
+    out = Path(out_root)
+    data_dir = out / "data"
+    code = code_version()
+    clients = make_clients(p, out)
+    keys_model = (_model_identity(p), f"{p.teacher.base_url}|{p.teacher.model}")
+    lib = Path(library)
+    if start_epoch > 0:
+        prev = read_carry(out / f"epoch_{start_epoch - 1}")
+        if prev is None:
+            raise FileNotFoundError(f"{out}/epoch_{start_epoch - 1}/carry.json missing: run the earlier epochs first")
+        lib = Path(prev["library"])
+    per_epoch: list[dict[str, Any]] = []
+    eval_res: dict[str, Any] = {}
+    ran = list(range(start_epoch, start_epoch + epochs))
+    try:
+        data_sum = _prepare(p, data_dir, code)
+        keys = RunKeys(code, *keys_model, content_hash(data_dir))
+        for i in ran:
+            ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0))
+            per_epoch.append(ph)
+            print(f"epoch {i}: proposed {ph['propose']['proposed']}, admitted {ph['admit']['admitted']}, "
+                  f"library {ph['admit']['library_size']}, val EM {ph['val_after']['em']:.3f}"
+                  + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
+                     if ph["frontier"]["rolled_back_to"] is not None else ""))
+        if final_eval:
+            k = key_of(code, keys.data_h, content_hash(lib), p.section_hash("agent", "llm"), *keys_model)
+            eval_res = phases.evaluate.with_options(
+                refresh_cache=_fresh(out / "eval_evolution" / "metrics.json"))(
+                k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
+                teacher=clients.teacher)
+    finally:
+        servers_started = clients.started
+        clients.close()
+    k = key_of(code, [{n: s for n, s in ph.items() if n != "frontier"} for ph in per_epoch], eval_res,
+               p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
+    run_id = phases.track_evolution(k, out, p, ran, out / "eval_evolution" / "metrics.json" if final_eval else None)
+    return {"data": data_sum, "epochs": per_epoch, "eval": eval_res, "run_id": run_id,
+            "model_used": servers_started, "library": str(lib)}
 
 
 def phases_write_summary(ep_dir: Path, name: str, summary: dict[str, Any]) -> None:

@@ -31,6 +31,10 @@ for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve
                   (track_app, "track"), (skills_app, "skills")):
     app.add_typer(sub, name=name)
 
+from hasp.evolve.commands import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
+
+_register_evolve_commands(evolve_app)
+
 ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
 EpochDir = Annotated[Path, typer.Option("--epoch-dir", help="Output folder of the epoch (outputs/epoch_<i>).")]
 Library = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
@@ -113,10 +117,21 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
 
 @evolve_app.command("analyse")
 def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml")) -> None:
-    """Phase B: failure detection and clustering."""
-    from hasp.evolve.epoch import analyse
+    """Phase B: failure detection (+ LLM summarizer: teacher, else the student) and clustering."""
+    import contextlib
 
-    _save_summary(epoch_dir, "analyse", analyse(epoch_dir / "rollout.jsonl", library, _params(params), epoch_dir))
+    from hasp.evolve.epoch import analyse
+    from hasp.llm.endpoints import policy_client, teacher_client
+
+    p = _params(params)
+    with contextlib.ExitStack() as stack:
+        model = None
+        if p.evolve.summarizer and p.evolve.mode == "full":
+            model = teacher_client(p.teacher, p.llm) or stack.enter_context(policy_client(
+                p.llm, port=p.llm.port + 2, max_tokens=p.evolve.summarizer_max_tokens,
+                temperature=p.evolve.summarizer_temperature))
+        s = analyse(epoch_dir / "rollout.jsonl", library, p, epoch_dir, summarizer=model, epoch=_epoch_of(epoch_dir))
+    _save_summary(epoch_dir, "analyse", s)
 
 
 @evolve_app.command("propose")
@@ -135,11 +150,13 @@ def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Pa
 
 
 @evolve_app.command("validate")
-def evolve_validate(epoch_dir: EpochDir) -> None:
-    """Phase D: executable validation in the sandbox."""
+def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml")) -> None:
+    """Phase D: executable validation in the sandbox (static reading under filtering=teacher)."""
     from hasp.evolve.epoch import validate
+    from hasp.evolve.gate import static_exec
 
-    _save_summary(epoch_dir, "validate", validate(epoch_dir / "candidates.json", epoch_dir / "validation.json"))
+    _save_summary(epoch_dir, "validate", validate(epoch_dir / "candidates.json", epoch_dir / "validation.json",
+                                                  static=static_exec(_params(params).evolve)))
 
 
 @evolve_app.command("review")
@@ -303,7 +320,9 @@ def _prefect_env() -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("HASP_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
+        rc = app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
+        if isinstance(rc, int) and not isinstance(rc, bool):  # click returns typer.Exit's code here
+            return rc
     except typer.Exit as e:
         return e.exit_code
     except SystemExit as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -70,6 +70,24 @@ class EvolveParams(_Strict):
     new_group_threshold: float = Field(0.75, ge=0, le=1)
     same_group_threshold: float = Field(0.60, ge=0, le=1)
     max_library_size: int = Field(50, ge=1)
+    # --- evolution modes and ablations (App. D.5, G.3); see hasp/evolve/gate.py for the gate table
+    mode: Literal["lite", "full"] = Field("full", description="lite: sampled failures, <=3 proposals, "
+                                          "compile check + id dedup only (no clustering/review/teacher)")
+    filtering: Literal["none", "exec", "teacher", "full"] = Field(
+        "full", description="which phases gate admission: none (parse only), exec (Phase D), "
+                            "teacher (Phase E), full (D + E + val gate)")
+    val_gate: bool = Field(True, description="full filtering also refuses candidates with dEM_val < 0")
+    val_limit: int = Field(0, ge=0, description="val questions per gate run (0 = the whole val split)")
+    r_skill_lambda: float = Field(0.5, ge=0, description="r_skill = Q_skill + lambda * dEM_val (App. E)")
+    frontier_size: int = Field(3, ge=1, description="library versions kept in frontier.json (top-k by val EM)")
+    rollback_tolerance: float = Field(0.05, ge=0, description="roll back when val EM < best frontier - this")
+    summarizer: bool = Field(True, description="Phase B LLM failure summarizer on/off")
+    summarizer_temperature: float = Field(0.3, ge=0)
+    summarizer_max_tokens: int = Field(400, ge=32)
+    summarizer_retries: int = Field(1, ge=0, description="re-asks after a malformed JSON reply")
+    summarizer_max_failures: int = Field(0, ge=0, description="failed trajectories summarized (0 = all)")
+    lite_failures: int = Field(20, ge=1, description="lite mode: failed trajectories sampled")
+    lite_max_candidates: int = Field(3, ge=0, description="lite mode: proposals per epoch")
 
 
 class SignalParams(_Strict):

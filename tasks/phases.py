@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from hasp.config import Params
 from hasp.evolve import epoch as ep
@@ -33,8 +34,9 @@ def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_p
 
 
 @task(name="B-analyse", **_opts)
-def analyse(cache_key: str, rollout_path: Path, library: Path, params: Params, out_dir: Path) -> dict[str, Any]:
-    return ep.analyse(rollout_path, library, params, out_dir)
+def analyse(cache_key: str, rollout_path: Path, library: Path, params: Params, out_dir: Path, *,
+            summarizer: Any = None, epoch: int = 0) -> dict[str, Any]:
+    return ep.analyse(rollout_path, library, params, out_dir, summarizer=summarizer, epoch=epoch)
 
 
 @task(name="C-propose", **_opts)
@@ -45,14 +47,37 @@ def propose(cache_key: str, clusters_path: Path, library: Path, params: Params, 
 
 
 @task(name="D-validate", **_opts)
-def validate(cache_key: str, candidates_path: Path, out_path: Path) -> dict[str, Any]:
-    return ep.validate(candidates_path, out_path)
+def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: bool = False) -> dict[str, Any]:
+    return ep.validate(candidates_path, out_path, static=static)
 
 
 @task(name="E-review", **_opts)
 def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, teacher: Any = None) -> dict[str, Any]:
     return ep.review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
                      epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher)
+
+
+@task(name="val-rollout", **_opts)
+def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
+                policy: Any, teacher: Any = None, label: str = "val") -> dict[str, Any]:
+    """The PF agent on the val split with ``library`` (the gate's shared baseline, and the
+    library after an epoch). Keyed on the library's content, so one run serves both."""
+    return ep.rollout(params, data_dir, library, "val", out_path, policy=policy, variant="pf", teacher=teacher,
+                      limit=params.evolve.val_limit or None, label=label)
+
+
+@task(name="E2-val-gate", **_opts)
+def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_dir: Path,
+         baseline: dict[str, Any], *, policy: Any, teacher: Any = None) -> dict[str, Any]:
+    run_val = ep.val_runner(params, data_dir, epoch_dir / "val_runs", policy=policy, teacher=teacher)
+    return ep.gate(epoch_dir, library, params, baseline, run_val)
+
+
+@task(name="frontier", cache_policy=NO_CACHE)
+def frontier(out_root: Path, epoch: int, library_out: Path, val_summary: dict[str, Any], params: Params, *,
+             seed: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Not cached: cheap, idempotent, and it must see the frontier file as it is now."""
+    return ep.frontier_update(out_root, epoch, library_out, val_summary, params, seed=seed)
 
 
 @task(name="F-admit", **_opts)
@@ -84,3 +109,11 @@ def track(cache_key: str, out_root: Path, params: Params, epoch: int) -> str:
     from hasp.track.epoch_report import log_epoch
 
     return log_epoch(out_root, params, epoch=epoch)
+
+
+@task(name="track-mlflow-evolution", **_opts)
+def track_evolution(cache_key: str, out_root: Path, params: Params, epochs: list[int],
+                    final_eval: Path | None) -> str:
+    from hasp.track.epoch_report import log_evolution
+
+    return log_evolution(out_root, params, epochs, final_eval=final_eval)

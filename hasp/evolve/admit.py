@@ -44,7 +44,7 @@ from hasp.evolve.review import Review, admission_bar
 from hasp.pf.library import MAX_LIBRARY_SIZE, VERSION_DIR, scan_versions
 from hasp.pf.skill_md import SkillFormatError, parse_skill_md, render_skill_md
 
-__all__ = ["AdmissionResult", "admit", "record_decision", "read_history", "snapshot", "next_version",
+__all__ = ["AdmissionResult", "admit", "review_refusals", "structural_refusals", "record_decision", "read_history", "snapshot", "next_version",
            "active_ids", "HISTORY_FILE", "GENERATED_DIR", "TMP_PREFIX"]
 
 HISTORY_FILE = "library_history.json"
@@ -172,9 +172,9 @@ def _cluster_summary(cluster: Cluster) -> dict[str, Any]:
             "intervention_hint": rep.intervention_hint}
 
 
-def _gate(root: Path, candidate: Candidate, review: Review, cluster: Cluster,
-          max_library_size: int) -> list[str]:
-    """Every reason the candidate may not enter the library (empty list = admissible)."""
+def review_refusals(candidate: Candidate, review: Review, cluster: Cluster) -> list[str]:
+    """The default admission rule (full filtering without a val gate): the review's decision,
+    the new-/same-group bar and a PF registered under the candidate's id."""
     why = []
     bar = admission_bar(cluster.is_new_category)
     if review.decision != "ACCEPT":
@@ -186,6 +186,12 @@ def _gate(root: Path, candidate: Candidate, review: Review, cluster: Cluster,
         why.append("candidate has no PF code")
     elif registered_id(candidate.code) != candidate.skill_id:
         why.append(f"@register_pf id {registered_id(candidate.code)!r} != skill_id {candidate.skill_id!r}")
+    return why
+
+
+def structural_refusals(root: Path, candidate: Candidate, max_library_size: int) -> list[str]:
+    """What no filtering mode can waive: a folder id, a SKILL.md that parses, room in the library."""
+    why = []
     if not VERSION_DIR.match(f"{candidate.skill_id}__v1"):
         why.append(f"skill_id {candidate.skill_id!r} is not a valid folder id")
     try:
@@ -214,9 +220,13 @@ def _entry(candidate: Candidate, review: Review, cluster: Cluster, *, epoch: int
 
 
 def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: int, cluster: Cluster,
-          max_library_size: int = MAX_LIBRARY_SIZE, record: bool = True) -> AdmissionResult:
-    """Admit ``candidate`` as ``generated/<skill_id>__v<N>/`` if the review and the cap allow it.
+          max_library_size: int = MAX_LIBRARY_SIZE, record: bool = True, refusals: list[str] | None = None,
+          accept_reason: str | None = None, extra: dict[str, Any] | None = None) -> AdmissionResult:
+    """Admit ``candidate`` as ``generated/<skill_id>__v<N>/`` if the gates and the cap allow it.
 
+    ``refusals`` are the reasons of the caller's gate table (``hasp.evolve.gate``); when
+    None the default rule ``review_refusals`` applies. Structural checks always apply.
+    ``extra`` (e.g. val-gate deltas, r_skill, filtering mode) is stored in the history entry.
     Every call (admitted or not) is appended to ``library_history.json`` unless
     ``record=False``. Filesystem errors propagate after the temp folder is removed.
     """
@@ -224,10 +234,12 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
     gen = root / GENERATED_DIR
     gen.mkdir(parents=True, exist_ok=True)
     with _dir_lock(gen):
-        why = _gate(root, candidate, review, cluster, max_library_size)
+        gate_why = review_refusals(candidate, review, cluster) if refusals is None else list(refusals)
+        why = [*gate_why, *structural_refusals(root, candidate, max_library_size)]
         if why:
             entry = _entry(candidate, review, cluster, epoch=epoch, admitted=False,
                            reasons=[*why, *review.reasons], version=None, path=None)
+            entry.update(extra or {})
             if record:
                 record_decision(root, entry)
             return AdmissionResult(False, candidate.skill_id, None, None, "; ".join(why), entry)
@@ -237,10 +249,11 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
         final = gen / f"{candidate.skill_id}__v{version}"
         spec = parse_skill_md(candidate.skill_md, "<candidate SKILL.md>").model_copy(update={"version": version})
         rel = str(final.relative_to(root))
-        reasons = [f"accepted by {review.reviewer} reviewer ({review.decided_by}), "
+        reasons = [accept_reason or f"accepted by {review.reviewer} reviewer ({review.decided_by}), "
                    f"Q_skill {review.q_skill:.3f} >= bar {admission_bar(cluster.is_new_category):.2f}"]
         entry = _entry(candidate, review, cluster, epoch=epoch, admitted=True, reasons=reasons,
                        version=version, path=rel)
+        entry.update(extra or {})
         meta = {
             "skill_id": candidate.skill_id, "version": version, "epoch": epoch, "timestamp": entry["timestamp"],
             "review": {**review.to_dict(), "raw_reply": review.raw_reply[:4000]},
@@ -248,6 +261,7 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
             "candidate": {"parse_error": candidate.parse_error, "notes": list(candidate.notes),
                           "cluster_category": candidate.cluster_category},
             "code_sha256": hashlib.sha256(candidate.code.encode()).hexdigest(),
+            "gate": dict(extra or {}),
         }
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{candidate.skill_id}-", dir=gen))
         try:

@@ -1,5 +1,10 @@
 """One self-improvement epoch as file-to-file phase functions (paper App. C, Phases A–H).
 
+Besides the lettered phases: ``gate`` (held-out val check of each candidate, App. E's
+ΔEM_val), ``frontier_update`` / ``rollback_to`` (best library versions by val EM) and
+``build_skill_data`` (Objective B). Which checks may refuse a candidate is the gate
+table of ``hasp.evolve.gate`` (``evolve.mode`` / ``evolve.filtering``).
+
 Each function reads its inputs from files, writes its outputs atomically and
 returns a small summary dict. The same functions back the ``hasp`` CLI (and so
 the ``dvc.yaml`` stages) and the Prefect tasks, so the two orchestrations can
@@ -125,23 +130,50 @@ def summarize_rollout(trajs: list[Trajectory]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- Phase B
-def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Path) -> dict[str, Any]:
-    """Phase B: heuristic failure detection on EM=0 trajectories, Jaccard dedup, clustering."""
-    from hasp.evolve.cluster import cluster_patterns, clusters_to_json, existing_from_library
-    from hasp.evolve.detectors import detect_failures
+def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Path, *,
+            summarizer: Any = None, epoch: int = 0) -> dict[str, Any]:
+    """Phase B: failure patterns of EM=0 trajectories, then clusters for Phase C.
 
+    full mode: the twelve heuristic detectors plus, when ``evolve.summarizer`` is on and a
+    ``summarizer`` model is given, the LLM summarizer; patterns are deduplicated (Jaccard)
+    and clustered with novelty scores. lite mode (App. D.5): up to ``lite_failures``
+    sampled failures, heuristic detectors only, grouped by category without dedup,
+    novelty cut or size filter (``min_cluster_size=1``, ``dup_threshold=0``)."""
+    import random
+
+    from hasp.evolve.cluster import cluster_patterns, clusters_to_json, existing_from_library
+    from hasp.evolve.detectors import DETECTORS, detect_failures
+    from hasp.evolve.summarize import SummaryOutcome, summarize_failures
+
+    e = params.evolve
     trajs = read_trajectories(rollout_path)
-    patterns = detect_failures(trajs)
+    failed = [t for t in trajs if t.em == 0]
+    if e.mode == "lite" and len(failed) > e.lite_failures:
+        failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
+    patterns = detect_failures(failed)
+    llm = SummaryOutcome()
+    if e.mode == "full" and e.summarizer and summarizer is not None:
+        llm = summarize_failures(failed, summarizer, known_categories=sorted(DETECTORS),
+                                 temperature=e.summarizer_temperature, max_tokens=e.summarizer_max_tokens,
+                                 retries=e.summarizer_retries, max_concurrency=params.llm.max_concurrency,
+                                 limit=e.summarizer_max_failures)
+        patterns = patterns + llm.patterns
     lib = load_library(library_root, "search")
     try:
         existing = existing_from_library(lib)
     finally:
         lib.close()
-    clusters = cluster_patterns(patterns, existing, min_cluster_size=params.evolve.min_cluster_size)
+    if e.mode == "lite":
+        clusters = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)
+    else:
+        clusters = cluster_patterns(patterns, existing, min_cluster_size=e.min_cluster_size)
     write_json([p.to_dict() for p in patterns], out_dir / "failures.json")
+    write_json(llm.to_dict(), out_dir / "summaries.json")
     write_json(clusters_to_json(clusters), out_dir / "clusters.json")
-    return {"failed": sum(1 for t in trajs if t.em == 0), "patterns": len(patterns),
-            "pattern_categories": dict(Counter(p.category for p in patterns)),
+    return {"failed": sum(1 for t in trajs if t.em == 0), "analysed": len(failed), "mode": e.mode,
+            "patterns": len(patterns), "pattern_categories": dict(Counter(p.category for p in patterns)),
+            "summarizer_used": bool(e.mode == "full" and e.summarizer and summarizer is not None),
+            **llm.summary(),
             "clusters": len(clusters), "new_category_clusters": sum(c.is_new_category for c in clusters)}
 
 
@@ -166,8 +198,9 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     lib.close()
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
+    cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
     cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
-                               max_candidates=e.max_candidates, temperature=e.proposal_temperature,
+                               max_candidates=cap, temperature=e.proposal_temperature,
                                max_tokens=e.proposal_max_tokens, seed=epoch)
     write_json([c.to_dict() for c in cands], out_path)
     return {"proposed": len(cands), "with_code": sum(1 for c in cands if c.code.strip()),
@@ -175,17 +208,23 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
 
 
 # ----------------------------------------------------------------------------- Phase D
-def validate(candidates_path: Path, out_path: Path) -> dict[str, Any]:
-    """Phase D: syntax, policy, interface, 9 sandboxed mock executions, return types."""
+def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> dict[str, Any]:
+    """Phase D: syntax, policy, interface, 9 sandboxed mock executions, return types.
+
+    ``static=True`` (filtering ``teacher``: executable validation is ablated) reads the
+    code without running it, so Phase E still gets an executability estimate."""
+    from hasp.evolve.gate import static_exec_report
     from hasp.evolve.propose import Candidate
     from hasp.evolve.validate import validate_candidate
 
     reports = []
     for c in (Candidate.from_dict(d) for d in read_json(candidates_path)):
-        rep = validate_candidate(c.code, c.skill_id)
-        reports.append({"skill_id": c.skill_id, **rep.to_dict()})
+        if static:
+            reports.append(static_exec_report(c.code, c.skill_id))
+        else:
+            reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id).to_dict()})
     write_json(reports, out_path)
-    return {"validated": len(reports), "exec_pass": sum(1 for r in reports if r["passed"]),
+    return {"validated": len(reports), "static": static, "exec_pass": sum(1 for r in reports if r["passed"]),
             "q_exec_mean": (sum(r["q_exec"] for r in reports) / len(reports)) if reports else 0.0}
 
 
@@ -238,26 +277,89 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
             "q_skill_max": max(q, default=0.0), "reviewer": sorted({r["reviewer"] for r in out})}
 
 
-# ----------------------------------------------------------------------------- Phase F
-def admit_phase(candidates_path: Path, reviews_path: Path, clusters_path: Path, library_in: Path,
-                library_out: Path, params: Params, *, epoch: int,
-                history_path: Path | None = None) -> dict[str, Any]:
-    """Phase F: copy the input library to ``library_out`` and admit accepted candidates there.
+# ----------------------------------------------------------------------------- val gate
+def _load_list(path: Path | None) -> list[dict[str, Any]]:
+    return read_json(path) if path is not None and Path(path).exists() else []
 
-    Every decision (admitted or not) lands in ``library_out/library_history.json``; the
-    proposer's feedback history (``history_path``) gets the same entries."""
-    from hasp.evolve.admit import admit, snapshot
+
+def _evidence(epoch_dir: Path, library_in: Path) -> list[Any]:
+    """One ``gate.Evidence`` per candidate from the epoch's files (absent phases -> None)."""
+    from hasp.evolve.admit import active_ids
     from hasp.evolve.cluster import Cluster, clusters_from_json
-    from hasp.evolve.propose import Candidate, FeedbackEntry, FeedbackHistory
+    from hasp.evolve.gate import Evidence, ValResult
+    from hasp.evolve.propose import Candidate
     from hasp.evolve.review import Review
 
+    cands = [Candidate.from_dict(d) for d in read_json(epoch_dir / "candidates.json")]
+    clusters = {c.category: c for c in clusters_from_json(_load_list(epoch_dir / "clusters.json"))}
+    reports = {r["skill_id"]: r for r in _load_list(epoch_dir / "validation.json")}
+    reviews = {r["skill_id"]: Review.from_dict(r) for r in _load_list(epoch_dir / "reviews.json")}
+    vals = {r["skill_id"]: ValResult.from_dict(r) for r in _load_list(epoch_dir / "gate.json")}
+    lib_ids = frozenset(active_ids(library_in))
+    out = []
+    for i, c in enumerate(cands):
+        cluster = clusters.get(c.cluster_category) or Cluster(
+            category=c.cluster_category, patterns=[], support=0, novelty=0.0, is_new_category=False,
+            representative=None)  # type: ignore[arg-type]
+        out.append(Evidence(candidate=c, cluster=cluster, exec_report=reports.get(c.skill_id),
+                            review=reviews.get(c.skill_id), val=vals.get(c.skill_id), library_ids=lib_ids,
+                            earlier_ids=tuple(x.skill_id for x in cands[:i])))
+    return out
+
+
+def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, Any],
+         run_val: Any) -> dict[str, Any]:
+    """Val gate: candidates that pass the cheap gates run on the val split with the library
+    plus themselves; ``baseline`` is the shared library-alone val summary. Writes gate.json."""
+    from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate
+
+    gates = active_gates(params.evolve)
+    evs = _evidence(epoch_dir, library_in)
+    todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
+    items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
+    results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
+                           workdir=epoch_dir)
+    write_json([r.to_dict() for r in results], epoch_dir / "gate.json")
+    return {"val_runs": len(results), "val_pass": sum(1 for r in results if r.delta_em is not None
+                                                      and not r.error and r.delta_em >= 0),
+            "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
+            "delta_em": {r.skill_id: r.delta_em for r in results},
+            "r_skill": {r.skill_id: r.r_skill for r in results}}
+
+
+def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None
+               ) -> Any:
+    """``run_val(library, label)`` for the val gate: the PF agent on the val split."""
+    def run_val(library: Path, label: str) -> dict[str, Any]:
+        return rollout(params, data_dir, library, "val", out_dir / f"{label.replace('+', '__')}.jsonl",
+                       policy=policy, variant="pf", teacher=teacher,
+                       limit=params.evolve.val_limit or None, label=label)
+    return run_val
+
+
+# ----------------------------------------------------------------------------- Phase F
+def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path: Path, library_in: Path,
+                library_out: Path, params: Params, *, epoch: int,
+                history_path: Path | None = None) -> dict[str, Any]:
+    """Phase F: copy the input library to ``library_out`` and admit candidates there.
+
+    Admission is decided by the gate table of ``hasp.evolve.gate`` for the configured
+    mode/filtering (Phase-D reports, reviews and val results are read from the epoch
+    folder next to ``candidates_path``). Every decision lands in
+    ``library_out/library_history.json`` and ``admission.json``; the proposer's feedback
+    history (``history_path``) gets the same entries."""
+    from hasp.evolve.admit import admit, snapshot
+    from hasp.evolve.gate import active_gates, placeholder_review, refusals, r_skill
+    from hasp.evolve.propose import FeedbackEntry, FeedbackHistory
+
+    epoch_dir = Path(candidates_path).parent
+    gates = active_gates(params.evolve)
+    evs = _evidence(epoch_dir, library_in)
     tmp = library_out.with_name(f".{library_out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(library_in, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
     shutil.rmtree(library_out, ignore_errors=True)
     os.replace(tmp, library_out)
-    cands = {c["skill_id"]: Candidate.from_dict(c) for c in read_json(candidates_path)}
-    clusters = {c.category: c for c in clusters_from_json(read_json(clusters_path))}
     history = None
     if history_path is not None:
         # Re-running an epoch replaces that epoch's feedback instead of appending duplicates.
@@ -265,29 +367,99 @@ def admit_phase(candidates_path: Path, reviews_path: Path, clusters_path: Path, 
         history.entries = [x for x in history.entries if x.epoch != epoch]
         history.save(history_path)
     results = []
-    for r in read_json(reviews_path):
-        cand = cands[r["skill_id"]]
-        cluster = clusters.get(cand.cluster_category) or Cluster(
-            category=cand.cluster_category, patterns=[], support=0, novelty=0.0,
-            is_new_category=False, representative=None)
-        res = admit(library_out, cand, Review.from_dict(r), epoch=epoch, cluster=cluster,
-                    max_library_size=params.evolve.max_library_size)
+    for ev in evs:
+        review = ev.review or placeholder_review(f"{params.evolve.mode} mode: no review")
+        why = refusals(ev, gates)
+        q = review.q_skill if ev.review is not None else None
+        extra = {"mode": params.evolve.mode, "filtering": params.evolve.filtering, "gates": list(gates),
+                 "delta_em_val": ev.val.delta_em if ev.val else None,
+                 "delta_f1_val": ev.val.delta_f1 if ev.val else None,
+                 "r_skill": r_skill(q, ev.val.delta_em if ev.val else None, params.evolve.r_skill_lambda)}
+        res = admit(library_out, ev.candidate, review, epoch=epoch, cluster=ev.cluster,
+                    max_library_size=params.evolve.max_library_size, refusals=why,
+                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra)
         results.append({"skill_id": res.skill_id, "admitted": res.admitted, "version": res.version,
-                        "reason": res.reason})
+                        "reason": res.reason, **extra})
         if history is not None:
             history.append(FeedbackEntry.from_dict(res.entry))
     if not (library_out / "library_history.json").exists():
         write_json([], library_out / "library_history.json")  # an epoch with no candidates still has a history
     snapshot(library_out, library_out / "snapshots" / f"epoch_{epoch}")
+    write_json(results, epoch_dir / "admission.json")
     lib = load_library(library_out, "search")
     size = len(lib.skills)
     lib.close()
-    return {"admitted": sum(r["admitted"] for r in results), "decisions": results, "library_size": size}
+    return {"admitted": sum(r["admitted"] for r in results), "decisions": results, "library_size": size,
+            "gates": list(gates)}
+
+
+# ----------------------------------------------------------------------------- frontier
+def frontier_update(out_root: Path, epoch: int, library_out: Path, val_summary: dict[str, Any],
+                    params: Params, *, seed: tuple[Path, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Put this epoch's library into ``frontier.json``; roll back when val EM fell too far.
+
+    ``seed`` = (input library, its val summary) adds the starting library as member
+    ``SEED_EPOCH`` (first epoch only). Writes ``epoch_<i>/carry.json`` naming the library
+    the next epoch starts from: this epoch's, or a restored copy of the best snapshot."""
+    from hasp.evolve.admit import snapshot
+    from hasp.evolve.frontier import SEED_EPOCH, Frontier, restore_snapshot, write_carry
+
+    e = params.evolve
+    fr = Frontier.load(out_root / "frontier.json", e.frontier_size)
+    if seed is not None and fr.get(SEED_EPOCH) is None:
+        seed_lib, seed_val = seed
+        snap = snapshot(seed_lib, out_root / "frontier_seed")
+        fr.update(SEED_EPOCH, float(seed_val["em"]), snap, f1=seed_val.get("f1"))
+    score = float(val_summary["em"])
+    snap = library_out / "snapshots" / f"epoch_{epoch}"
+    entered = fr.update(epoch, score, snap, f1=val_summary.get("f1"))
+    target = fr.rollback_target(score, e.rollback_tolerance)
+    fr.save()
+    ep_dir = out_root / f"epoch_{epoch}"
+    carry, rolled = library_out, None
+    if target is not None:
+        carry = restore_snapshot(Path(target.snapshot), ep_dir / "library_rollback", history_from=library_out,
+                                 note={"epoch": epoch, "val_em": score, "best_epoch": target.epoch,
+                                       "best_score": target.score, "tolerance": e.rollback_tolerance})
+        rolled = target.epoch
+        log.warning("epoch %d: val EM %.3f < best %.3f (epoch %d) - %.3f; next epoch starts from its snapshot",
+                    epoch, score, target.score, target.epoch, e.rollback_tolerance)
+    info = write_carry(ep_dir, carry, rolled_back_to=rolled, val_em=score, best=fr.best())
+    return {"val_em": score, "val_f1": val_summary.get("f1"), "in_frontier": entered, "rolled_back_to": rolled,
+            "carry": str(carry), "frontier": [m.__dict__ for m in fr.members], "best_score": info["best_score"]}
+
+
+def rollback_to(out_root: Path, epoch: int, dest: Path | None = None) -> Path:
+    """Restore the library snapshot of ``epoch`` (a frontier member, or any finished epoch)
+    into ``dest`` (default: ``<latest epoch>/library_rollback``, which then becomes the
+    library the next epoch starts from)."""
+    from hasp.evolve.frontier import SEED_EPOCH, Frontier, read_carry, restore_snapshot, write_carry
+
+    fr = Frontier.load(out_root / "frontier.json")
+    m = fr.get(epoch)
+    snap = Path(m.snapshot) if m else (out_root / "frontier_seed" if epoch == SEED_EPOCH else
+                                       out_root / f"epoch_{epoch}" / "library" / "snapshots" / f"epoch_{epoch}")
+    if not snap.is_dir():
+        raise FileNotFoundError(f"no snapshot for epoch {epoch} (looked at {snap})")
+    epochs = sorted(int(p.name.split("_")[1]) for p in out_root.glob("epoch_*") if p.name.split("_")[1].isdigit())
+    if dest is None:
+        if not epochs:
+            raise FileNotFoundError(f"{out_root} has no epoch_<i> folders; pass --dest")
+        last = out_root / f"epoch_{epochs[-1]}"
+        cur = read_carry(last)
+        dest = last / "library_rollback"
+        restore_snapshot(snap, dest, history_from=Path(cur["library"]) if cur else last / "library",
+                         note={"manual": True, "to_epoch": epoch})
+        write_carry(last, dest, rolled_back_to=epoch, val_em=m.score if m else None, best=fr.best())
+        return dest
+    return restore_snapshot(snap, dest, note={"manual": True, "to_epoch": epoch})
 
 
 # ----------------------------------------------------------------------------- Phases G + H
 def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
-    """Phase G (four coarse signals per step) and H (SFT + DPO jsonl of PF-corrected steps)."""
+    """Phase G (four coarse signals per step) and H: Objective A (SFT + DPO jsonl of
+    PF-corrected steps) and, when the epoch has candidates, Objective B (skill-authoring
+    SFT + DPO, ``sft_skill.jsonl`` / ``dpo_skill.jsonl``, see ``build_skill_data``)."""
     from hasp.signals.coarse import score_trajectory
     from hasp.train.data import build_dpo_rows, build_sft_rows, summarize, write_jsonl
 
@@ -305,9 +477,43 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
                       for k in ("timing", "modality", "correctness", "outcome", "A")},
         "scored_steps": len(step_scores),
     }
-    summary = {"signals": signals, "sft": summarize(sft), "dpo_rows": len(dpo)}
+    summary = {"signals": signals, "sft": summarize(sft), "dpo_rows": len(dpo),
+               "objective_b": build_skill_data(out_dir, params)}
     write_json(summary, out_dir / "data_summary.json")
     return summary
+
+
+def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
+    """Objective B of one epoch from its phase files; earlier epochs' ``skill_records.jsonl``
+    (siblings ``epoch_<j>``, j < this epoch) supply the other side of cross-epoch DPO pairs."""
+    from hasp.train.data import (build_skill_dpo_rows, build_skill_records, build_skill_sft_rows, read_jsonl,
+                                 write_jsonl)
+
+    cpath = epoch_dir / "candidates.json"
+    if not cpath.exists():
+        return {"skipped": "no candidates.json in this epoch"}
+    records = build_skill_records(read_json(cpath), reviews=_load_list(epoch_dir / "reviews.json"),
+                                  exec_reports=_load_list(epoch_dir / "validation.json"),
+                                  val_results=_load_list(epoch_dir / "gate.json"),
+                                  decisions=_load_list(epoch_dir / "admission.json"),
+                                  lam=params.evolve.r_skill_lambda)
+    this = _epoch_num(epoch_dir)
+    earlier = [r for p in sorted(epoch_dir.parent.glob("epoch_*/skill_records.jsonl"))
+               if _epoch_num(p.parent) < this for r in read_jsonl(p)]
+    floor = params.signals.reward_floor
+    sft = build_skill_sft_rows(records, reward_floor=floor)
+    dpo = build_skill_dpo_rows(records, earlier=earlier, reward_floor=floor)
+    write_jsonl(records, epoch_dir / "skill_records.jsonl")
+    write_jsonl(sft, epoch_dir / "sft_skill.jsonl")
+    write_jsonl(dpo, epoch_dir / "dpo_skill.jsonl")
+    return {"records": len(records), "unscored": sum(r["r_skill"] is None for r in records),
+            "sft_rows": len(sft), "dpo_rows": len(dpo),
+            "below_floor": sum(r["r_skill"] is not None and r["r_skill"] < floor for r in records)}
+
+
+def _epoch_num(epoch_dir: Path) -> int:
+    tail = Path(epoch_dir).name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 # ----------------------------------------------------------------------------- LoRA SFT (E1 shape)

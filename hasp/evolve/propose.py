@@ -308,6 +308,7 @@ class Candidate:
     parse_error: str = ""  # non-empty when the reply is unusable as code (no/odd python block, LLM error)
     notes: list[str] = field(default_factory=list)  # repairs made to the documentation part
     epoch: int = 0
+    prompt_messages: list[dict[str, str]] = field(default_factory=list)  # what the student saw (Objective B)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -504,12 +505,13 @@ def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, exist
             except Exception as e:  # noqa: BLE001 - recorded on the candidate
                 replies.append(e)
     out = []
-    for c, r in zip(chosen, replies):
+    for c, msgs, r in zip(chosen, convs, replies):
         if isinstance(r, BaseException):
             cand = parse_proposal("", c, existing_skill_ids=existing_skill_ids, epoch=epoch)
             cand.parse_error = f"LLM call failed: {type(r).__name__}: {r}"
         else:
             cand = parse_proposal(str(getattr(r, "text", r) or ""), c,
                                   existing_skill_ids=existing_skill_ids, epoch=epoch)
+        cand.prompt_messages = [dict(m) for m in msgs]
         out.append(cand)
     return out

@@ -75,3 +75,115 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
         if info["eval"]:
             log_json_artifact(mlflow, info["eval"], "eval_metrics.json", artifact_path="eval")
         return run_id
+
+
+# ----------------------------------------------------------------------------- multi-epoch evolution
+HIST_BINS = [round(0.1 * i, 1) for i in range(11)]
+
+
+def review_histogram(reviews: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts per 0.1-wide bin of Q_skill and of each review dimension (App. I's score histogram)."""
+    def counts(vals: list[float]) -> list[int]:
+        c = [0] * 10
+        for v in vals:
+            c[min(9, max(0, int(float(v) * 10)))] += 1
+        return c
+
+    dims = ("q_skill", "q_concept", "q_trigger", "q_intervene", "q_exec", "q_val")
+    return {"bins": HIST_BINS, **{d: counts([r[d] for r in reviews if d in r]) for d in dims}}
+
+
+def epoch_metrics(out_root: Path, epoch: int) -> dict[str, float]:
+    """The per-epoch numbers of an evolution run, from the epoch's summary files."""
+    ep = out_root / f"epoch_{epoch}"
+    s = {f.stem.removeprefix("summary_"): _load(f) or {} for f in ep.glob("summary_*.json")}
+    reviews = _load(ep / "reviews.json") or []
+    q = [float(r["q_skill"]) for r in reviews]
+    val_after = s.get("val_after") or {}
+    m = {
+        "proposed": s.get("propose", {}).get("proposed", 0),
+        "exec_pass": s.get("validate", {}).get("exec_pass", 0),
+        "review_pass": sum(1 for r in reviews if r.get("decision") == "ACCEPT"),
+        "val_pass": s.get("gate", {}).get("val_pass", 0),
+        "admitted": s.get("admit", {}).get("admitted", 0),
+        "library_size": s.get("admit", {}).get("library_size", 0),
+        "q_skill_mean": sum(q) / len(q) if q else 0.0,
+        "q_skill_min": min(q, default=0.0),
+        "q_skill_max": max(q, default=0.0),
+        "failed": s.get("analyse", {}).get("failed", 0),
+        "patterns": s.get("analyse", {}).get("patterns", 0),
+        "llm_patterns": s.get("analyse", {}).get("llm_patterns", 0),
+        "llm_dropped": s.get("analyse", {}).get("llm_dropped", 0),
+        "clusters": s.get("analyse", {}).get("clusters", 0),
+        "train_em": s.get("rollout", {}).get("em", 0.0),
+        "rolled_back": 1.0 if (s.get("frontier") or {}).get("rolled_back_to") is not None else 0.0,
+    }
+    if "em" in val_after:
+        m["val_em"], m["val_f1"] = val_after["em"], val_after.get("f1", 0.0)
+    return {k: float(v) for k, v in m.items()}
+
+
+def _histogram_png(hist: dict[str, Any], path: Path, title: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    centers = [b + 0.05 for b in HIST_BINS[:-1]]
+    for i, dim in enumerate(("q_skill", "q_concept", "q_trigger", "q_intervene", "q_val")):
+        ax.bar([c - 0.04 + 0.016 * i for c in centers], hist[dim], width=0.016, label=dim)
+    ax.set_xlabel("score")
+    ax.set_ylabel("candidates")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name: str | None = None,
+                  project_dir: Path | None = None, tags: dict[str, str] | None = None,
+                  final_eval: Path | None = None) -> str:
+    """One MLflow run for a multi-epoch evolution: per-epoch metrics with ``step=epoch``,
+    a review-score histogram (json + png) per epoch, frontier.json, the final library history
+    and (if given) the final test evaluation. Returns the run id."""
+    import tempfile
+
+    e = params.evolve
+    all_tags = {"hasp.kind": "evolution", "hasp.mode": e.mode, "hasp.filtering": e.filtering,
+                "hasp.domain": "search", "hasp.epochs": str(len(epochs)), **(tags or {})}
+    with start_run(params.tracking.experiment, run_name or f"evolve-{e.mode}-{e.filtering}-{len(epochs)}ep",
+                   tags=all_tags, project_dir=project_dir) as mlflow:
+        run_id = mlflow.active_run().info.run_id
+        mlflow.log_params({k: str(v)[:500] for k, v in flatten(params.model_dump(mode="json")).items()})
+        for i in epochs:
+            mlflow.log_metrics(epoch_metrics(out_root, i), step=i)
+            ep = out_root / f"epoch_{i}"
+            hist = review_histogram(_load(ep / "reviews.json") or [])
+            log_json_artifact(mlflow, hist, "review_histogram.json", artifact_path=f"epoch_{i}")
+            with tempfile.TemporaryDirectory() as d:
+                png = Path(d) / "review_histogram.png"
+                if _histogram_png(hist, png, f"epoch {i}: review scores"):
+                    mlflow.log_artifact(str(png), artifact_path=f"epoch_{i}")
+            for name in ("clusters.json", "candidates.json", "reviews.json", "gate.json", "admission.json",
+                         "summaries.json", "carry.json"):
+                if (ep / name).exists():
+                    mlflow.log_artifact(str(ep / name), artifact_path=f"epoch_{i}")
+        if (out_root / "frontier.json").exists():
+            mlflow.log_artifact(str(out_root / "frontier.json"))
+        if epochs:
+            carry = _load(out_root / f"epoch_{epochs[-1]}" / "carry.json") or {}
+            hist_path = Path(carry.get("library", out_root / f"epoch_{epochs[-1]}" / "library")) / "library_history.json"
+            if hist_path.exists():
+                mlflow.log_artifact(str(hist_path), artifact_path="library")
+        if final_eval is not None and final_eval.exists():
+            res = _load(final_eval) or {}
+            for label, m in res.items():
+                log_numeric(mlflow, {f"final.{label}": {k: m[k] for k in ("em", "f1", "mean_steps",
+                                     "pf_fires_total", "library_size") if k in m}})
+            mlflow.log_artifact(str(final_eval), artifact_path="eval")
+        return run_id

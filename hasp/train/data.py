@@ -163,3 +163,100 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [float(r.get("coarse", {}).get(sig, 0.0)) for r in rows]
         out[f"mean_{sig}"] = sum(vals) / n if n else 0.0
     return out
+
+
+# ----------------------------------------------------------------------------- Objective B ("evolve")
+# The skill author is trained on its own proposals: the prompt is the Phase-C proposal prompt
+# for the cluster, the completion the candidate's SKILL.md + PF code in the two-block format the
+# proposal parser reads, and the reward r_skill = Q_skill + λ·ΔEM_val (App. D.6, E).
+
+_EXEC_CHECKS = ("syntax", "policy", "interface", "mock_exec", "return_types")
+_REVIEW_DIMS = ("q_concept", "q_trigger", "q_intervene", "q_exec", "q_val")
+
+
+def skill_completion(skill_md: str, code: str) -> str:
+    """The assistant target for a skill-authoring row (the format ``parse_proposal`` expects)."""
+    return f"```markdown\n{skill_md.rstrip()}\n```\n\n```python\n{code.rstrip()}\n```"
+
+
+def build_skill_records(candidates: Iterable[dict[str, Any]], *, reviews: Iterable[dict[str, Any]] = (),
+                        exec_reports: Iterable[dict[str, Any]] = (), val_results: Iterable[dict[str, Any]] = (),
+                        decisions: Iterable[dict[str, Any]] = (), lam: float = 0.5) -> list[dict[str, Any]]:
+    """One scored record per candidate that has code and a proposal prompt.
+
+    ``fine`` holds every measured sub-score (five review dimensions, Phase-D checks, val
+    deltas); ``coarse`` the three numbers the reward is made of. A candidate never reviewed
+    (lite mode) has ``r_skill = None`` and is kept as a record but gets no training row.
+    """
+    rv = {r["skill_id"]: r for r in reviews}
+    ex = {r["skill_id"]: r for r in exec_reports}
+    va = {r["skill_id"]: r for r in val_results}
+    dec = {r["skill_id"]: r for r in decisions}
+    out = []
+    for c in candidates:
+        sid = c["skill_id"]
+        if not c.get("code", "").strip() or not c.get("prompt_messages"):
+            continue
+        r, e, v, d = rv.get(sid), ex.get(sid), va.get(sid), dec.get(sid, {})
+        reviewed = r is not None and r.get("decided_by") != "not_reviewed"
+        q_skill = float(r["q_skill"]) if reviewed else None
+        d_em = v.get("delta_em") if v else None
+        d_f1 = v.get("delta_f1") if v else None
+        r_skill = None if q_skill is None else round(q_skill + lam * float(d_em or 0.0), 6)
+        fine: dict[str, float | None] = {k: (float(r[k]) if reviewed else None) for k in _REVIEW_DIMS}
+        checks = (e or {}).get("checks") or {}
+        fine.update({f"exec.{k}": (float(bool(checks[k])) if k in checks else None) for k in _EXEC_CHECKS})
+        fine.update({"delta_em_val": d_em, "delta_f1_val": d_f1})
+        out.append({
+            "skill_id": sid, "category": c.get("cluster_category", ""), "epoch": c.get("epoch", 0),
+            "prompt": [dict(m) for m in c["prompt_messages"]],
+            "completion": skill_completion(c.get("skill_md", ""), c["code"]),
+            "admitted": bool(d.get("admitted", False)), "decision_reasons": d.get("reason", ""),
+            "q_skill": q_skill, "r_skill": r_skill,
+            "coarse": {"q_skill": q_skill, "delta_em_val": d_em, "r_skill": r_skill},
+            "fine": fine,
+        })
+    return out
+
+
+def build_skill_sft_rows(records: Iterable[dict[str, Any]], *,
+                         reward_floor: float = DEFAULT_REWARD_FLOOR) -> list[dict[str, Any]]:
+    """SFT rows for the skill author; ``sample_weight = r_skill``, rows under the floor dropped."""
+    rows = []
+    for r in records:
+        if r["r_skill"] is None or r["r_skill"] < reward_floor:
+            continue
+        rows.append({"objective": "B", "messages": r["prompt"] + [{"role": "assistant", "content": r["completion"]}],
+                     "sample_weight": r["r_skill"], "coarse": r["coarse"], "fine": r["fine"],
+                     "skill_id": r["skill_id"], "category": r["category"], "epoch": r["epoch"],
+                     "admitted": r["admitted"]})
+    return rows
+
+
+def build_skill_dpo_rows(records: Iterable[dict[str, Any]], *, earlier: Iterable[dict[str, Any]] = (),
+                         reward_floor: float = DEFAULT_REWARD_FLOOR) -> list[dict[str, Any]]:
+    """Preference pairs for one failure cluster (category): an admitted candidate (chosen,
+    r_skill >= floor) against a refused one (rejected). ``earlier`` records (previous epochs)
+    may supply either side, so a cluster proposed once per epoch still yields pairs; every
+    pair involves at least one record of ``records``. The prompt is the chosen one's."""
+    current = list(records)
+    pool = current + list(earlier)
+    cur_ids = {id(r) for r in current}
+    rows = []
+    for ch in pool:
+        if not ch["admitted"] or ch["r_skill"] is None or ch["r_skill"] < reward_floor:
+            continue
+        for rj in pool:
+            if rj["admitted"] or rj["category"] != ch["category"]:
+                continue
+            if id(ch) not in cur_ids and id(rj) not in cur_ids:
+                continue
+            rows.append({"objective": "B", "prompt": ch["prompt"],
+                         "chosen": [{"role": "assistant", "content": ch["completion"]}],
+                         "rejected": [{"role": "assistant", "content": rj["completion"]}],
+                         "sample_weight": ch["r_skill"],
+                         "coarse": {"chosen": ch["coarse"], "rejected": rj["coarse"]},
+                         "fine": {"chosen": ch["fine"], "rejected": rj["fine"]},
+                         "category": ch["category"], "chosen_skill_id": ch["skill_id"],
+                         "rejected_skill_id": rj["skill_id"], "epochs": [ch["epoch"], rj["epoch"]]})
+    return rows

@@ -1,0 +1,112 @@
+"""``hasp evolve run | gate | rollback``: multi-epoch evolution, the val gate, frontier rollback.
+
+Registered on the ``hasp evolve`` group by ``hasp.cli`` (``register(evolve_app)``); kept in
+its own module so the shared CLI file only gains one line. Prefect is imported inside
+``run`` only (``hasp`` stays importable without it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(evolve_app: typer.Typer) -> None:
+    evolve_app.command("run")(run)
+    evolve_app.command("gate")(gate)
+    evolve_app.command("rollback")(rollback)
+
+
+def _params(path: Path):  # noqa: ANN202 - same contract as hasp.cli._params
+    from hasp.config import ParamsError, load_params
+
+    try:
+        return load_params(path)
+    except ParamsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to run.")] = 1,
+        mode: Annotated[Optional[str], typer.Option(help="lite | full (default: evolve.mode)")] = None,
+        filtering: Annotated[Optional[str], typer.Option(
+            help="none | exec | teacher | full (default: evolve.filtering)")] = None,
+        params: Annotated[Path, typer.Option("--params")] = Path("params.yaml"),
+        out: Annotated[Path, typer.Option("--out", help="Output root (epoch_<i>/ folders).")] = Path("outputs"),
+        library: Annotated[Path, typer.Option("--library", help="Starting library.")] = Path("skills/search"),
+        start_epoch: Annotated[int, typer.Option("--start-epoch", min=0,
+                                                 help="Continue after epoch N-1 (reads its carry.json).")] = 0,
+        final_eval: Annotated[bool, typer.Option("--final-eval/--no-final-eval",
+                                                 help="Evaluate the final library on the test split.")] = True,
+        val_gate: Annotated[Optional[bool], typer.Option(
+            "--val-gate/--no-val-gate", help="Override evolve.val_gate (full filtering's held-out check).")] = None,
+        ) -> None:
+    """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
+    from hasp.config import ParamsError, load_params
+
+    overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
+                                   ("evolve.val_gate", val_gate)) if v is not None}
+    try:
+        load_params(params, overrides)  # fail here, with the key named, before Prefect starts
+    except ParamsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from flows.evolve import evolve_flow
+
+    res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params), out_root=str(out),
+                      library=str(library), start_epoch=start_epoch, final_eval=final_eval, val_gate=val_gate)
+    for i, ph in enumerate(res["epochs"], start=start_epoch):
+        typer.echo(json.dumps({"epoch": i, "proposed": ph["propose"]["proposed"],
+                               "admitted": ph["admit"]["admitted"], "library_size": ph["admit"]["library_size"],
+                               "val_em": ph["val_after"]["em"],
+                               "rolled_back_to": ph["frontier"]["rolled_back_to"]}))
+    for label, m in (res["eval"] or {}).items():
+        typer.echo(f"test {label:6s} EM={m['em']:.3f} F1={m['f1']:.3f} n={m['n']}")
+    typer.echo(f"final library {res['library']}; MLflow run {res['run_id']}")
+
+
+def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
+         library: Annotated[Path, typer.Option("--library")],
+         data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
+         params: Annotated[Path, typer.Option("--params")] = Path("params.yaml")) -> None:
+    """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off)."""
+    from hasp.evolve.epoch import gate as gate_phase
+    from hasp.evolve.epoch import rollout, val_runner, write_json
+    from hasp.evolve.gate import epoch_phases
+    from hasp.llm.endpoints import policy_client, teacher_client
+
+    p = _params(params)
+    if "gate" not in epoch_phases(p.evolve):
+        write_json([], epoch_dir / "gate.json")
+        summary: dict = {"skipped": f"val gate off (mode {p.evolve.mode}, filtering {p.evolve.filtering}, "
+                                    f"val_gate {p.evolve.val_gate})"}
+    else:
+        teacher = teacher_client(p.teacher, p.llm)
+        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol:
+            base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol, variant="pf",
+                           teacher=teacher, limit=p.evolve.val_limit or None, label="val_baseline")
+            summary = gate_phase(epoch_dir, library, p, base,
+                                 val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher))
+    write_json(summary, epoch_dir / "summary_gate.json")
+    typer.echo(json.dumps({"gate": summary}, default=str)[:2000])
+
+
+def rollback(to: Annotated[int, typer.Option("--to", help="Epoch whose library snapshot to restore "
+                                                          "(-1 = the starting library).")],
+             out: Annotated[Path, typer.Option("--out")] = Path("outputs"),
+             dest: Annotated[Optional[Path], typer.Option(
+                 "--dest", help="Restore here instead of <latest epoch>/library_rollback "
+                                "(which the next `hasp evolve run --start-epoch` continues from).")] = None,
+             ) -> None:
+    """Restore a frontier (or any finished epoch's) library snapshot."""
+    from hasp.evolve.epoch import rollback_to
+
+    path = rollback_to(out, to, dest)
+    typer.echo(f"restored the epoch-{to} library into {path}")

@@ -1,0 +1,278 @@
+"""Admission gates: which checks may refuse a candidate, as a table (paper App. C, D.5, G.3).
+
+Each gate is a small function ``Evidence -> list[str]`` (reasons to refuse; empty = pass).
+``evolve.mode`` and ``evolve.filtering`` select a tuple of gate names from ``FILTERING``
+/ ``LITE_GATES`` — no mode-specific branches elsewhere:
+
+=========  =====================================================
+filtering  gates
+=========  =====================================================
+none       parse                       (every candidate whose code parses)
+exec       parse, exec                 (Phase D: all executable checks)
+teacher    parse, teacher              (Phase E: decision ACCEPT and Q_skill >= bar)
+full       parse, exec, teacher, val   (val dropped when ``val_gate`` is off)
+lite mode  parse, new_id               (App. D.5: compile check + skill-id dedup)
+=========  =====================================================
+
+Structural checks that the library needs to store a skill at all (folder id,
+SKILL.md parses, size cap) are applied by ``hasp.evolve.admit`` in every mode.
+
+The **val gate** (EvoSkill-style held-out check): the PF agent runs on the val split
+with the library plus the candidate and with the library alone (one baseline run
+shared by every candidate of the epoch). ``ΔEM_val < 0`` refuses the candidate;
+``r_skill = Q_skill + λ·ΔEM_val`` (App. E) is recorded either way. The candidate's
+code runs through ``SandboxedPF`` because it is loaded from ``generated/`` like any
+admitted skill.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hasp.evolve.cluster import Cluster
+from hasp.evolve.propose import Candidate, registered_id
+from hasp.evolve.review import Review, admission_bar
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Evidence", "ValResult", "GATES", "FILTERING", "LITE_GATES", "active_gates", "refusals",
+           "pre_val_gates", "epoch_phases", "static_exec", "r_skill", "static_exec_report", "run_val_gate", "placeholder_review"]
+
+
+@dataclass
+class ValResult:
+    """One candidate's held-out check against the shared baseline."""
+
+    skill_id: str
+    em_val: float | None = None
+    f1_val: float | None = None
+    base_em: float | None = None
+    base_f1: float | None = None
+    delta_em: float | None = None
+    delta_f1: float | None = None
+    n: int = 0
+    q_skill: float | None = None
+    r_skill: float | None = None
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ValResult":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Evidence:
+    """Everything the gates may look at for one candidate (absent phases are None)."""
+
+    candidate: Candidate
+    cluster: Cluster
+    exec_report: dict[str, Any] | None = None
+    review: Review | None = None
+    val: ValResult | None = None
+    library_ids: frozenset[str] = frozenset()
+    earlier_ids: tuple[str, ...] = ()  # ids of candidates before this one in the same batch
+
+
+GateFn = Callable[[Evidence], list[str]]
+
+
+def _parse(ev: Evidence) -> list[str]:
+    code = ev.candidate.code
+    if not code.strip():
+        return [f"no PF code ({ev.candidate.parse_error or 'empty'})"]
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError) as e:
+        return [f"code does not parse: {getattr(e, 'msg', e)}"]
+    return []
+
+
+def _exec(ev: Evidence) -> list[str]:
+    rep = ev.exec_report
+    if rep is None:
+        return ["no Phase-D report"]
+    why = []
+    if not rep.get("passed"):
+        failed = [k for k, ok in (rep.get("checks") or {}).items() if not ok]
+        why.append(f"Phase D failed ({', '.join(failed) or 'checks'}; Q_exec {float(rep.get('q_exec', 0)):.2f})")
+    if registered_id(ev.candidate.code) != ev.candidate.skill_id:
+        why.append(f"@register_pf id {registered_id(ev.candidate.code)!r} != skill_id {ev.candidate.skill_id!r}")
+    return why
+
+
+def _teacher(ev: Evidence) -> list[str]:
+    rv = ev.review
+    if rv is None:
+        return ["no Phase-E review"]
+    why = []
+    bar = admission_bar(ev.cluster.is_new_category)
+    if rv.decision != "ACCEPT":
+        why.append(f"review decision {rv.decision}")
+    if rv.q_skill < bar:
+        why.append(f"Q_skill {rv.q_skill:.3f} below the "
+                   f"{'new-group' if ev.cluster.is_new_category else 'same-group'} bar {bar:.2f}")
+    return why
+
+
+def _val(ev: Evidence) -> list[str]:
+    v = ev.val
+    if v is None:
+        return ["no val-gate result"]
+    if v.error or v.delta_em is None:
+        return [f"val run failed: {v.error or 'no result'}"]
+    if v.delta_em < 0:
+        return [f"val EM drops by {-v.delta_em:.3f} ({v.base_em:.3f} -> {v.em_val:.3f})"]
+    return []
+
+
+def _new_id(ev: Evidence) -> list[str]:
+    sid = ev.candidate.skill_id
+    if sid in ev.library_ids:
+        return [f"skill id {sid!r} already in the library"]
+    if sid in ev.earlier_ids:
+        return [f"skill id {sid!r} proposed twice in this batch"]
+    return []
+
+
+GATES: dict[str, GateFn] = {"parse": _parse, "exec": _exec, "teacher": _teacher, "val": _val, "new_id": _new_id}
+FILTERING: dict[str, tuple[str, ...]] = {
+    "none": ("parse",),
+    "exec": ("parse", "exec"),
+    "teacher": ("parse", "teacher"),
+    "full": ("parse", "exec", "teacher", "val"),
+}
+LITE_GATES: tuple[str, ...] = ("parse", "new_id")
+
+
+def active_gates(evolve: Any) -> tuple[str, ...]:
+    """The gate names for ``params.evolve`` (mode, filtering, val_gate)."""
+    gates = LITE_GATES if evolve.mode == "lite" else FILTERING[evolve.filtering]
+    return tuple(g for g in gates if g != "val" or evolve.val_gate)
+
+
+def pre_val_gates(gates: Sequence[str]) -> tuple[str, ...]:
+    """The cheap gates a candidate must pass before its (expensive) val run."""
+    return tuple(g for g in gates if g != "val")
+
+
+def refusals(ev: Evidence, gates: Iterable[str]) -> list[str]:
+    """Every reason of every gate, prefixed by the gate name. The val gate is only consulted
+    when the cheap gates passed (a refused candidate never gets a val run)."""
+    out: list[str] = []
+    for g in gates:
+        if g == "val" and out:
+            continue
+        out += [f"{g}: {r}" for r in GATES[g](ev)]
+    return out
+
+
+def epoch_phases(evolve: Any) -> tuple[str, ...]:
+    """Which of Phase D, Phase E and the val gate run. lite runs none of them; otherwise D and E
+    always run (their scores are recorded and feed Objective B even when they do not gate) and
+    the val gate runs only when it gates."""
+    if evolve.mode == "lite":
+        return ()
+    return ("validate", "review") + (("gate",) if "val" in active_gates(evolve) else ())
+
+
+def static_exec(evolve: Any) -> bool:
+    """Phase D reads the code without running it when only the teacher gates (the exec ablation)."""
+    gates = active_gates(evolve)
+    return "teacher" in gates and "exec" not in gates
+
+
+def r_skill(q_skill: float | None, delta_em: float | None, lam: float = 0.5) -> float | None:
+    """``Q_skill + λ·ΔEM_val`` (App. E); None without a review score, ΔEM counts 0 when not measured."""
+    if q_skill is None:
+        return None
+    return round(q_skill + lam * (delta_em or 0.0), 6)
+
+
+def placeholder_review(reason: str) -> Review:
+    """The review record of a candidate that was never reviewed (lite mode): no scores, explicit reason."""
+    return Review(q_concept=0.0, q_trigger=0.0, q_intervene=0.0, q_exec=0.0, q_val=0.0, q_skill=0.0,
+                  decision="NOT_REVIEWED", feedback="", reviewer="none", reasons=[reason],
+                  decided_by="not_reviewed")
+
+
+# --------------------------------------------------------------------------- static exec (teacher-only)
+
+def static_exec_report(code: str, skill_id: str | None) -> dict[str, Any]:
+    """A Phase-D-shaped report from reading the code only (syntax, policy, static interface).
+
+    Used when executable validation does not gate admission (``filtering: teacher``): the
+    reviewer still needs an executability estimate, but the sandboxed mock execution — the
+    thing that ablation switches off — must not leak in through the review's hard reject."""
+    from hasp.evolve.validate import interface_errors, static_interface
+    from hasp.pf.sandbox_policy import check_policy
+
+    checks = {"syntax": False, "policy": False, "interface": False}
+    errors: list[str] = []
+    try:
+        tree = ast.parse(code or "")
+        checks["syntax"] = bool((code or "").strip())
+    except (SyntaxError, ValueError) as e:
+        errors.append(f"syntax: {getattr(e, 'msg', e)}")
+        tree = None
+    if tree is not None and checks["syntax"]:
+        violations = check_policy(code)
+        checks["policy"] = not violations
+        errors += [f"policy: {v}" for v in violations]
+        info, errs = static_interface(tree, skill_id)
+        errs = errs + (interface_errors(info) if info else [])
+        checks["interface"] = not errs
+        errors += errs
+    q = round(sum(checks.values()) / len(checks), 4) if checks["policy"] else 0.0
+    return {"skill_id": skill_id, "q_exec": q, "passed": False, "static": True, "checks": checks,
+            "errors": errors}
+
+
+# --------------------------------------------------------------------------- val gate
+
+def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_root: Path,
+                 run_val: Callable[[Path, str], dict[str, Any]], baseline: dict[str, Any], *,
+                 lam: float = 0.5, workdir: Path | None = None) -> list[ValResult]:
+    """Val-split check of each candidate against the shared ``baseline`` summary.
+
+    ``run_val(library_dir, label)`` runs the PF agent on the val split and returns a
+    rollout summary with ``em``/``f1``/``n`` (``hasp.evolve.epoch.rollout``). Each
+    candidate gets a temporary copy of ``library_root`` with only that candidate added
+    under ``generated/`` (so it loads through ``SandboxedPF``). A failure of one run is
+    recorded on its result, never raised.
+    """
+    from hasp.evolve.admit import admit
+
+    out = []
+    base_em, base_f1 = float(baseline["em"]), float(baseline["f1"])
+    for cand, cluster, review in items:
+        q = review.q_skill if review.decided_by != "not_reviewed" else None
+        res = ValResult(skill_id=cand.skill_id, base_em=base_em, base_f1=base_f1, q_skill=q)
+        tmp = Path(tempfile.mkdtemp(prefix=f"valgate-{cand.skill_id}-", dir=workdir))
+        lib = tmp / "library"
+        try:
+            shutil.copytree(library_root, lib, ignore=shutil.ignore_patterns("__pycache__", ".*", "snapshots"))
+            added = admit(lib, cand, review, epoch=-1, cluster=cluster, record=False, refusals=[])
+            if not added.admitted:
+                raise ValueError(f"could not add the candidate to a library copy: {added.reason}")
+            m = run_val(lib, f"val+{cand.skill_id}")
+            res.em_val, res.f1_val, res.n = float(m["em"]), float(m["f1"]), int(m.get("n", 0))
+            res.delta_em = round(res.em_val - base_em, 6)
+            res.delta_f1 = round(res.f1_val - base_f1, 6)
+        except Exception as e:  # noqa: BLE001 - recorded; the val gate then refuses this candidate
+            log.warning("val gate for %s failed: %s", cand.skill_id, e)
+            res.error = f"{type(e).__name__}: {e}"
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        res.r_skill = r_skill(res.q_skill, res.delta_em, lam)
+        out.append(res)
+    return out

@@ -1,0 +1,229 @@
+"""Phase B, LLM half: abstract each failed trajectory into a reusable failure mode (paper App. C.2).
+
+The heuristic detectors only know twelve fixed categories; a model reading the
+trajectory can name failure modes no rule anticipated. Each failed trajectory is
+rendered compactly (question, gold, prediction, one line per step) and the model
+must answer with one JSON object ``{category, abstraction, trigger, intervention_hint}``.
+
+Robustness rules (a small model often answers with prose or broken JSON):
+
+* the first ``{...}`` object in the reply is parsed (code fences and chatter around it
+  are tolerated); every key must be a non-empty string and ``category`` must become a
+  4–30 character snake_case id after normalisation;
+* a malformed reply is re-asked ``retries`` times (the bad reply and a short correction
+  are appended to the conversation); after that the trajectory is dropped and the
+  reason is kept in ``SummaryOutcome.dropped`` (and logged), never silently lost;
+* calls run in a bounded thread pool (``max_concurrency``), results keep input order.
+
+The produced ``FailurePattern``s (``source="llm"``) join the heuristic ones before
+dedup and clustering.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hasp.agent.records import Trajectory
+from hasp.evolve.detectors import FailurePattern, final_action
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ChatModel", "SummaryOutcome", "SummaryFormatError", "build_summarizer_messages",
+           "parse_summary", "summarize_failures", "render_trace", "KEYS"]
+
+KEYS = ("category", "abstraction", "trigger", "intervention_hint")
+_CATEGORY = re.compile(r"^[a-z][a-z0-9_]{3,29}$")
+
+
+class ChatModel(Protocol):
+    def chat(self, messages: list[dict[str, str]], *, temperature: float | None = None,
+             max_tokens: int | None = None, stop: list[str] | None = None,
+             seed: int | None = None) -> Any: ...
+
+
+class SummaryFormatError(ValueError):
+    """The model's reply is not the JSON object the summarizer asked for."""
+
+
+@dataclass
+class SummaryOutcome:
+    patterns: list[FailurePattern] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # {"qid", "reason", "attempts"}
+    retried: int = 0  # trajectories that needed at least one re-ask
+
+    def summary(self) -> dict[str, Any]:
+        return {"llm_patterns": len(self.patterns), "llm_dropped": len(self.dropped),
+                "llm_retried": self.retried,
+                "llm_dropped_reasons": [f"{d['qid']}: {d['reason']}" for d in self.dropped][:20]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"patterns": [p.to_dict() for p in self.patterns], "dropped": self.dropped,
+                "retried": self.retried}
+
+
+# --------------------------------------------------------------------------- prompt
+
+_SYSTEM = """You analyse why a question-answering agent failed. The agent answers multi-hop questions
+with steps SEARCH[query], READ[doc_id] and FINAL[answer]. For the failed episode you are shown, name the
+general kind of mistake (not the specific facts), so that a reusable program can later catch the same
+kind of mistake in other episodes.
+
+Answer with one JSON object and nothing else, with exactly these string fields:
+  "category": a snake_case id of 4 to 30 characters; reuse a known id when it fits
+  "abstraction": one sentence describing the recurring mistake
+  "trigger": at which step and in which situation the mistake shows
+  "intervention_hint": what a program watching the agent should do to prevent it"""
+
+_RETRY = ('That was not a valid answer. Reply with only one JSON object with the string fields '
+          '"category", "abstraction", "trigger" and "intervention_hint".')
+
+
+def render_trace(traj: Trajectory, limit: int = 1800) -> str:
+    """One line per step: the executed action (and the proposed one if a PF changed it)."""
+    lines = []
+    for s in traj.steps:
+        if s.audit is None:
+            lines.append(f"{s.index}. (unparseable output) {s.raw_output[:80]!r}")
+            continue
+        a, o = s.audit.a_final, s.audit.a_orig
+        line = f"{s.index}. {a.render()}"
+        if s.audit.was_modified:
+            line += f"  (agent proposed {o.render()}, a PF rewrote it)"
+        obs = " ".join((s.observation or "").split())[:120]
+        lines.append(f"{line} -> {obs}")
+    text = "\n".join(lines)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def build_summarizer_messages(traj: Trajectory, known_categories: Sequence[str] = ()) -> list[dict[str, str]]:
+    fa = final_action(traj)
+    pred = traj.prediction or (fa.arg if fa else "(no answer)")
+    user = "\n".join([
+        f"Question: {traj.question[:500]}",
+        f"Correct answer(s): {'; '.join(traj.answers)[:200]}",
+        f"Agent's answer: {pred[:200]}",
+        "Steps:",
+        render_trace(traj),
+        "",
+        "Known category ids: " + (", ".join(known_categories) if known_categories else "(none)"),
+    ])
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+# --------------------------------------------------------------------------- parsing
+
+def _first_object(text: str) -> str:
+    start = text.find("{")
+    if start < 0:
+        raise SummaryFormatError("no JSON object in the reply")
+    depth, in_str, esc = 0, False, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start: i + 1]
+    raise SummaryFormatError("unterminated JSON object")
+
+
+def normalize_category(raw: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", raw.strip().lower()).strip("_")
+
+
+def parse_summary(text: str) -> dict[str, str]:
+    """The four fields of a summarizer reply, or ``SummaryFormatError`` naming what is wrong."""
+    try:
+        obj = json.loads(_first_object(text or ""))
+    except json.JSONDecodeError as e:
+        raise SummaryFormatError(f"invalid JSON: {e.msg}") from e
+    if not isinstance(obj, dict):
+        raise SummaryFormatError("the JSON value is not an object")
+    missing = [k for k in KEYS if not isinstance(obj.get(k), str) or not obj[k].strip()]
+    if missing:
+        raise SummaryFormatError(f"missing or empty string fields: {', '.join(missing)}")
+    out = {k: " ".join(obj[k].split())[:400] for k in KEYS}
+    out["category"] = normalize_category(obj["category"])
+    if not _CATEGORY.match(out["category"]):
+        raise SummaryFormatError(f"category {obj['category']!r} is not a 4-30 character snake_case id")
+    return out
+
+
+# --------------------------------------------------------------------------- the loop
+
+def _summarize_one(traj: Trajectory, model: ChatModel, known: Sequence[str], *, temperature: float,
+                   max_tokens: int, retries: int) -> tuple[FailurePattern | None, str, int]:
+    """(pattern or None, reason when None, attempts used)."""
+    msgs = build_summarizer_messages(traj, known)
+    problems: list[str] = []
+    for attempt in range(retries + 1):
+        try:
+            reply = model.chat(msgs, temperature=temperature, max_tokens=max_tokens)
+            raw = str(getattr(reply, "text", reply) or "")
+        except Exception as e:  # noqa: BLE001 - one bad call drops one trajectory, never the phase
+            problems.append(f"attempt {attempt + 1}: model call failed: {type(e).__name__}: {e}")
+            continue
+        try:
+            fields = parse_summary(raw)
+        except SummaryFormatError as e:
+            problems.append(f"attempt {attempt + 1}: {e}")
+            msgs = [*msgs, {"role": "assistant", "content": raw[:1500]}, {"role": "user", "content": _RETRY}]
+            continue
+        fa = final_action(traj)
+        pat = FailurePattern(category=fields["category"], abstraction=fields["abstraction"],
+                             trigger=fields["trigger"], intervention_hint=fields["intervention_hint"],
+                             qid=traj.qid, source="llm",
+                             evidence={"answer": traj.prediction or (fa.arg if fa else ""),
+                                       "attempts": attempt + 1})
+        return pat, "", attempt + 1
+    return None, "; ".join(problems), retries + 1
+
+
+def summarize_failures(trajs: Iterable[Trajectory], model: ChatModel, *, known_categories: Sequence[str] = (),
+                       temperature: float = 0.3, max_tokens: int = 400, retries: int = 1,
+                       max_concurrency: int = 4, limit: int = 0) -> SummaryOutcome:
+    """Ask ``model`` about every failed (``em == 0``) trajectory; see the module docstring."""
+    failed = [t for t in trajs if t.em == 0]
+    if limit:
+        failed = failed[:limit]
+    out = SummaryOutcome()
+    if not failed:
+        return out
+    known = list(known_categories)
+
+    def one(t: Trajectory) -> tuple[FailurePattern | None, str, int]:
+        return _summarize_one(t, model, known, temperature=temperature, max_tokens=max_tokens, retries=retries)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, len(failed))),
+                            thread_name_prefix="summarize") as pool:
+        results = list(pool.map(one, failed))
+    for t, (pat, reason, attempts) in zip(failed, results):
+        if attempts > 1:
+            out.retried += 1
+        if pat is None:
+            log.warning("summarizer dropped %s after %d attempt(s): %s", t.qid, attempts, reason)
+            out.dropped.append({"qid": t.qid, "reason": reason, "attempts": attempts})
+        else:
+            out.patterns.append(pat)
+    return out
+
+
+def outcome_from_dict(d: dict[str, Any]) -> SummaryOutcome:
+    return SummaryOutcome(patterns=[FailurePattern.from_dict(p) for p in d.get("patterns", [])],
+                          dropped=list(d.get("dropped", [])), retried=int(d.get("retried", 0)))
