@@ -390,3 +390,89 @@ def test_cli_reports_bad_spec_in_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: dataset spec 'wiki:/nope.jsonl': unknown kind 'wiki'; expected one of generated, "
                    "hotpotqa, 2wiki, musique, agentflow"]
+
+
+# ----------------------------------------------------------------------------- the CLI end to end
+class RoleAwareEndpointDouble:
+    """Test double of an OpenAI chat endpoint on 127.0.0.1 that plays three roles by system prompt:
+    the judge (always 'INCORRECT'), the snippet writer (a fixed summary) and the policy (FINAL at
+    once). Usage is 10 prompt / 5 completion tokens per call."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        double = self
+        self.roles: list[str] = []
+        self._lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                system = body["messages"][0]["content"]
+                role = "judge" if "grade" in system else "snippet" if "research agent" in system else "policy"
+                with double._lock:
+                    double.roles.append(role)
+                text = {"judge": "INCORRECT", "snippet": "The documents name a city.",
+                        "policy": "Thought: done\nAction: FINAL[Paris]"}[role]
+                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": text}}],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                                             "total_tokens": 15}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_cli_end_to_end_with_judge_and_snippets(mlflow_tmp, capsys):
+    import mlflow
+    import yaml
+
+    from hasp.cli import main
+
+    hotpot = _data(HOTPOT)
+    with RoleAwareEndpointDouble() as ep:
+        params = yaml.safe_load((ROOT / "params.yaml").read_text())
+        params["llm"].update(base_url=ep.base_url, model="policy-double", max_concurrency=2)
+        params["teacher"].update(base_url=ep.base_url, model="teacher-double")
+        params["tracking"]["experiment"] = "cli-eval"
+        (mlflow_tmp / "params.yaml").write_text(yaml.safe_dump(params))
+        rc = main(["eval", "--params", str(mlflow_tmp / "params.yaml"), "--variants", "react,pf",
+                   "--dataset", f"hotpotqa:{hotpot}", "--limit", "2", "--judge", "--teacher-snippets",
+                   "--library", str(SKILLS), "--out", str(mlflow_tmp / "out"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "hotpotqa-hotpot_dev_distractor_sample_b" in out and "MLflow parent run" in out
+    assert {"judge", "snippet", "policy"} <= set(ep.roles)
+    metrics = json.loads((mlflow_tmp / "out" / "metrics.json").read_text())
+    pf = metrics["hotpotqa-hotpot_dev_distractor_sample_b"]["pf"]
+    react = metrics["hotpotqa-hotpot_dev_distractor_sample_b"]["react"]
+    assert react["judge_acc"] == 0.0 and react["judge_n"] == 2 and react["judge_errors"] == 0
+    # pf: premature_final turns FINAL into SEARCH, whose teacher snippet costs 10 + 5 tokens
+    assert pf["snippet_calls"] >= 2 and pf["teacher_tokens"] == 15 * pf["snippet_calls"]
+    assert react["teacher_tokens"] == 0  # react never searched
+    runs = mlflow.search_runs(experiment_names=["cli-eval"], output_format="list")
+    assert len(runs) == 3
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.data.params["teacher_snippets"] == "True" and parent.data.params["model"] == "policy-double"

@@ -116,7 +116,11 @@ def print_table(metrics: dict[str, dict[str, dict[str, Any]]]) -> None:
 
     t = Table(title="hasp eval: dataset × variant")
     for col in header():
-        t.add_column(col, justify="left" if col in ("dataset", "variant") else "right")
+        t.add_column(col, justify="left" if col in ("dataset", "variant") else "right",
+                     no_wrap=col in ("dataset", "variant"))
     for row in table_rows(metrics):
         t.add_row(*row)
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:  # logs / pipes: do not squeeze the table into 80 columns
+        console = Console(width=220)
+    console.print(t)

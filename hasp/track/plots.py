@@ -14,6 +14,7 @@ def pf_trigger_plot(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], path
     ``metrics`` is ``{dataset: {variant: summary}}`` with ``summary["pf_fires"] = {skill: n}``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     datasets = list(metrics)
     fig = Figure(figsize=(max(6.0, 1.2 * _max_skills(metrics) + 3), 3.2 * max(1, len(datasets))),
@@ -37,6 +38,7 @@ def pf_trigger_plot(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], path
             ax.legend(fontsize=8)
         ax.set_title(f"PF fires per skill — {ds}", fontsize=10)
         ax.set_ylabel("fires")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
