@@ -54,9 +54,8 @@ def eval_command(
     names = [v.strip() for v in variants.split(",") if v.strip()]
     try:
         from hasp.agent.variants import get_variant
+        from hasp.eval.runner import check_teacher_needs
 
-        for v in names:
-            get_variant(v)
         if not names:
             raise ValueError("--variants is empty")
         specs = parse_dataset_specs(dataset or ["generated"])
@@ -65,9 +64,8 @@ def eval_command(
         if model_dir is not None and not (model_dir / "config.json").is_file():
             raise ValueError(f"--model-dir {model_dir} has no config.json (not a HF model folder)")
         snippets = p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets
-        if (judge or snippets) and not p.teacher.base_url:
-            raise ValueError(f"{'--judge' if judge else 'teacher-snippet mode'} needs a teacher: "
-                             "set teacher.base_url and teacher.model in params.yaml")
+        check_teacher_needs([get_variant(v) for v in names], judge=judge, snippets=snippets,
+                            have_teacher=bool(p.teacher.base_url))
         sets = [load_eval_dataset(s, p, split=split, limit=limit, data_dir=data, retriever_url=retriever_url)
                 for s in specs]
     except (DatasetSpecError, ValueError, FileNotFoundError) as e:
@@ -89,10 +87,14 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
     teacher = teacher_client(p.teacher, p.llm)
     llm = p.llm.model_copy(update={"base_url": None}) if model_dir is not None else p.llm
     port = p.llm.port + 1 if model_dir is not None else None
-    with policy_client(llm, model_dir=model_dir, port=port, max_tokens=p.agent.max_tokens) as pol:
-        res = run_eval(p, sets, names, policy=pol, library_root=library, out_dir=out, teacher=teacher,
-                       judge=judge, teacher_snippets=snippets, progress=progress)
-        model = getattr(getattr(pol, "config", None), "model", None) or p.llm.model or "embedded"
+    try:
+        with policy_client(llm, model_dir=model_dir, port=port, max_tokens=p.agent.max_tokens) as pol:
+            res = run_eval(p, sets, names, policy=pol, library_root=library, out_dir=out, teacher=teacher,
+                           judge=judge, teacher_snippets=snippets, progress=progress)
+            model = getattr(getattr(pol, "config", None), "model", None) or p.llm.model or "embedded"
+    finally:
+        if teacher is not None:
+            teacher.close()
     run_params = {"variants": ",".join(names), "datasets": ",".join(s.name for s in sets),
                   "split": sets[0].split, "limit": limit if limit is not None else "all",
                   "model": model, "model_dir": str(model_dir or ""), "library": str(library),
@@ -100,7 +102,8 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
                   "teacher_model": p.teacher.model or "", "teacher_snippets": snippets, "judge": judge,
                   "max_steps": p.agent.max_steps, "top_k": p.agent.top_k}
     cell_params = {s.name: {"dataset_kind": s.spec.kind, "dataset_path": str(s.spec.path or ""),
-                            "n": len(s.questions), "n_split": s.n_split, "corpus_size": s.corpus_size}
+                            "n": len(s.questions), "n_split": s.n_split, "corpus_size": s.corpus_size,
+                            "load_report": s.load_report}
                    for s in sets}
     runs = log_eval_runs(res, experiment=p.tracking.experiment,
                          run_name=run_name or f"eval-{time.strftime('%Y%m%d-%H%M%S')}", params=run_params,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +81,8 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
 
     vs = [get_variant(v) for v in variants]
     snippets = params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets
-    if (snippets or judge) and teacher is None:
-        what = "teacher-snippet mode" if snippets else "--judge"
-        raise ValueError(f"{what} needs a teacher endpoint: set teacher.base_url and teacher.model in params.yaml")
+    if teacher is None:
+        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=False)
     lib = load_library(library_root, "search") if library_root is not None else None
     for err in (lib.load_errors if lib is not None else []):
         log.warning("skill library: %s", err)
@@ -116,6 +115,18 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     return result
 
 
+def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: bool, have_teacher: bool) -> None:
+    """One clear error when something asks for a teacher and none is configured (a teacher
+    variant without one would silently be its teacher-less twin)."""
+    if have_teacher:
+        return
+    wants = [f"variant {v.name}" for v in variants if uses_teacher(v)]
+    wants += ["--judge"] * judge + ["teacher-snippet mode"] * snippets
+    if wants:
+        raise ValueError(f"{', '.join(wants)} need(s) a teacher endpoint: set teacher.base_url and teacher.model "
+                         "in params.yaml")
+
+
 def _raise_if_all_failed(records: Sequence[EpisodeRecord], dataset: str, variant: str) -> None:
     errors = [r.error for r in records if r.error]
     if records and len(errors) == len(records):
@@ -132,8 +143,7 @@ def _episode_fn(params: Params, ds: EvalDataset, variant: Variant, *, policy: Po
     a, e = params.agent, params.eval
     pfs = lib.pfs() if (lib is not None and variant.use_pfs) else []
     skills_text = skills_prompt(lib) if (lib is not None and variant.skills_in_prompt) else ""
-    base = agent_config(params)
-    cfg = type(base)(**{**base.__dict__, "use_pfs": variant.use_pfs, "skills_in_prompt": variant.skills_in_prompt})
+    cfg = replace(agent_config(params), use_pfs=variant.use_pfs, skills_in_prompt=variant.skills_in_prompt)
     agent_teacher = teacher if uses_teacher(variant) else None
 
     def run(item: QAItem) -> EpisodeRecord:
