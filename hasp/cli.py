@@ -227,11 +227,11 @@ def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, top
     serve(corpus, host, port, topk=topk)
 
 
-@app.command("eval")
+@app.command("eval-epoch")
 def eval_cmd(library: Library = Path("outputs/epoch_0/library"), data: Path = Path("outputs/data"),
              out: Path = Path("outputs/eval"), trained: Optional[Path] = Path("outputs/train/merged"),
              params: ParamsOpt = Path("params.yaml"), split: str = "test") -> None:
-    """Evaluate baseline ReAct, the PF agent and (if TRAINED exists) the trained PF agent."""
+    """Epoch evaluation (DVC stage `evaluate`): ReAct vs PF vs (if TRAINED exists) trained PF."""
     import contextlib
 
     from hasp.evolve.epoch import evaluate
@@ -248,6 +248,11 @@ def eval_cmd(library: Library = Path("outputs/epoch_0/library"), data: Path = Pa
         res = evaluate(p, data, library, out, policy=pol, trained_policy=tpol,
                        teacher=teacher_client(p.teacher, p.llm), split=split)
     print_results(res)
+
+
+from hasp.eval.cli import eval_command  # noqa: E402 - `hasp eval`: any variants × any datasets
+
+app.command("eval")(eval_command)
 
 
 def print_results(res: dict[str, Any]) -> None:
@@ -321,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("HASP_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
     try:
         rc = app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
-        if isinstance(rc, int) and not isinstance(rc, bool):  # click returns typer.Exit's code here
-            return rc
     except typer.Exit as e:
         return e.exit_code
     except SystemExit as e:
@@ -332,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         typer.echo(f"error: {type(e).__name__}: {e}", err=True)
         return 1
-    return 0
+    # click returns (not raises) a command's typer.Exit code when standalone_mode is off
+    return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
 
 
 if __name__ == "__main__":

@@ -106,6 +106,20 @@ class TrainParams(_Strict):
     seed: int = 0
 
 
+class EvalParams(_Strict):
+    """``hasp eval``: paper splits of benchmark files (App. D.1), teacher-snippet mode (App. D.4), judge."""
+
+    n_test: int = Field(200, ge=1)          # first N rows of a benchmark file are its test set
+    n_seed: int = Field(50, ge=0)           # seed / val pools drawn from the shuffled tail
+    n_val: int = Field(50, ge=0)
+    split_seed: int = 42
+    teacher_snippets: bool = False          # SEARCH returns a teacher-written snippet, READ is disabled
+    snippet_max_tokens: int = Field(200, ge=16)
+    snippet_doc_chars: int = Field(600, ge=50)   # characters of each retrieved doc shown to the teacher
+    judge_max_tokens: int = Field(8, ge=1)
+    traces: bool = True                     # each episode as an MLflow trace
+
+
 class TrackingParams(_Strict):
     experiment: str = "hasp-search"
 
@@ -119,6 +133,7 @@ class Params(_Strict):
     signals: SignalParams = SignalParams()
     train: TrainParams = TrainParams()
     tracking: TrackingParams = TrackingParams()
+    eval: EvalParams = EvalParams()
 
     def section_hash(self, *names: str) -> str:
         """Content hash of some sections: the params part of a cache key."""

@@ -11,16 +11,19 @@ import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
 from hasp.agent.records import Trajectory
 
+T = TypeVar("T")
 
-def run_many(items: Sequence[Any], episode: Callable[[Any], Trajectory], *, concurrency: int = 8,
-             desc: str = "rollout", progress: bool = True) -> list[Trajectory]:
-    """Apply ``episode`` to every item with bounded concurrency, keeping order."""
+
+def run_many(items: Sequence[Any], episode: Callable[[Any], T], *, concurrency: int = 8,
+             desc: str = "rollout", progress: bool = True) -> list[T]:
+    """Apply ``episode`` to every item with bounded concurrency, keeping order (any result type:
+    trajectories, or evaluation records that wrap one)."""
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         futures = [pool.submit(episode, it) for it in items]
         out = []

@@ -1,0 +1,168 @@
+"""Dataset specs of ``hasp eval`` and what they load into: questions plus a retriever.
+
+A spec is ``generated`` (the project's generated benchmark, ``generated:<dir>`` for another data
+folder) or ``<kind>:<path>`` with kind one of hotpotqa, 2wiki, musique, agentflow; a bare existing
+path has its kind detected from its first record. All specs are checked before any model starts,
+so a typo costs a second, not a server start-up.
+
+Benchmark files are split as in paper App. D.1 (first ``eval.n_test`` rows = test, seed/val from
+the shuffled tail). Their retriever is BM25 over the file's own context paragraphs (all rows, so
+``--limit`` does not change the distractor pool); AgentFlow files carry no paragraphs and need a
+Search-R1 retriever URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hasp.config import Params
+from hasp.domains.search.datasets import DATASET_KINDS
+from hasp.domains.search.generator import QAItem
+
+log = logging.getLogger(__name__)
+
+GENERATED = "generated"
+KINDS = (GENERATED, *DATASET_KINDS)
+GENERATED_SPLITS = ("train", "val", "test")
+FILE_SPLITS = ("test", "train", "seed", "val")
+
+
+class DatasetSpecError(ValueError):
+    """A dataset spec or split that cannot be evaluated; the message names the spec."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    raw: str
+    kind: str
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """Short, filesystem- and MLflow-safe label (``hotpotqa-hotpot_dev_distractor_sample_a``)."""
+        if self.kind == GENERATED:
+            return GENERATED if self.path is None else f"{GENERATED}-{self.path.name}"
+        assert self.path is not None
+        stem = self.path.parent.name if self.path.name == "data.json" else self.path.stem
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.kind}-{stem}")
+
+
+def parse_dataset_spec(text: str) -> DatasetSpec:
+    """``generated`` | ``generated:<dir>`` | ``<kind>:<path>`` | an existing file (kind detected)."""
+    raw = text.strip()
+    if not raw:
+        raise DatasetSpecError("empty dataset spec; use 'generated' or KIND:PATH "
+                               f"(KIND one of {', '.join(DATASET_KINDS)})")
+    if raw == GENERATED:
+        return DatasetSpec(raw, GENERATED)
+    kind, sep, rest = raw.partition(":")
+    if sep and kind in KINDS:
+        if not rest.strip():
+            raise DatasetSpecError(f"dataset spec {raw!r}: '{kind}:' needs a path after the colon")
+        path = Path(rest.strip()).expanduser()
+        if kind == GENERATED:
+            if not path.is_dir() and path.exists():
+                raise DatasetSpecError(f"dataset spec {raw!r}: {path} is not a data folder")
+            return DatasetSpec(raw, GENERATED, path)
+        if path.is_dir() and (path / "data.json").is_file():  # an AgentFlow task folder
+            path = path / "data.json"
+        if not path.is_file():
+            raise DatasetSpecError(f"dataset spec {raw!r}: no such file {path}")
+        return DatasetSpec(raw, kind, path)
+    path = Path(raw).expanduser()
+    if path.is_file():
+        from hasp.domains.search.datasets import detect_kind
+
+        return DatasetSpec(raw, detect_kind(path), path)
+    if sep and not Path(kind).exists():
+        raise DatasetSpecError(f"dataset spec {raw!r}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    raise DatasetSpecError(f"dataset spec {raw!r}: not 'generated', KIND:PATH or an existing file")
+
+
+def parse_dataset_specs(texts: list[str]) -> list[DatasetSpec]:
+    """Parse all specs; two specs with the same label are an error (their outputs would collide)."""
+    specs = [parse_dataset_spec(t) for t in texts]
+    seen: dict[str, str] = {}
+    for s in specs:
+        if s.name in seen:
+            raise DatasetSpecError(f"dataset specs {seen[s.name]!r} and {s.raw!r} both map to {s.name!r}")
+        seen[s.name] = s.raw
+    if not specs:
+        raise DatasetSpecError("no dataset given; pass --dataset generated or --dataset KIND:PATH")
+    return specs
+
+
+@dataclass
+class EvalDataset:
+    """Questions of one split (cut to ``limit``) and the retriever the agent searches."""
+
+    spec: DatasetSpec
+    split: str
+    questions: list[QAItem]
+    retriever: Any  # SupportsSearch: BM25Retriever or RemoteRetriever
+    n_split: int  # questions in the split before ``limit``
+    corpus_size: int
+    load_report: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def load_eval_dataset(spec: DatasetSpec, params: Params, *, split: str = "test", limit: int | None = None,
+                      data_dir: Path = Path("outputs/data"), retriever_url: str | None = None) -> EvalDataset:
+    """Load one spec. ``data_dir`` is where ``generated`` lives; it is written (as by
+    ``hasp data prepare``) when it holds no benchmark yet."""
+    if limit is not None and limit < 1:
+        raise DatasetSpecError(f"--limit must be >= 1 (got {limit})")
+    if spec.kind == GENERATED:
+        return _load_generated(spec, params, split, limit, spec.path or data_dir)
+    return _load_file(spec, params, split, limit, retriever_url)
+
+
+def _load_generated(spec: DatasetSpec, params: Params, split: str, limit: int | None, data_dir: Path) -> EvalDataset:
+    from hasp.domains.search.task import SearchTask
+
+    if split not in GENERATED_SPLITS:
+        raise DatasetSpecError(f"dataset {spec.raw!r}: split {split!r} not in {', '.join(GENERATED_SPLITS)}")
+    if not (data_dir / "corpus.jsonl").exists():
+        from hasp.evolve.epoch import prepare_data
+
+        log.warning("%s has no generated benchmark; generating it from params.data", data_dir)
+        prepare_data(params, data_dir)
+    task = SearchTask.load(data_dir)
+    items = task.questions(split)
+    return EvalDataset(spec, split, items[:limit] if limit else items, task.retriever, len(items),
+                       len(task.retriever))
+
+
+def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,
+               retriever_url: str | None) -> EvalDataset:
+    from hasp.domains.search.datasets import load_dataset, paper_splits
+
+    if split not in FILE_SPLITS:
+        raise DatasetSpecError(f"dataset {spec.raw!r}: split {split!r} not in {', '.join(FILE_SPLITS)}")
+    assert spec.path is not None
+    ds = load_dataset(spec.path, spec.kind)
+    e = params.eval
+    items = paper_splits(ds.questions, n_test=e.n_test, n_seed=e.n_seed, n_val=e.n_val, seed=e.split_seed)[split]
+    if not items:
+        raise DatasetSpecError(f"dataset {spec.raw!r}: split {split!r} is empty ({len(ds.questions)} rows, "
+                               f"eval.n_test={e.n_test})")
+    if ds.corpus:
+        from hasp.domains.search.retriever import BM25Retriever
+
+        retriever: Any = BM25Retriever.from_corpus(ds.corpus)
+    elif retriever_url:
+        from hasp.domains.search.remote import RemoteRetriever
+
+        retriever = RemoteRetriever(retriever_url, topk=params.agent.top_k)
+    else:
+        raise DatasetSpecError(f"dataset {spec.raw!r}: {spec.kind} files carry no paragraphs to search; "
+                               "pass --retriever-url of a Search-R1 retriever (e.g. `hasp retriever-serve`)")
+    return EvalDataset(spec, split, items[:limit] if limit else items, retriever, len(items), len(ds.corpus),
+                       ds.report.summary())

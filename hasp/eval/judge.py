@@ -1,0 +1,69 @@
+"""LLM-judge accuracy: the teacher says CORRECT or INCORRECT for one predicted answer.
+
+EM misses paraphrases ("the US" vs "United States"), which is why the paper reports an LLM-judge
+score next to it. Parsing is strict on purpose: a reply that is not exactly one of the two words
+(after trimming whitespace, quotes, asterisks and a final period) is a *judge error*. Judge errors
+are counted and left out of the accuracy denominator; they are never read as "wrong", because
+that would turn a flaky endpoint into a worse-looking agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hasp.llm.teacher_call import ask_teacher
+
+log = logging.getLogger(__name__)
+
+_SYSTEM = ("You grade short answers to questions. Compare the predicted answer with the reference "
+           "answers: it is correct when it names the same thing, even if worded differently, and "
+           "incorrect when it is different, incomplete or hedges between options. Reply with one word: "
+           "CORRECT or INCORRECT.")
+
+
+@dataclass(frozen=True)
+class JudgeVerdict:
+    """``correct`` is None when there is no usable verdict (``error`` says why)."""
+
+    correct: bool | None
+    raw: str = ""
+    error: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_verdict(text: str) -> bool | None:
+    """True for CORRECT, False for INCORRECT, None for anything else (strict)."""
+    word = text.strip().strip("*\"'`").strip().rstrip(".").strip().upper()
+    return {"CORRECT": True, "INCORRECT": False}.get(word)
+
+
+def judge_messages(question: str, answers: list[str], prediction: str) -> list[dict[str, str]]:
+    refs = " | ".join(a for a in answers if a) or "(none)"
+    return [{"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"Question: {question}\nReference answers: {refs}\n"
+                                        f"Predicted answer: {prediction}\nVerdict (CORRECT or INCORRECT):"}]
+
+
+def judge_answer(judge: Any, question: str, answers: list[str], prediction: str, *,
+                 max_tokens: int = 8) -> JudgeVerdict:
+    """One verdict. An empty prediction (no FINAL) is INCORRECT without a call; endpoint failures
+    and unparseable replies come back as a verdict with ``error`` set, never as an exception."""
+    if not prediction.strip():
+        return JudgeVerdict(False, error="", raw="(no answer: not sent to the judge)")
+    try:
+        reply = ask_teacher(judge, judge_messages(question, answers, prediction), max_tokens=max_tokens)
+    except Exception as e:  # noqa: BLE001 - a failed judge call is counted as judge_error, the eval goes on
+        log.warning("judge call failed: %s: %s", type(e).__name__, e)
+        return JudgeVerdict(None, error=f"{type(e).__name__}: {e}"[:300])
+    verdict = parse_verdict(reply.text)
+    error = "" if verdict is not None else f"unparseable judge reply {reply.text[:80]!r}"
+    if error:
+        log.warning("%s", error)
+    return JudgeVerdict(verdict, raw=reply.text[:200], error=error, prompt_tokens=reply.prompt_tokens,
+                        completion_tokens=reply.completion_tokens)

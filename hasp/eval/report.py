@@ -1,0 +1,56 @@
+"""The dataset × variant comparison table, as rows for the terminal (rich), CSV and Markdown."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: (column, summary key, format) — one place so the CLI table, CSV and Markdown agree
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("n", "n", "d"), ("EM", "em", ".3f"), ("F1", "f1", ".3f"), ("judge", "judge_acc", ".3f"),
+    ("judge err", "judge_errors", "d"), ("answered", "answered_rate", ".2f"), ("steps", "mean_steps", ".2f"),
+    ("PF fires", "pf_fires_total", "d"), ("action share", "pf_action_share", ".2f"),
+    ("context share", "pf_context_share", ".2f"), ("prompt tok", "prompt_tokens", "d"),
+    ("compl tok", "completion_tokens", "d"), ("teacher tok", "teacher_tokens", "d"),
+    ("errors", "episode_errors", "d"), ("wall s", "wall_s", ".1f"),
+)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None:
+        return "–"
+    return format(int(value), "d") if spec == "d" else format(float(value), spec)
+
+
+def table_rows(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[list[str]]:
+    """``[dataset, variant, *formatted columns]`` per cell; a metric a cell lacks shows as "–"."""
+    rows = []
+    for ds, by_variant in metrics.items():
+        for v, m in by_variant.items():
+            rows.append([ds, v, *(_fmt(m.get(key), spec) for _, key, spec in COLUMNS)])
+    return rows
+
+
+def header() -> list[str]:
+    return ["dataset", "variant", *(c for c, _, _ in COLUMNS)]
+
+
+def write_csv(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], path: Path) -> Path:
+    """Raw (unformatted) values, for pandas / spreadsheets."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["dataset", "variant", *(key for _, key, _ in COLUMNS)])
+        for ds, by_variant in metrics.items():
+            for v, m in by_variant.items():
+                w.writerow([ds, v, *("" if m.get(key) is None else m.get(key) for _, key, _ in COLUMNS)])
+    return path
+
+
+def to_markdown(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    head = header()
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in table_rows(metrics)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,88 @@
+"""One evaluated episode as one MLflow trace: root span, a span per step, PF events as spans.
+
+Traces are written after the episode, from its record, not live: the agent loop stays free of
+tracing code and the trace is the same whichever thread ran the episode. Timestamps are real:
+the root starts at the episode's wall-clock start, and each step, LLM call, PF dispatch and tool
+call is laid out from the durations the loop measured (``step_s``, ``llm_s``, ``dispatch_s``).
+The loop does not time individual PFs, so each PF-event span covers the dispatch that ran it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hasp.agent.records import StepRecord
+from hasp.eval.records import EpisodeRecord
+
+_TEXT = 2000  # characters of prompts / observations kept on a span
+
+
+def _ns(seconds: float) -> int:
+    return max(0, int(seconds * 1e9))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _TEXT else text[:_TEXT] + "…"
+
+
+def log_episode_trace(mlflow: Any, rec: EpisodeRecord, *, dataset: str, variant: str) -> str:
+    """Create the trace (linked to the active run, if any); return its trace id."""
+    t = rec.traj
+    start = rec.start_ns
+    attrs = {"qid": t.qid, "dataset": dataset, "variant": variant, "em": t.em, "f1": t.f1,
+             "terminated": t.terminated, "n_steps": len(t.steps), "pf_fires": len(t.fired_skills()),
+             "prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
+             "teacher_tokens": rec.teacher_prompt_tokens + rec.teacher_completion_tokens}
+    if rec.judge is not None:
+        attrs["judge_correct"] = rec.judge.correct
+        attrs["judge_error"] = rec.judge.error
+    root = mlflow.start_span_no_context(
+        f"episode {t.qid}", span_type="AGENT", inputs={"question": t.question, "answers": t.answers},
+        attributes=attrs, start_time_ns=start,
+        tags={"hasp.dataset": dataset, "hasp.variant": variant, "hasp.qid": t.qid})
+    cursor = start
+    for step in t.steps:
+        cursor = _step_spans(mlflow, root, step, cursor)
+    end = max(cursor, start + _ns(t.wall_s))
+    root.end(outputs={"prediction": t.prediction, "em": t.em, "f1": t.f1},
+             status="ERROR" if rec.error else "OK", end_time_ns=end)
+    return str(root.trace_id)
+
+
+def _step_spans(mlflow: Any, root: Any, step: StepRecord, start: int) -> int:
+    """Spans of one step starting at ``start``; returns the step's end time."""
+    end = start + _ns(step.step_s)
+    a = step.audit
+    attrs: dict[str, Any] = {"index": step.index}
+    if step.parse_error:
+        attrs["parse_error"] = step.parse_error
+    if a is not None:
+        attrs.update({"action": a.a_final.render(), "proposed": a.a_orig.render(),
+                      "modified": a.was_modified, "mode": a.mode})
+    span = mlflow.start_span_no_context(f"step {step.index}", span_type="CHAIN", parent_span=root,
+                                        attributes=attrs, start_time_ns=start)
+    llm_end = min(end, start + _ns(step.llm_s))
+    last = step.prompt_messages[-1]["content"] if step.prompt_messages else ""
+    llm = mlflow.start_span_no_context("policy", span_type="CHAT_MODEL", parent_span=span,
+                                       inputs={"last_message": _cut(last)}, start_time_ns=start)
+    llm.end(outputs={"text": _cut(step.raw_output)}, end_time_ns=llm_end)
+    if a is not None:
+        d_end = min(end, llm_end + _ns(a.dispatch_s))
+        disp = mlflow.start_span_no_context("pf_dispatch", span_type="CHAIN", parent_span=span,
+                                            inputs={"action": a.a_orig.render()},
+                                            attributes={"mode": a.mode, "n_fired": len(a.fired),
+                                                        "errors": list(a.errors)},
+                                            start_time_ns=llm_end)
+        for f in a.fired:
+            ev = mlflow.start_span_no_context(
+                f"pf:{f.get('skill_id', '?')}", span_type="PF_EVENT", parent_span=disp, start_time_ns=llm_end,
+                attributes={"skill_id": str(f.get("skill_id", "")), "type": str(f.get("type", "")),
+                            "reason": str(f.get("reason", "")), "applied": bool(f.get("applied", True))})
+            ev.end(end_time_ns=d_end)
+        disp.end(outputs={"action": a.a_final.render(), "context": list(a.context)}, end_time_ns=d_end)
+        tool = mlflow.start_span_no_context(a.a_final.type.lower(), span_type="TOOL", parent_span=span,
+                                            inputs={"arg": a.a_final.arg}, attributes=dict(a.feedback),
+                                            start_time_ns=d_end)
+        tool.end(outputs={"observation": _cut(step.observation)}, end_time_ns=end)
+    span.end(outputs={"observation": _cut(step.observation)}, end_time_ns=end)
+    return end
