@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hasp.pf.base import ProgramFunction
+from hasp.pf.conditions import validate_phase_conditions
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import SkillFormatError, SkillSpec, load_skill_md
 
@@ -148,6 +149,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
             spec = load_skill_md(folder / "SKILL.md")
             if spec.skill_id != base:
                 raise SkillFormatError(f"{folder}/SKILL.md: skill_id {spec.skill_id!r} != folder id {base!r}")
+            validate_phase_conditions(spec, domain, f"{folder}/SKILL.md")
             pf_path = folder / "pf.py"
             pf = None
             if pf_path.exists():
