@@ -15,6 +15,7 @@ Three levels, each built once at its own scope so the per-step path stays cheap:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from hasp.pf.phases import PhaseRule, PhaseRules
 from hasp.pf.question import QuestionFeatures
 from hasp.pf.selection import PFSelector, SkillSelector, render_skill_lines
 from hasp.pf.teacher import CountingTeacher
+
+log = logging.getLogger(__name__)
 
 _EVIDENCE_CHARS = 800
 
@@ -216,6 +219,9 @@ def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, varia
 
     harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires)
     used_teacher = teacher if variant.use_teacher else None
+    if teacher is not None and used_teacher is None:
+        log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
+                 variant.name)
 
     def run(item: Any) -> Trajectory:
         return run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy,

@@ -42,11 +42,12 @@ class HandlerOutcome:
 
 
 def unsearched_query(question: str, searched: Sequence[str], max_words: int = 8) -> str:
-    """Question keywords not yet used in any query; the whole keyword query if all were."""
+    """Question keywords, those not used in any earlier query first (so the search differs)."""
     used = {t for q in searched for t in tokens(q)}
     words = keyword_query(question, max_words=32).split()
     fresh = [w for w in words if w.lower() not in used]
-    return " ".join(fresh[:max_words]) or keyword_query(question, max_words=max_words) or question
+    ordered = fresh + [w for w in words if w not in fresh]
+    return " ".join(ordered[:max_words]) or question
 
 
 class HandlerVoter:
