@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hasp.agent.context import EpisodeState
+from hasp.agent.postprocess import postprocess_final
 from hasp.agent.records import Action, AuditEvent, HarnessRecord, Trajectory
 from hasp.agent.variants import Variant
 from hasp.config import HarnessParams
@@ -194,8 +195,6 @@ class EpisodeHarness:
     def finish(self, traj: Trajectory, state: EpisodeState) -> None:
         """Teacher-only post-processing, then teacher accounting and the harness record."""
         if self.postprocess and self.teacher is not None:
-            from hasp.agent.postprocess import postprocess_final
-
             evidence = ("\n".join(state.read_contents) or state.last_search_results_text)[:_EVIDENCE_CHARS]
             res = postprocess_final(self.teacher, traj.question, traj.prediction, evidence,
                                     max_tokens=self.teacher_max_tokens)
