@@ -211,6 +211,18 @@ def test_unknown_condition_is_reported_at_library_load(tmp_path):
         PhaseRules.compile([skill("bad_skill", phases={"pre_final": PhaseSpec(conditions=["no_raed_yet"], text="x")})])
 
 
+def test_generated_skill_with_unknown_condition_loses_only_that_phase(tmp_path):
+    root = tmp_path / "search"
+    d = root / "generated" / "gen_skill__v1"
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nskill_id: gen_skill\nphases:\n  pre_final:\n    conditions: [invented_cond]\n"
+                                "    text: x\n  post_search:\n    conditions: [has_results]\n    text: y\n---\n",
+                                encoding="utf-8")
+    lib = load_library(root, "search")
+    assert lib.ids == ["gen_skill"] and set(lib.skills[0].spec.phases) == {"post_search"}
+    assert "invented_cond" in lib.load_errors[0] and "phase dropped" in lib.load_errors[0]
+
+
 def test_seed_search_library_conditions_are_all_known():
     lib = load_library(ROOT / "skills" / "search", "search")
     assert not lib.load_errors

@@ -126,12 +126,17 @@ def compile_conditions(spec: SkillSpec, phase: str, domain: str = "search",
     return [compile_condition(c, names, where) for c in spec.phases[phase].conditions]
 
 
-def validate_phase_conditions(spec: SkillSpec, domain: str, source: str = "") -> None:
-    """Raise ``SkillFormatError`` if a phase of ``spec`` uses a condition ``domain`` cannot evaluate.
+def invalid_phases(spec: SkillSpec, domain: str, source: str = "") -> dict[str, str]:
+    """``{phase: error}`` for every phase of ``spec`` whose conditions ``domain`` cannot evaluate.
 
     Domains without an evaluator (single-step math/code, whose conditions are descriptive labels
-    of the PF's checks) are not validated."""
+    of the PF's checks) have nothing to validate."""
     if domain not in DOMAIN_CONDITIONS:
-        return
+        return {}
+    bad = {}
     for phase in spec.phases:
-        compile_conditions(spec, phase, domain, source)
+        try:
+            compile_conditions(spec, phase, domain, source)
+        except SkillFormatError as e:
+            bad[phase] = str(e)
+    return bad
