@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -59,6 +59,43 @@ class AgentParams(_Strict):
     snippet_chars: int = Field(120, ge=20)
     read_chars: int = Field(400, ge=50)
     max_modify_fires: int = Field(2, ge=0)
+
+
+class HarnessParams(_Strict):
+    """Inference-time harness around the search agent (paper App. B.6): master switches,
+    selection and the three budget classes. A variant (``hasp.agent.variants``) decides which
+    surfaces exist at all; these switches can only turn surfaces off, never on."""
+
+    skills_enabled: bool = True
+    enable_program_functions: bool = True
+    enable_skill_handlers: bool = True
+    enable_prompt_only_skills: bool = True
+    pf_only_mode: bool = False
+    enable_difficulty_gating: bool = False
+    difficulty_threshold: int = Field(2, ge=1, le=5)
+    handler_vote_threshold: int = Field(4, ge=1)
+    max_final_overrides: int = Field(1, ge=0)
+    pf_selection: Literal["auto", "heuristic", "all"] = "auto"
+    pf_top_k: int = Field(6, ge=0)
+    mandatory_pfs: list[str] = Field(default_factory=lambda: [
+        "retrieval_failure", "format_extraction_error", "relevant_content_extractor"])
+    light_pfs: list[str] = Field(default_factory=lambda: ["premature_final", "insufficient_exploration"])
+    decomposition_pfs: list[str] = Field(default_factory=lambda: [
+        "decompose_complex_question", "iterative_refinement"])
+    entity_pfs: list[str] = Field(default_factory=lambda: ["wrong_entity_confusion", "citation_mismatch"])
+    max_skills_in_prompt: int = Field(6, ge=0)
+    max_phase_instructions: int = Field(2, ge=0)
+    pre_final_step_threshold: int = Field(3, ge=1)
+    timeout_seconds: float = Field(600.0, gt=0)
+    teacher_max_tokens: int = Field(64, ge=8)
+
+    @field_validator("mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs")
+    @classmethod
+    def _ids(cls, v: list[str]) -> list[str]:
+        bad = [x for x in v if not x or not x.replace("_", "").isalnum() or x != x.lower()]
+        if bad:
+            raise ValueError(f"not snake_case skill ids: {bad}")
+        return list(dict.fromkeys(v))
 
 
 class EvolveParams(_Strict):
@@ -129,6 +166,7 @@ class Params(_Strict):
     llm: LLMParams = LLMParams()
     teacher: EndpointParams = EndpointParams()
     agent: AgentParams = AgentParams()
+    harness: HarnessParams = HarnessParams()
     evolve: EvolveParams = EvolveParams()
     signals: SignalParams = SignalParams()
     train: TrainParams = TrainParams()

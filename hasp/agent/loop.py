@@ -1,8 +1,9 @@
 """The ReAct loop with the PF harness around it.
 
-One step: the policy proposes an action, the dispatcher (if PFs are on) may
-rewrite it or add context, the environment executes the final action, and the
-step record with its audit event is appended. Model mistakes (unparseable
+One step: the policy proposes an action, the harness (``hasp.agent.harness``:
+PF dispatch, then FINAL-time handler votes) may rewrite it or add context, the
+environment executes the final action, phase reminders are added to the next
+observation, and the step record with its audit event is appended. Model mistakes (unparseable
 output) are recorded and shown to the model; harness bugs raise.
 """
 
@@ -17,10 +18,10 @@ from typing import Any, Protocol
 import yaml
 
 from hasp.agent.context import EpisodeState
+from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
 from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
-from hasp.pf.dispatcher import Dispatcher
 
 
 class ChatReply(Protocol):
@@ -70,29 +71,36 @@ def _hit_dict(h: Any) -> dict[str, str]:
 
 
 def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, env: Environment,
-                pfs: list[ProgramFunction], cfg: AgentConfig, variant: str,
-                teacher: Teacher | None = None, skills_text: str = "",
-                scorer: Any = None) -> Trajectory:
-    """Run one question to FINAL or the step budget and return the full trajectory."""
+                pfs: list[ProgramFunction] | None = None, cfg: AgentConfig, variant: str,
+                teacher: Teacher | None = None, skills_text: str = "", scorer: Any = None,
+                harness: EpisodeHarness | None = None) -> Trajectory:
+    """Run one question to FINAL, the step budget or the wall budget; return the trajectory.
+
+    ``harness`` (from ``hasp.agent.harness``) carries the selection layers, handlers and phase
+    reminders. Without it, ``pfs``/``teacher``/``skills_text`` are used as given (no selection).
+    """
+    h = harness or EpisodeHarness.plain(list(pfs or []) if cfg.use_pfs else [], teacher=teacher,
+                                        skills_text=skills_text, max_modify_fires=cfg.max_modify_fires)
     p = load_prompts()
-    t0 = time.perf_counter()
     traj = Trajectory(qid=qid, question=question, answers=list(answers), variant=variant)
-    system = p["system"] + (f"\n{p['skills_header']}\n{skills_text}" if skills_text else "")
+    system = p["system"] + (f"\n{p['skills_header']}\n{h.system_text}" if h.system_text else "")
     messages = [{"role": "system", "content": system}, *[dict(m) for m in p.get("demo", [])],
                 {"role": "user", "content": p["question"].format(question=question)}]
     state = EpisodeState(question=question, max_steps=cfg.max_steps)
-    dispatcher = Dispatcher(pfs if cfg.use_pfs else [], teacher=teacher,
-                            max_modify_fires=cfg.max_modify_fires)
+    traj.terminated = "max_steps"
     for i in range(cfg.max_steps):
+        if h.out_of_time():
+            traj.terminated = "timeout"
+            break
         ts = time.perf_counter()
         state.step_count = i
         reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                             stop=["Observation:"], seed=cfg.seed)
-        llm_s = time.perf_counter() - ts
         traj.prompt_tokens += reply.prompt_tokens
         traj.completion_tokens += reply.completion_tokens
-        step = StepRecord(index=i, raw_output=reply.text, llm_s=llm_s,
+        step = StepRecord(index=i, raw_output=reply.text, llm_s=time.perf_counter() - ts,
                           prompt_messages=[dict(m) for m in messages])
+        traj.steps.append(step)
         parsed = parse_action(reply.text)
         if isinstance(parsed, ParseFailure):
             step.parse_error, step.thought = parsed.reason, parsed.thought
@@ -100,36 +108,28 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
             messages += [{"role": "assistant", "content": reply.text.strip()[:400] or "(empty)"},
                          {"role": "user", "content": step.observation}]
             step.step_s = time.perf_counter() - ts
-            traj.steps.append(step)
             continue
         step.thought = parsed.thought
         ctx = state.to_ctx(parsed.thought)
-        d = dispatcher.dispatch(ctx, parsed.type, parsed.arg)
+        audit = h.decide(ctx, state, parsed.type, parsed.arg)
         state.absorb(ctx)
-        a_orig, a_final = Action(parsed.type, parsed.arg), Action(d.action_type, d.arg)
-        audit = AuditEvent(state=state.snapshot(), a_orig=a_orig, a_final=a_final,
-                           context=list(d.contexts), mode=d.mode, errors=list(d.errors),
-                           fired=[{"skill_id": f.skill_id, "type": f.type, "reason": f.reason,
-                                   "applied": f.applied} for f in d.fired],
-                           dispatch_s=d.elapsed_s)
-        traj.pf_errors += d.errors
-        obs, done = _execute(a_final, state, env, cfg, audit, p)
-        if d.contexts:
-            obs = obs + "\n" + "\n".join(d.contexts)
+        traj.pf_errors += audit.errors
+        obs, done = _execute(audit.a_final, state, env, cfg, audit, p)
+        if audit.context:
+            obs = obs + "\n" + "\n".join(audit.context)
         step.audit, step.observation = audit, obs
-        state.action_history.append(a_final.render())
-        messages += [{"role": "assistant", "content": f"Thought: {parsed.thought}\nAction: {a_final.render()}"},
-                     {"role": "user", "content": p["observation"].format(observation=obs)}]
+        shown = obs + "".join(f"\n{p['reminder'].format(text=r.text)}" for r in h.reminders(state, audit))
+        state.action_history.append(audit.a_final.render())
+        messages += [{"role": "assistant", "content": f"Thought: {parsed.thought}\nAction: {audit.a_final.render()}"},
+                     {"role": "user", "content": p["observation"].format(observation=shown)}]
         step.step_s = time.perf_counter() - ts
-        traj.steps.append(step)
         if done:
-            traj.prediction, traj.terminated = a_final.arg, "final"
+            traj.prediction, traj.terminated = audit.a_final.arg, "final"
             break
-    else:
-        traj.terminated = "max_steps"
+    h.finish(traj, state)
     if scorer is not None:
         traj.em, traj.f1 = scorer(traj.prediction, traj.answers)
-    traj.wall_s = time.perf_counter() - t0
+    traj.wall_s = time.perf_counter() - h.t_start
     return traj
 
 

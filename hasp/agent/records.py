@@ -33,6 +33,8 @@ class AuditEvent:
     feedback: dict[str, Any] = field(default_factory=dict)  # Δ_t: what executing a_final produced
     errors: list[str] = field(default_factory=list)
     dispatch_s: float = 0.0
+    phases: list[str] = field(default_factory=list)  # "<skill_id>:<phase>" reminders shown after this step
+    handlers: dict[str, Any] = field(default_factory=dict)  # FINAL-time votes (HandlerOutcome.to_dict)
 
     @property
     def was_modified(self) -> bool:
@@ -53,6 +55,25 @@ class StepRecord:
 
 
 @dataclass
+class HarnessRecord:
+    """What the harness decided for one episode, before and after the steps (App. B.6)."""
+
+    skills_active: bool = True  # False when a master switch or the difficulty gate turned skills off
+    difficulty: int | None = None
+    difficulty_source: str = ""  # teacher | heuristic ("" = gate off)
+    difficulty_note: str = ""
+    selected_pfs: list[str] = field(default_factory=list)
+    pf_selection_source: str = ""  # teacher | heuristic | all ("" = no PFs)
+    pf_selection_branch: str = ""  # computation | factoid | multi_hop
+    pf_selection_note: str = ""
+    prompt_skills: list[str] = field(default_factory=list)
+    handler_votes: int = 0  # votes over all FINALs of the episode
+    handler_overrides: int = 0
+    teacher_fallbacks: int = 0  # PF calls re-run without a failed teacher
+    postprocess: dict[str, Any] = field(default_factory=dict)  # teacher-only answer post-processing
+
+
+@dataclass
 class Trajectory:
     qid: str
     question: str
@@ -62,11 +83,16 @@ class Trajectory:
     prediction: str = ""
     em: float = 0.0
     f1: float = 0.0
-    terminated: str = ""  # final | max_steps | error
+    terminated: str = ""  # final | max_steps | timeout | error
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
     pf_errors: list[str] = field(default_factory=list)
+    teacher_calls: int = 0
+    teacher_prompt_tokens: int = 0
+    teacher_completion_tokens: int = 0
+    teacher_errors: int = 0
+    harness: HarnessRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +109,8 @@ class Trajectory:
                 a["a_final"] = Action(**a["a_final"])
                 s["audit"] = AuditEvent(**a)
             steps.append(StepRecord(**s))
-        return cls(**{**d, "steps": steps})
+        h = d.get("harness")
+        return cls(**{**d, "steps": steps, "harness": HarnessRecord(**h) if h else None})
 
     def audits(self) -> list[AuditEvent]:
         return [s.audit for s in self.steps if s.audit is not None]

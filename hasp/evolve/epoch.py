@@ -91,7 +91,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
         fn = task.episode_fn(policy=policy, library=lib, cfg=agent_config(params),
                              variant=get_variant(variant), top_k=params.agent.top_k,
                              snippet_chars=params.agent.snippet_chars, read_chars=params.agent.read_chars,
-                             teacher=teacher, label=label)
+                             teacher=teacher, label=label, harness=params.harness)
         trajs = run_many(items, fn, concurrency=params.llm.max_concurrency,
                          desc=f"{label or variant}:{split}")
     finally:

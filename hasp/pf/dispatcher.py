@@ -3,7 +3,9 @@
 One ``Dispatcher`` lives for one episode. It enforces the runtime limits of App.
 B.1 (at most ``max_modify_fires`` MODIFY_ACTION fires per PF, the per-skill caps
 ``ProgramFunction.max_fires``) and isolates faults: a PF that raises is disabled
-for the rest of the episode and the error is recorded, never propagated.
+for the rest of the episode and the error is recorded, never propagated. A PF that
+raises because its *teacher* call failed is not at fault: it is re-run once without the
+teacher (its deterministic path, App. G "PF only") and stays enabled.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.teacher import teacher_errors
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,7 @@ class DispatchResult:
     contexts: list[str] = field(default_factory=list)
     fired: list[Fired] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    teacher_fallbacks: list[str] = field(default_factory=list)  # PFs re-run without a failed teacher
     elapsed_s: float = 0.0
 
     @property
@@ -92,13 +96,8 @@ class Dispatcher:
                 continue
             if not active:
                 continue
-            try:
-                needs = getattr(pf, "needs_teacher", False)
-                iv = pf.intervene(ctx, res.action_type, res.arg, self.teacher if needs else None)
-                if not isinstance(iv, Intervention):
-                    raise TypeError(f"intervene returned {type(iv).__name__}, not Intervention")
-            except Exception as e:  # noqa: BLE001
-                self._disable(pf, "intervene", e, res)
+            iv = self._intervene(pf, ctx, res)
+            if iv is None:
                 continue
             iv.skill_id = iv.skill_id or sid
             fired = Fired(skill_id=sid, type=iv.type.value, reason=iv.reason)
@@ -120,3 +119,27 @@ class Dispatcher:
             res.fired.append(fired)
         res.elapsed_s = time.perf_counter() - t0
         return res
+
+    def _intervene(self, pf: ProgramFunction, ctx: dict[str, Any], res: DispatchResult) -> Intervention | None:
+        """``pf.intervene`` with fault isolation; a teacher failure falls back to ``teacher=None``."""
+        teacher = self.teacher if getattr(pf, "needs_teacher", False) else None
+        before = teacher_errors(teacher)
+        try:
+            return _checked(pf.intervene(ctx, res.action_type, res.arg, teacher))
+        except Exception as e:  # noqa: BLE001 - fault isolation is the point
+            if teacher is None or teacher_errors(teacher) == before:
+                self._disable(pf, "intervene", e, res)
+                return None
+        res.teacher_fallbacks.append(pf.skill_id)
+        log.info("teacher failed inside %s; using its deterministic path", pf.skill_id)
+        try:
+            return _checked(pf.intervene(ctx, res.action_type, res.arg, None))
+        except Exception as e:  # noqa: BLE001
+            self._disable(pf, "intervene", e, res)
+            return None
+
+
+def _checked(iv: object) -> Intervention:
+    if not isinstance(iv, Intervention):
+        raise TypeError(f"intervene returned {type(iv).__name__}, not Intervention")
+    return iv

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hasp.pf.base import ProgramFunction
+from hasp.pf.conditions import invalid_phases
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import SkillFormatError, SkillSpec, load_skill_md
 
@@ -128,6 +129,20 @@ def scan_versions(root: Path) -> dict[str, list[tuple[int, Path, bool]]]:
     return out
 
 
+def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool, errors: list[str]) -> SkillSpec:
+    """Phase conditions the domain cannot evaluate: a seed skill is broken (raise); a generated one
+    (written by the student model) keeps its PF and loses only the bad phase, reported in ``errors``."""
+    bad = invalid_phases(spec, domain, f"{folder}/SKILL.md")
+    if not bad:
+        return spec
+    if not generated:
+        raise SkillFormatError(next(iter(bad.values())))
+    for msg in bad.values():
+        errors.append(f"{msg} (phase dropped)")
+        log.warning("%s (phase dropped)", msg)
+    return spec.model_copy(update={"phases": {k: v for k, v in spec.phases.items() if k not in bad}})
+
+
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
                  include_generated: bool = True) -> SkillLibrary:
     """Load the highest version of every skill under ``root``.
@@ -148,6 +163,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
             spec = load_skill_md(folder / "SKILL.md")
             if spec.skill_id != base:
                 raise SkillFormatError(f"{folder}/SKILL.md: skill_id {spec.skill_id!r} != folder id {base!r}")
+            spec = _checked_phases(spec, domain, folder, generated, lib.load_errors)
             pf_path = folder / "pf.py"
             pf = None
             if pf_path.exists():

@@ -24,7 +24,8 @@ class SkillFormatError(ValueError):
 
 class PhaseSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
-    conditions: list[str] = Field(default_factory=list)
+    #: AND-ed; names or small JSON objects, evaluated by ``hasp.pf.conditions``
+    conditions: list[str | dict[str, Any]] = Field(default_factory=list)
     priority_boost: float = 0.0
     action: str = ""
     text: str = ""

@@ -6,13 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hasp.agent.loop import AgentConfig, Policy, run_episode
+from hasp.agent.harness import episode_runner
+from hasp.agent.loop import AgentConfig, Policy
 from hasp.agent.records import Trajectory
 from hasp.agent.variants import Variant
 from hasp.domains.search.generator import QAItem, load_corpus, load_questions
 from hasp.domains.search.metrics import exact_match, f1
 from hasp.domains.search.retriever import BM25Retriever
 from hasp.domains.search.tools import SearchEnvironment
+from hasp.config import HarnessParams
 from hasp.pf.base import Teacher
 from hasp.pf.library import SkillLibrary
 
@@ -38,21 +40,16 @@ class SearchTask:
 
     def episode_fn(self, *, policy: Policy, library: SkillLibrary | None, cfg: AgentConfig,
                    variant: Variant, top_k: int = 3, snippet_chars: int = 200, read_chars: int = 2000,
-                   teacher: Teacher | None = None,
-                   label: str | None = None) -> Callable[[QAItem], Trajectory]:
-        pfs = library.pfs() if (library is not None and variant.use_pfs) else []
-        skills_text = skills_prompt(library) if (library is not None and variant.skills_in_prompt) else ""
-        vcfg = AgentConfig(**{**cfg.__dict__, "use_pfs": variant.use_pfs,
-                              "skills_in_prompt": variant.skills_in_prompt})
+                   teacher: Teacher | None = None, label: str | None = None,
+                   harness: HarnessParams | None = None) -> Callable[[QAItem], Trajectory]:
+        """``item -> Trajectory`` for ``variant`` through the harness (``hasp.agent.harness``)."""
 
-        def run(item: QAItem) -> Trajectory:
-            env = SearchEnvironment(self.retriever, top_k=top_k, snippet_chars=snippet_chars,
-                                    read_chars=read_chars)
-            return run_episode(qid=item.id, question=item.question, answers=item.answers,
-                               policy=policy, env=env, pfs=pfs, cfg=vcfg, variant=label or variant.name,
-                               teacher=teacher, skills_text=skills_text, scorer=score)
+        def make_env() -> SearchEnvironment:
+            return SearchEnvironment(self.retriever, top_k=top_k, snippet_chars=snippet_chars,
+                                     read_chars=read_chars)
 
-        return run
+        return episode_runner(policy=policy, library=library, cfg=cfg, variant=variant, params=harness,
+                              make_env=make_env, teacher=teacher, scorer=score, label=label)
 
 
 def skills_prompt(library: SkillLibrary, limit: int = 8) -> str:

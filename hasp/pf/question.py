@@ -1,0 +1,68 @@
+"""Question features computed once per episode and shared by every selection layer.
+
+The difficulty gate, the PF selector's branching rule, the skill selector's mode and the
+question-level phase conditions all look at the same few surface cues (length, multi-hop
+markers, constraint phrases, arithmetic words). Computing them once per question keeps the
+per-step cost of the harness at dictionary lookups.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# "the founder of", "a river of" – one relational hop each
+_RELATION = re.compile(r"\b(?:the|a|an)\s+[a-z]+(?:\s+[a-z]+)?\s+of\b", re.I)
+# "the company that employs", "the river which flows": a relative clause adds a hop
+_RELATIVE = re.compile(r"\b(?:that|which|who|whose|where)\s+[a-z]+", re.I)
+_POSSESSIVE = re.compile(r"\w(?:'s|s')\s", re.I)
+_CONSTRAINT = re.compile(
+    r"\b(?:not|never|except|without|before|after|between|first|last|only|both|neither|earliest|"
+    r"latest|same|different|excluding|other than)\b", re.I)
+_NEGATION = re.compile(r"\b(?:not|never|except|excluding|other than|no longer)\b", re.I)
+_COMPUTATION = re.compile(
+    r"\b(?:how many|how much|how old|how long|difference|sum of|total|combined|average|older|"
+    r"younger|more than|less than|calculate|years between|how far)\b", re.I)
+_TEMPORAL = re.compile(r"\b(?:when|what year|which year|in what year|date|century|decade|\d{4})\b", re.I)
+_MULTI_PART = re.compile(r"\b(?:and|both|as well as|which two|what two)\b", re.I)
+_WORD = re.compile(r"[A-Za-z0-9']+")
+
+
+@dataclass(frozen=True)
+class QuestionFeatures:
+    """Surface cues of one question (cheap, deterministic, no model)."""
+
+    n_words: int
+    hop_markers: int
+    constraint_phrases: int
+    negation: bool
+    computation: bool
+    temporal: bool
+    multi_part: bool
+
+    @classmethod
+    def of(cls, question: str) -> "QuestionFeatures":
+        q = question or ""
+        # the leading wh-word ("Which company ...", "Who ...") is the question, not a relative clause
+        body = re.sub(r"^\s*(?:in|at|on|for|from)?\s*(?:which|who|whose|where|what)\b", "", q, flags=re.I)
+        return cls(
+            n_words=len(_WORD.findall(q)),
+            hop_markers=len(_RELATION.findall(q)) + len(_RELATIVE.findall(body)) + len(_POSSESSIVE.findall(q + " ")),
+            constraint_phrases=len(_CONSTRAINT.findall(q)),
+            negation=bool(_NEGATION.search(q)),
+            computation=bool(_COMPUTATION.search(q)),
+            temporal=bool(_TEMPORAL.search(q)),
+            multi_part=bool(_MULTI_PART.search(body)),
+        )
+
+    @property
+    def multi_hop(self) -> bool:
+        """Two chained relations, or one relation inside a longer question."""
+        return self.hop_markers >= 2 or (self.hop_markers == 1 and self.n_words >= 9)
+
+    @property
+    def kind(self) -> str:
+        """The branch of the PF selector's heuristic rule: computation | multi_hop | factoid."""
+        if self.computation:
+            return "computation"
+        return "multi_hop" if self.multi_hop else "factoid"
