@@ -136,7 +136,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         if phase not in run_phases:
             (ep_dir / name).unlink(missing_ok=True)
     lib_h = content_hash(lib_in)
-    agent_llm = p.section_hash("agent", "llm")
+    agent_llm = p.section_hash("agent", "llm", "harness")
     ph: dict[str, Any] = {}
 
     k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id)
@@ -240,7 +240,7 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
             train_key, ep_dir / "sft.jsonl", p, out / "train")
         has_trained = (trained_dir / "config.json").exists()
 
-        k = key_of(code, keys.data_h, content_hash(carry), p.section_hash("agent", "llm"), model_id,
+        k = key_of(code, keys.data_h, content_hash(carry), p.section_hash("agent", "llm", "harness"), model_id,
                    train_key if has_trained else None, teacher_id)
         eval_res = phases.evaluate.with_options(refresh_cache=_fresh(out / "eval" / "metrics.json"))(
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
@@ -296,7 +296,7 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                   + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
                      if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
-            k = key_of(code, keys.data_h, content_hash(lib), p.section_hash("agent", "llm"), *keys_model)
+            k = key_of(code, keys.data_h, content_hash(lib), p.section_hash("agent", "llm", "harness"), *keys_model)
             eval_res = phases.evaluate.with_options(
                 refresh_cache=_fresh(out / "eval_evolution" / "metrics.json"))(
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,

@@ -310,3 +310,19 @@ def test_run_domain_eval_with_an_injected_policy(mlflow_store, tmp_path):
 
 def test_revision_message_wording():
     assert "{hints}" in REVISE_TEMPLATE and "{format_hint}" in REVISE_TEMPLATE
+
+
+def test_teacher_variants_in_single_step_domains(tmp_path, math_lib):
+    """pf_teacher needs a configured teacher; teacher_only is a web-search variant (no outer loop here)."""
+    from hasp.domains.eval_cli import run_domain_eval
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    pol = ScriptedPolicy([], default="FINAL[1+1]")
+    with pytest.raises(ValueError, match="needs a teacher"):
+        run_domain_eval("math", "game24", 2, ["pf_teacher"], tmp_path / "params.yaml", tmp_path / "o",
+                        library_root=MATH_SKILLS, policy=pol, log_mlflow=False)
+    with pytest.raises(ValueError, match="web-search only"):
+        run_domain_eval("math", "game24", 2, ["teacher_only"], tmp_path / "params.yaml", tmp_path / "o",
+                        library_root=MATH_SKILLS, policy=pol, log_mlflow=False)
+    with pytest.raises(ValueError, match="single-step domains"):
+        _math_episode(G24, ScriptedPolicy(["FINAL[1]"]), math_lib, variant="teacher_only")

@@ -127,7 +127,12 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
     v = get_variant(variant) if isinstance(variant, str) else variant
     t0 = time.perf_counter()
     traj = Trajectory(qid=str(qid), question=question, answers=list(answers), variant=label or v.name)
-    dispatcher = Dispatcher(list(pfs) if v.use_pfs else [], teacher=teacher, max_modify_fires=cfg.max_modify_fires)
+    if v.teacher_postprocess:
+        raise ValueError(f"variant {v.name!r} post-processes a web-search FINAL; single-step domains have no "
+                         "outer loop for it (use react, prompt, pf or pf_teacher)")
+    # the teacher reaches PFs only through a variant that asks for it (pf_teacher), as in the search loop
+    dispatcher = Dispatcher(list(pfs) if v.use_pfs else [], teacher=teacher if v.use_teacher else None,
+                            max_modify_fires=cfg.max_modify_fires)
     convo = [dict(m) for m in messages]
     private: dict[str, Any] = {}
     history: list[str] = []

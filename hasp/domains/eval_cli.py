@@ -86,10 +86,14 @@ def run_domain_eval(domain: Domain, dataset: str, limit: int | None, variants: S
     from hasp.config import load_params
 
     variants = list(variants)
-    for v in variants:
-        get_variant(v)  # fail before any model starts
     params_path = Path(params_path)
     params = load_params(params_path)
+    for v in variants:  # fail before any model starts
+        var = get_variant(v)
+        if var.teacher_postprocess:
+            raise ValueError(f"variant {v!r} is web-search only; for {domain} use react, prompt, pf or pf_teacher")
+        if var.use_teacher and not params.teacher.base_url:
+            raise ValueError(f"variant {v!r} needs a teacher: set teacher.base_url and teacher.model in {params_path}")
     runner = _runner(domain)
     items = load_items(domain, dataset, limit, seed=params.data.seed)
     if not items:
@@ -102,17 +106,28 @@ def run_domain_eval(domain: Domain, dataset: str, limit: int | None, variants: S
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
 
+    teacher = None
+    if any(get_variant(v).use_teacher for v in variants):
+        from hasp.llm.endpoints import teacher_client
+
+        teacher = teacher_client(params.teacher, params.llm)
+
     def _run(pol: Policy) -> dict[str, Any]:
         return runner.evaluate_domain(domain, items, variants, pol, root if root.exists() else None, out_dir,
-                                      conc, cfg=cfg, revise=revise, progress=progress)
+                                      conc, cfg=cfg, teacher=teacher, revise=revise, progress=progress)
 
-    if policy is not None:
-        results = _run(policy)
-    else:
-        from hasp.llm.endpoints import policy_client
+    try:
+        if policy is not None:
+            results = _run(policy)
+        else:
+            from hasp.llm.endpoints import policy_client
 
-        with policy_client(params.llm, port=port, max_tokens=cfg.max_tokens, temperature=cfg.temperature) as pol:
-            results = _run(pol)
+            with policy_client(params.llm, port=port, max_tokens=cfg.max_tokens,
+                               temperature=cfg.temperature) as pol:
+                results = _run(pol)
+    finally:
+        if teacher is not None:
+            teacher.close()
     wall = time.perf_counter() - t0
     ds_name = dataset if not Path(dataset).exists() else Path(dataset).name
     run_id = None

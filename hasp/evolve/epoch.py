@@ -81,8 +81,15 @@ def prepare_data(params: Params, out_dir: Path) -> dict[str, Any]:
 def rollout(params: Params, data_dir: Path, library_root: Path | None, split: str, out_path: Path,
             *, policy: Policy, variant: str = "pf", teacher: Teacher | None = None,
             limit: int | None = None, label: str | None = None) -> dict[str, Any]:
-    """Phase A (and evaluation): run ``variant`` on a split, write trajectories, return metrics."""
+    """Phase A (and evaluation): run ``variant`` on a split, write trajectories, return metrics.
+
+    The pipeline's PF agent uses the teacher whenever one is configured: ``variant="pf"`` with a
+    teacher runs as ``pf_teacher`` (the paper's Full row), so a configured teacher is never ignored.
+    """
     from hasp.domains.search.task import SearchTask
+
+    if teacher is not None and variant == "pf":
+        variant = "pf_teacher"
 
     task = SearchTask.load(data_dir)
     items = task.questions(split, limit)
