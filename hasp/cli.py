@@ -289,7 +289,9 @@ def _prefect_env() -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("HASP_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
+        rc = app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
+        if isinstance(rc, int) and rc:  # click returns (not raises) typer.Exit codes here
+            return rc
     except typer.Exit as e:
         return e.exit_code
     except SystemExit as e:

@@ -6,7 +6,7 @@ Reads ctx keys: question, has_read, all_read_contents, step_count, max_steps, _f
 
 import re
 
-from hasp.domains.search.pf_support import can_redirect_final, note_final_redirect, sentences
+from hasp.domains.search.pf_support import can_redirect_final, names, note_final_redirect, sentences
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.pf.teacher_ask import ask_teacher, teacher_objection
 from hasp.textutil import content_tokens
@@ -15,9 +15,13 @@ _REPLY = re.compile(r"^\s*(ANSWER|SEARCH)\s*:\s*(.+)$", re.I | re.M)
 
 
 def _split(ctx, answer):
-    """(sentences containing the answer, sentences sharing question words), from the read text."""
+    """(sentences containing the answer with whether each shares a relation word of the question,
+    sentences sharing relation words), from the read text."""
     ans = " ".join(answer.split()).strip(" .\"'").lower()
-    q_toks = set(content_tokens(str(ctx.get("question", "")))) - set(content_tokens(ans))
+    question = str(ctx.get("question", ""))
+    # the asked relation's words: the question's content words minus its entity names and the answer
+    q_toks = (set(content_tokens(question)) - set(content_tokens(" ".join(names(question))))
+              - set(content_tokens(ans)))
     with_answer, on_topic = [], []
     for s in sentences(str(ctx.get("all_read_contents", ""))):
         shares = bool(q_toks & set(content_tokens(s)))
