@@ -6,7 +6,7 @@ Reads ctx keys: action_history, read_count, all_read_contents.
 
 import unicodedata
 
-from hasp.domains.search.pf_support import just_read, last_read_text, names
+from hasp.domains.search.pf_support import just_read, last_read_text
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 MIN_NON_ASCII = 20
@@ -22,11 +22,12 @@ def fold(text):
 
 
 def stripped_accents(ctx, answer):
-    """Is the answer a read name with its accents lost?"""
-    ans = answer.strip()
-    if not ans or non_ascii_letters(ans):
+    """Is the answer a piece of the read text with its accents lost (found only after folding)?"""
+    ans = " ".join(answer.split())
+    if len(ans) < 3 or non_ascii_letters(ans):
         return False
-    return any(non_ascii_letters(n) and fold(n) == fold(ans) for n in names(str(ctx.get("all_read_contents", ""))))
+    read = str(ctx.get("all_read_contents", ""))
+    return fold(ans) in fold(read) and ans.lower() not in read.lower()
 
 
 @register_pf("language_barrier")
