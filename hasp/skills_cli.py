@@ -114,7 +114,8 @@ def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
 
 @skills_app.command("show")
 def skills_show(skill_id: str,
-                version: Annotated[Optional[int], typer.Option("--version", help="Version number (default: active).")] = None,
+                version: Annotated[Optional[int],
+                                   typer.Option("--version", help="Version number (default: active).")] = None,
                 library: LibraryOpt = Path("skills/search")) -> None:
     """One skill version: frontmatter, body and PF source."""
     import frontmatter

@@ -396,7 +396,8 @@ def test_wrong_entity_confusion(pf):
     iv = fire(p, ctx, "READ", "doc2")
     assert iv.type is INJECT and "Verzi Thar" not in iv.context_text and "Verzi Thar" in iv.reason
     assert not p.should_activate(make_ctx(queries=("q",)), "READ", "doc1")
-    assert p.check_final(ctx, "Holor Textiles", ScriptedTeacherDouble("PROBLEM: about Verzi Thar")) == "about Verzi Thar"
+    vote = p.check_final(ctx, "Holor Textiles", ScriptedTeacherDouble("PROBLEM: about Verzi Thar"))
+    assert vote == "about Verzi Thar"
 
 
 def test_reading_comprehension_error(pf):

@@ -16,6 +16,7 @@ _LABEL = re.compile(r"^\s*(?:so\s+)?(?:(?:my|the)\s+)?(?:final\s+)?answer(?:\s+i
                     r"^\s*(?:it is|it's)\s+", re.I)
 _EXPLAIN = re.compile(r"\s*(?:\bbecause\b|\bsince\b|\bas (?:stated|mentioned|shown)\b|\baccording to\b|"
                       r"\bbased on\b|[;\n(]|\.\s|\.$|,\s*(?:which|who|as)\b)", re.I)
+_JUSTIFIED = re.compile(r"\bbecause\b|\baccording to\b", re.I)
 _REASONING = re.compile(r"\b(?:thought|action|observation)\s*:", re.I)
 _EDGE = "\"'`*[](){}. "
 MAX_ANSWER_WORDS = 10
@@ -23,7 +24,7 @@ MAX_ANSWER_WORDS = 10
 
 def malformed_final(arg):
     return bool(_NESTED.search(arg) or _LABEL.match(arg) or len(arg.split()) > MAX_ANSWER_WORDS
-                or re.search(r"\bbecause\b|\baccording to\b", arg, re.I))
+                or bool(_JUSTIFIED.search(arg)))
 
 
 def malformed_search(arg):
