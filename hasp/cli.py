@@ -15,6 +15,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp.skills_cli import skills_app
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -26,7 +28,6 @@ data_app = typer.Typer(help="Benchmark data.", no_args_is_help=True)
 evolve_app = typer.Typer(help="One self-improvement epoch, phase by phase (A–H).", no_args_is_help=True)
 train_app = typer.Typer(help="Post-training (LoRA).", no_args_is_help=True)
 track_app = typer.Typer(help="MLflow tracking.", no_args_is_help=True)
-skills_app = typer.Typer(help="The skill library.", no_args_is_help=True)
 for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve"), (train_app, "train"),
                   (track_app, "track"), (skills_app, "skills")):
     app.add_typer(sub, name=name)
@@ -279,21 +280,6 @@ def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt =
     (out / f"epoch_{epoch}").mkdir(parents=True, exist_ok=True)
     (out / f"epoch_{epoch}" / "mlflow_run_id.txt").write_text(run_id + "\n")
     typer.echo(f"MLflow run {run_id} in {tracking_uri()}")
-
-
-# ----------------------------------------------------------------------------- skills
-@skills_app.command("list")
-def skills_list(library: Library = Path("skills/search")) -> None:
-    """List active skills (highest version of each) with priority and source."""
-    from hasp.pf.library import load_library
-
-    lib = load_library(library)
-    for s in lib.skills:
-        kind = "generated" if s.generated else "seed"
-        typer.echo(f"{s.skill_id:32s} v{s.version:<3d} prio={s.spec.priority:.2f} {kind:9s} {s.spec.description[:60]}")
-    for e in lib.load_errors:
-        typer.echo(f"error: {e}", err=True)
-    lib.close()
 
 
 # ----------------------------------------------------------------------------- demo

@@ -143,6 +143,20 @@ def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool,
     return spec.model_copy(update={"phases": {k: v for k, v in spec.phases.items() if k not in bad}})
 
 
+def active_versions(root: Path, include_generated: bool = True) -> dict[str, tuple[int, Path, bool]]:
+    """The version of each base id that ``load_library`` activates: (version, folder, generated).
+
+    Highest version wins; a generated version beats a seed with the same number.
+    """
+    out: dict[str, tuple[int, Path, bool]] = {}
+    for base, versions in scan_versions(root).items():
+        if not include_generated:
+            versions = [v for v in versions if not v[2]]
+        if versions:
+            out[base] = max(versions, key=lambda t: (t[0], t[2]))
+    return out
+
+
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
                  include_generated: bool = True) -> SkillLibrary:
     """Load the highest version of every skill under ``root``.
@@ -152,13 +166,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
     """
     domain = domain or root.name
     lib = SkillLibrary(domain=domain, root=root)
-    for base, versions in scan_versions(root).items():
-        if not include_generated:
-            versions = [v for v in versions if not v[2]]
-        if not versions:
-            continue
-        # Highest version wins; a generated version beats a seed with the same number.
-        version, folder, generated = max(versions, key=lambda t: (t[0], t[2]))
+    for base, (version, folder, generated) in active_versions(root, include_generated).items():
         try:
             spec = load_skill_md(folder / "SKILL.md")
             if spec.skill_id != base:

@@ -46,6 +46,8 @@ class SkillSpec(BaseModel):
     applicable_modes: list[str] = Field(default_factory=lambda: ["all"])
     applicable_phases: list[str] = Field(default_factory=list)
     trigger_keywords: list[str] = Field(default_factory=list)
+    #: always kept by PF selection: normalises the action/observation streams others read (App. B.4)
+    always_on: bool = False
     system_summary: str = ""
     phases: dict[str, PhaseSpec] = Field(default_factory=dict)
     body: str = ""

@@ -1,17 +1,10 @@
-"""Multi-hop question at the first SEARCH → fixed decomposition hint (INJECT_CONTEXT)."""
+"""Multi-hop question at the first SEARCH → fixed decomposition hint (INJECT_CONTEXT, prompt-equivalent).
 
-import re
+Reads ctx keys: question, search_count.
+"""
 
+from hasp.domains.search.pf_support import is_multi_hop
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-
-_OF_THE = re.compile(r"\bof (the|a|an)\b", re.I)
-_POSSESSIVE = re.compile(r"\w's\b")
-_RELATIVE = re.compile(r"\b(who|which|that|whose)\b.*\b(who|which|that|whose)\b", re.I)
-
-
-def is_multi_hop(question):
-    return (len(_OF_THE.findall(question)) + len(_POSSESSIVE.findall(question)) >= 2
-            or bool(_RELATIVE.search(question)))
 
 
 @register_pf("decompose_complex_question")
@@ -20,7 +13,7 @@ class DecomposeComplexQuestionPF(ProgramFunction):
 
     def should_activate(self, ctx, action_type, arg):
         return (action_type == "SEARCH" and ctx.get("search_count", 0) == 0
-                and is_multi_hop(ctx.get("question", "")))
+                and is_multi_hop(str(ctx.get("question", ""))))
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         return Intervention(

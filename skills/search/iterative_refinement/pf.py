@@ -1,7 +1,13 @@
-"""SEARCH nearly identical (token Jaccard > 0.5) to a recent query → fixed reminder (INJECT_CONTEXT)."""
+"""SEARCH nearly identical (token Jaccard > 0.5) to a recent query → fixed reminder (INJECT_CONTEXT,
+prompt-equivalent).
+
+Reads ctx keys: queries.
+"""
 
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.textutil import jaccard
+
+MIN_SIMILARITY = 0.5
 
 
 @register_pf("iterative_refinement")
@@ -11,7 +17,7 @@ class IterativeRefinementPF(ProgramFunction):
     def should_activate(self, ctx, action_type, arg):
         if action_type != "SEARCH":
             return False
-        return any(jaccard(arg, q) > 0.5 for q in ctx.get("queries", [])[-3:])
+        return any(jaccard(arg, str(q)) > MIN_SIMILARITY for q in (ctx.get("queries") or [])[-3:])
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         return Intervention(

@@ -1,34 +1,53 @@
-"""Look-alike titles in the last results → warning naming them (dynamic INJECT_CONTEXT)."""
+"""Look-alike titles in the last results → fixed entity warning (INJECT_CONTEXT, prompt-equivalent);
+LLM handler. The pair found is recorded in ``reason`` (audit), not in the injected text.
+
+Reads ctx keys: question, last_search_hits, seen_hits, all_read_contents.
+"""
 
 from difflib import SequenceMatcher
 
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf.teacher_ask import teacher_objection
+
+MIN_RATIO = 0.8
 
 
 def lookalike_pairs(titles):
     pairs = []
     for i, a in enumerate(titles):
         for b in titles[i + 1:]:
-            if a and b and a != b and SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.8:
+            if a and b and a != b and SequenceMatcher(None, a.lower(), b.lower()).ratio() >= MIN_RATIO:
                 pairs.append((a, b))
     return pairs
+
+
+def _pairs(ctx, key="last_search_hits"):
+    return lookalike_pairs([str(h.get("title", "")) for h in ctx.get(key) or []])
 
 
 @register_pf("wrong_entity_confusion")
 class WrongEntityConfusionPF(ProgramFunction):
     max_fires = 2
+    handler_kind = "llm"
 
     def should_activate(self, ctx, action_type, arg):
-        if action_type not in ("READ", "FINAL"):
-            return False
-        titles = [h.get("title", "") for h in ctx.get("last_search_hits", [])]
-        return bool(lookalike_pairs(titles))
+        return action_type in ("READ", "FINAL") and bool(_pairs(ctx))
 
     def intervene(self, ctx, action_type, arg, teacher=None):
-        titles = [h.get("title", "") for h in ctx.get("last_search_hits", [])]
-        a, b = lookalike_pairs(titles)[0]
+        a, b = _pairs(ctx)[0]
         return Intervention(
             type=InterventionType.INJECT_CONTEXT,
-            context_text=f"[ENTITY WARNING] '{a}' and '{b}' are different entities with similar "
-                         "names. Use the one the question names exactly.",
+            context_text="[ENTITY WARNING] The results contain different entities with nearly the same name. "
+                         "Use only the document whose title matches the question's entity exactly.",
             reason=f"look-alike titles: {a} / {b}")
+
+    def check_final(self, ctx, answer, teacher=None):
+        pairs = _pairs(ctx, "seen_hits")
+        if teacher is None or not pairs:
+            return None
+        listed = "; ".join(f"{a} / {b}" for a, b in pairs[:3])
+        return teacher_objection(teacher, (
+            f"Question: {ctx.get('question', '')}\nLook-alike entities in the results: {listed}\n"
+            f"Evidence read:\n{str(ctx.get('all_read_contents', ''))[-1200:]}\nProposed answer: {answer[:200]}\n"
+            "Is the answer about exactly the entity the question names (not its look-alike)?"),
+            who=self.skill_id)

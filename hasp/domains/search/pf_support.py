@@ -1,0 +1,152 @@
+"""Cheap, pure helpers the web-search seed PFs share (``skills/search/*/pf.py``).
+
+Why a module: 26 seed PFs ask the same small questions of the step context — how
+many steps are left, what the last READ returned, is the question multi-hop, is an
+answer grounded in what was read. One copy here keeps their triggers consistent
+and keeps each ``pf.py`` about *when* and *how*, not about text plumbing.
+
+Everything here is pure (no I/O, no model calls) and precompiles its regexes, so
+it is safe inside ``should_activate``, which runs on every step. Only the step
+context keys of ``hasp.agent.context.EpisodeState.to_ctx`` are read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hasp.textutil import content_tokens
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_OF = re.compile(r"\bof\b", re.I)
+_POSSESSIVE = re.compile(r"\w's\b")
+_RELATIVE = re.compile(r"\b(who|which|that|whose|where)\b", re.I)
+_WH_OPENING = re.compile(r"^\s*(?:(?:in|at|on|from|for|by|to)\s+)?(?:who|whom|whose|which|what|where|when)\b", re.I)
+_WH_OF = re.compile(r"^\s*(who|what)\s+(is|was)\s+the\s+\w+\s+of\b", re.I)
+_WH_START = re.compile(r"^\s*(who|which|what|where|when|in which|in what|how)\b", re.I)
+# Capitalised word runs ("Holor Textiles", "Verzi Thal"); a sentence-initial function word is dropped.
+_NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+(?:of\s+|de\s+|von\s+)?[A-Z][\w'\-]*)*")
+_LEADING_FUNCTION = frozenset("The A An In On At Of He She It They His Her Its Their This That These Those "
+                              "Who What Which When Where How Contrary According However".split())
+_ACTION = re.compile(r"^\s*(SEARCH|READ|FINAL)\[(.*)\]\s*$", re.S)
+
+#: a shared per-episode budget for PFs that turn a FINAL into another action: without it
+#: seven independent FINAL-redirecting PFs could keep a 5-step episode from ever answering
+FINAL_REDIRECT_KEY = "_final_redirects"
+MAX_FINAL_REDIRECTS = 3
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences (or lines) of ``text``, stripped, empty ones dropped."""
+    return [s.strip() for s in _SENTENCE.findall(text or "") if s.strip()]
+
+
+def steps_left(ctx: dict[str, Any]) -> int:
+    """Steps still available after the current one (``max_steps`` and 0-based ``step_count``)."""
+    return int(ctx.get("max_steps", 0) or 0) - int(ctx.get("step_count", 0) or 0) - 1
+
+
+def can_redirect_final(ctx: dict[str, Any]) -> bool:
+    """May a PF turn this FINAL into SEARCH/READ? Only if a later step can still answer and
+    the episode's shared redirect budget is not used up."""
+    return steps_left(ctx) >= 1 and int(ctx.get(FINAL_REDIRECT_KEY, 0) or 0) < MAX_FINAL_REDIRECTS
+
+
+def note_final_redirect(ctx: dict[str, Any]) -> None:
+    """Count one FINAL redirect in the episode's private state (call from ``intervene``)."""
+    ctx[FINAL_REDIRECT_KEY] = int(ctx.get(FINAL_REDIRECT_KEY, 0) or 0) + 1
+
+
+def parse_history_action(entry: str) -> tuple[str, str]:
+    """``"READ[doc0003]"`` -> ``("READ", "doc0003")``; unknown shapes -> ``("", entry)``."""
+    m = _ACTION.match(entry or "")
+    return (m.group(1), m.group(2)) if m else ("", entry or "")
+
+
+def just_read(ctx: dict[str, Any]) -> bool:
+    """Was the previous executed action a READ that found a document?"""
+    hist = ctx.get("action_history") or []
+    return bool(hist) and parse_history_action(hist[-1])[0] == "READ" and int(ctx.get("read_count", 0)) > 0
+
+
+def last_read_text(ctx: dict[str, Any], tail_chars: int = 2000) -> str:
+    """Text of the most recent READ document.
+
+    The context only carries ``all_read_contents`` (documents joined by a blank line).
+    When the blank-line split yields exactly ``read_count`` parts the last part is the
+    last document; otherwise (documents with blank lines inside) the last ``tail_chars``.
+    """
+    text = str(ctx.get("all_read_contents", "") or "")
+    n = int(ctx.get("read_count", 0) or 0)
+    if n <= 0 or not text:
+        return ""
+    parts = text.split("\n\n")
+    return parts[-1] if len(parts) == n else text[-tail_chars:]
+
+
+def hop_markers(question: str) -> int:
+    """Relation links in a question: "of", possessives, relative pronouns after the opening wh-word."""
+    q = question or ""
+    rest = _WH_OPENING.sub("", q, count=1)
+    return len(_OF.findall(q)) + len(_POSSESSIVE.findall(q)) + len(_RELATIVE.findall(rest))
+
+
+def hop_count(question: str) -> int:
+    """Rough number of lookups the question needs: one per relation link, plus the asked
+    relation itself unless the question opens with it ("Who is the mayor of ...")."""
+    markers = hop_markers(question)
+    return max(1, markers + (0 if _WH_OF.match(question or "") else 1))
+
+
+def is_multi_hop(question: str) -> bool:
+    """Two or more lookups: an intermediate entity must be found before the asked one
+    ("Which company does the founder of X work for?")."""
+    return hop_count(question) >= 2
+
+
+def names(text: str) -> list[str]:
+    """Capitalised name phrases in ``text`` (sentence-initial function words dropped), in order, unique."""
+    out: list[str] = []
+    for m in _NAME.finditer(text or ""):
+        words = m.group(0).split()
+        while words and words[0] in _LEADING_FUNCTION:
+            words = words[1:]
+        name = " ".join(words)
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def grounded_fraction(answer: str, evidence: str) -> float:
+    """Share of the answer's content tokens that occur in ``evidence`` (1.0 for an empty answer)."""
+    toks = set(content_tokens(answer))
+    if not toks:
+        return 1.0
+    return len(toks & set(content_tokens(evidence))) / len(toks)
+
+
+def evidence_text(ctx: dict[str, Any]) -> str:
+    """Everything the agent has seen from the tools: read documents and the last result list."""
+    return f"{ctx.get('all_read_contents', '')}\n{ctx.get('last_search_results_text', '')}"
+
+
+def unread_hits(ctx: dict[str, Any]) -> list[str]:
+    """Doc ids shown in search results and not read yet: last results first, then older ones."""
+    read = set(ctx.get("read_ids") or [])
+    out: list[str] = []
+    for hit in list(ctx.get("last_search_hits") or []) + list(ctx.get("seen_hits") or []):
+        doc = str(hit.get("id", "") or "")
+        if doc and doc not in read and doc not in out:
+            out.append(doc)
+    return out
+
+
+def used_query(ctx: dict[str, Any], query: str) -> bool:
+    """Has this query (case- and space-insensitively) been run already?"""
+    norm = " ".join(query.lower().split())
+    return any(" ".join(str(q).lower().split()) == norm for q in ctx.get("queries") or [])
+
+
+def is_question(text: str) -> bool:
+    """Does the text open like a question (wh-word)? Used to spot echoed questions."""
+    return bool(_WH_START.match(text or ""))

@@ -1,0 +1,298 @@
+"""Prompt-equivalence of a PF (criterion A+B, paper App. B.5), decided from its source with ``ast``.
+
+A PF is prompt-equivalent when
+  (A) its ``intervene`` only ever constructs ``INJECT_CONTEXT`` or ``NOOP`` interventions
+      (never ``MODIFY_ACTION``), and
+  (B) every injected ``context_text`` is a constant: a string literal or an expression
+      of literals (concatenation, a literal-valued conditional, a module/class constant,
+      a local assigned only literals) — no f-string, ``.format``/``%``/``join`` or other
+      runtime value.
+Such a PF adds nothing a phase-instruction text in SKILL.md could not, which is why the
+count matters when judging where a library's gains come from.
+
+The check is static and conservative: what it cannot prove (an intervention type passed
+in a variable, ``Intervention.from_dict``, a context built by a helper call) counts as
+*not* A+B, and the report says why. ``intervene`` is followed into the methods it calls
+on ``self`` and the module-level functions it calls, because PFs often build their
+``Intervention`` in a helper. Nothing is executed, so generated (untrusted) code is
+analysed the same way as seed code.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hasp.pf.pf_source import find_pf_class
+
+ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
+_TYPE_NAMES = frozenset({"MODIFY_ACTION", "INJECT_CONTEXT", "NOOP"})
+_CONTEXT_POS = 3  # Intervention(type, new_action_type, new_action_arg, context_text, ...)
+
+Func = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass
+class EquivalenceReport:
+    """A+B verdict for one PF source, with the reasons when it is not A+B."""
+
+    skill_id: str
+    a: bool = False
+    b: bool = False
+    types: list[str] = field(default_factory=list)  # intervention types intervene can construct
+    reasons: list[str] = field(default_factory=list)
+    path: str = ""
+
+    @property
+    def prompt_equivalent(self) -> bool:
+        return self.a and self.b
+
+
+class _Scope:
+    """Module and class constants plus the function table the analysis walks."""
+
+    def __init__(self, tree: ast.Module, cls: ast.ClassDef) -> None:
+        self.module_consts = self._single_assignments(tree.body)
+        self.class_consts = self._single_assignments(cls.body)
+        self.module_funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # a module name re-bound inside any function (``global X``) is not a constant
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Global):
+                for name in node.names:
+                    self.module_consts.pop(name, None)
+
+    @staticmethod
+    def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
+        seen: dict[str, ast.expr | None] = {}
+        for stmt in body:
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(stmt, ast.Assign):
+                targets, value = list(stmt.targets), stmt.value
+            elif isinstance(stmt, ast.AnnAssign):
+                targets, value = [stmt.target], stmt.value
+            elif isinstance(stmt, ast.AugAssign):
+                targets, value = [stmt.target], None
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    seen[t.id] = None if t.id in seen else value  # assigned twice -> not a constant
+        return {k: v for k, v in seen.items() if v is not None}
+
+
+def _local_assignments(fn: Func) -> dict[str, list[ast.expr | str]]:
+    """Every value bound to each local name in ``fn``: the expression, or a string saying how
+    the name is bound when there is no single expression (parameter, loop target, ``+=``...)."""
+    out: dict[str, list[ast.expr | str]] = {}
+
+    def bind(name: str, val: ast.expr | str) -> None:
+        out.setdefault(name, []).append(val)
+
+    args = fn.args
+    for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+        if a is not None:
+            bind(a.arg, "a parameter")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        bind(n.id, node.value if t is n else "an unpacked value")
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            bind(node.target.id, "an augmented assignment (+=)")
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name):
+            bind(node.target.id, node.value if node.value is not None else "a declaration")
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            for n in ast.walk(node.target):
+                if isinstance(n, ast.Name):
+                    bind(n.id, "a loop value")
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                for n in ast.walk(item.optional_vars) if item.optional_vars is not None else []:
+                    if isinstance(n, ast.Name):
+                        bind(n.id, "a with-statement value")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bind(node.name, "an exception")
+    return out
+
+
+def _why_not_constant(expr: ast.expr | None, scope: _Scope, fn: Func, depth: int = 0) -> str | None:
+    """None when ``expr`` is a constant string expression, else a short reason."""
+    if expr is None:
+        return "a value bound at run time"
+    if depth > 20:
+        return "a constant chain too deep to follow"
+    if isinstance(expr, ast.Constant):
+        return None
+    if isinstance(expr, ast.JoinedStr):
+        return "an f-string"
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Mod):
+            return "%-formatting"
+        if not isinstance(expr.op, (ast.Add, ast.Mult)):
+            return f"a {type(expr.op).__name__} expression"
+        return (_why_not_constant(expr.left, scope, fn, depth + 1)
+                or _why_not_constant(expr.right, scope, fn, depth + 1))
+    if isinstance(expr, ast.IfExp):  # choosing between literals substitutes nothing
+        return (_why_not_constant(expr.body, scope, fn, depth + 1)
+                or _why_not_constant(expr.orelse, scope, fn, depth + 1))
+    if isinstance(expr, ast.Name):
+        local = _local_assignments(fn).get(expr.id)
+        if local is not None:
+            for val in local:
+                why = val if isinstance(val, str) else _why_not_constant(val, scope, fn, depth + 1)
+                if why:
+                    return f"local '{expr.id}', which holds {why}"
+            return None
+        if expr.id in scope.module_consts:
+            why = _why_not_constant(scope.module_consts[expr.id], scope, fn, depth + 1)
+            return f"module name '{expr.id}', which holds {why}" if why else None
+        return f"the runtime value '{expr.id}'"
+    if (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
+            and expr.value.id in ("self", "cls") and expr.attr in scope.class_consts):
+        why = _why_not_constant(scope.class_consts[expr.attr], scope, fn, depth + 1)
+        return f"class attribute '{expr.attr}', which holds {why}" if why else None
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "?"
+        return f"the result of a call to {name}()"
+    return f"a runtime expression ({type(expr).__name__})"
+
+
+def _is_intervention_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id == "Intervention") or (
+        isinstance(f, ast.Attribute) and f.attr == "Intervention")
+
+
+def _is_from_dict(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_dict"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "Intervention")
+
+
+def _type_of(call: ast.Call, scope: _Scope) -> str | None:
+    """The intervention type of an ``Intervention(...)`` call: a type name, or None when unknown."""
+    expr = next((k.value for k in call.keywords if k.arg == "type"), call.args[0] if call.args else None)
+    if expr is None:
+        return "NOOP"  # the dataclass default
+    if isinstance(expr, ast.Name) and expr.id in scope.module_consts:
+        expr = scope.module_consts[expr.id]
+    if isinstance(expr, ast.Attribute) and expr.attr in _TYPE_NAMES:
+        return expr.attr
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str) and expr.value.upper() in _TYPE_NAMES:
+        return expr.value.upper()
+    return None
+
+
+def _context_arg(call: ast.Call) -> ast.expr | None:
+    kw = next((k.value for k in call.keywords if k.arg == "context_text"), None)
+    if kw is None and len(call.args) > _CONTEXT_POS:
+        return call.args[_CONTEXT_POS]
+    return kw
+
+
+def _reachable(start: Func, scope: _Scope) -> list[Func]:
+    """``start`` plus the methods (``self.x()``) and module functions (``x()``) it calls, transitively."""
+    order, todo, seen = [], [start], {id(start)}
+    while todo:
+        fn = todo.pop()
+        order.append(fn)
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            f, target = node.func, None
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
+                target = scope.methods.get(f.attr)
+            elif isinstance(f, ast.Name):
+                target = scope.module_funcs.get(f.id)
+            if target is not None and id(target) not in seen:
+                seen.add(id(target))
+                todo.append(target)
+    return order
+
+
+def analyse_source(source: str, skill_id: str | None = None, path: str = "<string>") -> EquivalenceReport:
+    """The A+B verdict for the PF registered as ``skill_id`` (or the first ``@register_pf`` class)."""
+    rep = EquivalenceReport(skill_id=skill_id or "", path=path)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        rep.reasons.append(f"source does not parse: {e.msg} (line {e.lineno})")
+        return rep
+    found = find_pf_class(tree, skill_id)
+    if found is None:
+        rep.reasons.append(f"no @register_pf({skill_id!r}) class" if skill_id else "no @register_pf class")
+        return rep
+    rep.skill_id = found.skill_id
+    scope = _Scope(tree, found.node)
+    intervene = scope.methods.get("intervene")
+    if intervene is None:
+        rep.reasons.append("A: the class defines no intervene method")
+        return rep
+    types: set[str] = set()
+    why_not_a: list[str] = []
+    why_not_b: list[str] = []
+    n_calls = 0
+    for fn in _reachable(intervene, scope):
+        for node in ast.walk(fn):
+            if _is_from_dict(node):
+                why_not_a.append(f"line {node.lineno}: Intervention.from_dict - type not statically known")
+                continue
+            if isinstance(node, ast.Assign):  # iv.type = ... / iv.context_text = ...
+                for t in node.targets:
+                    if isinstance(t, ast.Attribute) and t.attr == "type":
+                        why_not_a.append(f"line {node.lineno}: intervention type assigned after construction")
+                    if isinstance(t, ast.Attribute) and t.attr == "context_text":
+                        why = _why_not_constant(node.value, scope, fn)
+                        if why:
+                            why_not_b.append(f"line {node.lineno}: context_text set to {why}")
+                continue
+            if not _is_intervention_call(node):
+                continue
+            n_calls += 1
+            kind = _type_of(node, scope)
+            if kind is None:
+                why_not_a.append(f"line {node.lineno}: intervention type not statically known")
+            else:
+                types.add(kind)
+                if kind == "MODIFY_ACTION":
+                    why_not_a.append(f"line {node.lineno}: constructs MODIFY_ACTION")
+            if kind != "NOOP":
+                why = _why_not_constant(_context_arg(node), scope, fn) if _context_arg(node) is not None else None
+                if why:
+                    why_not_b.append(f"line {node.lineno}: context_text is {why}")
+    if n_calls == 0 and not why_not_a:
+        why_not_a.append("intervene constructs no Intervention")
+    rep.types = sorted(types)
+    rep.a, rep.b = not why_not_a, not why_not_b
+    rep.reasons = [f"A: {r}" for r in why_not_a] + [f"B: {r}" for r in why_not_b]
+    return rep
+
+
+def analyse_file(pf_path: Path, skill_id: str | None = None) -> EquivalenceReport:
+    try:
+        source = pf_path.read_text(encoding="utf-8")
+    except OSError as e:
+        return EquivalenceReport(skill_id=skill_id or pf_path.parent.name, path=str(pf_path),
+                                 reasons=[f"cannot read {pf_path}: {e}"])
+    return analyse_source(source, skill_id, str(pf_path))
+
+
+def analyse_library(root: Path, *, include_generated: bool = True) -> list[EquivalenceReport]:
+    """A+B for the active version of every skill under ``root`` (sorted by skill id).
+
+    A skill without ``pf.py`` is reported as not A+B (it is a prompt-only skill, not a PF).
+    """
+    from hasp.pf.library import active_versions
+
+    out = []
+    for base, (_version, folder, _generated) in sorted(active_versions(root, include_generated).items()):
+        pf_path = folder / "pf.py"
+        if not pf_path.exists():
+            out.append(EquivalenceReport(skill_id=base, path=str(folder), reasons=["no pf.py (prompt-only skill)"]))
+            continue
+        out.append(analyse_file(pf_path, base))
+    return out

@@ -1,0 +1,204 @@
+"""``hasp skills ...``: look into a skill library — list, show, diff versions, prompt-equivalence.
+
+Everything here reads files; PF code is parsed (``hasp.pf.pf_source``,
+``hasp.pf.equivalence``), never executed for display, so generated skills can be
+inspected without starting their sandbox. Heavy imports stay inside the commands
+so ``hasp --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence.",
+                         no_args_is_help=True)
+
+LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
+Version = tuple[int, Path, bool]  # (version, folder, generated)
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    # Piped output (scripts, tests) gets a wide fixed width so skill ids never wrap.
+    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _versions(library: Path, skill_id: str) -> list[Version]:
+    from hasp.pf.library import scan_versions
+
+    if not library.is_dir():
+        _fail(f"no skill library at {library}")
+    found = sorted(scan_versions(library).get(skill_id, []), key=lambda t: (t[0], t[2]))
+    if not found:
+        _fail(f"no skill {skill_id!r} in {library}")
+    return found
+
+
+def _pick(versions: list[Version], number: int | None, *, prefer_generated: bool = True) -> Version:
+    """The version numbered ``number`` (None = the active one); seed vs generated ties by preference."""
+    if number is None:
+        return max(versions, key=lambda t: (t[0], t[2]))
+    same = [v for v in versions if v[0] == number]
+    if not same:
+        _fail(f"no version {number}; available: {', '.join(_label(v) for v in versions)}")
+    return max(same, key=lambda t: t[2] == prefer_generated)
+
+
+def _label(v: Version) -> str:
+    return f"v{v[0]} ({'generated' if v[2] else 'seed'})"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        _fail(f"cannot read {path}: {e}")
+        raise  # unreachable: _fail exits
+
+
+def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
+    """handler kind / teacher / A+B of a skill folder's pf.py, from its source."""
+    from hasp.pf.equivalence import analyse_file
+    from hasp.pf.pf_source import pf_attrs
+
+    pf_path = folder / "pf.py"
+    if not pf_path.exists():
+        return {"handler": "-", "teacher": "-", "ab": "no pf", "reasons": ["no pf.py"]}
+    try:
+        attrs = pf_attrs(pf_path.read_text(encoding="utf-8"), skill_id)
+    except (SyntaxError, LookupError, OSError) as e:
+        return {"handler": "?", "teacher": "?", "ab": "?", "reasons": [str(e)]}
+    rep = analyse_file(pf_path, skill_id)
+    return {"handler": attrs.get("handler_kind") or "-", "teacher": "yes" if attrs.get("needs_teacher") else "-",
+            "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
+
+
+@skills_app.command("list")
+def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
+    """Active skills (highest version of each): version, priority, source, handler, teacher, A+B."""
+    from rich.table import Table
+
+    from hasp.pf.library import load_library
+
+    lib = load_library(library)
+    try:
+        t = Table(title=f"{library} ({len(lib.skills)} active)")
+        for col in ("skill", "version", "priority", "source", "handler", "teacher", "A+B", "description"):
+            t.add_column(col, no_wrap=col != "description")
+        for s in lib.skills:
+            f = _pf_facts(s.path, s.skill_id)
+            t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", "generated" if s.generated else "seed",
+                      f["handler"], f["teacher"], f["ab"], s.spec.description[:70])
+        _console().print(t)
+        for e in lib.load_errors:
+            typer.echo(f"error: {e}", err=True)
+    finally:
+        lib.close()
+
+
+@skills_app.command("show")
+def skills_show(skill_id: str,
+                version: Annotated[Optional[int],
+                                   typer.Option("--version", help="Version number (default: active).")] = None,
+                library: LibraryOpt = Path("skills/search")) -> None:
+    """One skill version: frontmatter, body and PF source."""
+    import frontmatter
+    import yaml
+    from rich.markdown import Markdown
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+
+    from hasp.pf.skill_md import SkillFormatError, load_skill_md
+
+    v = _pick(_versions(library, skill_id), version)
+    folder = v[1]
+    try:
+        load_skill_md(folder / "SKILL.md")  # validates; the raw frontmatter is shown as written
+    except SkillFormatError as e:
+        _fail(str(e))
+    meta = frontmatter.loads(_read(folder / "SKILL.md"))
+    facts = _pf_facts(folder, skill_id)
+    con = _console()
+    con.rule(f"{skill_id} {_label(v)} — {folder}")
+    con.print(f"handler: {facts['handler']}   teacher: {facts['teacher']}   prompt-equivalent: {facts['ab']}")
+    for r in facts["reasons"]:
+        con.print(f"  not A+B: {r}", markup=False)
+    con.print(Panel(Syntax(yaml.safe_dump(dict(meta.metadata), sort_keys=False, allow_unicode=True).strip(),
+                           "yaml"), title="frontmatter"))
+    con.print(Panel(Markdown(meta.content), title="SKILL.md body"))
+    source = _read(folder / "pf.py")
+    con.print(Panel(Syntax(source, "python", line_numbers=True) if source else "(no pf.py: prompt-only skill)",
+                    title="pf.py"))
+
+
+@skills_app.command("diff")
+def skills_diff(skill_id: str,
+                from_: Annotated[Optional[int], typer.Option("--from", help="Old version (default: lowest).")] = None,
+                to: Annotated[Optional[int], typer.Option("--to", help="New version (default: active).")] = None,
+                library: LibraryOpt = Path("skills/search")) -> None:
+    """Unified diff of SKILL.md and pf.py between two versions (e.g. seed v1 vs generated __v2)."""
+    from rich.syntax import Syntax
+
+    versions = _versions(library, skill_id)
+    old = _pick(versions, from_ if from_ is not None else versions[0][0], prefer_generated=False)
+    new = _pick(versions, to)
+    if old[1] == new[1]:
+        _fail(f"both sides are {_label(old)}; available: {', '.join(_label(v) for v in versions)}")
+    con = _console()
+    for name in ("SKILL.md", "pf.py"):
+        a, b = _read(old[1] / name), _read(new[1] / name)
+        diff = "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                                            fromfile=f"{skill_id} {_label(old)}/{name}",
+                                            tofile=f"{skill_id} {_label(new)}/{name}"))
+        if diff:
+            con.print(Syntax(diff, "diff", word_wrap=False))
+        else:
+            con.print(f"{name}: no changes", markup=False)
+
+
+@skills_app.command("equivalence")
+def skills_equivalence(library: LibraryOpt = Path("skills/search"),
+                       as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False
+                       ) -> None:
+    """Prompt-equivalence (A+B, App. B.5) of every active skill, with the reasons and the count."""
+    import json
+
+    from rich.table import Table
+
+    from hasp.pf.equivalence import analyse_library
+
+    if not library.is_dir():
+        _fail(f"no skill library at {library}")
+    reports = analyse_library(library)
+    n_ab = sum(r.prompt_equivalent for r in reports)
+    if as_json:
+        typer.echo(json.dumps({"library": str(library), "prompt_equivalent": n_ab, "total": len(reports),
+                               "skills": [{"skill_id": r.skill_id, "a": r.a, "b": r.b, "types": r.types,
+                                           "prompt_equivalent": r.prompt_equivalent, "reasons": r.reasons}
+                                          for r in reports]}, indent=1))
+        return
+    t = Table(title=f"Prompt-equivalence (A+B) in {library}")
+    for col in ("skill", "A", "B", "A+B", "types", "why not"):
+        t.add_column(col, no_wrap=col != "why not")
+    for r in reports:
+        t.add_row(r.skill_id, "yes" if r.a else "no", "yes" if r.b else "no", "A+B" if r.prompt_equivalent else "-",
+                  ",".join(r.types) or "-", "; ".join(r.reasons) or "-")
+    con = _console()
+    con.print(t)
+    con.print(f"{n_ab} of {len(reports)} skills are prompt-equivalent (A+B)", markup=False)

@@ -1,0 +1,29 @@
+"""≥3 denial/contrast cues in the last results → fixed distractor warning (INJECT_CONTEXT, prompt-equivalent).
+
+Reads ctx keys: last_search_results_text.
+"""
+
+import re
+
+from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+_CUES = re.compile(r"\b(not|never|no longer|contrary|however|although|disputed|incorrectly|mistakenly|"
+                   r"falsely|should not be confused|unlike)\b", re.I)
+MIN_CUES = 3
+
+
+@register_pf("adversarial_distraction")
+class AdversarialDistractionPF(ProgramFunction):
+    max_fires = 1
+
+    def should_activate(self, ctx, action_type, arg):
+        return (action_type in ("READ", "FINAL")
+                and len(_CUES.findall(str(ctx.get("last_search_results_text", "")))) >= MIN_CUES)
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(
+            type=InterventionType.INJECT_CONTEXT,
+            context_text="[DISTRACTOR NOTE] These results deny or contrast several claims. A value named in a "
+                         "'not' or 'contrary to' sentence is not the answer; use facts stated plainly about "
+                         "the exact entity.",
+            reason="denial/contrast cues in results")

@@ -1,0 +1,43 @@
+"""Numeric/date FINAL resting on one read document → fixed second-source hint (INJECT_CONTEXT,
+prompt-equivalent); LLM handler.
+
+Reads ctx keys: read_count, last_search_hits, seen_hits, read_ids, step_count, max_steps,
+all_read_contents, question.
+"""
+
+import re
+
+from hasp.domains.search.pf_support import steps_left, unread_hits
+from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf.teacher_ask import teacher_objection
+
+_DIGIT = re.compile(r"\d")
+
+
+def single_source(ctx, answer):
+    return (bool(_DIGIT.search(answer)) and int(ctx.get("read_count", 0)) == 1 and bool(unread_hits(ctx))
+            and steps_left(ctx) >= 1)
+
+
+@register_pf("claim_triangulation")
+class ClaimTriangulationPF(ProgramFunction):
+    max_fires = 1
+    handler_kind = "llm"
+
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "FINAL" and single_source(ctx, arg)
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(
+            type=InterventionType.INJECT_CONTEXT,
+            context_text="[VERIFICATION HINT] This specific number or date comes from a single document. "
+                         "If steps allow, READ one more relevant result to confirm it.",
+            reason="numeric answer from one source")
+
+    def check_final(self, ctx, answer, teacher=None):
+        if teacher is None or not single_source(ctx, answer):
+            return None
+        return teacher_objection(teacher, (
+            f"Question: {ctx.get('question', '')}\nThe only document read:\n"
+            f"{str(ctx.get('all_read_contents', ''))[:1200]}\nProposed answer: {answer[:200]}\n"
+            "Does this document clearly state this answer for the entity in the question?"), who=self.skill_id)

@@ -1,0 +1,85 @@
+"""Answer taken from a sentence unrelated to the question → teacher re-derives; fallback quotes
+the matching sentences (MODIFY_ACTION with teacher / INJECT_CONTEXT without); LLM handler.
+
+Reads ctx keys: question, has_read, all_read_contents, step_count, max_steps, _final_redirects.
+"""
+
+import re
+
+from hasp.domains.search.pf_support import can_redirect_final, names, note_final_redirect, sentences
+from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf.teacher_ask import ask_teacher, teacher_objection
+from hasp.textutil import content_tokens
+
+_REPLY = re.compile(r"^\s*(ANSWER|SEARCH)\s*:\s*(.+)$", re.I | re.M)
+
+
+def _split(ctx, answer):
+    """(sentences containing the answer with whether each shares a relation word of the question,
+    sentences sharing relation words), from the read text."""
+    ans = " ".join(answer.split()).strip(" .\"'").lower()
+    question = str(ctx.get("question", ""))
+    # the asked relation's words: the question's content words minus its entity names and the answer
+    q_toks = (set(content_tokens(question)) - set(content_tokens(" ".join(names(question))))
+              - set(content_tokens(ans)))
+    with_answer, on_topic = [], []
+    for s in sentences(str(ctx.get("all_read_contents", ""))):
+        shares = bool(q_toks & set(content_tokens(s)))
+        if ans and ans in s.lower():
+            with_answer.append((s, shares))
+        elif shares:
+            on_topic.append(s)
+    return with_answer, on_topic
+
+
+def off_topic_answer(ctx, answer):
+    """The answer occurs in the read text, but only in sentences without the question's words."""
+    if not ctx.get("has_read") or len(answer.strip()) < 2:
+        return False
+    with_answer, _ = _split(ctx, answer)
+    return bool(with_answer) and not any(shares for _, shares in with_answer)
+
+
+@register_pf("reasoning_error")
+class ReasoningErrorPF(ProgramFunction):
+    needs_teacher = True
+    max_fires = 1
+    handler_kind = "llm"
+
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "FINAL" and off_topic_answer(ctx, arg)
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        with_answer, on_topic = _split(ctx, arg)
+        reply = ask_teacher(teacher, (
+            f"Question: {ctx.get('question', '')}\nProposed answer: {arg[:200]}\n"
+            f"It comes from: {' '.join(s for s, _ in with_answer)[:500]}\n"
+            f"Sentences about the question's terms: {' '.join(on_topic)[:800] or '(none)'}\n"
+            "If these sentences give the correct answer reply ANSWER: <short answer>; if a fact is missing "
+            "reply SEARCH: <query of at most 8 words>."), max_tokens=32, who=self.skill_id)
+        m = _REPLY.search(reply or "")
+        if m:
+            kind, value = m.group(1).upper(), m.group(2).strip().strip("'\"[]")
+            if kind == "ANSWER" and value.lower() == arg.strip().lower():
+                return Intervention(type=InterventionType.NOOP, reason="teacher confirmed the answer")
+            if kind == "ANSWER" and value and len(value.split()) <= 8:
+                return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="FINAL",
+                                    new_action_arg=value, reason="teacher re-derived the answer")
+            if kind == "SEARCH" and value and can_redirect_final(ctx):
+                note_final_redirect(ctx)
+                return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
+                                    new_action_arg=value, reason="teacher asked for the missing fact")
+        quoted = " | ".join(f'"{s[:160]}"' for s in on_topic[:2]) or "none of the read sentences"
+        return Intervention(type=InterventionType.INJECT_CONTEXT,
+                            context_text=(f"[REASONING CHECK] '{arg[:60]}' comes from a sentence about something "
+                                          f"else. Sentences about what the question asks: {quoted}"),
+                            reason="answer only in sentences without the question's words")
+
+    def check_final(self, ctx, answer, teacher=None):
+        if teacher is None or not off_topic_answer(ctx, answer):
+            return None
+        with_answer, _ = _split(ctx, answer)
+        return teacher_objection(teacher, (
+            f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
+            f"The only evidence sentences containing it: {' '.join(s for s, _ in with_answer)[:600]}\n"
+            "Do these sentences state the fact the question asks for?"), who=self.skill_id)

@@ -1,0 +1,483 @@
+"""The 26-skill web-search seed library: loads cleanly, and every PF fires when it should,
+stays silent when it should not, and returns the right intervention type. Teacher-assisted
+PFs are driven by a scripted teacher double and by one that raises (→ deterministic fallback).
+
+Contexts are built with the real ``EpisodeState.to_ctx`` so the PFs see exactly the keys
+the agent loop provides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hasp.agent.context import EpisodeState
+from hasp.domains.search.pf_support import FINAL_REDIRECT_KEY, MAX_FINAL_REDIRECTS, hop_count, is_multi_hop
+from hasp.pf import InterventionType
+from hasp.pf.dispatcher import Dispatcher
+from hasp.pf.library import load_library
+from hasp.pf.skill_md import PHASES
+
+SEARCH_LIB = Path(__file__).resolve().parents[1] / "skills" / "search"
+CONDITIONS = {"no_search_yet", "no_read_yet", "empty_results", "search_budget_low", "near_step_limit",
+              "has_reads", "multi_hop_question"}
+MODIFY, INJECT, NOOP = InterventionType.MODIFY_ACTION, InterventionType.INJECT_CONTEXT, InterventionType.NOOP
+
+Q2 = "Which company does the founder of Bramwais Textiles work for?"
+DOC_BRAMWAIS = ("Bramwais Textiles\nBramwais Textiles is a company founded by Verzi Thal in 1990. "
+                "It is headquartered in Taholt.")
+DOC_VERZI = ("Verzi Thal\nVerzi Thal (born 13 February 1961 in Zamdremmoor) is a historian. "
+             "He works for Holor Textiles. Contrary to some accounts, Verzi Thal was not born in Wodumport.")
+HITS = [{"id": "doc1", "title": "Bramwais Textiles"}, {"id": "doc2", "title": "Verzi Thal"},
+        {"id": "doc3", "title": "Holor Textiles"}]
+
+
+class ScriptedTeacherDouble:
+    """Test double: answers with the scripted replies in order and records every prompt."""
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+        self.prompts: list[str] = []
+
+    def generate(self, messages, max_tokens=256, temperature=0.0):
+        self.prompts.append(messages[-1]["content"])
+        return self.replies.pop(0) if self.replies else ""
+
+
+class FailingTeacherDouble:
+    """Test double: a teacher endpoint that is down."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, messages, max_tokens=256, temperature=0.0):
+        self.calls += 1
+        raise ConnectionError("teacher endpoint unreachable")
+
+
+def make_ctx(question: str = Q2, *, step: int = 1, max_steps: int = 8, reads: tuple[str, ...] = (),
+             read_ids: tuple[str, ...] = (), queries: tuple[str, ...] = (), hits=HITS, results_text: str = "",
+             history: tuple[str, ...] = (), thought: str = "", empty: bool = False, private=None):
+    """A step context from the real EpisodeState (so PFs see the loop's exact keys)."""
+    st = EpisodeState(question=question, max_steps=max_steps, step_count=step, search_count=len(queries),
+                      read_count=len(reads), empty_results=empty, queries=list(queries),
+                      action_history=list(history), last_search_results_text=results_text,
+                      last_search_hits=[dict(h) for h in hits] if queries else [],
+                      seen_hits=[dict(h) for h in hits] if queries else [], read_ids=list(read_ids),
+                      read_contents=list(reads), private=dict(private or {}))
+    return st.to_ctx(thought)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    library = load_library(SEARCH_LIB)
+    yield library
+    library.close()
+
+
+@pytest.fixture(scope="module")
+def pf(lib):
+    def get(skill_id):
+        skill = lib.get(skill_id)
+        assert skill is not None and skill.pf is not None, skill_id
+        return skill.pf
+    return get
+
+
+def fire(pf_obj, ctx, action, arg, teacher=None):
+    """should_activate must be true; then run intervene (teacher only if the PF asks for one)."""
+    assert pf_obj.should_activate(ctx, action, arg), f"{pf_obj.skill_id} did not fire on {action}[{arg}]"
+    return pf_obj.intervene(ctx, action, arg, teacher)
+
+
+# ----------------------------------------------------------------------------- the library as a whole
+def test_library_has_26_skills_and_loads_without_errors(lib):
+    assert lib.load_errors == []
+    assert len(lib.skills) == 26 and len(set(lib.ids)) == 26
+    assert all(s.pf is not None and not s.generated for s in lib.skills)
+
+
+def test_frontmatter_is_valid_agent_skill_and_uses_the_condition_vocabulary(lib):
+    for s in lib.skills:
+        spec = s.spec
+        assert spec.name == spec.skill_id.replace("_", "-") and len(spec.description) > 40, spec.skill_id
+        assert spec.domain == "search" and spec.applicable_modes and spec.trigger_keywords, spec.skill_id
+        assert 0.0 < spec.priority <= 1.0
+        for phase, p in spec.phases.items():
+            assert phase in PHASES
+            assert set(p.conditions) <= CONDITIONS, (spec.skill_id, p.conditions)
+            assert spec.phase_text(phase) or p.action, (spec.skill_id, phase)
+
+
+def test_library_roles_always_on_teacher_and_handlers(lib):
+    always_on = {s.skill_id for s in lib.skills if getattr(s.spec, "always_on", False)}
+    assert always_on == {"retrieval_failure", "format_extraction_error", "relevant_content_extractor"}
+    teacher = {s.skill_id for s in lib.skills if s.pf.needs_teacher}
+    assert teacher == {"retrieval_failure", "format_extraction_error", "reasoning_error", "answer_confidence_guard"}
+    kinds = {s.skill_id: s.pf.handler_kind for s in lib.skills}
+    assert set(kinds.values()) <= {None, "code", "llm"}
+    assert sum(k == "llm" for k in kinds.values()) >= 5 and sum(k == "code" for k in kinds.values()) >= 5
+
+
+def test_llm_handlers_abstain_without_teacher_and_when_it_fails(lib):
+    ctx = make_ctx("Who founded X and when was it founded?", queries=("x",), reads=(DOC_VERZI, DOC_BRAMWAIS),
+                   read_ids=("doc2", "doc1"), thought="I am not sure")
+    for s in lib.skills:
+        if s.pf.handler_kind == "llm":
+            assert s.pf.check_final(ctx, "1990", None) is None, s.skill_id
+            assert s.pf.check_final(ctx, "1990", FailingTeacherDouble()) is None, s.skill_id
+
+
+def test_multi_hop_heuristic():
+    assert is_multi_hop(Q2) and hop_count(Q2) == 2
+    assert is_multi_hop("Who is the mayor of the birthplace of the founder of the company that employs X Y?")
+    assert not is_multi_hop("What is the capital of France?")
+    assert not is_multi_hop("Which river flows through Sonddethburg?")
+
+
+# ----------------------------------------------------------------------------- always-on three
+def test_retrieval_failure_long_query_teacher_and_fallbacks(pf):
+    p = pf("retrieval_failure")
+    long_q = "I want to find out which company the founder of Bramwais Textiles works for and where it is based today"
+    ctx = make_ctx()
+    t = ScriptedTeacherDouble("Query: \"Bramwais Textiles founder\"")
+    iv = fire(p, ctx, "SEARCH", long_q, t)
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "SEARCH", "Bramwais Textiles founder")
+    assert "Bramwais" in t.prompts[0]
+    failing = FailingTeacherDouble()
+    iv = fire(p, ctx, "SEARCH", long_q, failing)
+    assert failing.calls == 1 and iv.type is MODIFY and 0 < len(iv.new_action_arg.split()) <= 8
+    iv = fire(p, ctx, "SEARCH", long_q, ScriptedTeacherDouble(" ".join(["word"] * 30)))  # unusable reply
+    assert iv.new_action_arg != " ".join(["word"] * 30) and len(iv.new_action_arg.split()) <= 8
+    assert not p.should_activate(ctx, "SEARCH", "Bramwais Textiles founder")
+    assert not p.should_activate(ctx, "FINAL", long_q)
+
+
+def test_retrieval_failure_repeat_of_an_empty_search(pf):
+    p = pf("retrieval_failure")
+    ctx = make_ctx(queries=("founder of the Bramwais Textiles company",), empty=True, hits=[])
+    iv = fire(p, ctx, "SEARCH", "the founder of the Bramwais Textiles company", None)
+    assert iv.type is MODIFY and iv.new_action_arg == "Bramwais Textiles"
+    ok = make_ctx(queries=("founder of the Bramwais Textiles company",), empty=False)
+    assert not p.should_activate(ok, "SEARCH", "the founder of the Bramwais Textiles company")
+
+
+def test_format_extraction_error(pf):
+    p = pf("format_extraction_error")
+    ctx = make_ctx(reads=(DOC_VERZI,), read_ids=("doc2",), queries=("x",))
+    sentence = "The answer is Holor Textiles because Verzi Thal works there."
+    iv = fire(p, ctx, "FINAL", sentence, None)
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "FINAL", "Holor Textiles")
+    iv = fire(p, ctx, "FINAL", sentence, FailingTeacherDouble())
+    assert iv.new_action_arg == "Holor Textiles"
+    iv = fire(p, ctx, "FINAL", sentence, ScriptedTeacherDouble("Holor Textiles."))
+    assert iv.new_action_arg == "Holor Textiles" and iv.reason.startswith("teacher")
+    iv = fire(p, ctx, "SEARCH", "Thought: I need the employer\nAction: SEARCH[Verzi Thal]", None)
+    assert (iv.new_action_type, iv.new_action_arg) == ("SEARCH", "Verzi Thal")
+    for action, arg in (("FINAL", "Holor Textiles"), ("SEARCH", "Verzi Thal employer"), ("READ", "doc1")):
+        assert not p.should_activate(ctx, action, arg)
+
+
+def test_relevant_content_extractor(pf):
+    p = pf("relevant_content_extractor")
+    ctx = make_ctx(reads=(DOC_VERZI,), read_ids=("doc2",), queries=("Verzi Thal",), history=("READ[doc2]",))
+    iv = fire(p, ctx, "SEARCH", "Holor Textiles", None)
+    assert iv.type is INJECT and "works for Holor Textiles" in iv.context_text
+    after_search = make_ctx(reads=(DOC_VERZI,), read_ids=("doc2",), queries=("a", "b"),
+                            history=("READ[doc2]", "SEARCH[b]"))
+    assert not p.should_activate(after_search, "FINAL", "x")
+
+
+# ----------------------------------------------------------------------------- MODIFY_ACTION PFs
+def test_premature_final(pf):
+    p = pf("premature_final")
+    ctx = make_ctx(step=0)
+    iv = fire(p, ctx, "FINAL", "Paris")
+    assert (iv.type, iv.new_action_type) == (MODIFY, "SEARCH") and "Bramwais" in iv.new_action_arg
+    assert ctx[FINAL_REDIRECT_KEY] == 1
+    assert p.check_final(make_ctx(step=0), "Paris") == "answered without any search"
+    assert not p.should_activate(make_ctx(queries=("q",)), "FINAL", "Paris")
+    assert not p.should_activate(make_ctx(step=7, max_steps=8), "FINAL", "Paris")  # no step left to answer
+    spent = make_ctx(step=0, private={FINAL_REDIRECT_KEY: MAX_FINAL_REDIRECTS})
+    assert not p.should_activate(spent, "FINAL", "Paris")
+
+
+def test_insufficient_exploration(pf):
+    p = pf("insufficient_exploration")
+    ctx = make_ctx(queries=("Bramwais Textiles",))
+    iv = fire(p, ctx, "FINAL", "Verzi Thal")
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "READ", "doc1")
+    assert p.check_final(make_ctx(queries=("q",)), "x") is not None
+    read = make_ctx(queries=("q",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    assert not p.should_activate(read, "FINAL", "Verzi Thal") and p.check_final(read, "x") is None
+
+
+def test_multi_hop_reasoning_failure(pf):
+    p = pf("multi_hop_reasoning_failure")
+    ctx = make_ctx(queries=("Bramwais Textiles",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    iv = fire(p, ctx, "FINAL", "Verzi Thal")
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "SEARCH", "Verzi Thal")
+    assert "intermediate" in p.check_final(ctx, "Verzi Thal")
+    both_read = make_ctx(queries=("Bramwais Textiles", "Verzi Thal"), reads=(DOC_BRAMWAIS, DOC_VERZI),
+                         read_ids=("doc1", "doc2"))
+    assert not p.should_activate(both_read, "FINAL", "Holor Textiles")
+    searched = make_ctx(queries=("Bramwais Textiles", "Verzi Thal"), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    assert not p.should_activate(searched, "FINAL", "Verzi Thal")
+    single_hop = make_ctx("Who founded Bramwais Textiles?", queries=("q",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    assert not p.should_activate(single_hop, "FINAL", "Verzi Thal")
+
+
+def test_reasoning_hallucination(pf):
+    p = pf("reasoning_hallucination")
+    ctx = make_ctx(queries=("Verzi Thal",), reads=(DOC_VERZI,), read_ids=("doc2",))
+    iv = fire(p, ctx, "FINAL", "Quellbrook Systems")
+    assert (iv.type, iv.new_action_type) == (MODIFY, "SEARCH") and iv.new_action_arg != "Verzi Thal"
+    assert p.check_final(ctx, "Quellbrook Systems") is not None
+    assert not p.should_activate(ctx, "FINAL", "Holor Textiles")  # grounded
+    assert not p.should_activate(ctx, "FINAL", "unknown")  # hedges belong to answer_confidence_guard
+
+
+def test_redundant_read(pf):
+    p = pf("redundant_read")
+    ctx = make_ctx(queries=("q",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    for ref in ("doc1", "[doc1]", "1", "Bramwais Textiles"):
+        iv = fire(p, ctx, "READ", ref)
+        assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "READ", "doc2"), ref
+    assert not p.should_activate(ctx, "READ", "doc2")
+    all_read = make_ctx(queries=("q",), reads=("a", "b", "c"), read_ids=("doc1", "doc2", "doc3"))
+    assert not p.should_activate(all_read, "READ", "doc1")  # nothing new to open
+
+
+def test_query_drift(pf):
+    p = pf("query_drift")
+    ctx = make_ctx(queries=("Bramwais Textiles",), results_text="1. [doc1] Bramwais Textiles: a company")
+    iv = fire(p, ctx, "SEARCH", "Eiffel Tower height")
+    assert (iv.type, iv.new_action_type) == (MODIFY, "SEARCH") and "Bramwais" in iv.new_action_arg
+    assert not p.should_activate(ctx, "SEARCH", "Bramwais Textiles founder")
+    with_read = make_ctx(queries=("Bramwais Textiles",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    assert not p.should_activate(with_read, "SEARCH", "Verzi Thal")  # next hop from the evidence
+
+
+def test_step_budget_guard(pf):
+    p = pf("step_budget_guard")
+    ctx = make_ctx(step=6, max_steps=8, queries=("Bramwais Textiles",))
+    iv = fire(p, ctx, "SEARCH", "Bramwais founder")
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "READ", "doc1")
+    assert not p.should_activate(make_ctx(step=2, max_steps=8, queries=("q",)), "SEARCH", "x")
+    read = make_ctx(step=6, max_steps=8, queries=("q",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",))
+    assert not p.should_activate(read, "SEARCH", "x")
+
+
+def test_question_echo(pf):
+    p = pf("question_echo")
+    ctx = make_ctx(queries=("Verzi Thal",))
+    iv = fire(p, ctx, "FINAL", "Bramwais Textiles")
+    assert (iv.type, iv.new_action_type) == (MODIFY, "SEARCH")
+    assert p.check_final(ctx, "Bramwais Textiles") is not None
+    assert not p.should_activate(ctx, "FINAL", "Holor Textiles")
+    choice = make_ctx("Which is older, Bramwais Textiles or Holor Textiles?", queries=("q",))
+    assert not p.should_activate(choice, "FINAL", "Bramwais Textiles")
+
+
+# ----------------------------------------------------------------------------- teacher-assisted FINAL PFs
+def test_answer_confidence_guard_teacher_paths(pf):
+    p = pf("answer_confidence_guard")
+    ctx = make_ctx(queries=("Bramwais Textiles", "Verzi Thal"), reads=(DOC_BRAMWAIS, DOC_VERZI),
+                   read_ids=("doc1", "doc2"))
+    iv = fire(p, ctx, "FINAL", "unknown", ScriptedTeacherDouble("ANSWER: Holor Textiles"))
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "FINAL", "Holor Textiles")
+    iv = fire(p, ctx, "FINAL", "unknown", ScriptedTeacherDouble("SEARCH: Verzi Thal employer"))
+    assert (iv.new_action_type, iv.new_action_arg) == ("SEARCH", "Verzi Thal employer")
+    failing = FailingTeacherDouble()
+    iv = fire(p, ctx, "FINAL", "unknown", failing)
+    assert failing.calls == 1 and iv.type is MODIFY and iv.new_action_type in ("SEARCH", "READ")
+    assert not p.should_activate(ctx, "FINAL", "Holor Textiles")
+    assert p.should_activate(make_ctx(queries=("q",), thought="I cannot find the employer"), "FINAL", "Taholt")
+
+
+def test_answer_confidence_guard_fallback_without_teacher(pf):
+    p = pf("answer_confidence_guard")
+    unread = make_ctx(queries=("Bramwais Textiles",))
+    iv = fire(p, unread, "FINAL", "not sure", None)
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "READ", "doc1")
+    hedge_ctx = make_ctx(queries=("q",), reads=(DOC_VERZI,), read_ids=("doc2",), thought="maybe")
+    assert p.check_final(hedge_ctx, "maybe Taholt", None) is None
+    vote = p.check_final(hedge_ctx, "maybe Taholt", ScriptedTeacherDouble("PROBLEM: Taholt is never mentioned"))
+    assert vote == "Taholt is never mentioned"
+    assert p.check_final(hedge_ctx, "maybe Taholt", ScriptedTeacherDouble("OK")) is None
+
+
+def test_reasoning_error_teacher_and_fallback(pf):
+    p = pf("reasoning_error")
+    q = "Which company does Verzi Thal work for?"
+    ctx = make_ctx(q, queries=("Verzi Thal",), reads=(DOC_VERZI,), read_ids=("doc2",))
+    iv = fire(p, ctx, "FINAL", "Zamdremmoor", ScriptedTeacherDouble("ANSWER: Holor Textiles"))
+    assert (iv.type, iv.new_action_type, iv.new_action_arg) == (MODIFY, "FINAL", "Holor Textiles")
+    iv = fire(p, ctx, "FINAL", "Zamdremmoor", ScriptedTeacherDouble("ANSWER: Zamdremmoor"))
+    assert iv.type is NOOP
+    for teacher in (None, FailingTeacherDouble()):
+        iv = fire(p, ctx, "FINAL", "Zamdremmoor", teacher)
+        assert iv.type is INJECT and "works for Holor Textiles" in iv.context_text
+    assert not p.should_activate(ctx, "FINAL", "Holor Textiles")  # from the 'works for' sentence
+    assert p.check_final(ctx, "Zamdremmoor", ScriptedTeacherDouble("PROBLEM: birthplace, not employer"))
+    assert p.check_final(ctx, "Zamdremmoor", None) is None
+
+
+# ----------------------------------------------------------------------------- dynamic INJECT_CONTEXT PFs
+def test_temporal_confusion(pf):
+    p = pf("temporal_confusion")
+    ctx = make_ctx("In what year was Bramwais Textiles founded?", queries=("q",), reads=(DOC_BRAMWAIS,),
+                   read_ids=("doc1",))
+    iv = fire(p, ctx, "FINAL", "1875")
+    assert iv.type is INJECT and "1875" in iv.context_text and "1990" in iv.context_text
+    assert p.check_final(ctx, "1875") is not None and p.check_final(ctx, "1990") is None
+    assert not p.should_activate(ctx, "FINAL", "1990")
+
+
+def test_citation_mismatch(pf):
+    p = pf("citation_mismatch")
+    ctx = make_ctx(queries=("q",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",),
+                   results_text="1. [doc3] Holor Textiles: Holor Textiles is a firm in Taholt")
+    iv = fire(p, ctx, "FINAL", "Holor Textiles")
+    assert iv.type is INJECT and "'Holor Textiles'" in iv.context_text
+    assert p.check_final(ctx, "Holor Textiles") is not None
+    assert not p.should_activate(ctx, "FINAL", "Verzi Thal")  # in a read document
+
+
+def test_answer_type_mismatch(pf):
+    p = pf("answer_type_mismatch")
+    year_q = make_ctx("In what year was Bramwais Textiles founded?")
+    iv = fire(p, year_q, "FINAL", "Verzi Thal")
+    assert iv.type is INJECT and "a year" in iv.context_text and "Verzi Thal" in iv.context_text
+    assert not p.should_activate(year_q, "FINAL", "1990")
+    assert p.should_activate(make_ctx("How many employees does X have?"), "FINAL", "Taholt")
+    assert p.check_final(make_ctx("Who founded Bramwais Textiles?"), "1990") is not None
+    assert not p.should_activate(make_ctx("Who founded Bramwais Textiles?"), "FINAL", "Verzi Thal")
+
+
+# ----------------------------------------------------------------------------- prompt-equivalent PFs
+def test_decompose_complex_question(pf):
+    p = pf("decompose_complex_question")
+    iv = fire(p, make_ctx(), "SEARCH", "Bramwais Textiles")
+    assert iv.type is INJECT and iv.context_text.startswith("[DECOMPOSITION HINT]")
+    assert not p.should_activate(make_ctx("Who wrote Hamlet?"), "SEARCH", "Hamlet")
+    assert not p.should_activate(make_ctx(queries=("q",)), "SEARCH", "x")
+
+
+def test_adversarial_distraction(pf):
+    p = pf("adversarial_distraction")
+    noisy = ("1. [doc2] Verzi Thal: contrary to some accounts he was not born in Wodumport. "
+             "Verzi Thal should not be confused with Verzi Thar, who never worked there.")
+    iv = fire(p, make_ctx(queries=("q",), results_text=noisy), "READ", "doc2")
+    assert iv.type is INJECT and "[DISTRACTOR NOTE]" in iv.context_text
+    calm = "1. [doc2] Verzi Thal: a historian, not a painter."
+    assert not p.should_activate(make_ctx(queries=("q",), results_text=calm), "READ", "doc2")
+
+
+def test_negation_oversight(pf):
+    p = pf("negation_oversight")
+    q = "Where was Verzi Thal born?"
+    ctx = make_ctx(q, queries=("q",), reads=(DOC_VERZI,), read_ids=("doc2",))
+    iv = fire(p, ctx, "FINAL", "Wodumport")  # only in the 'was not born in' sentence
+    assert iv.type is INJECT and "[NEGATION REMINDER]" in iv.context_text
+    assert not p.should_activate(ctx, "FINAL", "Zamdremmoor")
+    neg_q = make_ctx("Which company does Verzi Thal not work for?", thought="He works for Holor")
+    assert p.should_activate(neg_q, "FINAL", "Holor Textiles")
+    assert p.check_final(ctx, "Wodumport", ScriptedTeacherDouble("PROBLEM: the document denies it")) \
+        == "the document denies it"
+    assert p.check_final(ctx, "Wodumport", None) is None
+
+
+def test_wrong_entity_confusion(pf):
+    p = pf("wrong_entity_confusion")
+    look = [{"id": "doc2", "title": "Verzi Thal"}, {"id": "doc9", "title": "Verzi Thar"}]
+    ctx = make_ctx(queries=("Verzi Thal",), hits=look)
+    iv = fire(p, ctx, "READ", "doc2")
+    assert iv.type is INJECT and "Verzi Thar" not in iv.context_text and "Verzi Thar" in iv.reason
+    assert not p.should_activate(make_ctx(queries=("q",)), "READ", "doc1")
+    vote = p.check_final(ctx, "Holor Textiles", ScriptedTeacherDouble("PROBLEM: about Verzi Thar"))
+    assert vote == "about Verzi Thar"
+
+
+def test_reading_comprehension_error(pf):
+    p = pf("reading_comprehension_error")
+    dense = "Verzi Thal\n" + " ".join(f"In {1900 + i} he moved {i} times." for i in range(6))
+    ctx = make_ctx(queries=("q",), reads=(dense,), read_ids=("doc2",), history=("READ[doc2]",))
+    iv = fire(p, ctx, "SEARCH", "x")
+    assert iv.type is INJECT and iv.context_text.startswith("[READ CAREFULLY]")
+    sparse = make_ctx(queries=("q",), reads=(DOC_BRAMWAIS,), read_ids=("doc1",), history=("READ[doc1]",))
+    assert not p.should_activate(sparse, "SEARCH", "x")
+
+
+def test_answer_completeness(pf):
+    p = pf("answer_completeness")
+    ctx = make_ctx("Who founded Bramwais Textiles and when was it founded?")
+    iv = fire(p, ctx, "FINAL", "Verzi Thal")
+    assert iv.type is INJECT and "[COMPLETENESS WARNING]" in iv.context_text
+    assert not p.should_activate(ctx, "FINAL", "Verzi Thal, 1990")
+    assert not p.should_activate(make_ctx(), "FINAL", "Holor Textiles")
+    assert p.check_final(ctx, "Verzi Thal", ScriptedTeacherDouble("PROBLEM: year missing")) == "year missing"
+
+
+def test_language_barrier(pf):
+    p = pf("language_barrier")
+    doc = "Moscow\nМосква — столица и крупнейший город России, основана в 1147 году."
+    after_read = make_ctx(queries=("q",), reads=(doc,), read_ids=("doc5",), history=("READ[doc5]",))
+    assert fire(p, after_read, "SEARCH", "x").type is INJECT
+    assert p.should_activate(make_ctx(queries=("q",), reads=("Der Ort Zürich liegt am See.",), read_ids=("d",)),
+                             "FINAL", "Zurich")
+    assert not p.should_activate(make_ctx(queries=("q",), reads=(DOC_VERZI,), read_ids=("doc2",),
+                                          history=("READ[doc2]",)), "FINAL", "Zamdremmoor")
+
+
+def test_iterative_refinement(pf):
+    p = pf("iterative_refinement")
+    ctx = make_ctx(queries=("Bramwais Textiles founder",))
+    assert fire(p, ctx, "SEARCH", "founder Bramwais Textiles").type is INJECT
+    assert not p.should_activate(ctx, "SEARCH", "Verzi Thal employer")
+
+
+def test_claim_triangulation(pf):
+    p = pf("claim_triangulation")
+    ctx = make_ctx("In what year was Bramwais Textiles founded?", queries=("q",), reads=(DOC_BRAMWAIS,),
+                   read_ids=("doc1",))
+    assert fire(p, ctx, "FINAL", "1990").type is INJECT
+    assert not p.should_activate(ctx, "FINAL", "Verzi Thal")
+    two = make_ctx(queries=("q",), reads=(DOC_BRAMWAIS, DOC_VERZI), read_ids=("doc1", "doc2"))
+    assert not p.should_activate(two, "FINAL", "1990")
+    assert p.check_final(ctx, "1990", ScriptedTeacherDouble("OK")) is None
+    assert p.check_final(ctx, "1990", ScriptedTeacherDouble("PROBLEM: wrong year")) == "wrong year"
+
+
+def test_misinformation_detector(pf):
+    p = pf("misinformation_detector")
+    ctx = make_ctx(queries=("q",), reads=(DOC_BRAMWAIS, DOC_VERZI), read_ids=("doc1", "doc2"))
+    assert fire(p, ctx, "FINAL", "Holor Textiles").type is INJECT
+    one = make_ctx(queries=("q",), reads=(DOC_VERZI,), read_ids=("doc2",))
+    assert not p.should_activate(one, "FINAL", "Holor Textiles")
+    assert p.check_final(ctx, "Holor Textiles", ScriptedTeacherDouble("garbled")) is None  # unclear = no vote
+
+
+def test_prompt_equivalent_pfs_inject_the_same_text_on_different_contexts(pf):
+    """What the static A+B check claims, observed at run time: the injected text does not vary."""
+    p = pf("negation_oversight")
+    a = p.intervene(make_ctx("Where was Verzi Thal born?"), "FINAL", "Wodumport")
+    b = p.intervene(make_ctx("Which firm does X not own?"), "FINAL", "Quellbrook")
+    assert a.context_text == b.context_text and a.type is b.type is INJECT
+
+
+# ----------------------------------------------------------------------------- through the dispatcher
+def test_dispatcher_caps_final_redirects_per_episode(lib):
+    """Many FINAL-redirecting PFs share one budget: the episode can always end with an answer."""
+    d = Dispatcher(lib.pfs(), teacher=None)
+    private: dict = {}
+    redirects = 0
+    for step in range(6):
+        ctx = make_ctx(step=step, max_steps=12, queries=("Bramwais Textiles",), reads=(DOC_BRAMWAIS,),
+                       read_ids=("doc1",), private=private)
+        res = d.dispatch(ctx, "FINAL", "unknown")
+        private = {k: v for k, v in ctx.items() if k.startswith("_")}
+        redirects += res.action_type != "FINAL"
+        assert not res.errors
+    assert 0 < redirects <= MAX_FINAL_REDIRECTS
