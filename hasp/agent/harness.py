@@ -115,6 +115,7 @@ class Harness:
         dispatcher = Dispatcher(pfs, teacher=tw, max_modify_fires=self.max_modify_fires)
         voter = (HandlerVoter(pfs, threshold=hp.handler_vote_threshold, max_overrides=hp.max_final_overrides,
                               teacher=tw, disabled=dispatcher.disabled) if (on and s.handlers) else None)
+        rec.selection_s = time.perf_counter() - t0
         return EpisodeHarness(dispatcher=dispatcher, voter=voter, rules=rules, question=q, record=rec,
                               system_text=system_text, teacher=tw, postprocess=s.postprocess and tw is not None,
                               timeout_s=hp.timeout_seconds, max_phase_instructions=hp.max_phase_instructions,

@@ -110,15 +110,20 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
             step.step_s = time.perf_counter() - ts
             continue
         step.thought = parsed.thought
+        th = time.perf_counter()
         ctx = state.to_ctx(parsed.thought)
         audit = h.decide(ctx, state, parsed.type, parsed.arg)
         state.absorb(ctx)
+        harness_s = time.perf_counter() - th
         traj.pf_errors += audit.errors
         obs, done = _execute(audit.a_final, state, env, cfg, audit, p)
         if audit.context:
             obs = obs + "\n" + "\n".join(audit.context)
         step.audit, step.observation = audit, obs
-        shown = obs + "".join(f"\n{p['reminder'].format(text=r.text)}" for r in h.reminders(state, audit))
+        th = time.perf_counter()
+        reminders = h.reminders(state, audit)
+        audit.harness_s = harness_s + time.perf_counter() - th
+        shown = obs + "".join(f"\n{p['reminder'].format(text=r.text)}" for r in reminders)
         state.action_history.append(audit.a_final.render())
         messages += [{"role": "assistant", "content": f"Thought: {parsed.thought}\nAction: {audit.a_final.render()}"},
                      {"role": "user", "content": p["observation"].format(observation=shown)}]

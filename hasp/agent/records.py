@@ -33,6 +33,8 @@ class AuditEvent:
     feedback: dict[str, Any] = field(default_factory=dict)  # Δ_t: what executing a_final produced
     errors: list[str] = field(default_factory=list)
     dispatch_s: float = 0.0
+    #: the whole harness share of this step: step context, dispatch, handler votes, phase reminders
+    harness_s: float = 0.0
     phases: list[str] = field(default_factory=list)  # "<skill_id>:<phase>" reminders shown after this step
     handlers: dict[str, Any] = field(default_factory=dict)  # FINAL-time votes (HandlerOutcome.to_dict)
 
@@ -71,6 +73,7 @@ class HarnessRecord:
     handler_overrides: int = 0
     teacher_fallbacks: int = 0  # PF calls re-run without a failed teacher
     postprocess: dict[str, Any] = field(default_factory=dict)  # teacher-only answer post-processing
+    selection_s: float = 0.0  # planning the episode: difficulty gate + PF/skill selection + rule restriction
 
 
 @dataclass
