@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness_doubles import ScriptedPolicy  # shared test double
+
 from hasp.agent.loop import AgentConfig, run_episode
 from hasp.agent.parser import ParsedAction, ParseFailure, parse_action
 from hasp.agent.records import Trajectory
@@ -41,25 +43,6 @@ def test_parser_tolerates_sloppy_formats(text, expected):
 @pytest.mark.parametrize("text", ["", "I am not sure what to do.", "SEARCH[]", "Thought: hmm"])
 def test_parser_failure_is_a_value_not_an_exception(text):
     assert isinstance(parse_action(text), ParseFailure)
-
-
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 10
-    completion_tokens: int = 5
-
-
-class ScriptedPolicy:
-    """Test double: returns the scripted replies in order and records the prompts it saw."""
-
-    def __init__(self, replies):
-        self.replies = list(replies)
-        self.seen = []
-
-    def chat(self, messages, **kw):
-        self.seen.append([dict(m) for m in messages])
-        return Reply(self.replies.pop(0) if self.replies else "FINAL[unknown]")
 
 
 @pytest.fixture(scope="module")

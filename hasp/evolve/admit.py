@@ -38,6 +38,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hasp.atomic import swap_dir, write_json_atomic
+
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
@@ -148,17 +150,7 @@ def record_decision(library_root: Path, entry: dict[str, Any]) -> None:
     with _dir_lock(root):
         history = read_history(root)
         history.append(entry)
-        fd, tmp = tempfile.mkstemp(prefix=f".{HISTORY_FILE}.", suffix=".tmp", dir=root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(history, f, indent=1, ensure_ascii=False, default=str)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, root / HISTORY_FILE)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(history, root / HISTORY_FILE, indent=1)
         _fsync_dir(root)
 
 
@@ -298,13 +290,7 @@ def snapshot(library_root: Path, dest: Path) -> Path:
             shutil.copytree(folder, target, ignore=ignore)
         if (root / HISTORY_FILE).exists():
             shutil.copy2(root / HISTORY_FILE, tmp / HISTORY_FILE)
-        old = None
-        if dest.exists():
-            old = dest.parent / f"{TMP_PREFIX}old-{dest.name}-{os.getpid()}-{time.time_ns()}"
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        if old is not None:
-            _discard_tmp(old)
+        swap_dir(tmp, dest, old_prefix=f"{TMP_PREFIX}old-")
     except BaseException:
         _discard_tmp(tmp)
         raise

@@ -23,14 +23,13 @@ Design choices:
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import CONFLICT_WORDS, EpisodeState
 from hasp.agent.records import Action, StepRecord, Trajectory
-from hasp.textutil import STOPWORDS, content_tokens, jaccard, tokens
+from hasp.textutil import content_tokens, jaccard, tokens
 
 log = logging.getLogger(__name__)
 

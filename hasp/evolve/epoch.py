@@ -17,11 +17,12 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections import Counter
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from hasp.atomic import write_json_atomic
 
 from hasp.agent.loop import AgentConfig, Policy
 from hasp.agent.records import Trajectory
@@ -46,12 +47,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 def write_json(obj: Any, path: Path) -> None:
-    """Atomic JSON write (temp file + os.replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False, default=_jsonable)
-    os.replace(tmp, path)
+    """Atomic JSON write (``hasp.atomic``); dataclasses and paths are converted."""
+    write_json_atomic(obj, path, default=_jsonable)
 
 
 def read_json(path: Path) -> Any:
@@ -197,7 +194,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
             student: Any, epoch: int, history_path: Path | None = None) -> dict[str, Any]:
     """Phase C: the student writes at most ``max_candidates`` SKILL.md + PF code candidates."""
     from hasp.evolve.cluster import clusters_from_json
-    from hasp.evolve.propose import FeedbackHistory, propose_candidates
+    from hasp.evolve.propose import propose_candidates
 
     clusters = clusters_from_json(read_json(clusters_path))
     lib = load_library(library_root, "search")

@@ -19,13 +19,13 @@ lost) plus one ``rollback`` entry; the skills come from the snapshot.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hasp.atomic import swap_dir, write_json_atomic
 
 __all__ = ["Member", "Frontier", "restore_snapshot", "write_carry", "read_carry", "FRONTIER_FILE",
            "CARRY_FILE", "SEED_EPOCH"]
@@ -36,17 +36,7 @@ SEED_EPOCH = -1  # the frontier member for the library an evolution run started 
 
 
 def _atomic_json(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(obj, path, default=None)
 
 
 @dataclass
@@ -134,13 +124,7 @@ def restore_snapshot(snapshot: Path, dest: Path, *, history_from: Path | None = 
         (tmp / HISTORY_FILE).write_text(json.dumps(history, indent=1, ensure_ascii=False) + "\n",
                                         encoding="utf-8")
         (tmp / ".rollback.json").write_text(json.dumps(marker), encoding="utf-8")
-        old = None
-        if dest.exists():
-            old = dest.parent / f".tmp-old-{dest.name}-{os.getpid()}-{time.time_ns()}"
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -14,11 +14,11 @@ offline re-scorer can re-weight without rerunning rollouts. Layer 2 renders a ro
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from hasp.atomic import write_jsonl_atomic
 
 from hasp.agent.records import Action, StepRecord, Trajectory
 from hasp.signals.coarse import SemanticJudge, SignalWeights, StepScore, score_trajectory
@@ -121,21 +121,8 @@ def build_dpo_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor
 
 
 def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
-    """Write rows atomically: a temp file beside ``path``, fsync, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write rows atomically (``hasp.atomic``: temp file beside ``path``, fsync, ``os.replace``)."""
+    return write_jsonl_atomic(rows, path)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -1,0 +1,67 @@
+"""Atomic file and folder writes: a kill at any point leaves the old content or the new, never half.
+
+Every pipeline artifact that a later phase, a rerun or a rollback reads (phase summaries,
+trajectories, training rows, the library history, the frontier) goes through these helpers, so
+the crash-safety rule lives in one place: write a temp file beside the target, fsync, then
+``os.replace`` (atomic on POSIX within one filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_write", "write_json_atomic", "write_jsonl_atomic", "swap_dir"]
+
+
+def atomic_write(path: str | Path, fill: Callable[[IO[str]], None]) -> Path:
+    """Create ``path`` from ``fill(file)`` atomically (temp file beside it, fsync, os.replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            fill(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(obj: Any, path: str | Path, *, indent: int = 2,
+                      default: Callable[[Any], Any] | None = str) -> Path:
+    """One JSON document, atomically (non-JSON values go through ``default``)."""
+    def fill(f: IO[str]) -> None:
+        json.dump(obj, f, indent=indent, ensure_ascii=False, default=default)
+        f.write("\n")
+    return atomic_write(path, fill)
+
+
+def write_jsonl_atomic(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """JSON lines (keys sorted, so equal rows give equal files and equal content hashes), atomically."""
+    def fill(f: IO[str]) -> None:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+    return atomic_write(path, fill)
+
+
+def swap_dir(tmp: Path, dest: Path, *, old_prefix: str = ".tmp-old-") -> None:
+    """Put the finished folder ``tmp`` at ``dest``: the old ``dest`` is moved aside, ``tmp`` renamed
+    in, then the old copy removed. A kill leaves ``dest`` either old or new (plus a stray aside copy
+    whose name starts with ``old_prefix``, which loaders skip)."""
+    old = None
+    if dest.exists():
+        old = dest.parent / f"{old_prefix}{dest.name}-{os.getpid()}-{time.time_ns()}"
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
