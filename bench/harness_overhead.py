@@ -1,7 +1,7 @@
 """Harness time per step (selection + dispatch + handler votes + phase reminders) vs step time,
 for a real rollout of the embedded model with the full web-search library.
 
-    .venv/bin/python bench/harness_overhead.py [--questions 8] [--port 8931] [--pf-selection all]
+    .venv/bin/python bench/harness_overhead.py [--questions 8] [--port 8931] [--pf-selection all] [--params P]
 
 ``--pf-selection all`` (default) keeps all 26 seed PFs live on every step, the worst case for
 dispatch; ``auto`` measures the per-question selection of App. B.6 instead. Per step, the harness
@@ -31,8 +31,10 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=8)
     ap.add_argument("--port", type=int, default=8931)
     ap.add_argument("--pf-selection", default="all", choices=["all", "auto", "heuristic"])
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml",
+                    help="params file (its llm.base_url may point at a running server)")
     args = ap.parse_args()
-    p = load_params(ROOT / "params.yaml", overrides={"harness.pf_selection": args.pf_selection})
+    p = load_params(args.params, overrides={"harness.pf_selection": args.pf_selection})
     library = ROOT / "skills" / "search"
     with tempfile.TemporaryDirectory() as d:
         data = Path(d) / "data"
