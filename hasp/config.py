@@ -59,6 +59,7 @@ class AgentParams(_Strict):
     snippet_chars: int = Field(120, ge=20)
     read_chars: int = Field(400, ge=50)
     max_modify_fires: int = Field(2, ge=0)
+    final_on_budget: bool = True
 
 
 class HarnessParams(_Strict):

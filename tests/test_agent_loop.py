@@ -92,9 +92,22 @@ def test_unparseable_output_is_recorded_and_recoverable(world):
 
 def test_budgets_and_max_steps(world):
     _, t, _ = _run(world, ["SEARCH[a b]", "SEARCH[c d]", "SEARCH[e f]"], use_pfs=False,
-                   max_steps=3, max_search_calls=2)
-    assert t.terminated == "max_steps"
+                   max_steps=3, max_search_calls=2, final_on_budget=False)
+    assert t.terminated == "max_steps" and len(t.steps) == 3 and t.prediction == ""
     assert t.steps[2].audit.feedback == {"budget_exhausted": "search"}
+
+
+def test_out_of_steps_gets_one_answer_only_turn(world):
+    bench, _ = world
+    q = bench.questions[0]
+    _, t, pol = _run(world, ["SEARCH[a b]", "SEARCH[c d]", f"Thought: done\nAction: FINAL[{q.answers[0]}]"],
+                     max_steps=2)
+    assert t.terminated == "budget_final" and t.prediction == q.answers[0] and t.em == 1.0
+    last = t.steps[-1]
+    assert len(t.steps) == 3 and last.audit is None and "no steps are left" in pol.seen[-1][-1]["content"]
+    # an answer-only turn that does not answer leaves the episode unanswered, with the reason
+    _, t2, _ = _run(world, ["SEARCH[a b]", "SEARCH[c d]", "SEARCH[e f]"], max_steps=2)
+    assert t2.terminated == "max_steps" and t2.prediction == "" and "after the budget" in t2.steps[-1].parse_error
 
 
 def test_trajectory_roundtrips_through_json(world):

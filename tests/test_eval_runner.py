@@ -272,32 +272,24 @@ def test_judge_skips_empty_answers_and_needs_a_teacher(mlflow_tmp):
 
 
 def test_teacher_goes_only_to_teacher_variants(mlflow_tmp, monkeypatch):
-    """A variant with ``use_teacher`` (added by the harness work) gets the teacher; others do not."""
-    from hasp.agent import variants as variants_mod
-    from hasp.agent.variants import Variant
-    from hasp.eval import runner
+    """Episodes run through the harness; only a variant with ``use_teacher`` gets the teacher."""
+    from hasp.agent.harness import Harness
 
-    @dataclass(frozen=True)
-    class TeacherVariantDouble(Variant):
-        use_teacher: bool = True
-
-    monkeypatch.setitem(variants_mod.VARIANTS, "pf_teacher_double",
-                        TeacherVariantDouble("pf_teacher_double", use_pfs=True))
     seen = {}
-    real = runner.run_episode
+    real = Harness.episode
 
-    def spy(**kw):
-        seen.setdefault(kw["variant"], set()).add(kw["teacher"])
-        return real(**kw)
+    def spy(self, question, teacher=None):
+        seen.setdefault(self.variant.name, set()).add(teacher)
+        return real(self, question, teacher)
 
-    monkeypatch.setattr(runner, "run_episode", spy)
+    monkeypatch.setattr(Harness, "episode", spy)
     sets = _sets(_params(), limit=2, specs=(f"hotpotqa:{HOTPOT}",))
     teacher = SnippetTeacherDouble()
-    run_eval(_params(), sets, ["pf", "pf_teacher_double"], policy=AnsweringPolicyDouble(_gold(sets), set()),
+    run_eval(_params(), sets, ["pf", "pf_teacher"], policy=AnsweringPolicyDouble(_gold(sets), set()),
              library_root=SKILLS, out_dir=mlflow_tmp, teacher=teacher, progress=False)
-    assert seen == {"pf": {None}, "pf_teacher_double": {teacher}}
-    with pytest.raises(ValueError, match="variant pf_teacher_double need"):
-        run_eval(_params(), sets, ["pf_teacher_double"], policy=AnsweringPolicyDouble({}, set()),
+    assert seen == {"pf": {None}, "pf_teacher": {teacher}}
+    with pytest.raises(ValueError, match="variant pf_teacher need"):
+        run_eval(_params(), sets, ["pf_teacher"], policy=AnsweringPolicyDouble({}, set()),
                  library_root=SKILLS, out_dir=mlflow_tmp, progress=False)
 
 

@@ -223,9 +223,11 @@ def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, varia
         log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
                  variant.name)
 
-    def run(item: Any) -> Trajectory:
+    def run(item: Any, env: Any = None) -> Trajectory:
+        """One episode; ``env`` overrides ``make_env()`` when the caller needs to keep the environment."""
         return run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy,
-                           env=make_env(), pfs=[], cfg=cfg, variant=label or variant.name, scorer=scorer,
+                           env=env if env is not None else make_env(), pfs=[], cfg=cfg,
+                           variant=label or variant.name, scorer=scorer,
                            harness=harness.episode(item.question, used_teacher))
 
     return run

@@ -56,6 +56,8 @@ class AgentConfig:
     skills_in_prompt: bool = False
     max_modify_fires: int = 2
     seed: int | None = 0
+    #: when the step budget runs out without FINAL, ask once more for the answer (no tools, no PFs)
+    final_on_budget: bool = True
 
 
 @lru_cache(maxsize=4)
@@ -131,11 +133,40 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
         if done:
             traj.prediction, traj.terminated = audit.a_final.arg, "final"
             break
+    if traj.terminated == "max_steps" and cfg.final_on_budget:
+        _final_on_budget(traj, messages, policy, cfg, p)
     h.finish(traj, state)
     if scorer is not None:
         traj.em, traj.f1 = scorer(traj.prediction, traj.answers)
     traj.wall_s = time.perf_counter() - h.t_start
     return traj
+
+
+def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: Policy, cfg: AgentConfig,
+                     p: dict[str, str]) -> None:
+    """The step budget ran out without FINAL: one extra turn that may only answer.
+
+    Without it a policy that is still exploring at the last step (often because PFs sent it back
+    to search) scores as unanswered although it has gathered evidence. The turn has no audit
+    event (no PF ran, no tool ran), so signals and training data ignore it; the episode is marked
+    ``budget_final`` when it produced an answer.
+    """
+    ts = time.perf_counter()
+    messages.append({"role": "user", "content": p["budget_final"]})
+    reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                        stop=["Observation:"], seed=cfg.seed)
+    traj.prompt_tokens += reply.prompt_tokens
+    traj.completion_tokens += reply.completion_tokens
+    step = StepRecord(index=len(traj.steps), raw_output=reply.text, llm_s=time.perf_counter() - ts,
+                      prompt_messages=[dict(m) for m in messages])
+    parsed = parse_action(reply.text)
+    if isinstance(parsed, ParseFailure) or parsed.type != "FINAL":
+        step.parse_error = parsed.reason if isinstance(parsed, ParseFailure) else f"{parsed.type} after the budget"
+    else:
+        step.thought = parsed.thought
+        traj.prediction, traj.terminated = parsed.arg, "budget_final"
+    step.step_s = time.perf_counter() - ts
+    traj.steps.append(step)
 
 
 def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,

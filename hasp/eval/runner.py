@@ -21,14 +21,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hasp.agent.loop import Policy, run_episode
+from hasp.agent.loop import Policy
 from hasp.agent.records import Trajectory
 from hasp.agent.rollout import run_many, write_trajectories
 from hasp.agent.variants import Variant, get_variant
 from hasp.config import Params
 from hasp.domains.search.generator import QAItem
-from hasp.domains.search.task import score, skills_prompt
+from hasp.domains.search.task import score
 from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
+from hasp.agent.harness import episode_runner
 from hasp.domains.search.tools import SearchEnvironment
 from hasp.eval.datasets import EvalDataset
 from hasp.eval.judge import judge_answer
@@ -141,22 +142,25 @@ def _episode_fn(params: Params, ds: EvalDataset, variant: Variant, *, policy: Po
     from hasp.evolve.epoch import agent_config
 
     a, e = params.agent, params.eval
-    pfs = lib.pfs() if (lib is not None and variant.use_pfs) else []
-    skills_text = skills_prompt(lib) if (lib is not None and variant.skills_in_prompt) else ""
     cfg = replace(agent_config(params), use_pfs=variant.use_pfs, skills_in_prompt=variant.skills_in_prompt)
-    agent_teacher = teacher if uses_teacher(variant) else None
 
-    def run(item: QAItem) -> EpisodeRecord:
-        start_ns = time.time_ns()
+    def make_env() -> Any:
         env: Any = SearchEnvironment(ds.retriever, top_k=a.top_k, snippet_chars=a.snippet_chars,
                                      read_chars=a.read_chars)
         if snippets:
             env = TeacherSnippetEnvironment(env, teacher, max_tokens=e.snippet_max_tokens, doc_chars=e.snippet_doc_chars)
+        return env
+
+    # the same harness as rollouts: selection layers, handlers, phase reminders, teacher for use_teacher variants
+    episode = episode_runner(policy=policy, library=lib, cfg=cfg, variant=variant, params=params.harness,
+                             make_env=make_env, teacher=teacher, scorer=score)
+
+    def run(item: QAItem) -> EpisodeRecord:
+        start_ns = time.time_ns()
+        env = make_env()
         error = ""
         try:
-            traj = run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy, env=env,
-                               pfs=pfs, cfg=cfg, variant=variant.name, teacher=agent_teacher,
-                               skills_text=skills_text, scorer=score)
+            traj = episode(item, env)
         except Exception as exc:  # noqa: BLE001 - contained per episode, counted; all-failed cells raise
             error = f"{type(exc).__name__}: {exc}"[:500]
             log.warning("%s/%s %s: episode failed: %s", ds.name, variant.name, item.id, error)

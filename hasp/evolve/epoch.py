@@ -55,11 +55,16 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+#: ``Trajectory.terminated`` values that carry an answer
+ANSWERED = ("final", "budget_final")
+
+
 def agent_config(params: Params) -> AgentConfig:
     a = params.agent
     return AgentConfig(max_steps=a.max_steps, max_search_calls=a.max_search_calls,
                        max_read_calls=a.max_read_calls, temperature=a.temperature,
-                       max_tokens=a.max_tokens, max_modify_fires=a.max_modify_fires)
+                       max_tokens=a.max_tokens, max_modify_fires=a.max_modify_fires,
+                       final_on_budget=a.final_on_budget)
 
 
 # ----------------------------------------------------------------------------- data
@@ -121,7 +126,7 @@ def summarize_rollout(trajs: list[Trajectory]) -> dict[str, Any]:
         "mean_steps": sum(steps) / n,
         "parse_error_rate": sum(1 for t in trajs for s in t.steps if s.parse_error)
         / max(1, sum(steps)),
-        "answered_rate": sum(1 for t in trajs if t.terminated == "final") / n,
+        "answered_rate": sum(1 for t in trajs if t.terminated in ANSWERED) / n,
         "pf_fires": dict(fires),
         "pf_fires_total": sum(fires.values()),
         "modified_steps": sum(1 for a in audits if a.was_modified),
