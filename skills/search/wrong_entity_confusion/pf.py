@@ -5,6 +5,7 @@ Reads ctx keys: question, last_search_hits, seen_hits, all_read_contents.
 """
 
 from difflib import SequenceMatcher
+from functools import lru_cache
 
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.pf.teacher_ask import teacher_objection
@@ -13,12 +14,20 @@ MIN_RATIO = 0.8
 
 
 def lookalike_pairs(titles):
+    return list(_lookalike(tuple(titles)))
+
+
+@lru_cache(maxsize=1024)  # the same result list is checked on every step until the next SEARCH
+def _lookalike(titles):
     pairs = []
     for i, a in enumerate(titles):
         for b in titles[i + 1:]:
-            if a and b and a != b and SequenceMatcher(None, a.lower(), b.lower()).ratio() >= MIN_RATIO:
+            if not (a and b and a != b):
+                continue
+            m = SequenceMatcher(None, a.lower(), b.lower())
+            if m.real_quick_ratio() >= MIN_RATIO and m.quick_ratio() >= MIN_RATIO and m.ratio() >= MIN_RATIO:
                 pairs.append((a, b))
-    return pairs
+    return tuple(pairs)
 
 
 def _pairs(ctx, key="last_search_hits"):
