@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from traj_builders import scripted_traj
 
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.agent.records import Trajectory
 from hasp.agent.rollout import write_trajectories
 from hasp.config import load_params
 from hasp.evolve import epoch as ep
@@ -51,15 +52,8 @@ class ScriptedPolicy:
 
 
 def _traj(qid: str, actions: list[tuple[str, str]], em: float = 0.0) -> Trajectory:
-    steps = []
-    for i, (typ, arg) in enumerate(actions):
-        fb = ({"n_hits": 1, "hit_ids": [f"d{i}"]} if typ == "SEARCH" else
-              {"found": True, "doc_id": f"d{i}"} if typ == "READ" else {"final": True})
-        steps.append(StepRecord(index=i, raw_output="", observation=f"text {i}",
-                                audit=AuditEvent(state={}, a_orig=Action(typ, arg), a_final=Action(typ, arg),
-                                                 feedback=fb)))
-    return Trajectory(qid=qid, question=f"Where was {qid} born?", answers=["Telvik"], variant="pf", steps=steps,
-                      prediction=actions[-1][1], em=em)
+    return scripted_traj(qid, actions, question=f"Where was {qid} born?", answers=["Telvik"], em=em,
+                         prediction=actions[-1][1])
 
 
 GOOD_JSON = json.dumps({"category": "stale_evidence", "abstraction": "The agent trusts an outdated document.",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from traj_builders import scripted_traj
 
 from hasp.evolve import admit as admit_mod
 from hasp.evolve.admit import admit, next_version, read_history, record_decision, snapshot
@@ -27,7 +28,7 @@ from hasp.evolve.review import (
 )
 from hasp.pf.library import load_library, scan_versions
 from hasp.pf.skill_md import load_skill_md
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.agent.records import Trajectory
 
 
 @dataclass
@@ -223,14 +224,7 @@ def test_heuristic_val_uses_trigger_hit_rate():
 
 
 def _traj(qid: str, actions: list[tuple[str, str]]) -> Trajectory:
-    steps = []
-    for i, (typ, arg) in enumerate(actions):
-        fb = ({"n_hits": 1, "hit_ids": [f"d{i}"]} if typ == "SEARCH" else
-              {"found": True, "doc_id": f"d{i}"} if typ == "READ" else {"final": True})
-        steps.append(StepRecord(index=i, raw_output="", observation=f"text {i}",
-                                audit=AuditEvent(state={}, a_orig=Action(typ, arg), a_final=Action(typ, arg),
-                                                 feedback=fb)))
-    return Trajectory(qid=qid, question="q?", answers=["x"], variant="pf", steps=steps)
+    return scripted_traj(qid, actions)
 
 
 def test_trigger_hit_rate_replays_failed_episodes():
