@@ -29,26 +29,22 @@ from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
 from tasks import phases
-from tasks.cache import content_hash, key_of
+from tasks.cache import content_hash, key_of, module_closure
 
-# Every hasp module an epoch executes; their sources (plus the prompt files) are the code part of
+# Every hasp module an epoch executes (closed over their imports by ``module_closure``); their sources (plus the prompt files) are the code part of
 # each cache key, so editing an unrelated domain package does not invalidate the epoch's cache.
 EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.propose",
                  "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.evolve.summarize",
                  "hasp.evolve.gate", "hasp.evolve.frontier", "hasp.signals.coarse",
                  "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandbox",
                  "hasp.pf.sandbox_worker", "hasp.pf.sandbox_policy", "hasp.track.epoch_report",
-                 "hasp.llm.endpoints")
+                 "hasp.llm.endpoints",
+                 # imported by the search seed skills' pf.py (the skills themselves are in the library hash)
+                 "hasp.domains.search.pf_support", "hasp.pf.teacher_ask")
 
 
 def code_version() -> str:
-    import importlib
-    import sys
-
-    for name in EPOCH_MODULES:
-        importlib.import_module(name)
-    files = sorted({Path(m.__file__) for n, m in list(sys.modules.items())
-                    if (n == "hasp" or n.startswith("hasp.")) and getattr(m, "__file__", None)})
+    files = module_closure(EPOCH_MODULES)
     files += sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
     return key_of(*[(f.name, content_hash(f)) for f in files])
 

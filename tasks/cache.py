@@ -8,7 +8,9 @@ project or re-running an unchanged epoch does not.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,50 @@ def content_hash(path: Path | str) -> str:
     else:
         h.update(b"<missing>")
     return h.hexdigest()
+
+
+def _module_file(name: str, package_dir: Path) -> Path | None:
+    """``hasp.a.b`` -> ``<package_dir>/a/b.py`` or ``.../a/b/__init__.py``; None for names that
+    are not modules (``from hasp.a import some_function``). Resolved on disk: nothing is imported."""
+    base = package_dir.joinpath(*name.split(".")[1:])
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def module_closure(roots: tuple[str, ...], package: str = "hasp") -> list[Path]:
+    """Source files of ``roots`` and of every ``package`` module they import, read from the
+    code (function-level imports included) rather than from ``sys.modules``.
+
+    Why: which modules happen to be imported depends on what ran before in the process, so a key
+    built from ``sys.modules`` changed between two identical flow runs in one interpreter and the
+    second run missed the cache.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"package {package!r} not found")
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    seen: dict[str, Path] = {}
+    todo = [*roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        f = _module_file(name, package_dir)
+        if f is None:
+            continue
+        seen[name] = f
+        parents = name.split(".")
+        todo += [".".join(parents[:i]) for i in range(1, len(parents))]  # packages' __init__ run too
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.split(".")[0] == package]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                    and node.module.split(".")[0] == package:
+                todo.append(node.module)
+                todo += [f"{node.module}.{a.name}" for a in node.names]  # submodules named in ``from x import y``
+    return sorted(set(seen.values()))
 
 
 def key_of(*parts: Any) -> str:

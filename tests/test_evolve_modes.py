@@ -291,13 +291,20 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
     (lib / "seed_skill" / "SKILL.md").write_text(SEED_MD)
     (lib / "seed_skill" / "pf.py").write_text(SEED_PF)
     ed = tmp_path / "epoch_3"
+    # the last two are the shapes a real lite run let through before the ``loadable`` gate:
+    # a reply with imports outside the allow-list and no registered class, and a plain import of os
     cands = [_cand("new_one", _code("new_one", "return 1 / 0")), _cand("new_one", _code("new_one")),
-             _cand("seed_skill", _code("seed_skill"))]
+             _cand("seed_skill", _code("seed_skill")),
+             _cand("no_class", "import re\nimport traceback\n\ndef f(x):\n    return x\n"),
+             _cand("uses_os", "import os\n" + _code("uses_os"))]
     ep.write_json([c.to_dict() for c in cands], ed / "candidates.json")
     ep.write_json(clusters_to_json([_cluster()]), ed / "clusters.json")
     s = ep.admit_phase(ed / "candidates.json", None, ed / "clusters.json", lib, ed / "library", p, epoch=3)
-    assert [d["admitted"] for d in s["decisions"]] == [True, False, False]
+    assert [d["admitted"] for d in s["decisions"]] == [True, False, False, False, False]
     assert "proposed twice" in s["decisions"][1]["reason"] and "already in the library" in s["decisions"][2]["reason"]
+    assert "no @register_pf class" in s["decisions"][3]["reason"] and "traceback" in s["decisions"][3]["reason"]
+    assert "'os'" in s["decisions"][4]["reason"]
+    assert sorted(p.name for p in (ed / "library" / "generated").iterdir()) == ["new_one__v1"]
     hist = json.loads((ed / "library" / "library_history.json").read_text())
     assert {h["review_decision"] for h in hist} == {"NOT_REVIEWED"}
 

@@ -11,8 +11,15 @@ none       parse                       (every candidate whose code parses)
 exec       parse, exec                 (Phase D: all executable checks)
 teacher    parse, teacher              (Phase E: decision ACCEPT and Q_skill >= bar)
 full       parse, exec, teacher, val   (val dropped when ``val_gate`` is off)
-lite mode  parse, new_id               (App. D.5: compile check + skill-id dedup)
+lite mode  parse, loadable, new_id     (App. D.5: compile check + skill-id dedup)
 =========  =====================================================
+
+``loadable`` (lite only) is our addition to App. D.5: the paper's lite mode admits whatever
+``ast.parse`` accepts, which let a reply with no ``@register_pf`` class and disallowed imports
+into ``generated/`` (the loader then skipped it on every run). It reads the code without
+running it — the sandbox's static policy plus "a registered PF class whose id is the
+skill id" — so lite stays free of teacher calls and subprocesses. ``none`` keeps the paper's
+no-filtering ablation as it is; the loader's policy check still keeps such code from running.
 
 Structural checks that the library needs to store a skill at all (folder id,
 SKILL.md parses, size cap) are applied by ``hasp.evolve.admit`` in every mode.
@@ -39,6 +46,7 @@ from typing import Any
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
+from hasp.pf.sandbox_policy import check_policy
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +143,17 @@ def _val(ev: Evidence) -> list[str]:
     return []
 
 
+def _loadable(ev: Evidence) -> list[str]:
+    code = ev.candidate.code
+    why = [f"static policy: {v}" for v in check_policy(code)]
+    rid = registered_id(code)
+    if rid is None:
+        why.append("no @register_pf class")
+    elif rid != ev.candidate.skill_id:
+        why.append(f"@register_pf id {rid!r} != skill_id {ev.candidate.skill_id!r}")
+    return why
+
+
 def _new_id(ev: Evidence) -> list[str]:
     sid = ev.candidate.skill_id
     if sid in ev.library_ids:
@@ -144,14 +163,15 @@ def _new_id(ev: Evidence) -> list[str]:
     return []
 
 
-GATES: dict[str, GateFn] = {"parse": _parse, "exec": _exec, "teacher": _teacher, "val": _val, "new_id": _new_id}
+GATES: dict[str, GateFn] = {"parse": _parse, "exec": _exec, "teacher": _teacher, "val": _val, "new_id": _new_id,
+                              "loadable": _loadable}
 FILTERING: dict[str, tuple[str, ...]] = {
     "none": ("parse",),
     "exec": ("parse", "exec"),
     "teacher": ("parse", "teacher"),
     "full": ("parse", "exec", "teacher", "val"),
 }
-LITE_GATES: tuple[str, ...] = ("parse", "new_id")
+LITE_GATES: tuple[str, ...] = ("parse", "loadable", "new_id")
 
 
 def active_gates(evolve: Any) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ import yaml
 
 from hasp.agent.context import EpisodeState
 from hasp.evolve.cluster import Cluster
+from hasp.pf.sandbox_policy import ALLOWED_MODULES
 from hasp.pf.skill_md import PHASES, SkillFormatError, SkillSpec, parse_skill_md, render_skill_md
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ Rules for the code:
 - action_type is "SEARCH", "READ" or "FINAL". Fire only on the actions the failure is about;
   a PF that rewrites every action does harm.
 - Import line: from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-  Use only the Python standard library besides that.
+  Besides that, import only these standard-library modules: {", ".join(sorted(ALLOWED_MODULES - {"__future__"}))}.
+  Code that imports anything else, opens files or starts processes is rejected unread.
 - ctx keys: {"; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS)}.
   Read them with ctx.get(key, default).
 

@@ -1,0 +1,40 @@
+"""Cache keys of the evolution flow: built from content, the same in every process state."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tasks.cache import content_hash, key_of, module_closure
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_module_closure_follows_function_level_imports():
+    files = {str(f.relative_to(ROOT)) for f in module_closure(("hasp.evolve.epoch",))}
+    assert "hasp/evolve/epoch.py" in files and "hasp/evolve/__init__.py" in files and "hasp/__init__.py" in files
+    assert "hasp/train/data.py" in files  # imported inside a function body of hasp.evolve.propose
+    assert not any("/eval/" in f for f in files)  # `hasp eval` is not part of an epoch
+
+
+def test_code_version_does_not_depend_on_what_is_imported():
+    # The regression: the key came from sys.modules, so a second identical flow run in the same
+    # interpreter (after more hasp modules had been imported lazily) missed the whole cache.
+    probe = ("import flows.evolve as fe; a = fe.code_version(); import hasp.eval.cli, hasp.domains.search.pf_support;"
+             " print(a == fe.code_version(), a)")
+    outs = [subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+            .stdout.split() for _ in range(2)]
+    assert outs[0][0] == "True" and outs[0] == outs[1]
+
+
+def test_content_hash_ignores_bytecode_and_hidden_files(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    h = content_hash(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / ".tmp-admit").mkdir()
+    (tmp_path / ".tmp-admit" / "pf.py").write_text("y = 2\n")
+    assert content_hash(tmp_path) == h
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert content_hash(tmp_path) != h and key_of("t", h) != key_of("t", content_hash(tmp_path))
