@@ -17,7 +17,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "write_json_atomic", "write_jsonl_atomic", "swap_dir"]
+__all__ = ["atomic_write", "write_json_atomic", "write_jsonl_atomic", "swap_dir", "default_mode"]
+
+
+def default_mode(is_dir: bool = False) -> int:
+    """The mode ``open()``/``mkdir()`` would give under the current umask. ``mkstemp``/``mkdtemp``
+    create 0600/0700, which an MLflow UI, a DVC remote or a server running as another user
+    cannot read once the temp entry is renamed into place."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if is_dir else 0o666) & ~umask
 
 
 def atomic_write(path: str | Path, fill: Callable[[IO[str]], None]) -> Path:
@@ -26,6 +35,7 @@ def atomic_write(path: str | Path, fill: Callable[[IO[str]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             fill(f)
             f.flush()
@@ -59,6 +69,8 @@ def swap_dir(tmp: Path, dest: Path, *, old_prefix: str = ".tmp-old-") -> None:
     in, then the old copy removed. A kill leaves ``dest`` either old or new (plus a stray aside copy
     whose name starts with ``old_prefix``, which loaders skip)."""
     old = None
+    if tmp.stat().st_mode & 0o777 == 0o700:  # a mkdtemp folder: give it the mode mkdir would
+        os.chmod(tmp, default_mode(is_dir=True))
     if dest.exists():
         old = dest.parent / f"{old_prefix}{dest.name}-{os.getpid()}-{time.time_ns()}"
         os.replace(dest, old)

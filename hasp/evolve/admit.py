@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hasp.atomic import swap_dir, write_json_atomic
+from hasp.atomic import default_mode, swap_dir, write_json_atomic
 
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
@@ -260,6 +260,7 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
             _write(tmp / "SKILL.md", render_skill_md(spec))
             _write(tmp / "pf.py", candidate.code)
             _write(tmp / "metadata.json", json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")
+            os.chmod(tmp, default_mode(is_dir=True))  # mkdtemp's 0700 would stay on the skill folder
             _fsync_dir(tmp)
             if final.exists():  # cannot happen under the lock unless someone edits by hand
                 raise FileExistsError(f"{final} already exists")

@@ -35,6 +35,7 @@ import os
 import shutil
 import tempfile
 import time
+from functools import partial
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -295,6 +296,11 @@ def _idle_cores() -> int:
     return max(1, n - busy)
 
 
+def _write_pretrained(model: Any, tok: Any, folder: Path) -> None:
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
 def _save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
     """Write a folder in a temp dir beside ``dest`` and move it into place, so ``dest`` is never half-written.
 
@@ -375,8 +381,8 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     train_s = time.perf_counter() - t_train
 
     adapter_dir = out_dir / "adapter"
-    _save_folder(adapter_dir, lambda d: (trainer.model.save_pretrained(d), tok.save_pretrained(d)))
-    del trainer, model
+    _save_folder(adapter_dir, partial(_write_pretrained, trainer.model, tok))
+    del trainer, model  # free the training graph before the merge loads a second copy
     try:
         (out_dir / "trainer").rmdir()  # save_strategy="no" leaves it empty
     except OSError:
@@ -388,7 +394,7 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
         # a fresh base (the trained one carries TRL's patched forward) + the saved adapter, merged
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-        _save_folder(merged_dir, lambda d: (merged.save_pretrained(d), tok.save_pretrained(d)))
+        _save_folder(merged_dir, partial(_write_pretrained, merged, tok))
 
     steps = int(out.global_step)
     metrics: dict[str, Any] = {
