@@ -46,6 +46,10 @@ def test_question_kinds():
     assert QuestionFeatures.of(MULTI).kind == "multi_hop"
     assert QuestionFeatures.of(FACTOID).kind == "factoid"
     assert QuestionFeatures.of(COMPUTE).kind == "computation"
+    # a comparison needs two look-ups (a multi-hop branch with entity PFs), not arithmetic
+    assert QuestionFeatures.of("Who is older, Ann Smith or Bob Jones?").kind == "multi_hop"
+    assert QuestionFeatures.of("Which film came out first, Free Guy or Jaws?").kind == "multi_hop"
+    assert QuestionFeatures.of("How many years separate the births of Ann and Bob?").kind == "computation"
     assert QuestionFeatures.of("Which film was not directed by Ana Morro?").negation
 
 

@@ -21,8 +21,11 @@ _CONSTRAINT = re.compile(
     r"latest|same|different|excluding|other than)\b", re.I)
 _NEGATION = re.compile(r"\b(?:not|never|except|excluding|other than|no longer)\b", re.I)
 _COMPUTATION = re.compile(
-    r"\b(?:how many|how much|how old|how long|difference|sum of|total|combined|average|older|"
-    r"younger|more than|less than|calculate|years between|how far)\b", re.I)
+    r"\b(?:how many|how much|how old|how long|difference|sum of|total|combined|average|"
+    r"calculate|years between|how far)\b", re.I)
+# "Who is older, A or B?" compares two looked-up facts: a two-entity multi-hop question, not arithmetic
+_COMPARISON = re.compile(r"\b(?:older|younger|earlier|later|born first|died first|first|longer|shorter|"
+                         r"larger|smaller|more|less|fewer)\b.*\bor\b", re.I)
 _TEMPORAL = re.compile(r"\b(?:when|what year|which year|in what year|date|century|decade|\d{4})\b", re.I)
 _MULTI_PART = re.compile(r"\b(?:and|both|as well as|which two|what two)\b", re.I)
 _WORD = re.compile(r"[A-Za-z0-9']+")
@@ -39,6 +42,7 @@ class QuestionFeatures:
     computation: bool
     temporal: bool
     multi_part: bool
+    comparison: bool = False
 
     @classmethod
     def of(cls, question: str) -> "QuestionFeatures":
@@ -53,12 +57,13 @@ class QuestionFeatures:
             computation=bool(_COMPUTATION.search(q)),
             temporal=bool(_TEMPORAL.search(q)),
             multi_part=bool(_MULTI_PART.search(body)),
+            comparison=bool(_COMPARISON.search(q)),
         )
 
     @property
     def multi_hop(self) -> bool:
         """Two chained relations, or one relation inside a longer question."""
-        return self.hop_markers >= 2 or (self.hop_markers == 1 and self.n_words >= 9)
+        return self.comparison or self.hop_markers >= 2 or (self.hop_markers == 1 and self.n_words >= 9)
 
     @property
     def kind(self) -> str:
