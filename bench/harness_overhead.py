@@ -2,13 +2,16 @@
 for a real rollout of the embedded model with the full web-search library.
 
     .venv/bin/python bench/harness_overhead.py [--questions 8] [--port 8931] [--pf-selection all] [--params P]
+                                               [--concurrency 1]
 
 ``--pf-selection all`` (default) keeps all 26 seed PFs live on every step, the worst case for
 dispatch; ``auto`` measures the per-question selection of App. B.6 instead. Per step, the harness
 time is ``audit.harness_s`` (step context, dispatch, handlers, phase reminders) plus the episode's
 planning time (difficulty gate + PF/skill selection) spread over its steps. Prints, from one run:
 p50/p95 of that per-step harness time (µs), the dispatch-only p50, mean LLM and step time, and the
-ratio harness / step time.
+ratio harness / step time. Episodes run one at a time by default (``--concurrency 1``): the
+harness timers are wall clocks, and with several episodes in flight they also count the time a
+step waits for the GIL while a sibling episode parses its HTTP reply.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--questions", type=int, default=8)
     ap.add_argument("--port", type=int, default=8931)
+    ap.add_argument("--concurrency", type=int, default=1,
+                    help="episodes in flight; >1 adds GIL waits of sibling episodes to the timed harness code")
     ap.add_argument("--pf-selection", default="all", choices=["all", "auto", "heuristic"])
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml",
                     help="params file (its llm.base_url may point at a running server)")
     args = ap.parse_args()
-    p = load_params(args.params, overrides={"harness.pf_selection": args.pf_selection})
+    p = load_params(args.params, overrides={"harness.pf_selection": args.pf_selection,
+                                              "llm.max_concurrency": args.concurrency})
     library = ROOT / "skills" / "search"
     with tempfile.TemporaryDirectory() as d:
         data = Path(d) / "data"
