@@ -135,7 +135,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     agent_llm = p.section_hash("agent", "llm", "harness")
     ph: dict[str, Any] = {}
 
-    k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id)
+    k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id, p.evolve.prefilter)
     ph["rollout"] = phases.rollout.with_options(refresh_cache=_fresh(ep_dir / "rollout.jsonl"))(
         k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher)
     roll_h = content_hash(ep_dir / "rollout.jsonl")

@@ -105,14 +105,19 @@ def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = Path("par
 @evolve_app.command("rollout")
 def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("outputs/data"),
                    params: ParamsOpt = Path("params.yaml"), split: str = "train") -> None:
-    """Phase A: PF-aware rollout of the policy on the seed split."""
-    from hasp.evolve.epoch import rollout
+    """Phase A: PF-aware rollout of the policy on the seed split (behind the two-stage prefilter
+    when ``evolve.prefilter`` is on; other splits always get the plain PF-aware rollout)."""
+    from hasp.evolve.epoch import phase_a_rollout, rollout
     from hasp.llm.endpoints import policy_client, teacher_client
 
     p = _params(params)
     with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol:
-        s = rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
-                    teacher=teacher_client(p.teacher, p.llm))
+        teacher = teacher_client(p.teacher, p.llm)
+        if split == "train":
+            s = phase_a_rollout(p, data, library, epoch_dir / "rollout.jsonl", policy=pol, teacher=teacher)
+        else:
+            s = rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
+                        teacher=teacher)
     _save_summary(epoch_dir, "rollout", s)
 
 

@@ -126,6 +126,8 @@ class EvolveParams(_Strict):
     summarizer_max_failures: int = Field(0, ge=0, description="failed trajectories summarized (0 = all)")
     lite_failures: int = Field(20, ge=1, description="lite mode: failed trajectories sampled")
     lite_max_candidates: int = Field(3, ge=0, description="lite mode: proposals per epoch")
+    prefilter: bool = Field(False, description="Phase A in two stages: a cheap no-skills pass finds the failing "
+                                              "seed questions, the PF-aware rollout runs on those only")
 
 
 class SignalParams(_Strict):

@@ -29,8 +29,7 @@ def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any
 @task(name="A-rollout", **_opts)
 def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
             policy: Any, teacher: Any = None) -> dict[str, Any]:
-    return ep.rollout(params, data_dir, library, "train", out_path, policy=policy, variant="pf",
-                      teacher=teacher)
+    return ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy, teacher=teacher)
 
 
 @task(name="B-analyse", **_opts)

@@ -468,3 +468,49 @@ def test_cli_run_passes_mode_filtering_and_val_gate_to_the_flow(monkeypatch, cap
     assert (seen["epochs"], seen["mode"], seen["filtering"], seen["val_gate"], seen["out_root"]) == (
         3, "lite", "exec", False, "o")
     assert "MLflow run r1" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- Phase A prefilter
+
+class AnswerKeyPolicy:
+    """Double: answers FINAL[<gold>] for the questions in ``right`` and FINAL[no idea] for the rest,
+    whatever the step; records which questions it was asked about."""
+
+    def __init__(self, items, right):
+        self.gold = {it.question: it.answers[0] for it in items}
+        self.right = set(right)
+        self.asked: list[str] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        user = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        q = next(q for q in self.gold if q in user)
+        with self._lock:
+            self.asked.append(q)
+        ans = self.gold[q] if q in self.right else "no idea"
+        return Reply(f"Thought: I know it.\nAction: FINAL[{ans}]")
+
+
+def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
+    from hasp.domains.search.task import SearchTask
+
+    p = load_params(ROOT / "params.yaml", {"data.n_questions": 10, "evolve.prefilter": True, "llm.max_concurrency": 1})
+    ep.prepare_data(p, tmp_path / "data")
+    items = SearchTask.load(tmp_path / "data").questions("train")
+    assert len(items) >= 3
+    pol = AnswerKeyPolicy(items, right=[items[0].question])
+    out = tmp_path / "epoch_0" / "rollout.jsonl"
+    s = ep.phase_a_rollout(p, tmp_path / "data", ROOT / "skills" / "search", out, policy=pol)
+    pre = ep.read_trajectories(out.with_name("prefilter.jsonl"))
+    main = ep.read_trajectories(out)
+    assert len(pre) == len(items) and sum(t.em for t in pre) == 1.0
+    assert {t.qid for t in main} == {it.id for it in items[1:]}  # the solved question skipped the PF pass
+    assert all(t.variant == "pf" for t in main) and all(t.variant == "prefilter" for t in pre)
+    assert all(not t.fired_skills() for t in pre)  # the cheap pass is plain ReAct: no PF ever ran
+    assert s["prefilter"] == {"n": len(items), "em": pytest.approx(1 / len(items)), "f1": pytest.approx(1 / len(items)),
+                              "failed": len(items) - 1, "skipped": 1}
+    # without the switch: one PF-aware pass over the whole seed split, no prefilter file
+    out2 = tmp_path / "epoch_1" / "rollout.jsonl"
+    s2 = ep.phase_a_rollout(load_params(ROOT / "params.yaml", {"data.n_questions": 10}), tmp_path / "data",
+                            ROOT / "skills" / "search", out2, policy=pol)
+    assert s2["n"] == len(items) and "prefilter" not in s2 and not out2.with_name("prefilter.jsonl").exists()

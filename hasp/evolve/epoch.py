@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def prepare_data(params: Params, out_dir: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- rollouts
 def rollout(params: Params, data_dir: Path, library_root: Path | None, split: str, out_path: Path,
             *, policy: Policy, variant: str = "pf", teacher: Teacher | None = None,
-            limit: int | None = None, label: str | None = None) -> dict[str, Any]:
+            limit: int | None = None, label: str | None = None,
+            qids: Collection[str] | None = None) -> dict[str, Any]:
     """Phase A (and evaluation): run ``variant`` on a split, write trajectories, return metrics.
 
     The pipeline's PF agent uses the teacher whenever one is configured: ``variant="pf"`` with a
@@ -95,6 +97,9 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
 
     task = SearchTask.load(data_dir)
     items = task.questions(split, limit)
+    if qids is not None:
+        keep = set(qids)
+        items = [it for it in items if it.id in keep]
     lib = load_library(library_root, "search") if library_root is not None else None
     try:
         fn = task.episode_fn(policy=policy, library=lib, cfg=agent_config(params),
@@ -111,6 +116,27 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     if lib is not None:
         summary["library_size"] = len(lib.skills)
         summary["library_load_errors"] = lib.load_errors
+    return summary
+
+
+def phase_a_rollout(params: Params, data_dir: Path, library_root: Path, out_path: Path, *, policy: Policy,
+                    teacher: Teacher | None = None) -> dict[str, Any]:
+    """Phase A on the seed (train) split: the PF-aware rollout, optionally behind the two-stage prefilter.
+
+    With ``evolve.prefilter`` a cheap pass (plain ReAct: no skills, no teacher, the shortest
+    prompts) runs first and only the questions it gets wrong go through the PF-aware rollout, so
+    the expensive pass is spent where Phase B will look. ``rollout.jsonl`` then holds those
+    trajectories only; the cheap pass is kept beside it as ``prefilter.jsonl``.
+    """
+    if not params.evolve.prefilter:
+        return rollout(params, data_dir, library_root, "train", out_path, policy=policy, variant="pf", teacher=teacher)
+    pre_path = out_path.with_name("prefilter.jsonl")
+    pre = rollout(params, data_dir, None, "train", pre_path, policy=policy, variant="react", label="prefilter")
+    failed = [t.qid for t in read_trajectories(pre_path) if t.em < 1.0]
+    summary = rollout(params, data_dir, library_root, "train", out_path, policy=policy, variant="pf",
+                      teacher=teacher, qids=failed)
+    summary["prefilter"] = {"n": pre["n"], "em": pre["em"], "f1": pre["f1"], "failed": len(failed),
+                            "skipped": pre["n"] - len(failed)}
     return summary
 
 
