@@ -21,9 +21,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from hasp.config import load_params
 from hasp.evolve.epoch import prepare_data, rollout
+from hasp.agent.rollout import read_trajectories
 from hasp.llm.endpoints import policy_client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,8 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8931)
     ap.add_argument("--concurrency", type=int, default=1,
                     help="episodes in flight; >1 adds GIL waits of sibling episodes to the timed harness code")
+    ap.add_argument("--replay-reps", type=int, default=5,
+                    help="re-run the episodes this many times on the recorded model replies (0 = off)")
     ap.add_argument("--pf-selection", default="all", choices=["all", "auto", "heuristic"])
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml",
                     help="params file (its llm.base_url may point at a running server)")
@@ -50,32 +54,71 @@ def main() -> None:
             rollout(p, data, library, "test", Path(d) / "r.jsonl", policy=pol, variant="pf",
                     limit=args.questions)
             wall = time.perf_counter() - t0
-        from hasp.agent.rollout import read_trajectories
-
         trajs = read_trajectories(Path(d) / "r.jsonl")
-    per_step, disp, step_t, llm_t, n_pfs = [], [], [], [], []
+        replayed = []
+        for i in range(args.replay_reps):  # the same episodes again, the model's recorded replies fed back
+            rollout(p, data, library, "test", Path(d) / f"replay{i}.jsonl", policy=ReplayPolicy(trajs),
+                    variant="pf", limit=args.questions)
+            replayed += read_trajectories(Path(d) / f"replay{i}.jsonl")
+    live = _per_step(trajs)
+    if not live["harness"]:
+        raise SystemExit("no parsed steps: nothing to measure")
+    print(f"library={library.name} pf_selection={args.pf_selection} live PFs per episode="
+          f"{statistics.mean(live['n_pfs']):.1f} episodes={len(trajs)} parsed_steps={len(live['harness'])} "
+          f"wall={wall:.1f}s")
+    _report("live (between real model calls)", live)
+    print(f"llm per step: mean={statistics.mean(live['llm']):.3f}s; step total: mean={statistics.mean(live['step']):.3f}s")
+    print(f"ratio harness/step = {sum(live['harness']) / sum(live['step']):.2e} "
+          f"({100 * sum(live['harness']) / sum(live['step']):.4f}%)")
+    if replayed:
+        rep = _per_step(replayed)
+        same = sum(a.prediction == b.prediction for a, b in zip(trajs * args.replay_reps, replayed))
+        print(f"replay x{args.replay_reps}: {same}/{len(replayed)} episodes reproduce the live prediction")
+        _report("replay (same steps, warm, no model wait)", rep)
+
+
+class ReplayPolicy:
+    """Feeds each episode the replies the real model gave it in the live run (matched by question).
+
+    It separates the harness's own cost from what the live timers also pick up on a busy machine:
+    after each multi-second model call the harness runs on cold caches and may be preempted by
+    the model server's threads."""
+
+    def __init__(self, trajs: list[Any]) -> None:
+        self.replies = {t.question: [s.raw_output for s in t.steps] for t in trajs}
+
+    def chat(self, messages: list[dict[str, str]], **kw: Any) -> Any:
+        from hasp.llm.client import ChatResult
+
+        user = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        for q, rs in self.replies.items():
+            if q in user and rs:
+                return ChatResult(rs.pop(0), 0, 0, 0.0)
+        return ChatResult("Thought: out of recorded replies\nAction: FINAL[unknown]", 0, 0, 0.0)
+
+
+def _per_step(trajs: list[Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"harness": [], "dispatch": [], "step": [], "llm": [], "n_pfs": []}
     for t in trajs:
         audited = [s for s in t.steps if s.audit is not None]
         if not audited:
             continue
         plan = (t.harness.selection_s if t.harness else 0.0) / len(audited)
-        n_pfs.append(len(t.harness.selected_pfs) if t.harness else 0)
+        out["n_pfs"].append(len(t.harness.selected_pfs) if t.harness else 0)
         for s in audited:
-            per_step.append(s.audit.harness_s + plan)
-            disp.append(s.audit.dispatch_s)
-            step_t.append(s.step_s)
-            llm_t.append(s.llm_s)
-    if not per_step:
-        raise SystemExit("no parsed steps: nothing to measure")
-    q = statistics.quantiles(per_step, n=20) if len(per_step) >= 2 else per_step * 19
-    print(f"library={library.name} pf_selection={args.pf_selection} live PFs per episode="
-          f"{statistics.mean(n_pfs):.1f} episodes={len(trajs)} parsed_steps={len(per_step)} wall={wall:.1f}s")
-    print(f"harness per step (selection + dispatch + handlers + phases): p50={statistics.median(per_step) * 1e6:.1f}us "
-          f"p95={q[18] * 1e6:.1f}us mean={statistics.mean(per_step) * 1e6:.1f}us")
-    print(f"dispatch only: p50={statistics.median(disp) * 1e6:.1f}us")
-    print(f"llm per step: mean={statistics.mean(llm_t):.3f}s; step total: mean={statistics.mean(step_t):.3f}s")
-    print(f"ratio harness/step = {sum(per_step) / sum(step_t):.2e} ({100 * sum(per_step) / sum(step_t):.4f}%)")
+            out["harness"].append(s.audit.harness_s + plan)
+            out["dispatch"].append(s.audit.dispatch_s)
+            out["step"].append(s.step_s)
+            out["llm"].append(s.llm_s)
+    return out
 
+
+def _report(label: str, m: dict[str, list[float]]) -> None:
+    h = m["harness"]
+    q = statistics.quantiles(h, n=20) if len(h) >= 2 else h * 19
+    print(f"{label}: harness per step (selection + dispatch + handlers + phases) p50={statistics.median(h) * 1e6:.1f}us "
+          f"p95={q[18] * 1e6:.1f}us mean={statistics.mean(h) * 1e6:.1f}us; dispatch only p50="
+          f"{statistics.median(m['dispatch']) * 1e6:.1f}us")
 
 if __name__ == "__main__":
     main()

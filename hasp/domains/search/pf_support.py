@@ -6,13 +6,16 @@ answer grounded in what was read. One copy here keeps their triggers consistent
 and keeps each ``pf.py`` about *when* and *how*, not about text plumbing.
 
 Everything here is pure (no I/O, no model calls) and precompiles its regexes, so
-it is safe inside ``should_activate``, which runs on every step. Only the step
+it is safe inside ``should_activate``, which runs on every step. The text scans are
+memoised on the text itself: the same results / document text is looked at by several
+PFs and again on later steps, and the harness budget per step is a few hundred µs. Only the step
 context keys of ``hasp.agent.context.EpisodeState.to_ctx`` are read.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from hasp.textutil import content_tokens
@@ -38,7 +41,28 @@ MAX_FINAL_REDIRECTS = 3
 
 def sentences(text: str) -> list[str]:
     """Sentences (or lines) of ``text``, stripped, empty ones dropped."""
-    return [s.strip() for s in _SENTENCE.findall(text or "") if s.strip()]
+    return [s for s, _ in sentence_tokens(text)]
+
+
+@lru_cache(maxsize=1024)
+def _sentence_tokens(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    out = []
+    for raw in _SENTENCE.findall(text):
+        sent = raw.strip()
+        if sent:
+            out.append((sent, frozenset(content_tokens(sent))))
+    return tuple(out)
+
+
+def sentence_tokens(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """``(sentence, its content tokens)`` for each sentence of ``text`` (memoised, immutable)."""
+    return _sentence_tokens(text or "")
+
+
+@lru_cache(maxsize=1024)
+def count_matches(pattern: re.Pattern[str], text: str) -> int:
+    """``len(pattern.findall(text))``, memoised: cue counts over the same results text recur."""
+    return len(pattern.findall(text))
 
 
 def steps_left(ctx: dict[str, Any]) -> int:
@@ -106,15 +130,20 @@ def is_multi_hop(question: str) -> bool:
 
 def names(text: str) -> list[str]:
     """Capitalised name phrases in ``text`` (sentence-initial function words dropped), in order, unique."""
+    return list(_names(text or ""))
+
+
+@lru_cache(maxsize=1024)
+def _names(text: str) -> tuple[str, ...]:
     out: list[str] = []
-    for m in _NAME.finditer(text or ""):
+    for m in _NAME.finditer(text):
         words = m.group(0).split()
         while words and words[0] in _LEADING_FUNCTION:
             words = words[1:]
         name = " ".join(words)
         if name and name not in out:
             out.append(name)
-    return out
+    return tuple(out)
 
 
 def grounded_fraction(answer: str, evidence: str) -> float:

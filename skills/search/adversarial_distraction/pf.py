@@ -5,6 +5,7 @@ Reads ctx keys: last_search_results_text.
 
 import re
 
+from hasp.domains.search.pf_support import count_matches
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 _CUES = re.compile(r"\b(not|never|no longer|contrary|however|although|disputed|incorrectly|mistakenly|"
@@ -18,7 +19,7 @@ class AdversarialDistractionPF(ProgramFunction):
 
     def should_activate(self, ctx, action_type, arg):
         return (action_type in ("READ", "FINAL")
-                and len(_CUES.findall(str(ctx.get("last_search_results_text", "")))) >= MIN_CUES)
+                and count_matches(_CUES, str(ctx.get("last_search_results_text", ""))) >= MIN_CUES)
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         return Intervention(

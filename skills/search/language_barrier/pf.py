@@ -4,6 +4,7 @@ prompt-equivalent).
 Reads ctx keys: action_history, read_count, all_read_contents.
 """
 
+import re
 import unicodedata
 
 from hasp.domains.search.pf_support import just_read, last_read_text
@@ -12,8 +13,12 @@ from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 MIN_NON_ASCII = 20
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
 def non_ascii_letters(text):
-    return sum(1 for ch in text if ord(ch) > 127 and ch.isalpha())
+    # the regex skips the ASCII bulk in C; only the few non-ASCII characters reach Python
+    return sum(1 for ch in _NON_ASCII.findall(text) if ch.isalpha())
 
 
 def fold(text):

@@ -6,7 +6,7 @@ Reads ctx keys: action_history, read_count, all_read_contents.
 
 import re
 
-from hasp.domains.search.pf_support import just_read, last_read_text, names
+from hasp.domains.search.pf_support import count_matches, just_read, last_read_text, names
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 _NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
@@ -15,7 +15,7 @@ MIN_NAMES = 12
 
 
 def dense(text):
-    return len(_NUMBER.findall(text)) >= MIN_NUMBERS or len(names(text)) >= MIN_NAMES
+    return count_matches(_NUMBER, text) >= MIN_NUMBERS or len(names(text)) >= MIN_NAMES
 
 
 @register_pf("reading_comprehension_error")

@@ -5,7 +5,7 @@ the policy should reason over. Pure code; the quoted text is built from runtime 
 Reads ctx keys: question, thought, action_history, read_count, all_read_contents.
 """
 
-from hasp.domains.search.pf_support import just_read, last_read_text, sentences
+from hasp.domains.search.pf_support import just_read, last_read_text, sentence_tokens
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.textutil import content_tokens
 
@@ -17,8 +17,8 @@ def relevant_lines(ctx, limit=MAX_LINES):
     """Sentences of the last read document ranked by shared content tokens with the question."""
     want = set(content_tokens(str(ctx.get("question", "")))) | set(content_tokens(str(ctx.get("thought", ""))))
     scored = []
-    for i, sent in enumerate(sentences(last_read_text(ctx))):
-        overlap = len(want & set(content_tokens(sent)))
+    for i, (sent, toks) in enumerate(sentence_tokens(last_read_text(ctx))):
+        overlap = len(want & toks)
         if overlap:
             scored.append((-overlap, i, sent))
     return [s[:MAX_CHARS] for _, _, s in sorted(scored)[:limit]]
