@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# real embedded model: deselect with -m "not model"
+pytestmark = pytest.mark.model
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,9 @@ from hasp.llm.client import LLMClient
 from hasp.llm.model_prep import MARKER, prepare_model
 from hasp.llm.server import LocalModelServer, ensure_server, free_port, pinned_model
 
+# real embedded model: deselect with -m "not model"
+pytestmark = pytest.mark.model
+
 
 def test_prepare_model_is_idempotent_and_complete() -> None:
     folder = prepare_model()
