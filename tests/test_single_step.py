@@ -326,3 +326,33 @@ def test_teacher_variants_in_single_step_domains(tmp_path, math_lib):
                         library_root=MATH_SKILLS, policy=pol, log_mlflow=False)
     with pytest.raises(ValueError, match="single-step domains"):
         _math_episode(G24, ScriptedPolicy(["FINAL[1]"]), math_lib, variant="teacher_only")
+
+
+class TimeoutOnPolicy:
+    """Double: an endpoint that times out (after the client's retries) for chosen questions."""
+
+    def __init__(self, fail_on: set[str], reply: str = "Thought: 6*7.\nFINAL[42]"):
+        self.fail_on, self.reply = fail_on, reply
+
+    def chat(self, messages, **kw):
+        from hasp.llm.client import LLMError
+
+        if any(q in messages[-1]["content"] for q in self.fail_on):
+            raise LLMError("LLM endpoint http://127.0.0.1:9/v1 failed: APITimeoutError: Request timed out.")
+        return Reply(self.reply)
+
+
+def test_an_endpoint_failure_costs_one_episode_not_the_run(tmp_path):
+    other = MathItem(id="n-8", problem="What is 2 times 4?", answers=["8"], kind="numeric", source="test")
+    pol = TimeoutOnPolicy({"2 times 4"})
+    res = math_runner.evaluate_domain("math", [NUMERIC, other], ["react"], pol, None, tmp_path, 1, cfg=CFG,
+                                      progress=False)
+    s = res["react"]
+    assert s["n"] == 2 and s["episode_errors"] == 1 and s["accuracy"] == pytest.approx(0.5)
+    bad = next(t for t in read_trajectories(tmp_path / "react.jsonl") if t.qid == "n-8")
+    assert bad.terminated == "error" and "APITimeoutError" in bad.pf_errors[0] and bad.em == 0.0
+    # a variant whose every call fails is an error, not an accuracy of 0 — with its file kept
+    with pytest.raises(RuntimeError, match="every episode's model call failed"):
+        math_runner.evaluate_domain("math", [other], ["react"], pol, None, tmp_path / "all", 1, cfg=CFG,
+                                    progress=False)
+    assert read_trajectories(tmp_path / "all" / "react.jsonl")[0].terminated == "error"

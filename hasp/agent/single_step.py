@@ -24,6 +24,7 @@ signal scoring, training-data building, failure detection and MLflow logging app
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,8 +34,11 @@ from typing import Any
 from hasp.agent.loop import AgentConfig, Policy
 from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.agent.variants import Variant, get_variant
+from hasp.llm.client import LLMError
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.dispatcher import DispatchResult, Dispatcher
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_FORMAT_HINT", "REVISE_TEMPLATE", "Extract", "Scorer", "CtxBuilder", "evaluate_variants",
@@ -139,8 +143,15 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
     max_steps = 2 if (revise and v.use_pfs) else 1
     for i in range(max_steps):
         ts = time.perf_counter()
-        reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-                            seed=cfg.seed)
+        try:
+            reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
+                                seed=cfg.seed)
+        except LLMError as e:  # the endpoint failed after the client's retries: contain it to this episode
+            err = f"{type(e).__name__}: {e}"[:500]
+            log.warning("%s: model call %d failed: %s", qid, i, err)
+            traj.pf_errors.append(err)
+            traj.terminated = "error"
+            break
         traj.prompt_tokens += int(getattr(reply, "prompt_tokens", 0) or 0)
         traj.completion_tokens += int(getattr(reply, "completion_tokens", 0) or 0)
         text = reply.text or ""
@@ -176,7 +187,7 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
         step.step_s = time.perf_counter() - ts
         if last:
             break
-    if traj.terminated != "final":
+    if traj.terminated not in ("final", "error"):
         traj.terminated = "max_steps"
     audited = traj.audits()
     if audited:
@@ -237,8 +248,13 @@ def evaluate_variants(items: Sequence[Any], variants: Sequence[str],
                          desc=f"{desc}:{name}" if desc else name, progress=progress)
         wall = time.perf_counter() - t0
         write_trajectories(trajs, out_dir / f"{name}.jsonl")
+        failed = [t for t in trajs if t.terminated == "error"]
+        if trajs and len(failed) == len(trajs):
+            raise RuntimeError(f"variant {name}: every episode's model call failed (trajectories in "
+                               f"{out_dir / (name + '.jsonl')}); first error: {failed[0].pf_errors[-1]}")
         summary = summarize_single_step(trajs)
         summary["wall_s"] = wall
+        summary["episode_errors"] = len(failed)
         if extra_metrics is not None:
             summary.update(extra_metrics(summary))
         results[name] = summary
