@@ -213,12 +213,15 @@ def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Pa
 def eval_domain_cmd(domain: Annotated[str, typer.Option(help="math | code")],
                     dataset: Annotated[str, typer.Option(help="game24 | humaneval | a file path (kind:path for code)")],
                     limit: Optional[int] = None, variants: str = "react,prompt,pf",
-                    params: ParamsOpt = Path("params.yaml"), out: Optional[Path] = None) -> None:
+                    params: ParamsOpt = Path("params.yaml"), out: Optional[Path] = None,
+                    library: Annotated[Optional[Path], typer.Option(help="Skill library folder "
+                                                                    "(default: skills/<domain>).")] = None) -> None:
     """Single-step math/code evaluation through the same dispatcher; logs one MLflow run."""
     from hasp.domains.eval_cli import run_domain_eval
 
     res = run_domain_eval(domain, dataset, limit, [v.strip() for v in variants.split(",") if v.strip()],
-                          params, out or Path("outputs") / f"eval_{domain}")
+                          params, out or Path("outputs") / f"eval_{domain}",
+                          library_root=library or Path("skills") / domain)
     for v, m in res["results"].items():
         typer.echo(f"{domain}/{dataset} {v:8s} n={m['n']} accuracy={m.get('accuracy', m['em']):.3f} "
                    f"pf_fires={m['pf_fires_total']}")

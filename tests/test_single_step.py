@@ -306,6 +306,10 @@ def test_run_domain_eval_with_an_injected_policy(mlflow_store, tmp_path):
     assert run.data.tags["hasp.dataset"] == "game24" and "pf.accuracy" in run.data.metrics
     with pytest.raises(ValueError):
         run_domain_eval("math", "game24", 1, ["nope"], tmp_path / "params.yaml", out, policy=ScriptedPolicy([]))
+    # params outside the project and no library: pf would silently run without PFs; it must refuse
+    with pytest.raises(ValueError, match="not a folder"):
+        run_domain_eval("math", "game24", 1, ["react", "pf"], tmp_path / "params.yaml", out,
+                        policy=ScriptedPolicy([]))
 
 
 def test_revision_message_wording():

@@ -99,6 +99,11 @@ def run_domain_eval(domain: Domain, dataset: str, limit: int | None, variants: S
     if not items:
         raise ValueError(f"dataset {dataset!r} has no items")
     root = Path(library_root) if library_root is not None else params_path.resolve().parent / "skills" / domain
+    needs_library = [v for v in variants if get_variant(v).use_pfs or get_variant(v).skills_in_prompt]
+    if needs_library and not root.is_dir():
+        # never silently run "pf" without PFs: that would report a no-skills score under the PF label
+        raise ValueError(f"skill library {root} is not a folder (variants {', '.join(needs_library)} need it); "
+                         "pass --library")
     a = params.agent
     cfg = AgentConfig(max_steps=1, temperature=a.temperature,
                       max_tokens=max_tokens or DEFAULT_MAX_TOKENS[domain], max_modify_fires=a.max_modify_fires)
@@ -113,7 +118,7 @@ def run_domain_eval(domain: Domain, dataset: str, limit: int | None, variants: S
         teacher = teacher_client(params.teacher, params.llm)
 
     def _run(pol: Policy) -> dict[str, Any]:
-        return runner.evaluate_domain(domain, items, variants, pol, root if root.exists() else None, out_dir,
+        return runner.evaluate_domain(domain, items, variants, pol, root if root.is_dir() else None, out_dir,
                                       conc, cfg=cfg, teacher=teacher, revise=revise, progress=progress)
 
     try:
