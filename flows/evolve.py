@@ -43,6 +43,13 @@ EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.clus
                  "hasp.domains.search.pf_support", "hasp.pf.teacher_ask")
 
 
+# Knobs only the admission gates, the frontier and the val gate read. Phases A–E are keyed without
+# them, so the filtering ablation (one run per row, same seed data) reuses one set of rollouts,
+# clusters, candidates, validations and reviews and differs only where the rows differ.
+GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_limit", "evolve.r_skill_lambda",
+             "evolve.frontier_size", "evolve.rollback_tolerance", "evolve.max_library_size")
+
+
 def code_version() -> str:
     files = module_closure(EPOCH_MODULES)
     files += sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
@@ -142,12 +149,12 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
-    k = key_of(code, roll_h, lib_h, p.section_hash("evolve"), summ_id, epoch)
+    k = key_of(code, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), summ_id, epoch)
     ph["analyse"] = phases.analyse.with_options(refresh_cache=_fresh(ep_dir / "clusters.json"))(
         k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch)
     clus_h = content_hash(ep_dir / "clusters.json")
 
-    k = key_of(code, clus_h, lib_h, p.section_hash("evolve"), model_id,
+    k = key_of(code, clus_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), model_id,
                [asdict(x) for x in history_before(history, epoch).entries], epoch)
     ph["propose"] = phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json"))(
         k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
@@ -163,7 +170,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     val_h = content_hash(ep_dir / "validation.json")
 
     if "review" in run_phases:
-        k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve"), teacher_id)
+        k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), teacher_id)
         ph["review"] = phases.review.with_options(refresh_cache=_fresh(ep_dir / "reviews.json"))(
             k, ep_dir, lib_in, p, teacher=clients.teacher)
     rev_h = content_hash(ep_dir / "reviews.json")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,9 +177,14 @@ class Params(_Strict):
     tracking: TrackingParams = TrackingParams()
     eval: EvalParams = EvalParams()
 
-    def section_hash(self, *names: str) -> str:
-        """Content hash of some sections: the params part of a cache key."""
-        blob = json.dumps({n: getattr(self, n).model_dump(mode="json") for n in names}, sort_keys=True)
+    def section_hash(self, *names: str, exclude: Collection[str] = ()) -> str:
+        """Content hash of some sections: the params part of a cache key. ``exclude`` names
+        ``section.field`` knobs the cached step does not read (so changing them keeps the cache)."""
+        dump = {n: getattr(self, n).model_dump(mode="json") for n in names}
+        for dotted in exclude:
+            sec, _, key = dotted.partition(".")
+            dump.get(sec, {}).pop(key, None)
+        blob = json.dumps(dump, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

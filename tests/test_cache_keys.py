@@ -38,3 +38,16 @@ def test_content_hash_ignores_bytecode_and_hidden_files(tmp_path):
     assert content_hash(tmp_path) == h
     (tmp_path / "a.py").write_text("x = 2\n")
     assert content_hash(tmp_path) != h and key_of("t", h) != key_of("t", content_hash(tmp_path))
+
+
+def test_filtering_ablation_rows_share_the_phase_a_to_e_keys():
+    from flows.evolve import GATE_ONLY
+    from hasp.config import load_params
+
+    base = load_params(ROOT / "params.yaml")
+    for row in ("none", "exec", "teacher"):
+        other = load_params(ROOT / "params.yaml", {"evolve.filtering": row, "evolve.val_gate": False})
+        assert other.section_hash("evolve", exclude=GATE_ONLY) == base.section_hash("evolve", exclude=GATE_ONLY)
+        assert other.section_hash("evolve") != base.section_hash("evolve")  # admission still re-runs
+    changed = load_params(ROOT / "params.yaml", {"evolve.max_candidates": 1})
+    assert changed.section_hash("evolve", exclude=GATE_ONLY) != base.section_hash("evolve", exclude=GATE_ONLY)
