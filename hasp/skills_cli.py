@@ -73,25 +73,31 @@ def _read(path: Path) -> str:
 
 
 def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
-    """handler kind / teacher / A+B of a skill folder's pf.py, from its source."""
+    """handler kind / teacher / watched action types / A+B of a skill folder's pf.py, from its source."""
+    from hasp.pf.base import watched_types
     from hasp.pf.equivalence import analyse_file
     from hasp.pf.pf_source import pf_attrs
 
     pf_path = folder / "pf.py"
     if not pf_path.exists():
-        return {"handler": "-", "teacher": "-", "ab": "no pf", "reasons": ["no pf.py"]}
+        return {"handler": "-", "teacher": "-", "watches": "-", "ab": "no pf", "reasons": ["no pf.py"]}
     try:
         attrs = pf_attrs(pf_path.read_text(encoding="utf-8"), skill_id)
     except (SyntaxError, LookupError, OSError) as e:
-        return {"handler": "?", "teacher": "?", "ab": "?", "reasons": [str(e)]}
+        return {"handler": "?", "teacher": "?", "watches": "?", "ab": "?", "reasons": [str(e)]}
     rep = analyse_file(pf_path, skill_id)
+    try:
+        w = watched_types(attrs.get("watches"))
+        watches = ",".join(sorted(w)) if w is not None else "all"
+    except ValueError:
+        watches = "?"
     return {"handler": attrs.get("handler_kind") or "-", "teacher": "yes" if attrs.get("needs_teacher") else "-",
-            "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
+            "watches": watches, "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
 
 
 @skills_app.command("list")
 def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
-    """Active skills (highest version of each): version, priority, source, handler, teacher, A+B."""
+    """Active skills (highest version of each): version, priority, source, handler, teacher, watched actions, A+B."""
     from rich.table import Table
 
     from hasp.pf.library import load_library
@@ -99,12 +105,12 @@ def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
     lib = load_library(library)
     try:
         t = Table(title=f"{library} ({len(lib.skills)} active)")
-        for col in ("skill", "version", "priority", "source", "handler", "teacher", "A+B", "description"):
+        for col in ("skill", "version", "priority", "source", "handler", "teacher", "watches", "A+B", "description"):
             t.add_column(col, no_wrap=col != "description")
         for s in lib.skills:
             f = _pf_facts(s.path, s.skill_id)
             t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", "generated" if s.generated else "seed",
-                      f["handler"], f["teacher"], f["ab"], s.spec.description[:70])
+                      f["handler"], f["teacher"], f["watches"], f["ab"], s.spec.description[:70])
         _console().print(t)
         for e in lib.load_errors:
             typer.echo(f"error: {e}", err=True)
@@ -136,7 +142,8 @@ def skills_show(skill_id: str,
     facts = _pf_facts(folder, skill_id)
     con = _console()
     con.rule(f"{skill_id} {_label(v)} — {folder}")
-    con.print(f"handler: {facts['handler']}   teacher: {facts['teacher']}   prompt-equivalent: {facts['ab']}")
+    con.print(f"handler: {facts['handler']}   teacher: {facts['teacher']}   watches: {facts['watches']}   "
+              f"prompt-equivalent: {facts['ab']}")
     for r in facts["reasons"]:
         con.print(f"  not A+B: {r}", markup=False)
     con.print(Panel(Syntax(yaml.safe_dump(dict(meta.metadata), sort_keys=False, allow_unicode=True).strip(),

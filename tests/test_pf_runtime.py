@@ -16,13 +16,20 @@ from hasp.pf.skill_md import SkillFormatError, parse_skill_md
 SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
 
 
-def make_pf(sid, *, fire_on=("FINAL",), kind="MODIFY_ACTION", new=("SEARCH", "q"), raises=None, cap=None):
+def make_pf(sid, *, fire_on=("FINAL",), kind="MODIFY_ACTION", new=("SEARCH", "q"), raises=None, cap=None,
+            watch=None):
     with collecting():
         @register_pf(sid)
         class _PF(ProgramFunction):
             max_fires = cap
+            watches = watch
+            asked: list[str]  # action types should_activate was called with
+
+            def __init__(self):
+                self.asked = []
 
             def should_activate(self, ctx, action_type, arg):
+                self.asked.append(action_type)
                 if raises == "should_activate":
                     raise RuntimeError("boom")
                 return action_type in fire_on
@@ -85,6 +92,41 @@ def test_raising_pf_is_disabled_and_others_still_run():
     assert len(r1.errors) == 3 and set(d.disabled) == {"bad_pf", "bad_iv", "wrong_type"}
     r2 = d.dispatch({}, "FINAL", "x")
     assert r2.errors == [] and r2.contexts == ["ctx-good_ctx"]  # disabled ones are skipped, not retried
+
+
+def test_dispatcher_asks_only_pfs_that_watch_the_action_type():
+    final_only = make_pf("w_final", fire_on=("FINAL",), kind="INJECT_CONTEXT", watch=("FINAL",))
+    everything = make_pf("w_all", fire_on=(), kind="INJECT_CONTEXT")
+    d = Dispatcher([final_only, everything])
+    for at in ("SEARCH", "READ", "FINAL"):
+        d.dispatch({}, at, "x")
+    assert final_only.asked == ["FINAL"]
+    assert everything.asked == ["SEARCH", "READ", "FINAL"]
+    assert Dispatcher([final_only], skip_unwatched=False).dispatch({}, "SEARCH", "x").fired == []
+    assert final_only.asked[-1] == "SEARCH"  # asked (and said no) when skipping is off
+
+
+def test_watches_are_rechecked_after_an_earlier_pf_changes_the_action_type():
+    to_final = make_pf("m_to_final", fire_on=("SEARCH",), new=("FINAL", "Paris"), watch=("SEARCH",))
+    search_watcher = make_pf("m_search", fire_on=("SEARCH",), kind="INJECT_CONTEXT", watch=("SEARCH",))
+    final_watcher = make_pf("m_final", fire_on=("FINAL",), kind="INJECT_CONTEXT", watch=["final"])
+    res = Dispatcher([to_final, search_watcher, final_watcher]).dispatch({}, "SEARCH", "q")
+    assert (res.action_type, res.arg) == ("FINAL", "Paris")
+    assert search_watcher.asked == [] and final_watcher.asked == ["FINAL"]  # "final" normalised to FINAL
+    assert res.contexts == ["ctx-m_final"]
+
+
+def test_unusable_watches_means_every_type_with_a_warning(caplog):
+    from hasp.pf.base import watched_types
+
+    assert watched_types("final") == frozenset({"FINAL"})  # one string is one type, not five letters
+    with pytest.raises(ValueError):
+        watched_types(5)
+    bad = make_pf("w_bad", fire_on=("READ",), kind="INJECT_CONTEXT", watch=5)
+    with caplog.at_level("WARNING"):
+        res = Dispatcher([bad]).dispatch({}, "READ", "doc1")
+    assert [f.skill_id for f in res.fired] == ["w_bad"]
+    assert "w_bad" in caplog.text and "every action type" in caplog.text
 
 
 def test_skill_md_errors_name_the_file():

@@ -236,6 +236,26 @@ def test_wrong_signature_rejected():
     assert rep.mock_exec < 1.0  # the dispatcher's call signature fails at run time too
 
 
+def test_watches_crosses_the_sandbox_and_a_broken_promise_fails_interface():
+    honest = make_pf("if action_type != 'FINAL':\n    return False").replace(
+        "class Cand(ProgramFunction):\n", "class Cand(ProgramFunction):\n    watches = ('FINAL',)\n")
+    with SandboxedPF(honest, "cand") as pf:
+        assert pf.watches == ["FINAL"]
+        d = Dispatcher([pf])
+        assert d.dispatch({}, "SEARCH", "q").fired == []  # skipped in the host: no round trip
+        assert [f.skill_id for f in d.dispatch({}, "FINAL", "x").fired] == ["cand"]
+    assert validate_candidate(honest, "cand").passed
+    liar = make_pf("pass").replace("class Cand(ProgramFunction):\n",
+                                   "class Cand(ProgramFunction):\n    watches = ('FINAL',)\n")
+    rep = validate_candidate(liar, "cand")
+    assert not rep.interface and not rep.passed
+    assert any("outside watches=['FINAL']" in e for e in rep.errors)
+    typo = make_pf("pass").replace("class Cand(ProgramFunction):\n", "class Cand(ProgramFunction):\n    watches = 3\n")
+    with SandboxedPF(typo, "cand") as pf:
+        assert pf.watches is None  # unusable: asked on every type
+    assert any("watches must be None" in e for e in validate_candidate(typo, "cand").errors)
+
+
 def test_intervene_returning_dict_rejected():
     code = make_pf("pass", intervene="return {'type': 'NOOP', 'reason': 'dict'}")
     rep = validate_candidate(code, "cand")

@@ -483,3 +483,83 @@ def test_dispatcher_caps_final_redirects_per_episode(lib):
         redirects += res.action_type != "FINAL"
         assert not res.errors
     assert 0 < redirects <= MAX_FINAL_REDIRECTS
+
+
+# ----------------------------------------------------------------------------- the `watches` promise
+def _context_bank(n: int = 300, seed: int = 7):
+    """A seeded sample of step contexts mixing every trigger the seed PFs look for."""
+    import random
+
+    rng = random.Random(seed)
+    dense = "Verzi Thal\n" + " ".join(f"In {1900 + i} he moved {i} times." for i in range(6))
+    foreign = "Moscow\nМосква — столица и крупнейший город России, основана в 1147 году."
+    noisy = ("1. [doc2] Verzi Thal: contrary to some accounts he was not born in Wodumport. "
+             "Verzi Thal should not be confused with Verzi Thar, who never worked there.")
+    look = [{"id": "doc2", "title": "Verzi Thal"}, {"id": "doc9", "title": "Verzi Thar"}]
+    questions = [Q2, "In what year was Bramwais Textiles founded?", "Where was Verzi Thal born?",
+                 "Which company does Verzi Thal not work for?", "Who wrote Hamlet?",
+                 "Who founded Bramwais Textiles and when was it founded?",
+                 "Which is older, Bramwais Textiles or Holor Textiles?", "How many employees does X have?"]
+    reads = [(), (DOC_BRAMWAIS,), (DOC_VERZI,), (DOC_BRAMWAIS, DOC_VERZI), (dense,), (foreign,),
+             ("Der Ort Zürich liegt am See.",)]
+    queries = [(), ("q",), ("Bramwais Textiles",), ("Bramwais Textiles", "Verzi Thal"),
+               ("founder of the Bramwais Textiles company",)]
+    bank = []
+    for i in range(n):
+        r = rng.choice(reads)
+        qs = queries[i // len(questions) % len(queries)] if not r else rng.choice(queries[1:])
+        ids = tuple(f"doc{i + 1}" for i in range(len(r)))
+        step = rng.choice([0, 1, 2, 6])
+        bank.append(make_ctx(questions[i % len(questions)], step=step, max_steps=8, reads=r, read_ids=ids, queries=qs,
+                             hits=rng.choice([HITS, look]), results_text=rng.choice(["", noisy]),
+                             history=(f"READ[{ids[-1]}]",) if r and rng.random() < 0.6 else (),
+                             thought=rng.choice(["", "maybe", "I cannot find the employer"]),
+                             empty=rng.random() < 0.2))
+    return bank
+
+
+_ARGS = ["Paris", "unknown", "not sure, maybe Holor Textiles", "Verzi Thal", "Holor Textiles", "1875", "1990",
+         "doc1", "doc2", "2", "x", "Eiffel Tower height", "founder Bramwais Textiles", "Bramwais founder",
+         "the founder of the Bramwais Textiles company", "Wodumport", "Zamdremmoor", "Zurich", "Taholt",
+         "Bramwais Textiles", " ".join(["word"] * 20), "Thought: I need the employer\nAction: SEARCH[Verzi Thal]",
+         "Verzi Thal, 1990", "Quellbrook Systems"]
+
+
+def test_every_seed_pf_keeps_its_watches_promise(lib):
+    """The dispatcher never asks a PF about an action type outside ``watches``. So on a broad context
+    bank, ``should_activate`` must be False for every other type. The bank must also make each PF fire
+    on a watched type, or the check would say nothing about it."""
+    from hasp.pf.base import watched_types
+
+    bank = _context_bank()
+    declared = 0
+    for skill in lib.skills:
+        p = skill.pf
+        watches = watched_types(p.watches)
+        if watches is None:
+            continue
+        declared += 1
+        fired_on_watched = 0
+        for ctx in bank:
+            for arg in _ARGS:
+                for at in ("SEARCH", "READ", "FINAL"):
+                    active = p.should_activate(dict(ctx), at, arg)
+                    if at in watches:
+                        fired_on_watched += bool(active)
+                    else:
+                        assert not active, f"{p.skill_id} fired on {at}[{arg}] but watches {sorted(watches)}"
+        assert fired_on_watched, f"the bank never makes {p.skill_id} fire: extend it"
+    assert declared == 23  # the three always-on/just-read PFs watch every type
+
+
+def test_dispatch_skips_pfs_that_do_not_watch_the_action_and_gives_the_same_result(lib):
+    """Per-type skipping changes which PFs are asked, never what a step decides."""
+    pfs = lib.pfs()
+    bank = _context_bank(n=60, seed=11)
+    for ctx in bank:
+        for arg in _ARGS[:12]:
+            for at in ("SEARCH", "READ", "FINAL"):
+                a = Dispatcher(pfs).dispatch(dict(ctx), at, arg)
+                b = Dispatcher(pfs, skip_unwatched=False).dispatch(dict(ctx), at, arg)
+                assert (a.action_type, a.arg, a.contexts, [f.skill_id for f in a.fired]) == \
+                       (b.action_type, b.arg, b.contexts, [f.skill_id for f in b.fired])

@@ -20,6 +20,10 @@
                     ``should_activate``; an ``Intervention`` with a legal ``type`` and
                     legal fields from ``intervene``
 
+A PF that declares ``watches`` must keep that promise on the mock contexts: a ``should_activate``
+that says True for an action type outside it fails **interface** (the dispatcher would never
+ask it there, so the behaviour tested here would not be the behaviour deployed).
+
 ``Q_exec = 0.2 syntax + 0.2 policy + 0.2 interface + 0.25 mock_exec + 0.15 return_types``.
 One deviation from a plain weighted sum: **a policy violation sets Q_exec to 0** —
 such code is never executed, and Phase E's hard reject (``Q_exec < 0.3``) must
@@ -365,8 +369,19 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
         for e in ierrs:
             rep._error(e)
         _mock_exec(rep, pf, deadline, call_timeout_s, action_types, contexts, args)
+        _check_watches(rep, info.get("watches"))
     finally:
         pf.close()
+
+
+def _check_watches(rep: ExecReport, watches: list[str] | None) -> None:
+    if watches is None:
+        return
+    bad = [f"{c['ctx']}/{c['action']}" for c in rep.calls
+           if c.get("should_activate") is True and c["action"] not in watches]
+    if bad:
+        rep.interface = False
+        rep._error(f"interface: should_activate fired on {', '.join(bad[:3])}, outside watches={watches}")
 
 
 def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s: float,

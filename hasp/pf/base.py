@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar, Protocol
 
 from hasp.pf.intervention import Intervention
@@ -29,6 +30,11 @@ class ProgramFunction:
     #: FINAL-time handler (App. B.2): None = no handler, "code" = deterministic check,
     #: "llm" = asks the teacher and is skipped when no teacher is configured.
     handler_kind: ClassVar[str | None] = None
+    #: the proposed action types ``should_activate`` can return True for; None = any type.
+    #: A promise the dispatcher relies on: it never calls the PF on another type, which is
+    #: most of the per-step cost of a large library (most PFs are about one action type).
+    #: Evolution's exec check verifies the promise on its test contexts.
+    watches: ClassVar[Iterable[str] | None] = None
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         raise NotImplementedError
@@ -47,3 +53,19 @@ class ProgramFunction:
         single noisy handler can never loop the agent.
         """
         return None
+
+
+def watched_types(value: object) -> frozenset[str] | None:
+    """``watches`` as an upper-case frozenset (None = every action type).
+
+    Raises ``ValueError`` for anything but None, a string or a collection of strings, so a
+    typo such as ``watches = "FINAL"`` (one string, not a tuple) is read as ``{"FINAL"}``, not
+    as five one-letter types.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"watches must be None or a collection of action-type strings, not {value!r}")
+    return frozenset(x.strip().upper() for x in value)

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.teacher import teacher_errors
 
@@ -60,13 +60,18 @@ class DispatchResult:
 
 class Dispatcher:
     def __init__(self, pfs: list[ProgramFunction], *, teacher: Teacher | None = None,
-                 max_modify_fires: int = 2) -> None:
+                 max_modify_fires: int = 2, skip_unwatched: bool = True) -> None:
+        """``skip_unwatched=False`` asks every PF on every action type, ignoring ``watches``
+        (to check a library's declarations against its behaviour)."""
         self.pfs = list(pfs)
         self.teacher = teacher
         self.max_modify_fires = max_modify_fires
         self.fire_counts: Counter[str] = Counter()
         self.modify_counts: Counter[str] = Counter()
         self.disabled: dict[str, str] = {}
+        # per PF, read once per episode: (pf, id, cap, watched types or None, should_activate)
+        self._plan = [(pf, pf.skill_id, pf.max_fires, _watches(pf) if skip_unwatched else None, pf.should_activate)
+                      for pf in self.pfs]
 
     def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
         msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {exc}"
@@ -82,15 +87,14 @@ class Dispatcher:
         """
         t0 = time.perf_counter()
         res = DispatchResult(action_type=action_type, arg=arg)
-        for pf in self.pfs:
-            sid = pf.skill_id
-            if sid in self.disabled:
+        disabled, fires = self.disabled, self.fire_counts
+        for pf, sid, cap, watches, should_activate in self._plan:
+            if watches is not None and res.action_type not in watches:
                 continue
-            cap = pf.max_fires
-            if cap is not None and self.fire_counts[sid] >= cap:
+            if sid in disabled or (cap is not None and fires.get(sid, 0) >= cap):
                 continue
             try:
-                active = bool(pf.should_activate(ctx, res.action_type, res.arg))
+                active = bool(should_activate(ctx, res.action_type, res.arg))
             except Exception as e:  # noqa: BLE001 - fault isolation is the point
                 self._disable(pf, "should_activate", e, res)
                 continue
@@ -115,7 +119,7 @@ class Dispatcher:
                 res.contexts.append(iv.context_text)
                 fired.context_text = iv.context_text
             if fired.applied:
-                self.fire_counts[sid] += 1
+                fires[sid] += 1
             res.fired.append(fired)
         res.elapsed_s = time.perf_counter() - t0
         return res
@@ -137,6 +141,15 @@ class Dispatcher:
         except Exception as e:  # noqa: BLE001
             self._disable(pf, "intervene", e, res)
             return None
+
+
+def _watches(pf: ProgramFunction) -> frozenset[str] | None:
+    """The PF's watched action types; an unusable declaration means "every type" (logged)."""
+    try:
+        return watched_types(getattr(pf, "watches", None))
+    except ValueError as e:
+        log.warning("%s: %s; it will be asked on every action type", pf.skill_id, e)
+        return None
 
 
 def _checked(iv: object) -> Intervention:

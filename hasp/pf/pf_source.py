@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 #: class attributes of ``ProgramFunction`` a listing shows, with the base-class defaults
-PF_ATTR_DEFAULTS: dict[str, Any] = {"needs_teacher": False, "max_fires": None, "handler_kind": None}
+PF_ATTR_DEFAULTS: dict[str, Any] = {"needs_teacher": False, "max_fires": None, "handler_kind": None,
+                                     "watches": None}
 
 
 @dataclass

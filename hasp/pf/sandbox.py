@@ -190,6 +190,13 @@ class SandboxedPF(ProgramFunction):
         return mf if type(mf) is int and mf >= 0 else None
 
     @property
+    def watches(self) -> list[str] | None:  # type: ignore[override]
+        """Declared in the worker; the dispatcher then skips the round trip on other action types."""
+        info = self._info_or_none()
+        w = info.get("watches") if info else None
+        return w if isinstance(w, list) else None
+
+    @property
     def protections(self) -> dict[str, Any]:
         """What the OS boundary actually achieved in this worker (from its ``hello``)."""
         self._ensure()

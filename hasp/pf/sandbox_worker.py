@@ -11,7 +11,7 @@ stdout. The first line it writes is ``{"op": "hello", "protections": {...}}``.
 Requests::
 
     {"op": "load", "code": "...", "skill_id": "x" | null}
-        -> {"ok": true, "skill_id", "class_name", "needs_teacher", "max_fires", "interface", ...}
+        -> {"ok": true, "skill_id", "class_name", "needs_teacher", "max_fires", "watches", "interface", ...}
     {"op": "call", "method": "should_activate" | "intervene", "ctx": {...},
      "action_type": "SEARCH", "arg": "..."}
         -> {"ok": true, "result": bool | intervention-dict, "result_type": "bool",
@@ -57,7 +57,7 @@ if __package__ in (None, ""):  # run by path under -I: make the project importab
 
 import inspect  # noqa: E402
 
-from hasp.pf.base import ProgramFunction, Teacher  # noqa: E402
+from hasp.pf.base import ProgramFunction, Teacher, watched_types  # noqa: E402
 from hasp.pf.intervention import Intervention, InterventionType  # noqa: E402
 from hasp.pf.registry import collecting, register_pf  # noqa: E402
 from hasp.pf.sandbox_policy import ALLOWED_MODULES, UNSAFE_ATTRS, check_policy  # noqa: E402
@@ -582,11 +582,17 @@ class Worker:
             if mf is not None and (type(mf) is not int or mf < 0):
                 warn.append(f"max_fires={mf!r} is not a non-negative int; ignored")
                 mf = None
+            try:
+                w = watched_types(getattr(pf, "watches", None))
+                watches = sorted(w) if w is not None else None
+            except ValueError as e:
+                warn.append(f"{e}; ignored (asked on every action type)")
+                watches = None
         except BaseException as e:  # noqa: BLE001
             return _err(e)
         self.pf, self.skill_id = pf, sid
         return {"ok": True, "skill_id": sid, "class_name": cls.__name__, "needs_teacher": needs,
-                "max_fires": mf, "registered": sorted(found), "interface": interface,
+                "max_fires": mf, "watches": watches, "registered": sorted(found), "interface": interface,
                 "warnings": warn, "log": _PRINT.take()}
 
     @staticmethod

@@ -15,6 +15,7 @@ MIN_CUES = 3
 
 @register_pf("adversarial_distraction")
 class AdversarialDistractionPF(ProgramFunction):
+    watches = ("READ", "FINAL")
     max_fires = 1
 
     def should_activate(self, ctx, action_type, arg):

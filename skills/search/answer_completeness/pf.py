@@ -19,6 +19,7 @@ def partial(question, answer):
 
 @register_pf("answer_completeness")
 class AnswerCompletenessPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
 

@@ -43,6 +43,7 @@ def _evidence(ctx, n=1500):
 
 @register_pf("answer_confidence_guard")
 class AnswerConfidenceGuardPF(ProgramFunction):
+    watches = ("FINAL",)
     needs_teacher = True
     max_fires = 1
     handler_kind = "llm"

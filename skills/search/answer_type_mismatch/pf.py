@@ -44,6 +44,7 @@ def mismatch(question, answer):
 
 @register_pf("answer_type_mismatch")
 class AnswerTypeMismatchPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "code"
 

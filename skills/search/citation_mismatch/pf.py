@@ -23,6 +23,7 @@ def snippet_only(ctx, answer):
 
 @register_pf("citation_mismatch")
 class CitationMismatchPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "code"
 

@@ -21,6 +21,7 @@ def single_source(ctx, answer):
 
 @register_pf("claim_triangulation")
 class ClaimTriangulationPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
 

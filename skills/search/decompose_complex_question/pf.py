@@ -9,6 +9,7 @@ from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 @register_pf("decompose_complex_question")
 class DecomposeComplexQuestionPF(ProgramFunction):
+    watches = ("SEARCH",)
     max_fires = 1
 
     def should_activate(self, ctx, action_type, arg):

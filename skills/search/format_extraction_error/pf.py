@@ -55,6 +55,7 @@ def clean_search(arg):
 
 @register_pf("format_extraction_error")
 class FormatExtractionErrorPF(ProgramFunction):
+    watches = ("SEARCH", "FINAL")
     needs_teacher = True
     max_fires = 3
 

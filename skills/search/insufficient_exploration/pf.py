@@ -10,6 +10,7 @@ from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 @register_pf("insufficient_exploration")
 class InsufficientExplorationPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 2
     handler_kind = "code"
 

@@ -12,6 +12,7 @@ MIN_SIMILARITY = 0.5
 
 @register_pf("iterative_refinement")
 class IterativeRefinementPF(ProgramFunction):
+    watches = ("SEARCH",)
     max_fires = 3
 
     def should_activate(self, ctx, action_type, arg):

@@ -20,6 +20,7 @@ def conflicting(ctx):
 
 @register_pf("misinformation_detector")
 class MisinformationDetectorPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
 

@@ -26,6 +26,7 @@ def bridge_answer(ctx, answer):
 
 @register_pf("multi_hop_reasoning_failure")
 class MultiHopReasoningFailurePF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "code"
 

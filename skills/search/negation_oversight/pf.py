@@ -29,6 +29,7 @@ def overlooked(ctx, answer):
 
 @register_pf("negation_oversight")
 class NegationOversightPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
 

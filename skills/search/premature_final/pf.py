@@ -10,6 +10,7 @@ from hasp.textutil import keyword_query
 
 @register_pf("premature_final")
 class PrematureFinalPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 2
     handler_kind = "code"
 

@@ -24,6 +24,7 @@ def anchored_query(ctx):
 
 @register_pf("query_drift")
 class QueryDriftPF(ProgramFunction):
+    watches = ("SEARCH",)
     max_fires = 2
 
     def should_activate(self, ctx, action_type, arg):

@@ -32,6 +32,7 @@ def unused_query(ctx):
 
 @register_pf("question_echo")
 class QuestionEchoPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "code"
 

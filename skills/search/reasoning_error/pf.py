@@ -42,6 +42,7 @@ def off_topic_answer(ctx, answer):
 
 @register_pf("reasoning_error")
 class ReasoningErrorPF(ProgramFunction):
+    watches = ("FINAL",)
     needs_teacher = True
     max_fires = 1
     handler_kind = "llm"

@@ -32,6 +32,7 @@ def fresh_query(ctx):
 
 @register_pf("reasoning_hallucination")
 class ReasoningHallucinationPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "code"
 

@@ -30,6 +30,7 @@ def target_id(ctx, arg):
 
 @register_pf("redundant_read")
 class RedundantReadPF(ProgramFunction):
+    watches = ("READ",)
     max_fires = 2
 
     def should_activate(self, ctx, action_type, arg):

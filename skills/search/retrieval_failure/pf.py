@@ -45,6 +45,7 @@ def clean_teacher_query(reply):
 
 @register_pf("retrieval_failure")
 class RetrievalFailurePF(ProgramFunction):
+    watches = ("SEARCH",)
     needs_teacher = True
     max_fires = 3
 

@@ -9,6 +9,7 @@ from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 @register_pf("step_budget_guard")
 class StepBudgetGuardPF(ProgramFunction):
+    watches = ("SEARCH",)
     max_fires = 1
 
     def should_activate(self, ctx, action_type, arg):

@@ -28,6 +28,7 @@ def document_years(ctx, limit=5):
 
 @register_pf("temporal_confusion")
 class TemporalConfusionPF(ProgramFunction):
+    watches = ("FINAL",)
     max_fires = 1
     handler_kind = "code"
 

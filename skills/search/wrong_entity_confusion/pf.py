@@ -36,6 +36,7 @@ def _pairs(ctx, key="last_search_hits"):
 
 @register_pf("wrong_entity_confusion")
 class WrongEntityConfusionPF(ProgramFunction):
+    watches = ("READ", "FINAL")
     max_fires = 2
     handler_kind = "llm"
 
