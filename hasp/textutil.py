@@ -45,9 +45,23 @@ def content_tokens(text: str | None) -> list[str]:
     return list(_content_tokens(text or ""))
 
 
+class _StemCache(dict[str, str]):
+    """token -> ``_stem(token)``; a hit is a C-level dict read instead of a Python call per token."""
+
+    def __missing__(self, tok: str) -> str:
+        stem = _stem(tok)
+        if len(self) < 200_000:  # bounded: a long run sees an open vocabulary
+            self[tok] = stem
+        return stem
+
+
+_STEMS = _StemCache()
+
+
 @lru_cache(maxsize=4096)
 def _content_tokens(text: str) -> tuple[str, ...]:
-    return tuple(_stem(t) for t in _tokens(text) if t not in STOPWORDS)
+    stems = _STEMS
+    return tuple([stems[t] for t in _tokens(text) if t not in STOPWORDS])
 
 
 def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
@@ -67,11 +81,21 @@ _WORD = re.compile(r"[A-Za-z0-9]+")
 
 def keyword_query(text: str, max_words: int = 8) -> str:
     """A short search query: the text's content words, capitalised names first."""
-    words = _WORD.findall(text or "")
-    caps = [w for w in words if w[:1].isupper() and w.lower() not in _QUERY_STOP]
-    rest = [w for w in words if w not in caps and w.lower() not in _QUERY_STOP]
-    seen: list[str] = []
-    for w in caps + rest:
-        if w.lower() not in {s.lower() for s in seen}:
-            seen.append(w)
-    return " ".join(seen[:max_words])
+    return _keyword_query(text or "", max_words)
+
+
+@lru_cache(maxsize=1024)  # the same question is turned into a query by several PFs and handlers
+def _keyword_query(text: str, max_words: int) -> str:
+    words = [w for w in _WORD.findall(text) if w.lower() not in _QUERY_STOP]
+    caps = [w for w in words if w[:1].isupper()]
+    cap_set = set(caps)
+    out: list[str] = []
+    seen: set[str] = set()
+    for w in caps + [w for w in words if w not in cap_set]:
+        low = w.lower()
+        if low not in seen:
+            seen.add(low)
+            out.append(w)
+            if len(out) == max_words:
+                break
+    return " ".join(out)

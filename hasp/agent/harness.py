@@ -29,7 +29,7 @@ from hasp.config import HarnessParams
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.conditions import ConditionEnv
 from hasp.pf.difficulty import assess_difficulty
-from hasp.pf.dispatcher import Dispatcher
+from hasp.pf.dispatcher import DispatchPlan, Dispatcher
 from hasp.pf.handlers import HandlerOutcome, HandlerVoter
 from hasp.pf.library import Skill, SkillLibrary
 from hasp.pf.phases import PhaseRule, PhaseRules
@@ -85,6 +85,20 @@ class Harness:
                                       decomposition=hp.decomposition_pfs, entity=hp.entity_pfs,
                                       top_k=hp.pf_top_k, mode=hp.pf_selection, max_tokens=hp.teacher_max_tokens)
         self.phase_rules = PhaseRules.compile(self.text_skills) if self.surfaces.phases else PhaseRules([])
+        self._wirings: dict[tuple[str, ...], tuple[DispatchPlan, list[ProgramFunction]]] = {}
+
+    def _wiring(self, ids: tuple[str, ...]) -> tuple[DispatchPlan, list[ProgramFunction]]:
+        """Dispatch plan and FINAL handlers of one selected PF set, built on first use.
+
+        Selection yields few distinct sets (all, one per heuristic branch, the teacher's
+        picks), so episodes after the first skip re-reading 26 PFs' declarations."""
+        hit = self._wirings.get(ids)
+        if hit is None:
+            pfs = [self.pf_by_id[i] for i in ids]
+            hit = (DispatchPlan.of(pfs), HandlerVoter.handlers_of(pfs))
+            if len(self._wirings) < 1024:
+                self._wirings[ids] = hit
+        return hit
 
     def episode(self, question: str, teacher: Teacher | None = None) -> "EpisodeHarness":
         """Plan one question: gate, select, and wire the per-step collaborators."""
@@ -98,10 +112,10 @@ class Harness:
             rec.difficulty, rec.difficulty_source, rec.difficulty_note = d.score, d.source, d.note
             rec.skills_active = d.score >= hp.difficulty_threshold
         on = rec.skills_active
-        pfs: list[ProgramFunction] = []
+        plan, handlers = self._wiring(())
         if on and s.pfs:
             sel = self.pf_selector.select(question, q, tw)
-            pfs = [self.pf_by_id[i] for i in sel.ids]
+            plan, handlers = self._wiring(sel.ids)
             rec.selected_pfs, rec.pf_selection_source = list(sel.ids), sel.source
             rec.pf_selection_branch, rec.pf_selection_note = sel.branch, sel.note
         system_text = ""
@@ -112,8 +126,8 @@ class Harness:
         if on and s.phases:
             live = (rec.selected_pfs + self.prompt_only_ids) if s.pfs else [x.skill_id for x in self.text_skills]
             rules = self.phase_rules.restricted(live)
-        dispatcher = Dispatcher(pfs, teacher=tw, max_modify_fires=self.max_modify_fires)
-        voter = (HandlerVoter(pfs, threshold=hp.handler_vote_threshold, max_overrides=hp.max_final_overrides,
+        dispatcher = Dispatcher(plan, teacher=tw, max_modify_fires=self.max_modify_fires)
+        voter = (HandlerVoter(handlers, threshold=hp.handler_vote_threshold, max_overrides=hp.max_final_overrides,
                               teacher=tw, disabled=dispatcher.disabled) if (on and s.handlers) else None)
         rec.selection_s = time.perf_counter() - t0
         return EpisodeHarness(dispatcher=dispatcher, voter=voter, rules=rules, question=q, record=rec,

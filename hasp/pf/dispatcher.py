@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +22,10 @@ from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.teacher import teacher_errors
 
 log = logging.getLogger(__name__)
+_TYPE_NAME = {t: t.value for t in InterventionType}  # a dict read, not the Enum .value descriptor, per fire
 
 
-@dataclass
+@dataclass(slots=True)
 class Fired:
     """One PF that activated on this step."""
 
@@ -34,7 +36,7 @@ class Fired:
     context_text: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class DispatchResult:
     action_type: str
     arg: str
@@ -58,20 +60,36 @@ class DispatchResult:
         return InterventionType.NOOP.value if self.fired else "none"
 
 
-class Dispatcher:
-    def __init__(self, pfs: list[ProgramFunction], *, teacher: Teacher | None = None,
-                 max_modify_fires: int = 2, skip_unwatched: bool = True) -> None:
+@dataclass(frozen=True)
+class DispatchPlan:
+    """The per-PF facts dispatch reads on every step — id, cap, watched types, the bound
+    ``should_activate`` — gathered once per PF set. A harness builds one per selected set and
+    reuses it for every episode that selects the same PFs; a ``Dispatcher`` keeps only the
+    per-episode counters."""
+
+    pfs: tuple[ProgramFunction, ...]
+    entries: tuple[tuple[ProgramFunction, str, int | None, frozenset[str] | None, Any], ...]
+
+    @classmethod
+    def of(cls, pfs: Sequence[ProgramFunction], *, skip_unwatched: bool = True) -> "DispatchPlan":
         """``skip_unwatched=False`` asks every PF on every action type, ignoring ``watches``
         (to check a library's declarations against its behaviour)."""
-        self.pfs = list(pfs)
+        pfs = tuple(pfs)
+        return cls(pfs, tuple((pf, pf.skill_id, pf.max_fires, _watches(pf) if skip_unwatched else None,
+                               pf.should_activate) for pf in pfs))
+
+
+class Dispatcher:
+    def __init__(self, pfs: Sequence[ProgramFunction] | DispatchPlan, *, teacher: Teacher | None = None,
+                 max_modify_fires: int = 2, skip_unwatched: bool = True) -> None:
+        plan = pfs if isinstance(pfs, DispatchPlan) else DispatchPlan.of(pfs, skip_unwatched=skip_unwatched)
+        self.pfs = list(plan.pfs)
+        self._plan = plan.entries
         self.teacher = teacher
         self.max_modify_fires = max_modify_fires
         self.fire_counts: Counter[str] = Counter()
         self.modify_counts: Counter[str] = Counter()
         self.disabled: dict[str, str] = {}
-        # per PF, read once per episode: (pf, id, cap, watched types or None, should_activate)
-        self._plan = [(pf, pf.skill_id, pf.max_fires, _watches(pf) if skip_unwatched else None, pf.should_activate)
-                      for pf in self.pfs]
 
     def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
         msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {exc}"
@@ -104,7 +122,7 @@ class Dispatcher:
             if iv is None:
                 continue
             iv.skill_id = iv.skill_id or sid
-            fired = Fired(skill_id=sid, type=iv.type.value, reason=iv.reason)
+            fired = Fired(skill_id=sid, type=_TYPE_NAME[iv.type], reason=iv.reason)
             if iv.type is InterventionType.MODIFY_ACTION:
                 if res.modified or self.modify_counts[sid] >= self.max_modify_fires:
                     fired.applied = False
@@ -143,13 +161,26 @@ class Dispatcher:
             return None
 
 
+_WATCH_CACHE: dict[object, frozenset[str] | None] = {}
+
+
 def _watches(pf: ProgramFunction) -> frozenset[str] | None:
-    """The PF's watched action types; an unusable declaration means "every type" (logged)."""
+    """The PF's watched action types; an unusable declaration means "every type" (logged).
+
+    Memoised on the declared value (a dispatcher is built per episode, for every live PF)."""
+    value = getattr(pf, "watches", None)
     try:
-        return watched_types(getattr(pf, "watches", None))
+        return _WATCH_CACHE[value]
+    except (KeyError, TypeError):  # not seen yet, or unhashable (a list from the sandbox)
+        pass
+    try:
+        w = watched_types(value)
     except ValueError as e:
         log.warning("%s: %s; it will be asked on every action type", pf.skill_id, e)
         return None
+    if isinstance(value, (str, tuple, frozenset)) and len(_WATCH_CACHE) < 256:
+        _WATCH_CACHE[value] = w
+    return w
 
 
 def _checked(iv: object) -> Intervention:

@@ -55,10 +55,15 @@ class HandlerVoter:
 
     def __init__(self, pfs: Sequence[ProgramFunction], *, threshold: int, max_overrides: int = 1,
                  teacher: Teacher | None = None, disabled: dict[str, str] | None = None) -> None:
-        self.handlers = [p for p in pfs if getattr(p, "handler_kind", None) in ("code", "llm")]
+        self.handlers = self.handlers_of(pfs)
         self.threshold, self.max_overrides, self.teacher = threshold, max_overrides, teacher
         self.disabled = disabled if disabled is not None else {}
         self.overrides = 0
+
+    @staticmethod
+    def handlers_of(pfs: Sequence[ProgramFunction]) -> list[ProgramFunction]:
+        """The PFs with a FINAL-time handler, in dispatch order."""
+        return [p for p in pfs if getattr(p, "handler_kind", None) in ("code", "llm")]
 
     def vote(self, ctx: dict[str, Any], answer: str, searched: Sequence[str] = ()) -> HandlerOutcome:
         out = HandlerOutcome(threshold=self.threshold)

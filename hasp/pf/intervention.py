@@ -15,7 +15,7 @@ class InterventionType(str, Enum):
     NOOP = "NOOP"
 
 
-@dataclass
+@dataclass(slots=True)
 class Intervention:
     """A PF's decision. Only these keyword arguments are part of the contract,
     because generated PFs are written against exactly this interface."""
@@ -28,7 +28,8 @@ class Intervention:
     skill_id: str = ""
 
     def __post_init__(self) -> None:
-        self.type = InterventionType(self.type)
+        if type(self.type) is not InterventionType:  # a plain string from generated code or a dict
+            self.type = InterventionType(self.type)
         if self.type is InterventionType.MODIFY_ACTION and not self.new_action_type:
             raise ValueError("MODIFY_ACTION needs new_action_type")
 

@@ -39,6 +39,7 @@ class PhaseRules:
         self.by_phase: dict[str, tuple[PhaseRule, ...]] = {
             p: tuple(sorted((r for r in rules if r.phase == p), key=lambda r: (-r.rank, r.skill_id)))
             for p in PHASES}
+        self._restricted: dict[frozenset[str], PhaseRules] = {}
 
     @classmethod
     def compile(cls, skills: Sequence[Skill], domain: str = "search") -> "PhaseRules":
@@ -53,9 +54,17 @@ class PhaseRules:
         return cls(rules)
 
     def restricted(self, skill_ids: Collection[str]) -> "PhaseRules":
-        """The rules of the skills live in one episode."""
-        keep = set(skill_ids)
-        return PhaseRules([r for rules in self.by_phase.values() for r in rules if r.skill_id in keep])
+        """The rules of the skills live in one episode.
+
+        Memoised per skill set (rules are immutable): the selectors pick from a handful of sets
+        (all, or one per heuristic branch), and this runs at every episode start."""
+        keep = frozenset(skill_ids)
+        hit = self._restricted.get(keep)
+        if hit is None:
+            hit = PhaseRules([r for rules in self.by_phase.values() for r in rules if r.skill_id in keep])
+            if len(self._restricted) < 512:
+                self._restricted[keep] = hit
+        return hit
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_phase.values())

@@ -3,15 +3,19 @@
 Reads ctx keys: question, all_read_contents, last_search_results_text, queries.
 """
 
-from hasp.domains.search.pf_support import evidence_text, names, used_query
+from hasp.domains.search.pf_support import names, used_query
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.textutil import content_tokens, keyword_query
 
 
 def drifted(ctx, query):
+    """No content word shared with the question or with what the tools returned."""
     toks = set(content_tokens(query))
-    anchor = set(content_tokens(str(ctx.get("question", "")))) | set(content_tokens(evidence_text(ctx)))
-    return bool(toks) and not (toks & anchor)
+    if not toks or not toks.isdisjoint(content_tokens(str(ctx.get("question", "")))):
+        return False
+    # read documents and results tokenised apart (each memoised) = the tokens of evidence_text(ctx)
+    return (toks.isdisjoint(content_tokens(str(ctx.get("all_read_contents", ""))))
+            and toks.isdisjoint(content_tokens(str(ctx.get("last_search_results_text", "")))))
 
 
 def anchored_query(ctx):

@@ -34,7 +34,8 @@ class RedundantReadPF(ProgramFunction):
     max_fires = 2
 
     def should_activate(self, ctx, action_type, arg):
-        return (action_type == "READ" and target_id(ctx, arg) in set(ctx.get("read_ids") or [])
+        read = ctx.get("read_ids")
+        return (action_type == "READ" and bool(read) and target_id(ctx, arg) in set(read)
                 and bool(unread_hits(ctx)))
 
     def intervene(self, ctx, action_type, arg, teacher=None):

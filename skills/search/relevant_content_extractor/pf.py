@@ -5,6 +5,8 @@ the policy should reason over. Pure code; the quoted text is built from runtime 
 Reads ctx keys: question, thought, action_history, read_count, all_read_contents.
 """
 
+from functools import lru_cache
+
 from hasp.domains.search.pf_support import just_read, last_read_text, sentence_tokens
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.textutil import content_tokens
@@ -15,13 +17,18 @@ MAX_CHARS = 220
 
 def relevant_lines(ctx, limit=MAX_LINES):
     """Sentences of the last read document ranked by shared content tokens with the question."""
-    want = set(content_tokens(str(ctx.get("question", "")))) | set(content_tokens(str(ctx.get("thought", ""))))
+    return list(_relevant(str(ctx.get("question", "")), str(ctx.get("thought", "")), last_read_text(ctx), limit))
+
+
+@lru_cache(maxsize=256)  # should_activate and intervene ask the same on one step
+def _relevant(question, thought, text, limit):
+    want = set(content_tokens(question)) | set(content_tokens(thought))
     scored = []
-    for i, (sent, toks) in enumerate(sentence_tokens(last_read_text(ctx))):
+    for i, (sent, toks) in enumerate(sentence_tokens(text)):
         overlap = len(want & toks)
         if overlap:
             scored.append((-overlap, i, sent))
-    return [s[:MAX_CHARS] for _, _, s in sorted(scored)[:limit]]
+    return tuple(s[:MAX_CHARS] for _, _, s in sorted(scored)[:limit])
 
 
 @register_pf("relevant_content_extractor")

@@ -24,8 +24,10 @@ def _lookalike(titles):
         for b in titles[i + 1:]:
             if not (a and b and a != b):
                 continue
+            if 2 * min(len(a), len(b)) < MIN_RATIO * (len(a) + len(b)):  # = real_quick_ratio, no matcher built
+                continue
             m = SequenceMatcher(None, a.lower(), b.lower())
-            if m.real_quick_ratio() >= MIN_RATIO and m.quick_ratio() >= MIN_RATIO and m.ratio() >= MIN_RATIO:
+            if m.quick_ratio() >= MIN_RATIO and m.ratio() >= MIN_RATIO:
                 pairs.append((a, b))
     return tuple(pairs)
 
