@@ -563,3 +563,17 @@ def test_dispatch_skips_pfs_that_do_not_watch_the_action_and_gives_the_same_resu
                 b = Dispatcher(pfs, skip_unwatched=False).dispatch(dict(ctx), at, arg)
                 assert (a.action_type, a.arg, a.contexts, [f.skill_id for f in a.fired]) == \
                        (b.action_type, b.arg, b.contexts, [f.skill_id for f in b.fired])
+
+
+def test_derived_step_keys_agree_with_the_history_they_come_from():
+    """``last_action`` / ``last_read`` are what PFs used to parse out of ``action_history`` and
+    ``all_read_contents``; contexts built without them (older callers) get the same answers."""
+    from hasp.domains.search.pf_support import just_read, last_read_text
+
+    for ctx in _context_bank(n=120, seed=3):
+        legacy = {k: v for k, v in ctx.items() if k not in ("last_action", "last_read")}
+        assert just_read(ctx) == just_read(legacy)
+        assert last_read_text(ctx) == last_read_text(legacy)
+    ctx = make_ctx(reads=("para one\n\npara two", DOC_VERZI), read_ids=("d1", "d2"), queries=("q",),
+                   history=("READ[d2]",))
+    assert ctx["last_action"] == "READ" and last_read_text(ctx) == DOC_VERZI

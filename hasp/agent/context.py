@@ -45,6 +45,9 @@ class EpisodeState:
             "contradictory_sources": self.contradictory_sources(),
             "max_steps": self.max_steps,
             "action_history": list(self.action_history),
+            # derived here, where they are known, so PFs need not re-parse history / split documents
+            "last_action": self.action_history[-1].partition("[")[0] if self.action_history else "",
+            "last_read": self.read_contents[-1] if self.read_contents else "",
             "last_search_results_text": self.last_search_results_text,
             "all_read_contents": "\n\n".join(self.read_contents),
             "thought": thought,

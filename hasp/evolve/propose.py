@@ -64,6 +64,8 @@ _FIELD_DOC = {
     "contradictory_sources": "bool, read documents contain conflict/negation words",
     "max_steps": "int, step budget",
     "action_history": 'list[str] of executed actions like "SEARCH[x]"',
+    "last_action": 'str, type of the previous executed action ("SEARCH", "READ", "FINAL"; "" at the first step)',
+    "last_read": "str, the most recently read document",
     "last_search_results_text": "str", "all_read_contents": "str, all read documents",
     "thought": "str, the agent's thought for this step",
     "queries": "list[str] of earlier search queries",

@@ -94,17 +94,23 @@ def _parse_history_action(entry: str) -> tuple[str, str]:
 
 def just_read(ctx: dict[str, Any]) -> bool:
     """Was the previous executed action a READ that found a document?"""
-    hist = ctx.get("action_history") or []
-    return bool(hist) and parse_history_action(hist[-1])[0] == "READ" and int(ctx.get("read_count", 0)) > 0
+    last = ctx.get("last_action")
+    if last is None:  # a context built without the runtime's derived keys
+        hist = ctx.get("action_history") or []
+        last = parse_history_action(hist[-1])[0] if hist else ""
+    return last == "READ" and int(ctx.get("read_count", 0)) > 0
 
 
 def last_read_text(ctx: dict[str, Any], tail_chars: int = 2000) -> str:
     """Text of the most recent READ document.
 
-    The context only carries ``all_read_contents`` (documents joined by a blank line).
-    When the blank-line split yields exactly ``read_count`` parts the last part is the
-    last document; otherwise (documents with blank lines inside) the last ``tail_chars``.
+    The runtime passes it as ``last_read``. Without that key only ``all_read_contents``
+    (documents joined by a blank line) is there: when its blank-line split yields exactly
+    ``read_count`` parts the last part is the last document; otherwise (documents with
+    blank lines inside) the last ``tail_chars``.
     """
+    if "last_read" in ctx:
+        return str(ctx["last_read"] or "")
     text = str(ctx.get("all_read_contents", "") or "")
     n = int(ctx.get("read_count", 0) or 0)
     if n <= 0 or not text:
