@@ -4,8 +4,9 @@ for a real rollout of the embedded model with the full web-search library.
     .venv/bin/python bench/harness_overhead.py [--questions 8] [--port 8931] [--pf-selection all] [--params P]
                                                [--concurrency 1]
 
-``--pf-selection all`` (default) keeps all 26 seed PFs live on every step, the worst case for
-dispatch; ``auto`` measures the per-question selection of App. B.6 instead. Per step, the harness
+``--pf-selection all`` (default) selects all 26 seed PFs for every episode, the worst case for
+dispatch (each step still asks only the PFs whose ``watches`` include its action type; the bench
+prints how many that was); ``auto`` measures the per-question selection of App. B.6 instead. Per step, the harness
 time is ``audit.harness_s`` (step context, dispatch, handlers, phase reminders) plus the episode's
 planning time (difficulty gate + PF/skill selection) spread over its steps. Prints, from one run:
 p50/p95 of that per-step harness time (µs), the dispatch-only p50, mean LLM and step time, and the
@@ -61,12 +62,15 @@ def main() -> None:
                     variant="pf", limit=args.questions)
             replayed += read_trajectories(Path(d) / f"replay{i}.jsonl")
     live = _per_step(trajs)
+    asked = _asked_per_step(trajs, library)
     if not live["harness"]:
         raise SystemExit("no parsed steps: nothing to measure")
     print(f"library={library.name} pf_selection={args.pf_selection} live PFs per episode="
           f"{statistics.mean(live['n_pfs']):.1f} episodes={len(trajs)} parsed_steps={len(live['harness'])} "
           f"wall={wall:.1f}s")
     _report("live (between real model calls)", live)
+    print(f"PFs asked per step (selected PFs watching the proposed action type): p50={statistics.median(asked):.0f} "
+          f"mean={statistics.mean(asked):.1f} of {statistics.mean(live['n_pfs']):.0f} selected")
     print(f"llm per step: mean={statistics.mean(live['llm']):.3f}s; step total: mean={statistics.mean(live['step']):.3f}s")
     print(f"ratio harness/step = {sum(live['harness']) / sum(live['step']):.2e} "
           f"({100 * sum(live['harness']) / sum(live['step']):.4f}%)")
@@ -113,6 +117,26 @@ def _per_step(trajs: list[Any]) -> dict[str, list[float]]:
             out["step"].append(s.step_s)
             out["llm"].append(s.llm_s)
     return out
+
+
+def _asked_per_step(trajs: list[Any], library: Path) -> list[int]:
+    """Per audited step, how many selected PFs watch the proposed action type (before any rewrite)."""
+    from hasp.pf.base import watched_types
+    from hasp.pf.library import load_library
+
+    lib = load_library(library)
+    try:
+        watches = {s.skill_id: watched_types(s.pf.watches) for s in lib.skills if s.pf is not None}
+    finally:
+        lib.close()
+    out = []
+    for t in trajs:
+        ids = t.harness.selected_pfs if t.harness else []
+        for s in t.steps:
+            if s.audit is not None:
+                at = s.audit.a_orig.type
+                out.append(sum(1 for i in ids if watches.get(i) is None or at in watches[i]))
+    return out or [0]
 
 
 def _report(label: str, m: dict[str, list[float]]) -> None:

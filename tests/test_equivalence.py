@@ -182,8 +182,9 @@ def test_bad_sources_are_reported_not_raised():
 
 
 def test_pf_attrs_reads_literals_with_base_defaults():
-    src = pf_source("return Intervention()", attrs="needs_teacher = True\nhandler_kind = 'llm'\n")
-    assert pf_attrs(src, "x_skill") == {"needs_teacher": True, "max_fires": None, "handler_kind": "llm"}
+    src = pf_source("return Intervention()", attrs="needs_teacher = True\nhandler_kind = 'llm'\nwatches = ('FINAL',)\n")
+    assert pf_attrs(src, "x_skill") == {"needs_teacher": True, "max_fires": None, "handler_kind": "llm",
+                                        "watches": ("FINAL",)}
     with pytest.raises(LookupError):
         pf_attrs(src, "other_skill")
 

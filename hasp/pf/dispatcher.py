@@ -145,7 +145,7 @@ class Dispatcher:
     def _intervene(self, pf: ProgramFunction, ctx: dict[str, Any], res: DispatchResult) -> Intervention | None:
         """``pf.intervene`` with fault isolation; a teacher failure falls back to ``teacher=None``."""
         teacher = self.teacher if getattr(pf, "needs_teacher", False) else None
-        before = teacher_errors(teacher)
+        before = teacher_errors(teacher) if teacher is not None else 0
         try:
             return _checked(pf.intervene(ctx, res.action_type, res.arg, teacher))
         except Exception as e:  # noqa: BLE001 - fault isolation is the point
