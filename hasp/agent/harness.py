@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hasp.agent.context import EpisodeState
 from hasp.agent.postprocess import postprocess_final
@@ -85,17 +85,19 @@ class Harness:
                                       decomposition=hp.decomposition_pfs, entity=hp.entity_pfs,
                                       top_k=hp.pf_top_k, mode=hp.pf_selection, max_tokens=hp.teacher_max_tokens)
         self.phase_rules = PhaseRules.compile(self.text_skills) if self.surfaces.phases else PhaseRules([])
-        self._wirings: dict[tuple[str, ...], tuple[DispatchPlan, list[ProgramFunction]]] = {}
+        self._wirings: dict[tuple[str, ...], _Wiring] = {}
+        self._no_rules = PhaseRules([])
 
-    def _wiring(self, ids: tuple[str, ...]) -> tuple[DispatchPlan, list[ProgramFunction]]:
-        """Dispatch plan and FINAL handlers of one selected PF set, built on first use.
+    def _wiring(self, ids: tuple[str, ...]) -> _Wiring:
+        """Dispatch plan, FINAL handlers and phase rules of one selected PF set, built on first use.
 
         Selection yields few distinct sets (all, one per heuristic branch, the teacher's
         picks), so episodes after the first skip re-reading 26 PFs' declarations."""
         hit = self._wirings.get(ids)
         if hit is None:
             pfs = [self.pf_by_id[i] for i in ids]
-            hit = (DispatchPlan.of(pfs), HandlerVoter.handlers_of(pfs))
+            hit = _Wiring(DispatchPlan.of(pfs), HandlerVoter.handlers_of(pfs),
+                          self.phase_rules.restricted([*ids, *self.prompt_only_ids]))
             if len(self._wirings) < 1024:
                 self._wirings[ids] = hit
         return hit
@@ -112,22 +114,22 @@ class Harness:
             rec.difficulty, rec.difficulty_source, rec.difficulty_note = d.score, d.source, d.note
             rec.skills_active = d.score >= hp.difficulty_threshold
         on = rec.skills_active
-        plan, handlers = self._wiring(())
+        wiring = self._wiring(())
         if on and s.pfs:
             sel = self.pf_selector.select(question, q, tw)
-            plan, handlers = self._wiring(sel.ids)
+            wiring = self._wiring(sel.ids)
             rec.selected_pfs, rec.pf_selection_source = list(sel.ids), sel.source
             rec.pf_selection_branch, rec.pf_selection_note = sel.branch, sel.note
         system_text = ""
         if on and s.system_skills:
             chosen = self.skill_selector.select(question, q, hp.max_skills_in_prompt)
             rec.prompt_skills, system_text = [x.skill_id for x in chosen], render_skill_lines(chosen)
-        rules = PhaseRules([])
+        rules = self._no_rules
         if on and s.phases:
-            live = (rec.selected_pfs + self.prompt_only_ids) if s.pfs else [x.skill_id for x in self.text_skills]
-            rules = self.phase_rules.restricted(live)
-        dispatcher = Dispatcher(plan, teacher=tw, max_modify_fires=self.max_modify_fires)
-        voter = (HandlerVoter(handlers, threshold=hp.handler_vote_threshold, max_overrides=hp.max_final_overrides,
+            rules = (wiring.rules if s.pfs else
+                     self.phase_rules.restricted([x.skill_id for x in self.text_skills]))
+        dispatcher = Dispatcher(wiring.plan, teacher=tw, max_modify_fires=self.max_modify_fires)
+        voter = (HandlerVoter(wiring.handlers, threshold=hp.handler_vote_threshold, max_overrides=hp.max_final_overrides,
                               teacher=tw, disabled=dispatcher.disabled) if (on and s.handlers) else None)
         rec.selection_s = time.perf_counter() - t0
         return EpisodeHarness(dispatcher=dispatcher, voter=voter, rules=rules, question=q, record=rec,
@@ -135,6 +137,12 @@ class Harness:
                               timeout_s=hp.timeout_seconds, max_phase_instructions=hp.max_phase_instructions,
                               pre_final_step_threshold=hp.pre_final_step_threshold,
                               teacher_max_tokens=hp.teacher_max_tokens, t_start=t0)
+
+
+class _Wiring(NamedTuple):
+    plan: DispatchPlan
+    handlers: list[ProgramFunction]
+    rules: PhaseRules  # phase rules of the selected PFs plus the prompt-only skills
 
 
 @dataclass

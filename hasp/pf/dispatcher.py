@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,8 +86,9 @@ class Dispatcher:
         self._plan = plan.entries
         self.teacher = teacher
         self.max_modify_fires = max_modify_fires
-        self.fire_counts: Counter[str] = Counter()
-        self.modify_counts: Counter[str] = Counter()
+        # plain dicts: a Counter's __init__ and __missing__ are Python calls on this per-episode path
+        self.fire_counts: dict[str, int] = {}
+        self.modify_counts: dict[str, int] = {}
         self.disabled: dict[str, str] = {}
 
     def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
@@ -124,10 +124,10 @@ class Dispatcher:
             iv.skill_id = iv.skill_id or sid
             fired = Fired(skill_id=sid, type=_TYPE_NAME[iv.type], reason=iv.reason)
             if iv.type is InterventionType.MODIFY_ACTION:
-                if res.modified or self.modify_counts[sid] >= self.max_modify_fires:
+                if res.modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
                     fired.applied = False
                 else:
-                    self.modify_counts[sid] += 1
+                    self.modify_counts[sid] = self.modify_counts.get(sid, 0) + 1
                     res.action_type = (iv.new_action_type or res.action_type).upper()
                     res.arg = iv.new_action_arg if iv.new_action_arg is not None else res.arg
                     if iv.context_text:
@@ -137,7 +137,7 @@ class Dispatcher:
                 res.contexts.append(iv.context_text)
                 fired.context_text = iv.context_text
             if fired.applied:
-                fires[sid] += 1
+                fires[sid] = fires.get(sid, 0) + 1
             res.fired.append(fired)
         res.elapsed_s = time.perf_counter() - t0
         return res

@@ -92,6 +92,7 @@ class PFSelector:
                        for name, ids in (("light", light), ("decomposition", decomposition), ("entity", entity))}
         self.candidates = tuple(x for x in self._order if x not in self.mandatory)
         self.top_k, self.mode, self.max_tokens = top_k, mode, max_tokens
+        self._all = PFSelection(tuple(self._order), "all")  # immutable: one instance for every episode
 
     def _ordered(self, ids: Sequence[str]) -> tuple[str, ...]:
         chosen = set(ids)
@@ -123,7 +124,7 @@ class PFSelector:
 
     def select(self, question: str, q: QuestionFeatures, teacher: Teacher | None = None) -> PFSelection:
         if self.mode == "all":
-            return PFSelection(tuple(self._order), "all")
+            return self._all
         if self.mode == "heuristic" or teacher is None:
             return self.heuristic(q, "" if self.mode == "heuristic" else "no teacher")
         if not self.candidates or self.top_k == 0:
