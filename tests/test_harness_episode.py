@@ -305,3 +305,21 @@ def test_dispatch_and_selection_latency_for_26_skills():
     p50 = statistics.median(times)
     print(f"harness step p50 = {p50 * 1e6:.1f} µs")
     assert p50 < 200e-6, f"p50 {p50 * 1e6:.0f} µs"
+
+
+def test_episodes_share_the_wiring_of_a_selected_set_but_not_its_counters():
+    """The dispatch plan, handlers and phase rules are built once per selected PF set; fire counts,
+    modify counts and disabled PFs start fresh in every episode."""
+    lib = load_library(SEED, "search")
+    h = Harness(lib, get_variant("pf"), HarnessParams(pf_selection="all"))
+    a = h.episode("Who founded Brightwell Labs?")
+    ctx = EpisodeState(question="Who founded Brightwell Labs?", max_steps=6).to_ctx()
+    a.dispatcher.dispatch(ctx, "FINAL", "Paris")  # premature_final rewrites it and counts a fire
+    assert a.dispatcher.fire_counts and a.dispatcher.modify_counts
+    b = h.episode("Which river flows through the birthplace of Thentor Laren?")
+    assert b.dispatcher._plan is a.dispatcher._plan and b.rules is a.rules
+    assert b.dispatcher.fire_counts == {} and b.dispatcher.modify_counts == {} and b.dispatcher.disabled == {}
+    assert [p.skill_id for p in b.dispatcher.pfs] == lib.ids
+    expected = h.phase_rules.restricted(lib.ids)
+    assert {p: [r.label for r in rs] for p, rs in b.rules.by_phase.items()} == \
+           {p: [r.label for r in rs] for p, rs in expected.by_phase.items()}
