@@ -45,23 +45,9 @@ def content_tokens(text: str | None) -> list[str]:
     return list(_content_tokens(text or ""))
 
 
-class _StemCache(dict[str, str]):
-    """token -> ``_stem(token)``; a hit is a C-level dict read instead of a Python call per token."""
-
-    def __missing__(self, tok: str) -> str:
-        stem = _stem(tok)
-        if len(self) < 200_000:  # bounded: a long run sees an open vocabulary
-            self[tok] = stem
-        return stem
-
-
-_STEMS = _StemCache()
-
-
 @lru_cache(maxsize=4096)
 def _content_tokens(text: str) -> tuple[str, ...]:
-    stems = _STEMS
-    return tuple([stems[t] for t in _tokens(text) if t not in STOPWORDS])
+    return tuple(_stem(t) for t in _tokens(text) if t not in STOPWORDS)
 
 
 def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:

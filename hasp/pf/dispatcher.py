@@ -161,26 +161,13 @@ class Dispatcher:
             return None
 
 
-_WATCH_CACHE: dict[object, frozenset[str] | None] = {}
-
-
 def _watches(pf: ProgramFunction) -> frozenset[str] | None:
-    """The PF's watched action types; an unusable declaration means "every type" (logged).
-
-    Memoised on the declared value (a dispatcher is built per episode, for every live PF)."""
-    value = getattr(pf, "watches", None)
+    """The PF's watched action types; an unusable declaration means "every type" (logged)."""
     try:
-        return _WATCH_CACHE[value]
-    except (KeyError, TypeError):  # not seen yet, or unhashable (a list from the sandbox)
-        pass
-    try:
-        w = watched_types(value)
+        return watched_types(getattr(pf, "watches", None))
     except ValueError as e:
         log.warning("%s: %s; it will be asked on every action type", pf.skill_id, e)
         return None
-    if isinstance(value, (str, tuple, frozenset)) and len(_WATCH_CACHE) < 256:
-        _WATCH_CACHE[value] = w
-    return w
 
 
 def _checked(iv: object) -> Intervention:

@@ -83,13 +83,8 @@ def note_final_redirect(ctx: dict[str, Any]) -> None:
 
 def parse_history_action(entry: str) -> tuple[str, str]:
     """``"READ[doc0003]"`` -> ``("READ", "doc0003")``; unknown shapes -> ``("", entry)``."""
-    return _parse_history_action(entry or "")
-
-
-@lru_cache(maxsize=1024)  # three just-read PFs ask about the same last entry on every step
-def _parse_history_action(entry: str) -> tuple[str, str]:
-    m = _ACTION.match(entry)
-    return (m.group(1), m.group(2)) if m else ("", entry)
+    m = _ACTION.match(entry or "")
+    return (m.group(1), m.group(2)) if m else ("", entry or "")
 
 
 def just_read(ctx: dict[str, Any]) -> bool:
