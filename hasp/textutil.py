@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import lru_cache
+from itertools import filterfalse
 
 STOPWORDS = frozenset("""
 a an the of in on at to for from by with and or but is are was were be been being it its this that
@@ -29,6 +30,7 @@ def _tokens(text: str) -> tuple[str, ...]:
     return tuple(_TOKEN.findall(text.lower().replace("_", " ")))
 
 
+@lru_cache(maxsize=1 << 16)  # a C-level lookup per token instead of running this body again
 def _stem(tok: str) -> str:
     """A very light plural strip so 'queries'/'query' and 'searches'/'search' meet."""
     if len(tok) > 4 and tok.endswith("ies"):
@@ -47,7 +49,9 @@ def content_tokens(text: str | None) -> list[str]:
 
 @lru_cache(maxsize=4096)
 def _content_tokens(text: str) -> tuple[str, ...]:
-    return tuple(_stem(t) for t in _tokens(text) if t not in STOPWORDS)
+    # map/filterfalse keep the per-token loop in C: a new document is tokenised on the first
+    # step after its READ, inside the PFs' dispatch time
+    return tuple(map(_stem, filterfalse(STOPWORDS.__contains__, _tokens(text))))
 
 
 def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:

@@ -110,9 +110,11 @@ def test_watches_are_rechecked_after_an_earlier_pf_changes_the_action_type():
     to_final = make_pf("m_to_final", fire_on=("SEARCH",), new=("FINAL", "Paris"), watch=("SEARCH",))
     search_watcher = make_pf("m_search", fire_on=("SEARCH",), kind="INJECT_CONTEXT", watch=("SEARCH",))
     final_watcher = make_pf("m_final", fire_on=("FINAL",), kind="INJECT_CONTEXT", watch=["final"])
-    res = Dispatcher([to_final, search_watcher, final_watcher]).dispatch({}, "SEARCH", "q")
+    earlier_final = make_pf("m_final_0", fire_on=("FINAL",), kind="INJECT_CONTEXT", watch=("FINAL",))
+    res = Dispatcher([earlier_final, to_final, search_watcher, final_watcher]).dispatch({}, "SEARCH", "q")
     assert (res.action_type, res.arg) == ("FINAL", "Paris")
     assert search_watcher.asked == [] and final_watcher.asked == ["FINAL"]  # "final" normalised to FINAL
+    assert earlier_final.asked == []  # before the rewrite in priority order: the walk does not go back
     assert res.contexts == ["ctx-m_final"]
 
 

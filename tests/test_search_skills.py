@@ -402,6 +402,26 @@ def test_wrong_entity_confusion(pf):
     assert vote == "about Verzi Thar"
 
 
+def test_wrong_entity_confusion_pairs_titles_at_least_80_percent_alike(pf):
+    """rapidfuzz's normalised Indel ratio (2·LCS / total length) replaced difflib's matcher; it is
+    never below difflib's ratio, so every pair difflib found at 0.8 is still found."""
+    from difflib import SequenceMatcher
+
+    pairs = type(pf("wrong_entity_confusion")).should_activate.__globals__["lookalike_pairs"]  # the PF module's helper
+    titles = ["Verzi Thal", "Verzi Thar", "verzi thal", "Holor Textiles", "Holor Textile", "Bramwais", "", "Verzi Thal"]
+    got = set(pairs(titles))
+    assert ("Verzi Thal", "Verzi Thar") in got and ("Verzi Thal", "verzi thal") in got  # case-folded
+    assert ("Holor Textiles", "Holor Textile") in got
+    assert not any("Bramwais" in p or "" in p or p[0] == p[1] for p in got)
+    assert pairs(["Verzi Thal", "Holor Textiles"]) == [] and pairs([]) == []
+    words = ["Anna Karin Berg", "Anne Karin Berg", "Lake Ost", "Lake Oster", "Port Velm", "Fort Velm",
+             "Velm River", "Velm Rivers", "Mara", "Marta", "Oskar Lind", "Oscar Lindh"]
+    for i, a in enumerate(words):
+        for b in words[i + 1:]:
+            if SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.8:
+                assert (a, b) in set(pairs([a, b])), (a, b)
+
+
 def test_reading_comprehension_error(pf):
     p = pf("reading_comprehension_error")
     dense = "Verzi Thal\n" + " ".join(f"In {1900 + i} he moved {i} times." for i in range(6))

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
@@ -22,6 +22,7 @@ from hasp.pf.teacher import teacher_errors
 
 log = logging.getLogger(__name__)
 _TYPE_NAME = {t: t.value for t in InterventionType}  # a dict read, not the Enum .value descriptor, per fire
+_MODIFY, _INJECT = InterventionType.MODIFY_ACTION, InterventionType.INJECT_CONTEXT
 
 
 @dataclass(slots=True)
@@ -59,23 +60,48 @@ class DispatchResult:
         return InterventionType.NOOP.value if self.fired else "none"
 
 
+class _Entry(NamedTuple):
+    """What dispatch reads of one PF on every step, gathered once."""
+
+    pos: int  # priority position in the plan
+    pf: ProgramFunction
+    skill_id: str
+    cap: int | None
+    should_activate: Any
+    intervene: Any
+    needs_teacher: bool
+
+
 @dataclass(frozen=True)
 class DispatchPlan:
     """The per-PF facts dispatch reads on every step — id, cap, watched types, the bound
-    ``should_activate`` — gathered once per PF set. A harness builds one per selected set and
-    reuses it for every episode that selects the same PFs; a ``Dispatcher`` keeps only the
-    per-episode counters."""
+    methods — gathered once per PF set, with the PFs that watch each action type listed
+    apart (in priority order), so a step walks only those. A harness builds one per selected
+    set and reuses it for every episode that selects the same PFs; a ``Dispatcher`` keeps
+    only the per-episode counters."""
 
     pfs: tuple[ProgramFunction, ...]
-    entries: tuple[tuple[ProgramFunction, str, int | None, frozenset[str] | None, Any], ...]
+    entries: tuple[_Entry, ...]
+    watches: tuple[frozenset[str] | None, ...]  # per entry; None = every action type
+    _by_type: dict[str, tuple[_Entry, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, pfs: Sequence[ProgramFunction], *, skip_unwatched: bool = True) -> "DispatchPlan":
         """``skip_unwatched=False`` asks every PF on every action type, ignoring ``watches``
         (to check a library's declarations against its behaviour)."""
         pfs = tuple(pfs)
-        return cls(pfs, tuple((pf, pf.skill_id, pf.max_fires, _watches(pf) if skip_unwatched else None,
-                               pf.should_activate) for pf in pfs))
+        entries = tuple(_Entry(i, pf, pf.skill_id, pf.max_fires, pf.should_activate, pf.intervene,
+                               bool(getattr(pf, "needs_teacher", False))) for i, pf in enumerate(pfs))
+        return cls(pfs, entries, tuple(_watches(pf) if skip_unwatched else None for pf in pfs))
+
+    def for_type(self, action_type: str) -> tuple[_Entry, ...]:
+        """The entries to ask when the action has this type (built on first use per type)."""
+        hit = self._by_type.get(action_type)
+        if hit is None:
+            hit = tuple(e for e, w in zip(self.entries, self.watches) if w is None or action_type in w)
+            if len(self._by_type) < 64:  # action types come from model output: bound the memo
+                self._by_type[action_type] = hit
+        return hit
 
 
 class Dispatcher:
@@ -83,7 +109,7 @@ class Dispatcher:
                  max_modify_fires: int = 2, skip_unwatched: bool = True) -> None:
         plan = pfs if isinstance(pfs, DispatchPlan) else DispatchPlan.of(pfs, skip_unwatched=skip_unwatched)
         self.pfs = list(plan.pfs)
-        self._plan = plan.entries
+        self._plan = plan
         self.teacher = teacher
         self.max_modify_fires = max_modify_fires
         # plain dicts: a Counter's __init__ and __missing__ are Python calls on this per-episode path
@@ -101,39 +127,46 @@ class Dispatcher:
         """Run every active PF on (ctx, action); return the final action and injected context.
 
         PFs run in the given (priority) order and each sees the action as modified by
-        earlier ones; at most one MODIFY_ACTION is applied per step.
+        earlier ones; at most one MODIFY_ACTION is applied per step. Only PFs whose
+        ``watches`` include the current action type are asked; when a rewrite changes the
+        type, the walk goes on with the later PFs that watch the new type.
         """
         t0 = time.perf_counter()
         res = DispatchResult(action_type=action_type, arg=arg)
         disabled, fires = self.disabled, self.fire_counts
-        for pf, sid, cap, watches, should_activate in self._plan:
-            if watches is not None and res.action_type not in watches:
-                continue
+        seq = self._plan.for_type(action_type)
+        k = 0
+        while k < len(seq):
+            e = seq[k]
+            k += 1
+            sid, cap = e.skill_id, e.cap
             if sid in disabled or (cap is not None and fires.get(sid, 0) >= cap):
                 continue
             try:
-                active = bool(should_activate(ctx, res.action_type, res.arg))
-            except Exception as e:  # noqa: BLE001 - fault isolation is the point
-                self._disable(pf, "should_activate", e, res)
+                if not e.should_activate(ctx, res.action_type, res.arg):
+                    continue
+            except Exception as exc:  # noqa: BLE001 - fault isolation is the point
+                self._disable(e.pf, "should_activate", exc, res)
                 continue
-            if not active:
-                continue
-            iv = self._intervene(pf, ctx, res)
+            iv = self._intervene(e, ctx, res)
             if iv is None:
                 continue
-            iv.skill_id = iv.skill_id or sid
-            fired = Fired(skill_id=sid, type=_TYPE_NAME[iv.type], reason=iv.reason)
-            if iv.type is InterventionType.MODIFY_ACTION:
+            fired = Fired(sid, _TYPE_NAME[iv.type], iv.reason)
+            if iv.type is _MODIFY:
                 if res.modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
                     fired.applied = False
                 else:
                     self.modify_counts[sid] = self.modify_counts.get(sid, 0) + 1
-                    res.action_type = (iv.new_action_type or res.action_type).upper()
+                    new_type = (iv.new_action_type or res.action_type).upper()
                     res.arg = iv.new_action_arg if iv.new_action_arg is not None else res.arg
                     if iv.context_text:
                         res.contexts.append(iv.context_text)
                         fired.context_text = iv.context_text
-            elif iv.type is InterventionType.INJECT_CONTEXT and iv.context_text:
+                    if new_type != res.action_type:  # go on with the later PFs watching the new type
+                        res.action_type = new_type
+                        seq = self._plan.for_type(new_type)
+                        k = next((j for j, x in enumerate(seq) if x.pos > e.pos), len(seq))
+            elif iv.type is _INJECT and iv.context_text:
                 res.contexts.append(iv.context_text)
                 fired.context_text = iv.context_text
             if fired.applied:
@@ -142,22 +175,22 @@ class Dispatcher:
         res.elapsed_s = time.perf_counter() - t0
         return res
 
-    def _intervene(self, pf: ProgramFunction, ctx: dict[str, Any], res: DispatchResult) -> Intervention | None:
+    def _intervene(self, e: _Entry, ctx: dict[str, Any], res: DispatchResult) -> Intervention | None:
         """``pf.intervene`` with fault isolation; a teacher failure falls back to ``teacher=None``."""
-        teacher = self.teacher if getattr(pf, "needs_teacher", False) else None
+        teacher = self.teacher if e.needs_teacher else None
         before = teacher_errors(teacher) if teacher is not None else 0
         try:
-            return _checked(pf.intervene(ctx, res.action_type, res.arg, teacher))
-        except Exception as e:  # noqa: BLE001 - fault isolation is the point
+            return _checked(e.intervene(ctx, res.action_type, res.arg, teacher))
+        except Exception as exc:  # noqa: BLE001 - fault isolation is the point
             if teacher is None or teacher_errors(teacher) == before:
-                self._disable(pf, "intervene", e, res)
+                self._disable(e.pf, "intervene", exc, res)
                 return None
-        res.teacher_fallbacks.append(pf.skill_id)
-        log.info("teacher failed inside %s; using its deterministic path", pf.skill_id)
+        res.teacher_fallbacks.append(e.skill_id)
+        log.info("teacher failed inside %s; using its deterministic path", e.skill_id)
         try:
-            return _checked(pf.intervene(ctx, res.action_type, res.arg, None))
-        except Exception as e:  # noqa: BLE001
-            self._disable(pf, "intervene", e, res)
+            return _checked(e.intervene(ctx, res.action_type, res.arg, None))
+        except Exception as exc:  # noqa: BLE001
+            self._disable(e.pf, "intervene", exc, res)
             return None
 
 

@@ -4,8 +4,9 @@ LLM handler. The pair found is recorded in ``reason`` (audit), not in the inject
 Reads ctx keys: question, last_search_hits, seen_hits, all_read_contents.
 """
 
-from difflib import SequenceMatcher
 from functools import lru_cache
+
+from rapidfuzz.fuzz import ratio
 
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.pf.teacher_ask import teacher_objection
@@ -19,15 +20,16 @@ def lookalike_pairs(titles):
 
 @lru_cache(maxsize=1024)  # the same result list is checked on every step until the next SEARCH
 def _lookalike(titles):
+    """Pairs of distinct titles whose case-folded normalised Indel similarity (rapidfuzz's
+    ``ratio``: 2·LCS / total length) is at least ``MIN_RATIO``. One C call per pair: difflib's
+    pure-Python matcher was most of this PF's cost on the first step after each SEARCH."""
+    low = [t.lower() for t in titles]
+    cutoff = 100 * MIN_RATIO
     pairs = []
     for i, a in enumerate(titles):
-        for b in titles[i + 1:]:
-            if not (a and b and a != b):
-                continue
-            if 2 * min(len(a), len(b)) < MIN_RATIO * (len(a) + len(b)):  # = real_quick_ratio, no matcher built
-                continue
-            m = SequenceMatcher(None, a.lower(), b.lower())
-            if m.quick_ratio() >= MIN_RATIO and m.ratio() >= MIN_RATIO:
+        for j in range(i + 1, len(titles)):
+            b = titles[j]
+            if a and b and a != b and ratio(low[i], low[j], score_cutoff=cutoff):
                 pairs.append((a, b))
     return tuple(pairs)
 
