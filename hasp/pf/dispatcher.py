@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_right
+from operator import attrgetter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -72,6 +74,9 @@ class _Entry(NamedTuple):
     needs_teacher: bool
 
 
+_pos = attrgetter("pos")
+
+
 @dataclass(frozen=True)
 class DispatchPlan:
     """The per-PF facts dispatch reads on every step — id, cap, watched types, the bound
@@ -103,6 +108,12 @@ class DispatchPlan:
                 self._by_type[action_type] = hit
         return hit
 
+    def resume(self, action_type: str, after: int) -> tuple[tuple[_Entry, ...], int]:
+        """Where a walk continues when the PF at position ``after`` changed the action's type:
+        the entries of the new type and the index of the first one after that PF."""
+        seq = self.for_type(action_type)
+        return seq, bisect_right(seq, after, key=_pos)
+
 
 class Dispatcher:
     def __init__(self, pfs: Sequence[ProgramFunction] | DispatchPlan, *, teacher: Teacher | None = None,
@@ -133,9 +144,9 @@ class Dispatcher:
         """
         t0 = time.perf_counter()
         res = DispatchResult(action_type=action_type, arg=arg)
-        disabled, fires = self.disabled, self.fire_counts
+        disabled, fires, teacher = self.disabled, self.fire_counts, self.teacher
         seq = self._plan.for_type(action_type)
-        k = 0
+        k, modified = 0, False
         while k < len(seq):
             e = seq[k]
             k += 1
@@ -148,30 +159,40 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - fault isolation is the point
                 self._disable(e.pf, "should_activate", exc, res)
                 continue
-            iv = self._intervene(e, ctx, res)
-            if iv is None:
-                continue
-            fired = Fired(sid, _TYPE_NAME[iv.type], iv.reason)
-            if iv.type is _MODIFY:
-                if res.modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
-                    fired.applied = False
+            if teacher is not None and e.needs_teacher:
+                iv = self._intervene(e, ctx, res)
+                if iv is None:
+                    continue
+            else:  # the common path, inline: a fire's cost is mostly Python frames on cold caches
+                try:
+                    iv = e.intervene(ctx, res.action_type, res.arg, None)
+                    if iv.__class__ is not Intervention:
+                        _checked(iv)
+                except Exception as exc:  # noqa: BLE001
+                    self._disable(e.pf, "intervene", exc, res)
+                    continue
+            kind, text = iv.type, iv.context_text
+            applied, shown = True, ""
+            if kind is _MODIFY:
+                if modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
+                    applied = False
                 else:
+                    modified = True
                     self.modify_counts[sid] = self.modify_counts.get(sid, 0) + 1
                     new_type = (iv.new_action_type or res.action_type).upper()
                     res.arg = iv.new_action_arg if iv.new_action_arg is not None else res.arg
-                    if iv.context_text:
-                        res.contexts.append(iv.context_text)
-                        fired.context_text = iv.context_text
+                    if text:
+                        res.contexts.append(text)
+                        shown = text
                     if new_type != res.action_type:  # go on with the later PFs watching the new type
                         res.action_type = new_type
-                        seq = self._plan.for_type(new_type)
-                        k = next((j for j, x in enumerate(seq) if x.pos > e.pos), len(seq))
-            elif iv.type is _INJECT and iv.context_text:
-                res.contexts.append(iv.context_text)
-                fired.context_text = iv.context_text
-            if fired.applied:
+                        seq, k = self._plan.resume(new_type, e.pos)
+            elif kind is _INJECT and text:
+                res.contexts.append(text)
+                shown = text
+            if applied:
                 fires[sid] = fires.get(sid, 0) + 1
-            res.fired.append(fired)
+            res.fired.append(Fired(sid, _TYPE_NAME[kind], iv.reason, applied, shown))
         res.elapsed_s = time.perf_counter() - t0
         return res
 

@@ -15,23 +15,33 @@ class InterventionType(str, Enum):
     NOOP = "NOOP"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Intervention:
     """A PF's decision. Only these keyword arguments are part of the contract,
     because generated PFs are written against exactly this interface."""
 
-    type: InterventionType = InterventionType.NOOP
-    new_action_type: str | None = None
-    new_action_arg: str | None = None
-    context_text: str = ""
-    reason: str = ""
-    skill_id: str = ""
+    type: InterventionType
+    new_action_type: str | None
+    new_action_arg: str | None
+    context_text: str
+    reason: str
+    skill_id: str
 
-    def __post_init__(self) -> None:
-        if type(self.type) is not InterventionType:  # a plain string from generated code or a dict
-            self.type = InterventionType(self.type)
-        if self.type is InterventionType.MODIFY_ACTION and not self.new_action_type:
+    # written out rather than generated + __post_init__: one Python frame per fire, which is
+    # most of a PF's cost on the step it fires (bench/harness_overhead.py)
+    def __init__(self, type: InterventionType | str = InterventionType.NOOP, new_action_type: str | None = None,
+                 new_action_arg: str | None = None, context_text: str = "", reason: str = "",
+                 skill_id: str = "") -> None:
+        if type.__class__ is not InterventionType:  # a plain string from generated code or a dict
+            type = InterventionType(type)
+        if type is InterventionType.MODIFY_ACTION and not new_action_type:
             raise ValueError("MODIFY_ACTION needs new_action_type")
+        self.type = type
+        self.new_action_type = new_action_type
+        self.new_action_arg = new_action_arg
+        self.context_text = context_text
+        self.reason = reason
+        self.skill_id = skill_id
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
