@@ -114,6 +114,7 @@ def last_read_text(ctx: dict[str, Any], tail_chars: int = 2000) -> str:
     return parts[-1] if len(parts) == n else text[-tail_chars:]
 
 
+@lru_cache(maxsize=1024)  # one question per episode, asked by several PFs on several steps
 def hop_markers(question: str) -> int:
     """Relation links in a question: "of", possessives, relative pronouns after the opening wh-word."""
     q = question or ""

@@ -60,13 +60,18 @@ class FormatExtractionErrorPF(ProgramFunction):
     max_fires = 3
 
     def should_activate(self, ctx, action_type, arg):
+        # the cheap malformation test first: most arguments are fine and need no cleaning
         if action_type == "FINAL":
+            if not malformed_final(arg):
+                return False
             cleaned = clean_final(arg, str(ctx.get("question", "")))
-            return malformed_final(arg) and bool(cleaned) and cleaned != arg.strip()
-        if action_type == "SEARCH":
+        elif action_type == "SEARCH":
+            if not malformed_search(arg):
+                return False
             cleaned = clean_search(arg)
-            return malformed_search(arg) and bool(cleaned) and cleaned != arg.strip()
-        return False
+        else:
+            return False
+        return bool(cleaned) and cleaned != arg.strip()
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         question = str(ctx.get("question", ""))
