@@ -249,6 +249,11 @@ def test_redundant_read(pf):
     assert not p.should_activate(ctx, "READ", "doc2")
     all_read = make_ctx(queries=("q",), reads=("a", "b", "c"), read_ids=("doc1", "doc2", "doc3"))
     assert not p.should_activate(all_read, "READ", "doc1")  # nothing new to open
+    # "doc2" is the id of the first result here, not rank 2 (the environment resolves it so too)
+    by_id = make_ctx(queries=("q",), hits=[{"id": "doc2", "title": "A"}, {"id": "doc9", "title": "B"}],
+                     reads=("a",), read_ids=("doc2",))
+    assert fire(p, by_id, "READ", "doc2").reason == "doc2 was already read; reading doc9"
+    assert not p.should_activate(by_id, "READ", "2")  # rank 2 is doc9, not read yet
 
 
 def test_query_drift(pf):
@@ -420,6 +425,22 @@ def test_wrong_entity_confusion_pairs_titles_at_least_80_percent_alike(pf):
         for b in words[i + 1:]:
             if SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.8:
                 assert (a, b) in set(pairs([a, b])), (a, b)
+
+
+def test_pfs_fire_the_same_through_the_dispatcher_and_called_apart(pf):
+    """intervene does not depend on a preceding should_activate call (some PFs memoise helpers)."""
+    look = [{"id": "doc2", "title": "Verzi Thal"}, {"id": "doc9", "title": "Verzi Thar"}]
+    ctx = make_ctx(queries=("Verzi Thal",), hits=look, reads=(DOC_BRAMWAIS,), read_ids=("doc2",),
+                   history=("SEARCH[Verzi Thal]", "READ[doc2]"))
+    for sid, action, arg in (("redundant_read", "READ", "doc2"), ("wrong_entity_confusion", "READ", "doc2"),
+                             ("relevant_content_extractor", "SEARCH", "x")):
+        p = pf(sid)
+        direct = p.intervene(dict(ctx), action, arg)
+        fired = fire(p, ctx, action, arg)
+        assert (fired.type, fired.new_action_arg, fired.context_text, fired.reason) == \
+            (direct.type, direct.new_action_arg, direct.context_text, direct.reason), sid
+        res = Dispatcher([p]).dispatch(dict(ctx), action, arg)
+        assert [f.reason for f in res.fired] == [direct.reason], sid
 
 
 def test_reading_comprehension_error(pf):

@@ -19,6 +19,10 @@ def target_id(ctx, arg):
     if m:
         raw = m.group(1).strip()
     hits = list(ctx.get("last_search_hits") or [])
+    # the environment's order (SearchEnvironment.resolve): an id among the last results is that
+    # document, even when it reads like a rank ("doc2"); only then is a small number a rank
+    if any(raw == hit.get("id") for hit in hits):
+        return raw
     rank = _RANK.match(raw)
     if rank and 1 <= int(rank.group(1)) <= len(hits):
         return str(hits[int(rank.group(1)) - 1].get("id", ""))
