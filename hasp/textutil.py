@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import lru_cache
-from itertools import filterfalse
+from itertools import compress, filterfalse, islice
+from operator import itemgetter, not_
 
 STOPWORDS = frozenset("""
 a an the of in on at to for from by with and or but is are was were be been being it its this that
@@ -54,6 +55,13 @@ def _content_tokens(text: str) -> tuple[str, ...]:
     return tuple(map(_stem, filterfalse(STOPWORDS.__contains__, _tokens(text))))
 
 
+def content_token_set(text: str) -> frozenset[str]:
+    """``frozenset(content_tokens(text))`` without the memo: for one-off texts such as the
+    sentences of a newly read document, where caching would only churn the cache. The whole
+    computation is C-level calls (no Python frame per token)."""
+    return frozenset(map(_stem, set(_TOKEN.findall(text.lower().replace("_", " "))) - STOPWORDS))
+
+
 def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
     """Token-set Jaccard; strings are tokenised with ``tokens`` (stopwords kept). Empty/empty = 0."""
     sa = set(_tokens(a)) if isinstance(a, str) else set(a)
@@ -66,7 +74,8 @@ def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
 
 
 _QUERY_STOP = STOPWORDS | {"name", "year", "city", "located", "born"}
-_WORD = re.compile(r"[A-Za-z0-9]+")
+_CAPITALISED = re.compile(r"(?<![A-Za-z0-9])[A-Z][A-Za-z0-9]*")  # the [A-Za-z0-9]+ words starting A-Z
+_UNCAPITALISED = re.compile(r"(?<![A-Za-z0-9])[a-z0-9][A-Za-z0-9]*")  # ... and the others
 
 
 def keyword_query(text: str, max_words: int = 8) -> str:
@@ -76,16 +85,11 @@ def keyword_query(text: str, max_words: int = 8) -> str:
 
 @lru_cache(maxsize=1024)  # the same question is turned into a query by several PFs and handlers
 def _keyword_query(text: str, max_words: int) -> str:
-    words = [w for w in _WORD.findall(text) if w.lower() not in _QUERY_STOP]
-    caps = [w for w in words if w[:1].isupper()]
-    cap_set = set(caps)
-    out: list[str] = []
-    seen: set[str] = set()
-    for w in caps + [w for w in words if w not in cap_set]:
-        low = w.lower()
-        if low not in seen:
-            seen.add(low)
-            out.append(w)
-            if len(out) == max_words:
-                break
-    return " ".join(out)
+    # capitalised words first, then the rest, each group in text order; stopwords dropped; the
+    # first spelling of each word (case-insensitively) kept. Written as C-level calls: it runs on
+    # the first FINAL/SEARCH step of an episode, inside the PFs' dispatch time.
+    words = _CAPITALISED.findall(text) + _UNCAPITALISED.findall(text)
+    lows = list(map(str.lower, words))
+    pairs = list(compress(zip(lows, words), map(not_, map(_QUERY_STOP.__contains__, lows))))
+    spelling = dict(reversed(pairs))  # lower-case word -> its first spelling
+    return " ".join(map(spelling.__getitem__, islice(dict.fromkeys(map(itemgetter(0), pairs)), max_words)))

@@ -443,6 +443,49 @@ def test_pfs_fire_the_same_through_the_dispatcher_and_called_apart(pf):
         assert [f.reason for f in res.fired] == [direct.reason], sid
 
 
+def _reference_names(text):
+    """names() as first written: a Python loop over the matches (the C-level version must agree)."""
+    from hasp.domains.search.pf_support import _LEADING_FUNCTION, _NAME
+
+    out = []
+    for m in _NAME.finditer(text):
+        words = m.group(0).split()
+        while words and words[0] in _LEADING_FUNCTION:
+            words = words[1:]
+        name = " ".join(words)
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def _texts_to_compare():
+    import json
+    import os
+
+    from hasp.domains.search.generator import generate_benchmark
+
+    texts = [d["contents"] for d in generate_benchmark(seed=3, n_questions=60).corpus]
+    texts += ["The Hague is in The Netherlands. In The Bank of England, A of B met Verzi  Thal\tand The.",
+              "According To\nThe Old Man of the Sea\u00a0Story, Contrary However It Was", "", "x", "The A An",
+              "Queries and searches: classes, boxes, buses, status; the_query_too_broad!"]
+    shared = Path(os.environ.get("HASP_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    sample = shared / "hotpotqa" / "hotpot_dev_distractor_sample_a.jsonl"
+    if sample.exists():  # real Wikipedia paragraphs when the shared samples are there
+        for line in sample.read_text().splitlines()[:20]:
+            texts += [" ".join(sents) for _, sents in json.loads(line)["context"]]
+    return texts
+
+
+def test_names_and_sentence_tokens_match_their_reference_loops():
+    from hasp.domains.search.pf_support import _SENTENCE, names, sentence_tokens
+    from hasp.textutil import content_tokens
+
+    for text in _texts_to_compare():
+        assert names(text) == _reference_names(text), text[:80]
+        want = tuple((s.strip(), frozenset(content_tokens(s.strip()))) for s in _SENTENCE.findall(text) if s.strip())
+        assert sentence_tokens(text) == want, text[:80]
+
+
 def test_reading_comprehension_error(pf):
     p = pf("reading_comprehension_error")
     dense = "Verzi Thal\n" + " ".join(f"In {1900 + i} he moved {i} times." for i in range(6))

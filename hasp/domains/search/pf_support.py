@@ -15,10 +15,10 @@ context keys of ``hasp.agent.context.EpisodeState.to_ctx`` are read.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
-from hasp.textutil import content_tokens
+from hasp.textutil import content_token_set, content_tokens
 
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _OF = re.compile(r"\bof\b", re.I)
@@ -31,6 +31,8 @@ _WH_START = re.compile(r"^\s*(who|which|what|where|when|in which|in what|how)\b"
 _NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+(?:of\s+|de\s+|von\s+)?[A-Z][\w'\-]*)*")
 _LEADING_FUNCTION = frozenset("The A An In On At Of He She It They His Her Its Their This That These Those "
                               "Who What Which When Where How Contrary According However".split())
+# the leading function words of a name match, each a whole word ("The Hague" -> "Hague")
+_strip_leading = partial(re.compile(r"^(?:(?:%s)(?:\s+|$))+" % "|".join(sorted(_LEADING_FUNCTION))).sub, "")
 _ACTION = re.compile(r"^\s*(SEARCH|READ|FINAL)\[(.*)\]\s*$", re.S)
 
 #: a shared per-episode budget for PFs that turn a FINAL into another action: without it
@@ -46,12 +48,7 @@ def sentences(text: str) -> list[str]:
 
 @lru_cache(maxsize=1024)
 def _sentence_tokens(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
-    out = []
-    for raw in _SENTENCE.findall(text):
-        sent = raw.strip()
-        if sent:
-            out.append((sent, frozenset(content_tokens(sent))))
-    return tuple(out)
+    return tuple((s, content_token_set(s)) for s in map(str.strip, _SENTENCE.findall(text)) if s)
 
 
 def sentence_tokens(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
@@ -142,15 +139,10 @@ def names(text: str) -> list[str]:
 
 @lru_cache(maxsize=1024)
 def _names(text: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for m in _NAME.finditer(text):
-        words = m.group(0).split()
-        while words and words[0] in _LEADING_FUNCTION:
-            words = words[1:]
-        name = " ".join(words)
-        if name and name not in out:
-            out.append(name)
-    return tuple(out)
+    # C-level map/filter over the matches: a read document has dozens, and this runs on the
+    # first step after each READ (reading_comprehension_error's density test)
+    stripped = map(_strip_leading, _NAME.findall(text))
+    return tuple(dict.fromkeys(filter(None, map(" ".join, map(str.split, stripped)))))
 
 
 def grounded_fraction(answer: str, evidence: str) -> float:
