@@ -118,6 +118,21 @@ def test_watches_are_rechecked_after_an_earlier_pf_changes_the_action_type():
     assert res.contexts == ["ctx-m_final"]
 
 
+def test_rewrite_only_pfs_are_not_asked_once_a_rewrite_was_applied():
+    first = make_pf("r_first", fire_on=("FINAL",), new=("SEARCH", "q1"))
+    second = make_pf("r_second", fire_on=("FINAL", "SEARCH"), new=("SEARCH", "q2"))
+    injector = make_pf("r_inject", fire_on=("SEARCH",), kind="INJECT_CONTEXT")
+    second.modify_only = True  # what the library loader derives from a PF's source
+    res = Dispatcher([first, second, injector]).dispatch({}, "FINAL", "x")
+    assert (res.action_type, res.arg, res.contexts) == ("SEARCH", "q1", ["ctx-r_inject"])
+    assert second.asked == [] and injector.asked == ["SEARCH"]
+    assert [(f.skill_id, f.applied) for f in res.fired] == [("r_first", True), ("r_inject", True)]
+    alone = Dispatcher([second]).dispatch({}, "FINAL", "x")  # no earlier rewrite: asked and applied
+    assert (alone.arg, second.asked) == ("q2", ["FINAL"])
+    every = Dispatcher([first, second], skip_unwatched=False).dispatch({}, "FINAL", "x")
+    assert [(f.skill_id, f.applied) for f in every.fired] == [("r_first", True), ("r_second", False)]
+
+
 def test_unusable_watches_means_every_type_with_a_warning(caplog):
     from hasp.pf.base import watched_types
 

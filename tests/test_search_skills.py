@@ -637,16 +637,49 @@ def test_every_seed_pf_keeps_its_watches_promise(lib):
 
 
 def test_dispatch_skips_pfs_that_do_not_watch_the_action_and_gives_the_same_result(lib):
-    """Per-type skipping changes which PFs are asked, never what a step decides."""
+    """Skipping (unwatched types; rewrite-only PFs after an applied rewrite) changes which PFs are
+    asked, never what a step decides: the only fires it drops are discarded rewrites."""
     pfs = lib.pfs()
+    modify_only = {p.skill_id for p in pfs if p.modify_only}
     bank = _context_bank(n=60, seed=11)
+    dropped = 0
     for ctx in bank:
         for arg in _ARGS[:12]:
             for at in ("SEARCH", "READ", "FINAL"):
                 a = Dispatcher(pfs).dispatch(dict(ctx), at, arg)
                 b = Dispatcher(pfs, skip_unwatched=False).dispatch(dict(ctx), at, arg)
-                assert (a.action_type, a.arg, a.contexts, [f.skill_id for f in a.fired]) == \
-                       (b.action_type, b.arg, b.contexts, [f.skill_id for f in b.fired])
+                assert (a.action_type, a.arg, a.contexts, [f.skill_id for f in a.fired if f.applied]) == \
+                       (b.action_type, b.arg, b.contexts, [f.skill_id for f in b.fired if f.applied])
+                assert [f.skill_id for f in a.fired if not f.applied] == \
+                       [f.skill_id for f in b.fired if not f.applied and f.skill_id not in modify_only]
+                dropped += len(b.fired) - len(a.fired)
+    assert dropped > 0  # the bank has steps where a second rewrite was discarded
+
+
+def test_modify_only_is_derived_from_the_source():
+    from hasp.pf.equivalence import only_modifies
+
+    derived = {p.skill_id for p in load_library(SEARCH_LIB).pfs() if p.modify_only}
+    assert derived == {"premature_final", "insufficient_exploration", "format_extraction_error",
+                       "retrieval_failure", "question_echo", "multi_hop_reasoning_failure",
+                       "reasoning_hallucination", "redundant_read", "query_drift", "step_budget_guard"}
+    head = "from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf\n"
+    mod = "Intervention(type=InterventionType.MODIFY_ACTION, new_action_type='SEARCH', new_action_arg='q')"
+
+    def pf(body, top=""):
+        return f"{head}{top}\n@register_pf('x')\nclass X(ProgramFunction):\n    def intervene(self, ctx, a, arg, teacher=None):\n{body}"
+
+    assert only_modifies(pf(f"        return {mod}"))
+    assert only_modifies(pf("        return self.h()\n    def h(self):\n        return " + mod))
+    assert only_modifies(pf("        return h()", top=f"def h():\n    return {mod}\n"))
+    assert not only_modifies(pf(f"        if a:\n            return {mod}\n        return Intervention()"))
+    assert not only_modifies(pf("        return NOOP", top="NOOP = Intervention()\n"))  # a constant
+    assert not only_modifies(pf(f"        iv = {mod}\n        return iv"))  # not proven
+    assert not only_modifies(pf("        return Intervention(type=kind, new_action_type='S')"))
+    assert not only_modifies(pf("        return helper()", top="from elsewhere import helper\n"))
+    assert not only_modifies(pf(f"        if a:\n            return {mod}\n        return"))
+    assert not only_modifies(pf("        return Intervention.from_dict({})"))
+    assert not only_modifies("not python(")
 
 
 def test_derived_step_keys_agree_with_the_history_they_come_from():

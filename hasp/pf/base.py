@@ -35,6 +35,12 @@ class ProgramFunction:
     #: most of the per-step cost of a large library (most PFs are about one action type).
     #: Evolution's exec check verifies the promise on its test contexts.
     watches: ClassVar[Iterable[str] | None] = None
+    #: not a declaration: the library loader sets it from the PF's source
+    #: (``hasp.pf.equivalence.only_modifies``): every value ``intervene`` can return is a
+    #: MODIFY_ACTION. After another PF's rewrite was applied on a step, the dispatcher does not
+    #: ask such a PF: at most one rewrite applies per step, so its own could only be discarded
+    #: (and asking would still spend time, teacher calls and ctx counters).
+    modify_only: bool = False
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         raise NotImplementedError

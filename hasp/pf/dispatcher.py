@@ -72,6 +72,7 @@ class _Entry(NamedTuple):
     should_activate: Any
     intervene: Any
     needs_teacher: bool
+    modify_only: bool  # skipped once a rewrite was applied on the step (``ProgramFunction.modify_only``)
 
 
 _pos = attrgetter("pos")
@@ -92,11 +93,13 @@ class DispatchPlan:
 
     @classmethod
     def of(cls, pfs: Sequence[ProgramFunction], *, skip_unwatched: bool = True) -> "DispatchPlan":
-        """``skip_unwatched=False`` asks every PF on every action type, ignoring ``watches``
-        (to check a library's declarations against its behaviour)."""
+        """``skip_unwatched=False`` asks every PF on every action type, ignoring ``watches`` and
+        ``modify_only`` (to check a library's declarations and the analysis against behaviour)."""
         pfs = tuple(pfs)
         entries = tuple(_Entry(i, pf, pf.skill_id, pf.max_fires, pf.should_activate, pf.intervene,
-                               bool(getattr(pf, "needs_teacher", False))) for i, pf in enumerate(pfs))
+                               bool(getattr(pf, "needs_teacher", False)),
+                               skip_unwatched and getattr(pf, "modify_only", False) is True)
+                        for i, pf in enumerate(pfs))
         return cls(pfs, entries, tuple(_watches(pf) if skip_unwatched else None for pf in pfs))
 
     def for_type(self, action_type: str) -> tuple[_Entry, ...]:
@@ -140,7 +143,8 @@ class Dispatcher:
         PFs run in the given (priority) order and each sees the action as modified by
         earlier ones; at most one MODIFY_ACTION is applied per step. Only PFs whose
         ``watches`` include the current action type are asked; when a rewrite changes the
-        type, the walk goes on with the later PFs that watch the new type.
+        type, the walk goes on with the later PFs that watch the new type, minus those that
+        can only rewrite (``modify_only``): their rewrite could no longer be applied.
         """
         t0 = time.perf_counter()
         res = DispatchResult(action_type=action_type, arg=arg)
@@ -151,7 +155,7 @@ class Dispatcher:
             e = seq[k]
             k += 1
             sid, cap = e.skill_id, e.cap
-            if sid in disabled or (cap is not None and fires.get(sid, 0) >= cap):
+            if sid in disabled or (cap is not None and fires.get(sid, 0) >= cap) or (modified and e.modify_only):
                 continue
             try:
                 if not e.should_activate(ctx, res.action_type, res.arg):

@@ -272,6 +272,50 @@ def analyse_source(source: str, skill_id: str | None = None, path: str = "<strin
     return rep
 
 
+def only_modifies(source: str, skill_id: str | None = None) -> bool:
+    """True when every value ``intervene`` can return is provably a ``MODIFY_ACTION``.
+
+    Proven path by path: each ``return`` in ``intervene`` must be an ``Intervention(...)`` call
+    whose type is statically MODIFY_ACTION, or a call of a module function / ``self`` method
+    that passes the same test. Anything else (a variable, a module-level constant, an imported
+    helper, a bare ``return``, ``from_dict``) answers False. The dispatcher uses it to skip, after
+    a rewrite was applied on a step, PFs whose own rewrite could not be applied (one per step).
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    found = find_pf_class(tree, skill_id)
+    if found is None:
+        return False
+    scope = _Scope(tree, found.node)
+    intervene = scope.methods.get("intervene")
+    return intervene is not None and _returns_only_modify(intervene, scope, set())
+
+
+def _returns_only_modify(fn: Func, scope: _Scope, seen: set[int]) -> bool:
+    seen.add(id(fn))
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    if not returns:
+        return False
+    for ret in returns:
+        v = ret.value
+        if v is None or not isinstance(v, ast.Call):
+            return False
+        if _is_intervention_call(v):
+            if _type_of(v, scope) != "MODIFY_ACTION":
+                return False
+            continue
+        f, target = v.func, None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
+            target = scope.methods.get(f.attr)
+        elif isinstance(f, ast.Name):
+            target = scope.module_funcs.get(f.id)
+        if target is None or id(target) in seen or not _returns_only_modify(target, scope, seen):
+            return False
+    return True
+
+
 def analyse_file(pf_path: Path, skill_id: str | None = None) -> EquivalenceReport:
     try:
         source = pf_path.read_text(encoding="utf-8")

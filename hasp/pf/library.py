@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
+from hasp.pf.equivalence import only_modifies
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import SkillFormatError, SkillSpec, load_skill_md
 
@@ -176,6 +177,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
             pf = None
             if pf_path.exists():
                 pf = _sandboxed_pf(pf_path, base) if generated else _import_trusted_pf(pf_path, base)
+                pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
             lib.skills.append(Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf))
         except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal
             msg = f"skipped skill {folder}: {e}"
