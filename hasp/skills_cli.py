@@ -75,16 +75,18 @@ def _read(path: Path) -> str:
 def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
     """handler kind / teacher / watched action types / A+B of a skill folder's pf.py, from its source."""
     from hasp.pf.base import watched_types
-    from hasp.pf.equivalence import analyse_file
+    from hasp.pf.equivalence import analyse_file, only_modifies
     from hasp.pf.pf_source import pf_attrs
 
     pf_path = folder / "pf.py"
     if not pf_path.exists():
-        return {"handler": "-", "teacher": "-", "watches": "-", "ab": "no pf", "reasons": ["no pf.py"]}
+        return {"handler": "-", "teacher": "-", "watches": "-", "rewrite_only": "-", "ab": "no pf",
+                "reasons": ["no pf.py"]}
     try:
-        attrs = pf_attrs(pf_path.read_text(encoding="utf-8"), skill_id)
+        source = pf_path.read_text(encoding="utf-8")
+        attrs = pf_attrs(source, skill_id)
     except (SyntaxError, LookupError, OSError) as e:
-        return {"handler": "?", "teacher": "?", "watches": "?", "ab": "?", "reasons": [str(e)]}
+        return {"handler": "?", "teacher": "?", "watches": "?", "rewrite_only": "?", "ab": "?", "reasons": [str(e)]}
     rep = analyse_file(pf_path, skill_id)
     try:
         w = watched_types(attrs.get("watches"))
@@ -92,7 +94,8 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
     except ValueError:
         watches = "?"
     return {"handler": attrs.get("handler_kind") or "-", "teacher": "yes" if attrs.get("needs_teacher") else "-",
-            "watches": watches, "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
+            "watches": watches, "rewrite_only": "yes" if only_modifies(source, skill_id) else "-",
+            "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
 
 
 @skills_app.command("list")
@@ -143,7 +146,7 @@ def skills_show(skill_id: str,
     con = _console()
     con.rule(f"{skill_id} {_label(v)} — {folder}")
     con.print(f"handler: {facts['handler']}   teacher: {facts['teacher']}   watches: {facts['watches']}   "
-              f"prompt-equivalent: {facts['ab']}")
+              f"rewrite-only: {facts['rewrite_only']}   prompt-equivalent: {facts['ab']}")
     for r in facts["reasons"]:
         con.print(f"  not A+B: {r}", markup=False)
     con.print(Panel(Syntax(yaml.safe_dump(dict(meta.metadata), sort_keys=False, allow_unicode=True).strip(),

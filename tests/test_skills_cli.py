@@ -75,6 +75,9 @@ def test_show_active_and_chosen_version(library):
     assert "v2 (generated)" in r.stdout and "names the repeated query" in r.stdout
     assert "skill_id: iterative_refinement" in r.stdout and "@register_pf" in r.stdout
     assert "not A+B: B:" in r.stdout and "f-string" in r.stdout
+    assert "rewrite-only: -" in r.stdout  # it injects context
+    r2 = invoke("show", "premature_final", "--library", str(library))
+    assert r2.exit_code == 0 and "watches: FINAL" in r2.stdout and "rewrite-only: yes" in r2.stdout
     r1 = invoke("show", "iterative_refinement", "--version", "1", "--library", str(library))
     assert r1.exit_code == 0 and "v1 (seed)" in r1.stdout and "names the repeated query" not in r1.stdout
 
