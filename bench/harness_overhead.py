@@ -104,6 +104,7 @@ class ReplayPolicy:
 def _per_step(trajs: list[Any]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"harness": [], "dispatch": [], "dispatch_selection": [], "step": [], "llm": [],
                                    "n_pfs": []}
+    by_type: dict[str, list[float]] = {}
     for t in trajs:
         audited = [s for s in t.steps if s.audit is not None]
         if not audited:
@@ -114,8 +115,10 @@ def _per_step(trajs: list[Any]) -> dict[str, list[float]]:
             out["harness"].append(s.audit.harness_s + plan)
             out["dispatch"].append(s.audit.dispatch_s)
             out["dispatch_selection"].append(s.audit.dispatch_s + plan)
+            by_type.setdefault(s.audit.a_orig.type, []).append(s.audit.dispatch_s + plan)
             out["step"].append(s.step_s)
             out["llm"].append(s.llm_s)
+    out.update({f"type:{k}": v for k, v in sorted(by_type.items())})
     return out
 
 
@@ -146,6 +149,8 @@ def _report(label: str, m: dict[str, list[float]]) -> None:
           f"p95={q[18] * 1e6:.1f}us mean={statistics.mean(h) * 1e6:.1f}us; dispatch + selection p50="
           f"{statistics.median(m['dispatch_selection']) * 1e6:.1f}us; dispatch only p50="
           f"{statistics.median(m['dispatch']) * 1e6:.1f}us")
+    print("  dispatch + selection p50 by proposed action type: " + ", ".join(
+        f"{k[5:]} {statistics.median(v) * 1e6:.0f}us (n={len(v)})" for k, v in m.items() if k.startswith("type:")))
 
 if __name__ == "__main__":
     main()
