@@ -194,6 +194,16 @@ def _context_arg(call: ast.Call) -> ast.expr | None:
     return kw
 
 
+def _callee(call: ast.Call, scope: _Scope) -> Func | None:
+    """The PF's own method (``self.x()``) or module function (``x()``) a call runs, if it is one."""
+    f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
+        return scope.methods.get(f.attr)
+    if isinstance(f, ast.Name):
+        return scope.module_funcs.get(f.id)
+    return None
+
+
 def _reachable(start: Func, scope: _Scope) -> list[Func]:
     """``start`` plus the methods (``self.x()``) and module functions (``x()``) it calls, transitively."""
     order, todo, seen = [], [start], {id(start)}
@@ -203,11 +213,7 @@ def _reachable(start: Func, scope: _Scope) -> list[Func]:
         for node in ast.walk(fn):
             if not isinstance(node, ast.Call):
                 continue
-            f, target = node.func, None
-            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
-                target = scope.methods.get(f.attr)
-            elif isinstance(f, ast.Name):
-                target = scope.module_funcs.get(f.id)
+            target = _callee(node, scope)
             if target is not None and id(target) not in seen:
                 seen.add(id(target))
                 todo.append(target)
@@ -306,11 +312,7 @@ def _returns_only_modify(fn: Func, scope: _Scope, seen: set[int]) -> bool:
             if _type_of(v, scope) != "MODIFY_ACTION":
                 return False
             continue
-        f, target = v.func, None
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
-            target = scope.methods.get(f.attr)
-        elif isinstance(f, ast.Name):
-            target = scope.module_funcs.get(f.id)
+        target = _callee(v, scope)
         if target is None or id(target) in seen or not _returns_only_modify(target, scope, seen):
             return False
     return True
