@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from bisect import bisect_right
-from operator import attrgetter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from hasp.pf.base import ProgramFunction, Teacher, watched_types
