@@ -75,7 +75,7 @@ def _read(path: Path) -> str:
 def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
     """handler kind / teacher / watched action types / A+B of a skill folder's pf.py, from its source."""
     from hasp.pf.base import watched_types
-    from hasp.pf.equivalence import analyse_file, only_modifies
+    from hasp.pf.equivalence import analyse_source, only_modifies
     from hasp.pf.pf_source import pf_attrs
 
     pf_path = folder / "pf.py"
@@ -87,7 +87,7 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
         attrs = pf_attrs(source, skill_id)
     except (SyntaxError, LookupError, OSError) as e:
         return {"handler": "?", "teacher": "?", "watches": "?", "rewrite_only": "?", "ab": "?", "reasons": [str(e)]}
-    rep = analyse_file(pf_path, skill_id)
+    rep = analyse_source(source, skill_id, str(pf_path))
     try:
         w = watched_types(attrs.get("watches"))
         watches = ",".join(sorted(w)) if w is not None else "all"

@@ -28,7 +28,12 @@ def tokens(text: str | None) -> list[str]:
 # the 26 PFs of one dispatch; caching keeps harness time per step in microseconds.
 @lru_cache(maxsize=4096)
 def _tokens(text: str) -> tuple[str, ...]:
-    return tuple(_TOKEN.findall(text.lower().replace("_", " ")))
+    return tuple(_split(text))
+
+
+def _split(text: str) -> list[str]:
+    """The one tokenisation rule (lower-case alphanumeric runs, underscores split words)."""
+    return _TOKEN.findall(text.lower().replace("_", " "))
 
 
 @lru_cache(maxsize=1 << 16)  # a C-level lookup per token instead of running this body again
@@ -59,7 +64,7 @@ def content_token_set(text: str) -> frozenset[str]:
     """``frozenset(content_tokens(text))`` without the memo: for one-off texts such as the
     sentences of a newly read document, where caching would only churn the cache. The whole
     computation is C-level calls (no Python frame per token)."""
-    return frozenset(map(_stem, set(_TOKEN.findall(text.lower().replace("_", " "))) - STOPWORDS))
+    return frozenset(map(_stem, set(_split(text)) - STOPWORDS))
 
 
 def jaccard(a: Iterable[str] | str, b: Iterable[str] | str) -> float:
