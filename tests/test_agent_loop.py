@@ -10,7 +10,7 @@ from harness_doubles import ScriptedPolicy  # shared test double
 
 from hasp.agent.loop import AgentConfig, run_episode
 from hasp.agent.parser import ParsedAction, ParseFailure, parse_action
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.domains.search.generator import generate_benchmark
 from hasp.domains.search.retriever import BM25Retriever
 from hasp.domains.search.task import score

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.evolve.detectors import (
     DETECTORS,
     FailurePattern,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from traj_builders import scripted_traj
 
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.rollout import write_trajectories
 from hasp.config import load_params
 from hasp.evolve import epoch as ep

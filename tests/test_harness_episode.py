@@ -15,7 +15,7 @@ from hasp.agent.context import EpisodeState
 from hasp.agent.harness import Harness, episode_runner
 from hasp.agent.loop import AgentConfig, run_episode
 from hasp.agent.postprocess import parse_answer_span
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.variants import VARIANTS, get_variant
 from hasp.config import HarnessParams
 from hasp.domains.search.generator import generate_benchmark

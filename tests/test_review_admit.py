@@ -28,7 +28,7 @@ from hasp.evolve.review import (
 )
 from hasp.pf.library import load_library, scan_versions
 from hasp.pf.skill_md import load_skill_md
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 
 
 @dataclass

@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 
 from hasp.agent.loop import load_prompts  # noqa: E402
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory  # noqa: E402
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory  # noqa: E402
 from hasp.train.data import build_sft_rows, write_jsonl  # noqa: E402
 from hasp.train.sft import (  # noqa: E402
     WEIGHT_COLUMN,

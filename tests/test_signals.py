@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.signals import FAMILIES, FINE_KEYS, SignalWeights, fine_score, score_step, score_trajectory
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hasp.agent.loop import AgentConfig
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.rollout import read_trajectories
 from hasp.agent.single_step import REVISE_TEMPLATE, run_single_step, summarize_single_step
 from hasp.domains.code import runner as code_runner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.signals import score_step
 from hasp.train.data import build_dpo_rows, build_sft_rows, read_jsonl, summarize, write_jsonl
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
 
 def scripted_traj(qid: str, actions: list[tuple[str, str]], *, question: str = "q?", answers=("x",),

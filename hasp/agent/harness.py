@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from hasp.agent.context import EpisodeState
 from hasp.agent.postprocess import postprocess_final
-from hasp.agent.records import Action, AuditEvent, HarnessRecord, Trajectory
+from hasp.records import Action, AuditEvent, HarnessRecord, Trajectory
 from hasp.agent.variants import Variant
 from hasp.config import HarnessParams
 from hasp.pf.base import ProgramFunction, Teacher

@@ -20,7 +20,7 @@ import yaml
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ A single-step domain asks the policy once and treats the answer it extracts as t
 
 There is no domain branch in here: prompts, extraction, context and grading come in as the
 functions passed, which is the point of the paper's claim that one dispatcher serves web search,
-math and code unchanged. The result is an ordinary :class:`~hasp.agent.records.Trajectory`, so
+math and code unchanged. The result is an ordinary :class:`~hasp.records.Trajectory`, so
 signal scoring, training-data building, failure detection and MLflow logging apply as they are.
 
 ``Trajectory.terminated`` is ``"final"`` when some step produced an answer, else ``"max_steps"``
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.agent.loop import AgentConfig, Policy
-from hasp.agent.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.agent.variants import Variant, get_variant
 from hasp.llm.client import LLMError
 from hasp.pf.base import ProgramFunction, Teacher

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.domains.search.teacher_snippets import SnippetStats
 from hasp.eval.judge import JudgeVerdict
 

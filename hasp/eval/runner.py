@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.agent.loop import Policy
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.rollout import run_many, write_trajectories
 from hasp.agent.variants import Variant, get_variant
 from hasp.config import Params

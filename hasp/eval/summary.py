@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.eval.records import EpisodeRecord
 
 #: intervention types by level (paper §3: action-level rewrite vs context-level injection)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import CONFLICT_WORDS, EpisodeState
-from hasp.agent.records import Action, StepRecord, Trajectory
+from hasp.records import Action, StepRecord, Trajectory
 from hasp.textutil import content_tokens, jaccard, tokens
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any
 from hasp.atomic import write_json_atomic
 
 from hasp.agent.loop import AgentConfig, Policy
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
 from hasp.agent.variants import get_variant
 from hasp.config import Params

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.detectors import replay_contexts
 from hasp.evolve.propose import INTERVENTION_KWARGS, STEP_CONTEXT_FIELDS, Candidate

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.evolve.detectors import FailurePattern, final_action
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
-from hasp.agent.records import AuditEvent, Trajectory
+from hasp.records import AuditEvent, Trajectory
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "timing": ("s1.tp", "s1.fp", "s1.fn", "s1.phase"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hasp.agent.records import StepRecord
+from hasp.records import StepRecord
 from hasp.eval.records import EpisodeRecord
 
 _TEXT = 2000  # characters of prompts / observations kept on a span

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 
 from hasp.atomic import write_jsonl_atomic
 
-from hasp.agent.records import Action, StepRecord, Trajectory
+from hasp.records import Action, StepRecord, Trajectory
 from hasp.signals.coarse import SemanticJudge, SignalWeights, StepScore, score_trajectory
 
 DEFAULT_REWARD_FLOOR = 0.25

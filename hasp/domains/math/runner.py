@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.agent.loop import AgentConfig, Policy
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.single_step import evaluate_variants, library_info, run_single_step, skills_prompt
 from hasp.agent.variants import Variant, get_variant
 from hasp.domains.math.datasets import MathItem

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hasp.agent.harness import episode_runner
 from hasp.agent.loop import AgentConfig, Policy
-from hasp.agent.records import Trajectory
+from hasp.records import Trajectory
 from hasp.agent.variants import Variant
 from hasp.domains.search.generator import QAItem, load_corpus, load_questions
 from hasp.domains.search.metrics import exact_match, f1
