@@ -315,6 +315,6 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
 
 
 def phases_write_summary(ep_dir: Path, name: str, summary: dict[str, Any]) -> None:
-    from hasp.evolve.epoch import write_json
+    from hasp.atomic import write_json
 
     write_json(summary, ep_dir / f"summary_{name}.json")

@@ -13,11 +13,14 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import asdict, is_dataclass
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "write_json_atomic", "write_jsonl_atomic", "swap_dir", "default_mode"]
+__all__ = ["atomic_write", "write_json_atomic", "write_jsonl_atomic", "write_json", "read_json",
+           "write_jsonl", "read_jsonl",
+           "swap_dir", "default_mode"]
 
 
 def default_mode(is_dir: bool = False) -> int:
@@ -62,6 +65,35 @@ def write_jsonl_atomic(rows: Iterable[dict[str, Any]], path: str | Path) -> Path
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
     return atomic_write(path, fill)
+
+
+def _jsonable(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(obj: Any, path: str | Path) -> None:
+    """Atomic JSON write of a pipeline artifact; dataclasses, pydantic models and paths are converted."""
+    write_json_atomic(obj, path, default=_jsonable)
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """JSON lines, atomically (the name every pipeline module uses)."""
+    return write_jsonl_atomic(rows, path)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def swap_dir(tmp: Path, dest: Path, *, old_prefix: str = ".tmp-old-") -> None:

@@ -52,7 +52,7 @@ def _params(path: Path) -> Any:
 
 
 def _save_summary(epoch_dir: Path, phase: str, summary: dict[str, Any]) -> None:
-    from hasp.evolve.epoch import write_json
+    from hasp.atomic import write_json
 
     write_json(summary, epoch_dir / f"summary_{phase}.json")
     typer.echo(json.dumps({phase: summary}, default=str)[:2000])
@@ -94,7 +94,8 @@ def model_serve(port: int = 8765, folder: Optional[Path] = None) -> None:
 @data_app.command("prepare")
 def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = Path("params.yaml")) -> None:
     """Generate the multi-hop benchmark into OUT (corpus + train/val/test)."""
-    from hasp.evolve.epoch import prepare_data, write_json
+    from hasp.atomic import write_json
+    from hasp.evolve.epoch import prepare_data
 
     s = prepare_data(_params(params), out)
     write_json(s, out / "summary.json")

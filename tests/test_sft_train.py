@@ -18,7 +18,8 @@ pytest.importorskip("peft")
 
 from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory  # noqa: E402
-from hasp.train.data import build_sft_rows, write_jsonl  # noqa: E402
+from hasp.atomic import write_jsonl  # noqa: E402
+from hasp.train.data import build_sft_rows  # noqa: E402
 from hasp.train.sft import (  # noqa: E402
     WEIGHT_COLUMN,
     SFTRecipe,

@@ -6,7 +6,8 @@ import json
 
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.signals import score_step
-from hasp.train.data import build_dpo_rows, build_sft_rows, read_jsonl, summarize, write_jsonl
+from hasp.atomic import read_jsonl, write_jsonl
+from hasp.train.data import build_dpo_rows, build_sft_rows, summarize
 
 SYSTEM = {"role": "system", "content": "You answer questions."}
 MODIFY = {"skill_id": "premature_final", "type": "MODIFY_ACTION", "reason": "no read", "applied": True}

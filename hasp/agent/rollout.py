@@ -34,7 +34,7 @@ def run_many(items: Sequence[Any], episode: Callable[[Any], T], *, concurrency: 
 
 def write_trajectories(trajs: Sequence[Trajectory], path: Path) -> None:
     """Atomic write: a killed run never leaves a half-written trajectory file."""
-    from hasp.train.data import write_jsonl
+    from hasp.atomic import write_jsonl
 
     write_jsonl((t.to_dict() for t in trajs), path)
 

@@ -237,7 +237,7 @@ def evaluate_variants(items: Sequence[Any], variants: Sequence[str],
                       progress: bool = True, desc: str = "") -> dict[str, dict[str, Any]]:
     """Run every variant over ``items``; write ``out_dir/<variant>.jsonl`` and ``metrics.json``."""
     from hasp.agent.rollout import run_many, write_trajectories
-    from hasp.evolve.epoch import write_json
+    from hasp.atomic import write_json
 
     out_dir = Path(out_dir)
     results: dict[str, dict[str, Any]] = {}

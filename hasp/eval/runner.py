@@ -76,9 +76,9 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     ``teacher_snippets=None`` reads ``params.eval.teacher_snippets``. Snippet mode is a property of
     the environment, so it applies to all variants (a fair comparison); it needs a teacher, as
     does ``judge``."""
-    from hasp.evolve.epoch import write_json
+    from hasp.atomic import write_json
     from hasp.pf.library import load_library
-    from hasp.train.data import write_jsonl
+    from hasp.atomic import write_jsonl
 
     vs = [get_variant(v) for v in variants]
     snippets = params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets

@@ -78,7 +78,8 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
          params: Annotated[Path, typer.Option("--params")] = Path("params.yaml")) -> None:
     """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off)."""
     from hasp.evolve.epoch import gate as gate_phase
-    from hasp.evolve.epoch import rollout, val_runner, write_json
+    from hasp.atomic import write_json
+    from hasp.evolve.epoch import rollout, val_runner
     from hasp.evolve.gate import epoch_phases
     from hasp.llm.endpoints import policy_client, teacher_client
 

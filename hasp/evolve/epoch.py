@@ -13,17 +13,15 @@ never drift apart.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from hasp.atomic import write_json_atomic
+from hasp.atomic import read_json, write_json
 
 from hasp.agent.loop import AgentConfig, Policy
 from hasp.records import Trajectory
@@ -34,26 +32,6 @@ from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
 
 log = logging.getLogger(__name__)
-
-
-# ----------------------------------------------------------------------------- io helpers
-def _jsonable(obj: Any) -> Any:
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return asdict(obj)
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def write_json(obj: Any, path: Path) -> None:
-    """Atomic JSON write (``hasp.atomic``); dataclasses and paths are converted."""
-    write_json_atomic(obj, path, default=_jsonable)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 #: ``Trajectory.terminated`` values that carry an answer
@@ -496,7 +474,8 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
     PF-corrected steps) and, when the epoch has candidates, Objective B (skill-authoring
     SFT + DPO, ``sft_skill.jsonl`` / ``dpo_skill.jsonl``, see ``build_skill_data``)."""
     from hasp.signals.coarse import score_trajectory
-    from hasp.train.data import build_dpo_rows, build_sft_rows, summarize, write_jsonl
+    from hasp.atomic import write_jsonl
+    from hasp.train.data import build_dpo_rows, build_sft_rows, summarize
 
     trajs = read_trajectories(rollout_path)
     scores = [score_trajectory(t) for t in trajs]
@@ -521,8 +500,8 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
 def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
     """Objective B of one epoch from its phase files; earlier epochs' ``skill_records.jsonl``
     (siblings ``epoch_<j>``, j < this epoch) supply the other side of cross-epoch DPO pairs."""
-    from hasp.train.data import (build_skill_dpo_rows, build_skill_records, build_skill_sft_rows, read_jsonl,
-                                 write_jsonl)
+    from hasp.atomic import read_jsonl, write_jsonl
+    from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
 
     cpath = epoch_dir / "candidates.json"
     if not cpath.exists():
@@ -560,7 +539,7 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
     if not t.enabled:
         write_json({"skipped": "train.enabled is false"}, out_dir / "train_metrics.json")
         return {"skipped": True}
-    from hasp.train.data import read_jsonl
+    from hasp.atomic import read_jsonl
 
     if not read_jsonl(sft_path):
         reason = f"{sft_path} has no rows above the reward floor (no PF-corrected steps); training skipped"

@@ -208,7 +208,7 @@ class FeedbackHistory:
         path = Path(path) if path is not None else self.path
         if path is None:
             raise ValueError("FeedbackHistory.save needs a path")
-        from hasp.train.data import write_jsonl
+        from hasp.atomic import write_jsonl
 
         write_jsonl([asdict(e) for e in self.entries], path)
         self.path = path

@@ -6,9 +6,9 @@ loaded lazily, so ``from hasp.train import build_sft_rows`` stays cheap.
 
 from typing import Any
 
-from hasp.train.data import build_dpo_rows, build_sft_rows, read_jsonl, summarize, write_jsonl
+from hasp.train.data import build_dpo_rows, build_sft_rows, summarize
 
-__all__ = ["build_sft_rows", "build_dpo_rows", "read_jsonl", "summarize", "write_jsonl",
+__all__ = ["build_sft_rows", "build_dpo_rows", "summarize",
            "SFTRecipe", "TrainResult", "train_sft"]
 
 

@@ -13,12 +13,9 @@ offline re-scorer can re-weight without rerunning rollouts. Layer 2 renders a ro
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from hasp.atomic import write_jsonl_atomic
 
 from hasp.records import Action, StepRecord, Trajectory
 from hasp.signals.coarse import SemanticJudge, SignalWeights, StepScore, score_trajectory
@@ -118,16 +115,6 @@ def build_dpo_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor
                      "rejected": [assistant_turn(step.thought, a.a_orig)],
                      **_meta(traj, step, sc)})
     return rows
-
-
-def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
-    """Write rows atomically (``hasp.atomic``: temp file beside ``path``, fsync, ``os.replace``)."""
-    return write_jsonl_atomic(rows, path)
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

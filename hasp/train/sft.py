@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
-from hasp.train.data import read_jsonl  # noqa: E402
+from hasp.atomic import read_jsonl  # noqa: E402
 
 WEIGHT_COLUMN = "sample_weight"
 LogCallback = Callable[[dict[str, float], int], Any]  # mlflow.log_metrics(metrics, step=...) fits
