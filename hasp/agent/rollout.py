@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tqdm import tqdm
-
+from hasp.progress import Progress
 from hasp.records import Trajectory
 
 T = TypeVar("T")
@@ -23,12 +22,15 @@ T = TypeVar("T")
 def run_many(items: Sequence[Any], episode: Callable[[Any], T], *, concurrency: int = 8,
              desc: str = "rollout", progress: bool = True) -> list[T]:
     """Apply ``episode`` to every item with bounded concurrency, keeping order (any result type:
-    trajectories, or evaluation records that wrap one)."""
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        futures = [pool.submit(episode, it) for it in items]
-        out = []
-        for f in tqdm(futures, desc=desc, disable=not progress, leave=False):
-            out.append(f.result())
+    trajectories, or evaluation records that wrap one). Progress counts episodes as they finish,
+    not in submission order, so the count and ETA move with every finished episode."""
+    out: list[Any] = [None] * len(items)
+    with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar, \
+            ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        index = {pool.submit(episode, it): i for i, it in enumerate(items)}
+        for f in as_completed(index):
+            out[index[f]] = f.result()
+            bar.advance()
     return out
 
 
