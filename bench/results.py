@@ -1,0 +1,74 @@
+"""The results file the bench scripts write (``bench/RESULTS.md``), one section per script.
+
+Why: a figure in the README must come from a run, with the command that produced it and when.
+Each bench script prints its lines through a ``Report`` and, at the end, replaces its own section
+of the results file with them, stamped with the command line, the date (UTC), the commit and the
+machine. Other sections are left as they are, so the file always holds the latest run of each.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+HEADER = ("# Measured results\n\nWritten by the scripts under `bench/`: each section is the latest run of one script, "
+          "with its command, date, commit and machine. Re-run a command to replace its section.\n")
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=RESULTS.parent)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10, cwd=RESULTS.parent).stdout.strip()
+        return out.stdout.strip() + (" (uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+class Report:
+    """Collects what a bench script prints and writes it as its section of the results file."""
+
+    def __init__(self, section: str, *, note: str = "") -> None:
+        self.section = section
+        self.note = note
+        self.lines: list[str] = []
+
+    def line(self, text: str = "") -> None:
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def write(self, path: Path = RESULTS) -> Path:
+        command = "python " + " ".join([os.path.relpath(sys.argv[0], RESULTS.parent.parent), *sys.argv[1:]])
+        body = [f"## {self.section}", "",
+                f"- command: `{command}`",
+                f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+                f"- commit: {_commit()}",
+                f"- machine: {_machine()}"]
+        if self.note:
+            body.append(f"- note: {self.note}")
+        body += ["", "```", *self.lines, "```", ""]
+        write_section(path, self.section, "\n".join(body))
+        print(f"results written to {path} (section '{self.section}')", flush=True)
+        return path
+
+
+def write_section(path: Path, section: str, text: str) -> None:
+    """Replace (or append) the ``## section`` block of the results file."""
+    old = path.read_text(encoding="utf-8") if path.exists() else HEADER
+    pattern = re.compile(rf"^## {re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
+    block = text.rstrip("\n") + "\n\n"
+    new = pattern.sub(lambda _: block, old, count=1) if pattern.search(old) else old.rstrip("\n") + "\n\n" + block
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    os.replace(tmp, path)
