@@ -20,6 +20,7 @@ import yaml
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
+from hasp.config import AgentParams, default_of
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
 
@@ -43,21 +44,25 @@ class Environment(Protocol):
     def read(self, ref: str) -> tuple[str, dict[str, Any] | None]: ...
 
 
+def _agent(name: str) -> Any:
+    return default_of(AgentParams, name)
+
+
 @dataclass
 class AgentConfig:
-    """Episode budgets and sampling; one object so a variant is plain data."""
+    """Episode budgets and sampling; one object so a variant is plain data. Defaults and help text of
+    the shared knobs are the ``agent`` section's (``hasp.config.AgentParams``)."""
 
-    max_steps: int = 8
-    max_search_calls: int = 4
-    max_read_calls: int = 4
-    temperature: float = 0.0
-    max_tokens: int = 96
+    max_steps: int = _agent("max_steps")
+    max_search_calls: int = _agent("max_search_calls")
+    max_read_calls: int = _agent("max_read_calls")
+    temperature: float = _agent("temperature")
+    max_tokens: int = _agent("max_tokens")
     use_pfs: bool = True
     skills_in_prompt: bool = False
-    max_modify_fires: int = 2
+    max_modify_fires: int = _agent("max_modify_fires")
     seed: int | None = 0
-    #: when the step budget runs out without FINAL, ask once more for the answer (no tools, no PFs)
-    final_on_budget: bool = True
+    final_on_budget: bool = _agent("final_on_budget")
 
 
 @lru_cache(maxsize=4)
