@@ -10,17 +10,16 @@ output) are recorded and shown to the model; harness bugs raise.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Protocol
 
-import yaml
 
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
 from hasp.config import AgentParams, default_of
+from hasp.prompts import load_prompts as prompt_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
 
@@ -65,10 +64,9 @@ class AgentConfig:
     final_on_budget: bool = _agent("final_on_budget")
 
 
-@lru_cache(maxsize=4)
-def load_prompts(name: str = "search_react") -> dict[str, str]:
-    text = resources.files("hasp.agent").joinpath(f"prompts/{name}.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+def load_prompts(name: str = "search_react") -> Mapping[str, Any]:
+    """The search agent's prompt entries (``hasp/agent/prompts/<name>.yaml``)."""
+    return prompt_file("hasp.agent", name)
 
 
 def _hit_dict(h: Any) -> dict[str, str]:
