@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from hasp.config import load_params
+from hasp.config import ParamsError, load_params
 from hasp.evolve.epoch import prepare_data, rollout
 from hasp.agent.rollout import read_trajectories
 from hasp.llm.endpoints import policy_client
@@ -44,8 +45,12 @@ def main() -> None:
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml",
                     help="params file (its llm.base_url may point at a running server)")
     args = ap.parse_args()
-    p = load_params(args.params, overrides={"harness.pf_selection": args.pf_selection,
-                                              "llm.max_concurrency": args.concurrency})
+    try:
+        p = load_params(args.params, overrides={"harness.pf_selection": args.pf_selection,
+                                                  "llm.max_concurrency": args.concurrency})
+    except ParamsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     library = ROOT / "skills" / "search"
     with tempfile.TemporaryDirectory() as d:
         data = Path(d) / "data"

@@ -13,8 +13,10 @@ change replays from the cache.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from flows.evolve import evolve_flow
+from hasp.config import ParamsError, load_params
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +31,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="outputs")
     ap.add_argument("--library", default="skills/search")
     a = ap.parse_args(argv)
+    try:
+        load_params(a.params)  # a bad file fails now, not at the first scheduled run
+    except ParamsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     params = {"epochs": a.epochs, "mode": a.mode, "filtering": a.filtering, "params_path": a.params,
               "out_root": a.out, "library": a.library}
     if a.timezone:

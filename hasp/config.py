@@ -1,6 +1,9 @@
 """Typed view of ``params.yaml``: one model per concern, validated once at load.
 
-A bad value fails here with one message naming the key, never deep inside a run.
+This schema is the one place a default is written: runtime configs (``AgentConfig``, ``LLMConfig``,
+``SFTRecipe``) take theirs from it, so a knob cannot mean one thing in code and another in the file.
+Each field's help text is its ``description``. A bad value fails here with one message naming the
+key, never deep inside a run.
 """
 
 from __future__ import annotations
@@ -19,10 +22,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def default_of(model: type[BaseModel], name: str) -> Any:
+    """The schema default of ``model.name``: what a runtime dataclass field uses as its own default."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
 class DataParams(_Strict):
-    seed: int = 7
-    n_questions: int = Field(90, ge=6)
-    fractions: tuple[float, float, float] = (0.4, 0.2, 0.4)
+    seed: int = Field(7, description="generator seed for the multi-hop benchmark")
+    n_questions: int = Field(30, ge=6, description="questions generated (split into train/val/test)")
+    fractions: tuple[float, float, float] = Field(
+        (0.4, 0.2, 0.4), description="train (evolution seed split) / val / test")
 
     @model_validator(mode="after")
     def _fractions(self) -> "DataParams":
@@ -32,9 +41,10 @@ class DataParams(_Strict):
 
 
 class EndpointParams(_Strict):
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
+    base_url: str | None = Field(None, description="OpenAI-compatible URL; null = the embedded server "
+                                                   "(policy) or no teacher")
+    model: str | None = Field(None, description="model name at base_url (required when base_url is set)")
+    api_key_env: str | None = Field(None, description="name of the environment variable that holds the key")
 
     @model_validator(mode="after")
     def _pair(self) -> "EndpointParams":
@@ -44,23 +54,25 @@ class EndpointParams(_Strict):
 
 
 class LLMParams(EndpointParams):
-    port: int = Field(8765, ge=1024, le=65535)
-    timeout_s: float = Field(120, gt=0)
-    max_retries: int = Field(3, ge=0)
-    max_concurrency: int = Field(8, ge=1)
+    port: int = Field(8765, ge=1024, le=65535, description="loopback port of the embedded server")
+    timeout_s: float = Field(300.0, gt=0, description="per-request timeout; a long proposal on a loaded "
+                                                    "2-core CPU can take minutes")
+    max_retries: int = Field(3, ge=0, description="retries with backoff on 429/5xx and timeouts")
+    max_concurrency: int = Field(16, ge=1, description="requests in flight per client")
 
 
 class AgentParams(_Strict):
-    max_steps: int = Field(6, ge=1)
-    max_search_calls: int = Field(3, ge=0)
-    max_read_calls: int = Field(3, ge=0)
-    temperature: float = Field(0.0, ge=0)
-    max_tokens: int = Field(64, ge=8)
-    top_k: int = Field(3, ge=1)
-    snippet_chars: int = Field(120, ge=20)
-    read_chars: int = Field(400, ge=50)
-    max_modify_fires: int = Field(2, ge=0)
-    final_on_budget: bool = True
+    max_steps: int = Field(5, ge=1, description="steps per episode before the budget ends it")
+    max_search_calls: int = Field(3, ge=0, description="SEARCH actions allowed per episode")
+    max_read_calls: int = Field(3, ge=0, description="READ actions allowed per episode")
+    temperature: float = Field(0.0, ge=0, description="policy sampling temperature")
+    max_tokens: int = Field(64, ge=8, description="policy reply budget per step")
+    top_k: int = Field(3, ge=1, description="search results shown per SEARCH")
+    snippet_chars: int = Field(120, ge=20, description="characters of each search result shown")
+    read_chars: int = Field(400, ge=50, description="characters of a READ document shown")
+    max_modify_fires: int = Field(2, ge=0, description="per-PF MODIFY_ACTION limit per episode")
+    final_on_budget: bool = Field(True, description="out of steps without FINAL: one more turn that may "
+                                                    "only answer (no tools, no PFs)")
 
 
 class HarnessParams(_Strict):
@@ -68,28 +80,30 @@ class HarnessParams(_Strict):
     selection and the three budget classes. A variant (``hasp.agent.variants``) decides which
     surfaces exist at all; these switches can only turn surfaces off, never on."""
 
-    skills_enabled: bool = True
+    skills_enabled: bool = Field(True, description="master switch: false = plain ReAct for every variant")
     enable_program_functions: bool = True
-    enable_skill_handlers: bool = True
-    enable_prompt_only_skills: bool = True
-    pf_only_mode: bool = False
-    enable_difficulty_gating: bool = False
-    difficulty_threshold: int = Field(2, ge=1, le=5)
-    handler_vote_threshold: int = Field(4, ge=1)
-    max_final_overrides: int = Field(1, ge=0)
-    pf_selection: Literal["auto", "heuristic", "all"] = "auto"
-    pf_top_k: int = Field(6, ge=0)
+    enable_skill_handlers: bool = Field(True, description="FINAL-time handler votes (FINAL -> SEARCH override)")
+    enable_prompt_only_skills: bool = Field(True, description="skills without pf.py still add prompt / phase text")
+    pf_only_mode: bool = Field(False, description="no prompt-level skill text; PFs act only through dispatch")
+    enable_difficulty_gating: bool = Field(False, description="per question: skills off when difficulty < threshold")
+    difficulty_threshold: int = Field(2, ge=1, le=5, description="1-5 scale (teacher score, heuristic without teacher)")
+    handler_vote_threshold: int = Field(4, ge=1, description="votes needed to override a FINAL (paper: 4 web, 3 math)")
+    max_final_overrides: int = Field(1, ge=0, description="per episode; prevents FINAL->SEARCH->FINAL loops")
+    pf_selection: Literal["auto", "heuristic", "all"] = Field(
+        "auto", description="auto (teacher if any, else heuristic) | heuristic | all")
+    pf_top_k: int = Field(6, ge=0, description="PFs kept per question besides the mandatory ones")
     mandatory_pfs: list[str] = Field(default_factory=lambda: [
         "retrieval_failure", "format_extraction_error", "relevant_content_extractor"])
     light_pfs: list[str] = Field(default_factory=lambda: ["premature_final", "insufficient_exploration"])
     decomposition_pfs: list[str] = Field(default_factory=lambda: [
         "decompose_complex_question", "iterative_refinement"])
     entity_pfs: list[str] = Field(default_factory=lambda: ["wrong_entity_confusion", "citation_mismatch"])
-    max_skills_in_prompt: int = Field(6, ge=0)
-    max_phase_instructions: int = Field(2, ge=0)
-    pre_final_step_threshold: int = Field(3, ge=1)
-    timeout_seconds: float = Field(600.0, gt=0)
-    teacher_max_tokens: int = Field(64, ge=8)
+    max_skills_in_prompt: int = Field(6, ge=0, description="skill summaries in the system prompt (prompt variant)")
+    max_phase_instructions: int = Field(2, ge=0, description="phase reminders per step")
+    pre_final_step_threshold: int = Field(3, ge=1, description="from this step on, pre_final reminders may show")
+    timeout_seconds: float = Field(600.0, gt=0, description="wall budget per episode")
+    teacher_max_tokens: int = Field(64, ge=8, description="reply budget of harness teacher calls "
+                                    "(gate, selection, post-processing)")
 
     @field_validator("mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs")
     @classmethod
@@ -105,7 +119,7 @@ class EvolveParams(_Strict):
     max_candidates: int = Field(5, ge=0)
     proposal_temperature: float = Field(0.7, ge=0)
     proposal_max_tokens: int = Field(600, ge=32)
-    exec_threshold: float = Field(0.3, ge=0, le=1)
+    exec_threshold: float = Field(0.3, ge=0, le=1, description="hard reject below this Q_exec")
     new_group_threshold: float = Field(0.75, ge=0, le=1)
     same_group_threshold: float = Field(0.60, ge=0, le=1)
     max_library_size: int = Field(50, ge=1)
@@ -132,37 +146,77 @@ class EvolveParams(_Strict):
 
 
 class SignalParams(_Strict):
-    reward_floor: float = 0.25
+    reward_floor: float = Field(0.25, description="training rows below this reward are dropped")
 
 
-class TrainParams(_Strict):
-    enabled: bool = True
-    learning_rate: float = Field(2e-4, gt=0)
-    max_steps: int = Field(30, ge=1)
-    per_device_train_batch_size: int = Field(4, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    lora_r: int = Field(16, ge=1)
-    lora_alpha: int = Field(32, ge=1)
-    max_length: int = Field(768, ge=64)
-    seed: int = 0
+class SFTParams(_Strict):
+    """Every knob of the LoRA SFT trainer (``hasp.train.sft.SFTRecipe``); paper App. D.3 / Table 13 (E1)
+    values are named where the CPU demo departs from them."""
+
+    lora_r: int = Field(16, ge=1, description="LoRA rank (paper: 16)")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (paper: 32)")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the LoRA branch")
+    target_modules: tuple[str, ...] = Field(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        description="linear modules that get LoRA adapters (Llama/Qwen names)")
+    learning_rate: float = Field(2e-4, gt=0, description="peak learning rate; higher than the paper's 1e-5 "
+                                                         "(7B, 10 epochs) because the CPU demo takes few steps")
+    num_train_epochs: float = Field(10.0, gt=0, description="epochs over the SFT pool when max_steps is -1 "
+                                                            "(paper E1: 10)")
+    max_steps: int = Field(10, ge=-1, description="stop after this many optimizer steps; -1 = run "
+                                                  "num_train_epochs")
+    per_device_train_batch_size: int = Field(2, ge=1, description="micro-batch size (2 keeps the 135M model "
+                                                                  "under ~5 GB RSS on CPU; 4 needs ~6-8 GB)")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    max_length: int = Field(512, ge=64, description="max tokens of prompt+target; older history turns are "
+                                                    "dropped to fit")
+    seed: int = Field(0, description="seed for LoRA init, data order and dropout")
+    weighting: Literal["loss", "oversample", "none"] = Field(
+        "loss", description="how the step advantage A_t is honoured: per-row loss weight, oversampling, "
+                            "or ignored")
+    normalize_weights: bool = Field(True, description="weighting=loss: divide weights by their mean so the "
+                                                      "average row weight is 1")
+    oversample_factor: float = Field(2.0, gt=0, description="weighting=oversample: total copies = "
+                                                            "round(factor * n_rows), split by weight")
+    lr_scheduler_type: str = Field("linear", description="transformers LR scheduler name")
+    warmup_steps: float = Field(0.0, ge=0, description="warmup steps (int) or ratio of total steps (float < 1)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    logging_steps: int = Field(1, ge=1, description="log (and call log_callback) every N optimizer steps")
+    gradient_checkpointing: bool = Field(False, description="recompute activations (paper: on, GPU); off "
+                                                            "because it is slower on CPU")
+    trim_history: bool = Field(True, description="drop the oldest (assistant, observation) turns of a "
+                                                 "too-long prompt")
+    save_merged: bool = Field(True, description="also merge LoRA into the base and save a full HF folder")
+    torch_threads: int | None = Field(
+        None, ge=0, description="torch.set_num_threads for the run. null: torch default (all cores); 0: auto = "
+                                "idle cores by the 1-min load average (min 1). Use fewer when an LLM server "
+                                "shares the CPU: oversubscribed OpenMP threads made steps 3-5x slower. "
+                                "Changing it changes float reduction order, so losses differ in the last digits")
+
+
+class TrainParams(SFTParams):
+    enabled: bool = Field(True, description="false = the pipeline skips training")
 
 
 class EvalParams(_Strict):
     """``hasp eval``: paper splits of benchmark files (App. D.1), teacher-snippet mode (App. D.4), judge."""
 
-    n_test: int = Field(200, ge=1)          # first N rows of a benchmark file are its test set
-    n_seed: int = Field(50, ge=0)           # seed / val pools drawn from the shuffled tail
-    n_val: int = Field(50, ge=0)
-    split_seed: int = 42
-    teacher_snippets: bool = False          # SEARCH returns a teacher-written snippet, READ is disabled
-    snippet_max_tokens: int = Field(200, ge=16)
-    snippet_doc_chars: int = Field(600, ge=50)   # characters of each retrieved doc shown to the teacher
-    judge_max_tokens: int = Field(8, ge=1)
-    traces: bool = True                     # each episode as an MLflow trace
+    n_test: int = Field(200, ge=1, description="first N rows of a benchmark file are its test set")
+    n_seed: int = Field(50, ge=0, description="seed pool drawn from the shuffled tail")
+    n_val: int = Field(50, ge=0, description="val pool drawn from the shuffled tail")
+    split_seed: int = Field(42, description="shuffle seed of the tail")
+    teacher_snippets: bool = Field(False, description="SEARCH returns a teacher-written snippet, READ is "
+                                                      "disabled")
+    snippet_max_tokens: int = Field(200, ge=16, description="reply budget of a teacher snippet")
+    snippet_doc_chars: int = Field(600, ge=50, description="characters of each retrieved doc shown to the "
+                                                           "teacher")
+    judge_max_tokens: int = Field(8, ge=1, description="reply budget of the LLM judge")
+    traces: bool = Field(True, description="log each episode as an MLflow trace (PF events as spans)")
 
 
 class TrackingParams(_Strict):
-    experiment: str = "hasp-search"
+    experiment: str = Field("hasp-search", description="MLflow experiment name")
 
 
 class Params(_Strict):
@@ -189,24 +243,44 @@ class Params(_Strict):
 
 
 class ParamsError(ValueError):
-    pass
+    """A params file that cannot be used; the message is one line that names the file."""
 
 
-def load_params(path: Path | str = "params.yaml", overrides: dict[str, Any] | None = None) -> Params:
-    path = Path(path)
+def _read_mapping(path: Path) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such params file") from None
+    except OSError as e:
+        raise ParamsError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML: {e}") from e
-    raw = raw or {}
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ParamsError(f"{path}: not valid YAML{at}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: top level must be a mapping of sections, not a {type(raw).__name__}")
+    return raw
+
+
+def load_params(path: Path | str | None = None, overrides: dict[str, Any] | None = None) -> Params:
+    """The one way to read params: ``path`` must exist (a typo must not silently run on defaults);
+    ``None`` means the schema defaults. ``overrides`` maps ``section.key`` to a value."""
+    raw = _read_mapping(Path(path)) if path is not None else {}
+    where = str(path) if path is not None else "params"
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, leaf = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"{where}: {p} is not a mapping, cannot set {dotted}")
         node[leaf] = value
     try:
-        return Params(**raw)
+        return Params.model_validate(raw)
     except ValidationError as e:
         msgs = "; ".join(f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors())
-        raise ParamsError(f"{path}: {msgs}") from e
+        raise ParamsError(f"{where}: {msgs}") from None

@@ -25,7 +25,7 @@ from hasp.agent.context import EpisodeState
 from hasp.agent.postprocess import postprocess_final
 from hasp.records import Action, AuditEvent, HarnessRecord, Trajectory
 from hasp.agent.variants import Variant
-from hasp.config import HarnessParams
+from hasp.config import AgentParams, HarnessParams, default_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.conditions import ConditionEnv
 from hasp.pf.difficulty import assess_difficulty
@@ -70,7 +70,7 @@ class Harness:
     """Everything about a (library, variant, params) that does not depend on the question."""
 
     def __init__(self, library: SkillLibrary | None, variant: Variant, params: HarnessParams | None = None, *,
-                 max_modify_fires: int = 2) -> None:
+                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires")) -> None:
         self.variant, self.hp = variant, params or HarnessParams()
         self.max_modify_fires = max_modify_fires
         self.surfaces = Surfaces.of(variant, self.hp, library is not None)
@@ -159,13 +159,13 @@ class EpisodeHarness:
     postprocess: bool = False
     timeout_s: float | None = None
     max_phase_instructions: int = 0
-    pre_final_step_threshold: int = 3
-    teacher_max_tokens: int = 64
+    pre_final_step_threshold: int = default_of(HarnessParams, "pre_final_step_threshold")
+    teacher_max_tokens: int = default_of(HarnessParams, "teacher_max_tokens")
     t_start: float = field(default_factory=time.perf_counter)
 
     @classmethod
     def plain(cls, pfs: list[ProgramFunction], *, teacher: Teacher | None = None, skills_text: str = "",
-              max_modify_fires: int = 2) -> "EpisodeHarness":
+              max_modify_fires: int = default_of(AgentParams, "max_modify_fires")) -> "EpisodeHarness":
         """No selection layers: the given PFs, the given prompt text (``run_episode``'s old contract)."""
         tw = CountingTeacher(teacher) if teacher is not None else None
         return cls(dispatcher=Dispatcher(pfs, teacher=tw, max_modify_fires=max_modify_fires),

@@ -10,16 +10,16 @@ output) are recorded and shown to the model; harness bugs raise.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Protocol
 
-import yaml
 
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
+from hasp.config import AgentParams, default_of
+from hasp.prompts import load_prompts as prompt_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
 
@@ -43,27 +43,30 @@ class Environment(Protocol):
     def read(self, ref: str) -> tuple[str, dict[str, Any] | None]: ...
 
 
+def _agent(name: str) -> Any:
+    return default_of(AgentParams, name)
+
+
 @dataclass
 class AgentConfig:
-    """Episode budgets and sampling; one object so a variant is plain data."""
+    """Episode budgets and sampling; one object so a variant is plain data. Defaults and help text of
+    the shared knobs are the ``agent`` section's (``hasp.config.AgentParams``)."""
 
-    max_steps: int = 8
-    max_search_calls: int = 4
-    max_read_calls: int = 4
-    temperature: float = 0.0
-    max_tokens: int = 96
+    max_steps: int = _agent("max_steps")
+    max_search_calls: int = _agent("max_search_calls")
+    max_read_calls: int = _agent("max_read_calls")
+    temperature: float = _agent("temperature")
+    max_tokens: int = _agent("max_tokens")
     use_pfs: bool = True
     skills_in_prompt: bool = False
-    max_modify_fires: int = 2
+    max_modify_fires: int = _agent("max_modify_fires")
     seed: int | None = 0
-    #: when the step budget runs out without FINAL, ask once more for the answer (no tools, no PFs)
-    final_on_budget: bool = True
+    final_on_budget: bool = _agent("final_on_budget")
 
 
-@lru_cache(maxsize=4)
-def load_prompts(name: str = "search_react") -> dict[str, str]:
-    text = resources.files("hasp.agent").joinpath(f"prompts/{name}.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+def load_prompts(name: str = "search_react") -> Mapping[str, Any]:
+    """The search agent's prompt entries (``hasp/agent/prompts/<name>.yaml``)."""
+    return prompt_file("hasp.agent", name)
 
 
 def _hit_dict(h: Any) -> dict[str, str]:

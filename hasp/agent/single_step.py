@@ -37,6 +37,7 @@ from hasp.agent.variants import Variant, get_variant
 from hasp.llm.client import LLMError
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.dispatcher import DispatchResult, Dispatcher
+from hasp.prompts import prompt
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,8 @@ Scorer = Callable[[str], "float | tuple[float, dict[str, Any]]"]
 #: ctx_builder(thought, answer) -> the step context (App. C.5 names + domain keys) the PFs read
 CtxBuilder = Callable[[str, str], "dict[str, Any]"]
 
-DEFAULT_FORMAT_HINT = "give your final answer as FINAL[...]"
-REVISE_TEMPLATE = ("A checker looked at your answer and found:\n{hints}\n\n"
-                   "If a check points to a problem, fix it; if everything checks out, keep your answer. "
-                   "Revise and {format_hint}.")
+DEFAULT_FORMAT_HINT = prompt("hasp.agent", "single_step", "format_hint")
+REVISE_TEMPLATE = prompt("hasp.agent", "single_step", "revise")
 _NO_ANSWER = "no answer found in the reply"
 _STATE_STR_CHARS = 300
 

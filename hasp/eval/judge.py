@@ -14,14 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hasp.llm.teacher_call import ask_teacher
+from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
-
-_SYSTEM = ("You grade short answers to questions. Compare the predicted answer with the reference "
-           "answers: it is correct when it names the same thing, even if worded differently, and "
-           "incorrect when it is different, incomplete or hedges between options. Reply with one word: "
-           "CORRECT or INCORRECT.")
-
 
 @dataclass(frozen=True)
 class JudgeVerdict:
@@ -45,9 +40,9 @@ def parse_verdict(text: str) -> bool | None:
 
 def judge_messages(question: str, answers: list[str], prediction: str) -> list[dict[str, str]]:
     refs = " | ".join(a for a in answers if a) or "(none)"
-    return [{"role": "system", "content": _SYSTEM},
-            {"role": "user", "content": f"Question: {question}\nReference answers: {refs}\n"
-                                        f"Predicted answer: {prediction}\nVerdict (CORRECT or INCORRECT):"}]
+    return [{"role": "system", "content": prompt("hasp.eval", "judge", "system")},
+            {"role": "user", "content": render("hasp.eval", "judge", "user", question=question, refs=refs,
+                                               prediction=prediction)}]
 
 
 def judge_answer(judge: Any, question: str, answers: list[str], prediction: str, *,

@@ -549,10 +549,7 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
     if model_dir is None:
         from hasp.llm.model_prep import prepare_model
         model_dir = prepare_model()
-    recipe = SFTRecipe(learning_rate=t.learning_rate, max_steps=t.max_steps, lora_r=t.lora_r,
-                       lora_alpha=t.lora_alpha, per_device_train_batch_size=t.per_device_train_batch_size,
-                       gradient_accumulation_steps=t.gradient_accumulation_steps,
-                       max_length=t.max_length, seed=t.seed)
+    recipe = SFTRecipe.from_params(t)
     res = train_sft(model_dir, sft_path, out_dir, recipe)
     out = {"metrics": res.metrics, "history": res.history, "recipe": recipe.to_dict(),
            "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir) if res.merged_dir else None}

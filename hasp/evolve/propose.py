@@ -27,6 +27,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +37,7 @@ from hasp.agent.context import EpisodeState
 from hasp.evolve.cluster import Cluster
 from hasp.pf.sandbox_policy import ALLOWED_MODULES
 from hasp.pf.skill_md import PHASES, SkillFormatError, SkillSpec, parse_skill_md, render_skill_md
+from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
 
@@ -76,70 +78,23 @@ INTERVENTION_KWARGS = ("type", "new_action_type", "new_action_arg", "context_tex
 
 # A small worked example in the prompt. If the reply's code is (nearly) this, it is not a proposal.
 _EXAMPLE_ID = "empty_result_rephrase"
-_EXAMPLE_CODE = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 
 
-@register_pf("empty_result_rephrase")
-class EmptyResultRephrase(ProgramFunction):
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "SEARCH" and ctx.get("empty_results", False) and ctx.get("search_count", 0) >= 1
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        words = arg.split()[:3]
-        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
-                            new_action_arg=" ".join(words), reason="last search was empty; shorter query")
-'''
-_EXAMPLE_MD = f'''---
-skill_id: {_EXAMPLE_ID}
-name: empty-result-rephrase
-description: When a search returns nothing, retry with a shorter query.
-error_category: query_too_narrow
-priority: 0.5
----
-## When it fires
-A SEARCH right after a search that returned no results.
-## What it does
-Keeps the first three words of the query.
-'''
+def _p(key: str, **fields: object) -> str:
+    return render("hasp.evolve", "propose", key, **fields) if fields else prompt("hasp.evolve", "propose", key)
 
 
 def _w(text: str) -> str:
     return " ".join(text.split())
 
 
-_SYSTEM = f"""You design Program Functions (PFs) for a question-answering agent.
-The agent works in steps. Each step it proposes one action: SEARCH[query], READ[doc_id] or FINAL[answer].
-Before the action runs, every PF looks at the step context and the proposed action. A PF may rewrite
-the action or add a short note that the agent sees in its next observation.
-
-A skill is two parts:
-1. SKILL.md: YAML frontmatter between --- lines (skill_id, name, description, error_category, priority)
-   followed by markdown explaining when the skill fires and what it does.
-2. pf.py: one Python class that subclasses ProgramFunction, decorated with @register_pf("<skill_id>")
-   using the same skill_id as the frontmatter.
-
-Rules for the code:
-- should_activate(self, ctx, action_type, arg) -> bool. Plain deterministic Python over ctx,
-  action_type and arg only. Never call a language model, the network, files or random numbers here.
-- intervene(self, ctx, action_type, arg, teacher=None) -> Intervention.
-- Intervention accepts only these keyword arguments: {", ".join(INTERVENTION_KWARGS)}.
-  type is InterventionType.MODIFY_ACTION, InterventionType.INJECT_CONTEXT or InterventionType.NOOP.
-  MODIFY_ACTION must set new_action_type to "SEARCH", "READ" or "FINAL" (and usually new_action_arg).
-  INJECT_CONTEXT must set context_text.
-- action_type is "SEARCH", "READ" or "FINAL". Fire only on the actions the failure is about;
-  a PF that rewrites every action does harm.
-- Import line: from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-  Besides that, import only these standard-library modules: {", ".join(sorted(ALLOWED_MODULES - {"__future__"}))}.
-  Code that imports anything else, opens files or starts processes is rejected unread.
-- ctx keys: {"; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS)}.
-  Read them with ctx.get(key, default).
-
-Reply with exactly two fenced blocks: first ```markdown with the SKILL.md, then ```python with the class.
-Example of the format (for a different failure; do not copy it):
-```markdown
-{_EXAMPLE_MD}```
-```python
-{_EXAMPLE_CODE}```"""
+@lru_cache(maxsize=1)
+def proposer_system() -> str:
+    """The proposer's system prompt: the PF interface as the runtime enforces it, then the example."""
+    return _p("system", intervention_kwargs=", ".join(INTERVENTION_KWARGS),
+              allowed_modules=", ".join(sorted(ALLOWED_MODULES - {"__future__"})),
+              ctx_keys="; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS),
+              example_md=_p("example_md"), example_code=_p("example_code"))
 
 
 # --------------------------------------------------------------------------- feedback history
@@ -260,7 +215,7 @@ def _evidence_lines(cluster: Cluster, n: int = 2) -> list[str]:
     out = []
     for p in cluster.patterns[:n]:
         ev = json.dumps(p.evidence, ensure_ascii=False, default=str)
-        out.append(f"- episode {p.qid}: {ev[:300]}")
+        out.append(_p("user_evidence", qid=p.qid, evidence=ev[:300]))
     return out
 
 
@@ -274,28 +229,25 @@ def build_proposer_messages(cluster: Cluster, existing_skill_ids: Sequence[str],
     sid = _suggested_id(cluster, existing)
     rep = cluster.representative
     parts = [
-        f"Failure to fix: {cluster.category}",
-        f"What goes wrong: {rep.abstraction}",
-        f"When it shows up: {rep.trigger}",
-        f"Idea for a fix: {rep.intervention_hint}",
-        f"Seen in {cluster.support} failed episodes. Examples:",
+        _p("user_failure", category=cluster.category),
+        _p("user_abstraction", abstraction=rep.abstraction),
+        _p("user_trigger", trigger=rep.trigger),
+        _p("user_hint", hint=rep.intervention_hint),
+        _p("user_support", support=cluster.support),
         *_evidence_lines(cluster),
         "",
-        "Existing skills: " + (", ".join(existing) if existing else "(none)"),
+        _p("user_existing", existing=", ".join(existing) if existing else _p("none")),
     ]
     if cluster.nearest_skill and not cluster.is_new_category:
-        parts.append(f"This failure is close to the existing skill {cluster.nearest_skill}. Either write an "
-                     f"improved version of it (use skill_id {cluster.nearest_skill}) or a clearly different skill.")
+        parts.append(_p("user_near_skill", skill=cluster.nearest_skill))
     else:
-        parts.append("Write a new skill that does not duplicate an existing one.")
+        parts.append(_p("user_new_skill"))
     hist = history.render(cluster.category, history_limit) if history is not None else ""
-    parts += ["", "Earlier proposals and their outcome:", hist or "(none yet)"]
+    parts += ["", _p("user_history"), hist or _p("user_no_history")]
     if hist:
-        parts.append("Do not resubmit an idea that was rejected. If yours is similar, change the trigger or "
-                     "the intervention to address the listed reasons.")
-    parts += ["", f"Use skill_id: {sid}",
-              "Reply with the ```markdown SKILL.md block, then the ```python block."]
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
+        parts.append(_p("user_history_note"))
+    parts += ["", _p("user_skill_id", skill_id=sid), _p("user_reply")]
+    return [{"role": "system", "content": proposer_system()}, {"role": "user", "content": "\n".join(parts)}]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -414,7 +366,7 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
     code = _pick_code(blocks)
     if not code:
         errors.append("no python code block in the reply")
-    elif _norm_code(code) == _norm_code(_EXAMPLE_CODE) or registered_id(code) == _EXAMPLE_ID:
+    elif _norm_code(code) == _norm_code(_p("example_code")) or registered_id(code) == _EXAMPLE_ID:
         errors.append("the code copies the prompt's example")
         code = ""
 

@@ -45,6 +45,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 from hasp.records import Trajectory
@@ -52,6 +53,7 @@ from hasp.evolve.cluster import Cluster
 from hasp.evolve.detectors import replay_contexts
 from hasp.evolve.propose import INTERVENTION_KWARGS, STEP_CONTEXT_FIELDS, Candidate
 from hasp.pf.skill_md import SkillFormatError, parse_skill_md
+from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
 
@@ -459,29 +461,9 @@ def _decide(scores: dict[str, float], reasons: list[str], *, explicit: str | Non
 
 # --------------------------------------------------------------------------- LLM reviewer
 
-_REVIEW_SYSTEM = f"""You judge candidate Program Functions (PFs) for a search agent that acts with
-SEARCH[query], READ[doc_id] and FINAL[answer]. A PF is deterministic Python run at every step:
-should_activate(ctx, action_type, arg) -> bool decides whether it fires; intervene(ctx, action_type,
-arg, teacher=None) -> Intervention either rewrites the action (MODIFY_ACTION), adds a note to the next
-observation (INJECT_CONTEXT) or does nothing (NOOP). ctx keys: {", ".join(STEP_CONTEXT_FIELDS)}.
-Be strict: a skill that is vague, fires too often, duplicates an existing skill or could derail
-correct episodes should not enter the library."""
-
-_REVIEW_FORMAT = """Score each dimension between 0.0 and 1.0:
-- Q_concept: a real, recurring and general failure, distinct from the existing skills.
-- Q_trigger: should_activate is specific, deterministic, uses the ctx keys above, neither too broad nor too narrow.
-- Q_intervene: intervene fixes the failure proportionately and without harmful side effects.
-- Q_exec: the code follows the interface, would import and returns the right types.
-- Q_val: it would reduce this failure on unseen questions and coexist with other PFs.
-
-Answer with exactly these seven lines and nothing else:
-Q_concept: <number>
-Q_trigger: <number>
-Q_intervene: <number>
-Q_exec: <number>
-Q_val: <number>
-DECISION: <one of ACCEPT, REVISE, REJECT>
-FEEDBACK: <one to three sentences>"""
+@lru_cache(maxsize=1)
+def _review_system() -> str:
+    return render("hasp.evolve", "review", "system", ctx_keys=", ".join(STEP_CONTEXT_FIELDS))
 
 
 def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: float,
@@ -499,9 +481,9 @@ def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: floa
         "", "## Intervention", "```python", (f.intervene_src or "(missing)")[:1500], "```",
         "", "## SKILL.md", candidate.skill_md[:2000],
         "", "## Full code", "```python", (candidate.code or "(none)")[:4000], "```",
-        "", _REVIEW_FORMAT,
+        "", prompt("hasp.evolve", "review", "format"),
     ])
-    return [{"role": "system", "content": _REVIEW_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": _review_system()}, {"role": "user", "content": user}]
 
 
 _KEYS = {"concept": "concept", "trigger": "trigger", "intervene": "intervene", "intervention": "intervene",

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from hasp.records import Trajectory
 from hasp.evolve.detectors import FailurePattern, final_action
+from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +70,6 @@ class SummaryOutcome:
 
 # --------------------------------------------------------------------------- prompt
 
-_SYSTEM = """You analyse why a question-answering agent failed. The agent answers multi-hop questions
-with steps SEARCH[query], READ[doc_id] and FINAL[answer]. For the failed episode you are shown, name the
-general kind of mistake (not the specific facts), so that a reusable program can later catch the same
-kind of mistake in other episodes.
-
-Answer with one JSON object and nothing else, with exactly these string fields:
-  "category": a snake_case id of 4 to 30 characters; reuse a known id when it fits
-  "abstraction": one sentence describing the recurring mistake
-  "trigger": at which step and in which situation the mistake shows
-  "intervention_hint": what a program watching the agent should do to prevent it"""
-
-_RETRY = ('That was not a valid answer. Reply with only one JSON object with the string fields '
-          '"category", "abstraction", "trigger" and "intervention_hint".')
-
-
 def render_trace(traj: Trajectory, limit: int = 1800) -> str:
     """One line per step: the executed action (and the proposed one if a PF changed it)."""
     lines = []
@@ -104,16 +90,10 @@ def render_trace(traj: Trajectory, limit: int = 1800) -> str:
 def build_summarizer_messages(traj: Trajectory, known_categories: Sequence[str] = ()) -> list[dict[str, str]]:
     fa = final_action(traj)
     pred = traj.prediction or (fa.arg if fa else "(no answer)")
-    user = "\n".join([
-        f"Question: {traj.question[:500]}",
-        f"Correct answer(s): {'; '.join(traj.answers)[:200]}",
-        f"Agent's answer: {pred[:200]}",
-        "Steps:",
-        render_trace(traj),
-        "",
-        "Known category ids: " + (", ".join(known_categories) if known_categories else "(none)"),
-    ])
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+    user = render("hasp.evolve", "summarize", "user", question=traj.question[:500],
+                  answers="; ".join(traj.answers)[:200], prediction=pred[:200], steps=render_trace(traj),
+                  known=", ".join(known_categories) if known_categories else prompt("hasp.evolve", "summarize", "none"))
+    return [{"role": "system", "content": prompt("hasp.evolve", "summarize", "system")}, {"role": "user", "content": user}]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -183,7 +163,7 @@ def _summarize_one(traj: Trajectory, model: ChatModel, known: Sequence[str], *, 
             fields = parse_summary(raw)
         except SummaryFormatError as e:
             problems.append(f"attempt {attempt + 1}: {e}")
-            msgs = [*msgs, {"role": "assistant", "content": raw[:1500]}, {"role": "user", "content": _RETRY}]
+            msgs = [*msgs, {"role": "assistant", "content": raw[:1500]}, {"role": "user", "content": prompt("hasp.evolve", "summarize", "retry")}]
             continue
         fa = final_action(traj)
         pat = FailurePattern(category=fields["category"], abstraction=fields["abstraction"],

@@ -17,6 +17,8 @@ from typing import Any
 
 import openai
 
+from hasp.config import LLMParams, default_of
+
 Messages = list[dict[str, str]]
 
 
@@ -29,15 +31,16 @@ class LLMConfig:
     """Where and how to call a model; plain data so a run config can hold it.
 
     ``api_key_env`` names an environment variable with the key (never the key itself); unset means a
-    keyless local server, and the placeholder ``"EMPTY"`` is sent.
+    keyless local server, and the placeholder ``"EMPTY"`` is sent. Timeout, retries and concurrency
+    default to the ``llm`` section's values (``hasp.config.LLMParams``).
     """
 
     base_url: str
     model: str
     api_key_env: str | None = None
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    max_concurrency: int = 8
+    timeout_s: float = default_of(LLMParams, "timeout_s")
+    max_retries: int = default_of(LLMParams, "max_retries")
+    max_concurrency: int = default_of(LLMParams, "max_concurrency")
     temperature: float = 0.0
     max_tokens: int = 256
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hasp.pf.question import QuestionFeatures
+from hasp.config import HarnessParams, default_of
 from hasp.pf.skill_md import SkillFormatError, SkillSpec
 from hasp.textutil import jaccard
 
@@ -34,7 +35,7 @@ class ConditionEnv:
 
     state: Any  # EpisodeState-shaped: step_count, search_count, read_count, queries, ...
     question: QuestionFeatures
-    pre_final_step_threshold: int = 3
+    pre_final_step_threshold: int = default_of(HarnessParams, "pre_final_step_threshold")
 
 
 Condition = Callable[[ConditionEnv], bool]

@@ -19,6 +19,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from hasp.pf.base import ProgramFunction, Teacher, watched_types
+from hasp.config import AgentParams, default_of
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.teacher import teacher_errors
 
@@ -120,7 +121,7 @@ class DispatchPlan:
 
 class Dispatcher:
     def __init__(self, pfs: Sequence[ProgramFunction] | DispatchPlan, *, teacher: Teacher | None = None,
-                 max_modify_fires: int = 2, skip_unwatched: bool = True) -> None:
+                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires"), skip_unwatched: bool = True) -> None:
         plan = pfs if isinstance(pfs, DispatchPlan) else DispatchPlan.of(pfs, skip_unwatched=skip_unwatched)
         self.pfs = list(plan.pfs)
         self._plan = plan

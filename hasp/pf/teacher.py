@@ -11,13 +11,10 @@ degrades an episode to "PF only" instead of crashing it.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from hasp.pf.base import Teacher
+from hasp.prompts import render
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +64,6 @@ def teacher_errors(teacher: object) -> int:
     return int(getattr(teacher, "errors", 0) or 0) if isinstance(teacher, CountingTeacher) else 0
 
 
-@lru_cache(maxsize=1)
-def _prompts() -> dict[str, str]:
-    return yaml.safe_load(resources.files("hasp.pf").joinpath("prompts/harness.yaml").read_text(encoding="utf-8"))
-
-
 def teacher_prompt(name: str, **fields: object) -> list[dict[str, str]]:
     """One user message from ``hasp/pf/prompts/harness.yaml`` (prompts live in files, not code)."""
-    return [{"role": "user", "content": _prompts()[name].format(**fields)}]
+    return [{"role": "user", "content": render("hasp.pf", "harness", name, **fields)}]

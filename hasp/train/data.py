@@ -18,9 +18,10 @@ from typing import Any, Iterable, Iterator
 
 
 from hasp.records import Action, StepRecord, Trajectory
+from hasp.config import SignalParams, default_of
 from hasp.signals.coarse import SemanticJudge, SignalWeights, StepScore, score_trajectory
 
-DEFAULT_REWARD_FLOOR = 0.25
+DEFAULT_REWARD_FLOOR = default_of(SignalParams, "reward_floor")
 
 
 def _as_traj(t: Trajectory | dict[str, Any]) -> Trajectory:

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import time
 from functools import partial
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -47,75 +47,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, s
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from hasp.atomic import read_jsonl  # noqa: E402
+from hasp.config import SFTParams  # noqa: E402
 
 WEIGHT_COLUMN = "sample_weight"
 LogCallback = Callable[[dict[str, float], int], Any]  # mlflow.log_metrics(metrics, step=...) fits
 
 
-def _h(text: str) -> dict[str, str]:
-    return {"help": text}
+class SFTRecipe(SFTParams):
+    """The SFT run's knobs as one object; fields, defaults and help text are the ``train`` section's
+    (``hasp.config.SFTParams``), so a knob set in params.yaml reaches the trainer unchanged."""
 
-
-@dataclass
-class SFTRecipe:
-    """Every knob of the SFT run; defaults follow paper App. D.3 / Table 13 (E1) except where CPU demands."""
-
-    lora_r: int = field(default=16, metadata=_h("LoRA rank (paper: 16)."))
-    lora_alpha: int = field(default=32, metadata=_h("LoRA alpha (paper: 32)."))
-    lora_dropout: float = field(default=0.05, metadata=_h("Dropout on the LoRA branch."))
-    target_modules: tuple[str, ...] = field(
-        default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-        metadata=_h("Linear modules that get LoRA adapters (Llama/Qwen names)."))
-    learning_rate: float = field(
-        default=1e-5, metadata=_h("Peak learning rate (paper E1/E4: 1e-5). Raise it (e.g. 2e-4) for short CPU demos."))
-    num_train_epochs: float = field(default=10.0, metadata=_h("Epochs over the SFT pool (paper E1: 10)."))
-    max_steps: int = field(default=-1, metadata=_h("If > 0, stop after this many optimizer steps (CPU demos)."))
-    per_device_train_batch_size: int = field(
-        default=2, metadata=_h("Micro-batch size (2 keeps the 135M model under ~5 GB RSS on CPU; 4 needs ~6-8 GB)."))
-    gradient_accumulation_steps: int = field(default=2, metadata=_h("Micro-batches per optimizer step."))
-    max_length: int = field(
-        default=1024, metadata=_h("Max tokens of prompt+target; older history turns are dropped to fit."))
-    seed: int = field(default=0, metadata=_h("Seed for LoRA init, data order and dropout."))
-    weighting: str = field(
-        default="loss", metadata={"help": "How A_t is honoured: per-row loss weight, oversampling, or ignored.",
-                                  "choices": ["loss", "oversample", "none"]})
-    normalize_weights: bool = field(
-        default=True, metadata=_h("weighting=loss: divide weights by their mean so the average row weight is 1."))
-    oversample_factor: float = field(
-        default=2.0, metadata=_h("weighting=oversample: total copies = round(factor * n_rows), split by weight."))
-    lr_scheduler_type: str = field(default="linear", metadata=_h("transformers LR scheduler name."))
-    warmup_steps: float = field(default=0.0, metadata=_h("Warmup steps (int) or ratio of total steps (float < 1)."))
-    weight_decay: float = field(default=0.0, metadata=_h("AdamW weight decay."))
-    max_grad_norm: float = field(default=1.0, metadata=_h("Gradient clipping norm."))
-    logging_steps: int = field(default=1, metadata=_h("Log (and call log_callback) every N optimizer steps."))
-    gradient_checkpointing: bool = field(
-        default=False, metadata=_h("Recompute activations (paper: on, GPU). Off by default: slower on CPU."))
-    trim_history: bool = field(
-        default=True, metadata=_h("Drop the oldest (assistant, observation) turns of a too-long prompt."))
-    save_merged: bool = field(default=True, metadata=_h("Also merge LoRA into the base and save a full HF folder."))
-    torch_threads: int | None = field(
-        default=None, metadata=_h("torch.set_num_threads for the run. None: torch default (all cores); 0: auto = "
-                                  "idle cores by the 1-min load average (min 1). Use fewer when an LLM server shares "
-                                  "the CPU: oversubscribed OpenMP threads made steps 3-5x slower here. Changing it "
-                                  "changes float reduction order, so losses differ in the last digits."))
-
-    def __post_init__(self) -> None:
-        if self.weighting not in ("loss", "oversample", "none"):
-            raise ValueError(f"weighting must be loss|oversample|none, not {self.weighting!r}")
-        self.target_modules = tuple(self.target_modules)
+    @classmethod
+    def from_params(cls, train: SFTParams) -> "SFTRecipe":
+        return cls.model_validate(train.model_dump(include=set(SFTParams.model_fields)))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "SFTRecipe":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d or {}) - names
-        if unknown:
-            raise KeyError(f"unknown SFTRecipe fields {sorted(unknown)}")
-        return cls(**dict(d or {}))
+        return cls.model_validate(dict(d or {}))
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["target_modules"] = list(self.target_modules)
-        return d
+        return self.model_dump(mode="json")
 
 
 @dataclass

@@ -23,13 +23,9 @@ from typing import Any
 
 from hasp.domains.code.datasets import CodeItem
 from hasp.domains.code.sandbox import TestResult, run_tests
+from hasp.prompts import prompt, render
 
-SYSTEM_PROMPT = (
-    "You are an expert Python programmer. Solve the task with a correct, self-contained Python "
-    "function. Include every import and helper the function needs, do not read input or print "
-    "the result, and do not include tests or example calls. Reply with the code in a single "
-    "```python code block."
-)
+SYSTEM_PROMPT = prompt("hasp.domains.code", "task", "system")
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S | re.I)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.\-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
@@ -41,12 +37,11 @@ def render_messages(item: CodeItem, skills_text: str = "") -> list[dict[str, str
     """System + user message for one problem; ``skills_text`` is the skills' prompt block."""
     system = SYSTEM_PROMPT
     if skills_text.strip():
-        system += f"\n\nGuidelines from the skill library:\n{skills_text.strip()}"
+        system += f"\n\n{prompt('hasp.domains.code', 'task', 'skills_header')}\n{skills_text.strip()}"
     if item.prefix:
-        user = ("Complete the following Python function. Reply with the complete function (signature "
-                "included, with any imports and helpers it needs).\n\n```python\n" + item.prompt.rstrip() + "\n```")
+        user = render("hasp.domains.code", "task", "complete", prompt=item.prompt.rstrip())
     else:
-        user = (f"{item.prompt.strip()}\n\nWrite the Python function `{item.entry_point}`.")
+        user = render("hasp.domains.code", "task", "write", prompt=item.prompt.strip(), entry_point=item.entry_point)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

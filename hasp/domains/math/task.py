@@ -23,27 +23,22 @@ from hasp.domains.math.datasets import MathItem
 from hasp.domains.math.game24 import TARGET, Verdict, numbers_from_text, verify_expression
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.dispatcher import DispatchResult, Dispatcher
+from hasp.prompts import prompt
 
 __all__ = [
     "MathEnvironment", "MathStepResult", "SYSTEM_PROMPT", "answer_of", "build_messages", "game24_numbers",
     "bare_game24_answer", "math_ctx", "pre_final", "score", "split_output", "split_output_for", "verify_game24",
 ]
 
-SYSTEM_PROMPT = (
-    "You solve math problems. Reason step by step, then end with exactly one line "
-    "FINAL[answer] holding only the final answer: a number or a simplified expression, with no "
-    "units, no \\boxed{} and no extra words.")
-GAME24_SYSTEM_PROMPT = (
-    "You solve the game of 24. Reason briefly, then end with exactly one line FINAL[expression] "
-    "where the expression uses each given number exactly once with + - * / and parentheses and "
-    "equals 24.")
+SYSTEM_PROMPT = prompt("hasp.domains.math", "task", "system")
+GAME24_SYSTEM_PROMPT = prompt("hasp.domains.math", "task", "game24_system")
 
 
 def build_messages(item: MathItem, skills_text: str = "") -> list[dict[str, str]]:
     """System + user messages for one item; ``skills_text`` (skill summaries) is appended to the system."""
     system = GAME24_SYSTEM_PROMPT if item.kind == "game24" else SYSTEM_PROMPT
     if skills_text:
-        system += "\nChecks to apply before answering:\n" + skills_text
+        system += "\n" + prompt("hasp.domains.math", "task", "skills_header") + "\n" + skills_text
     return [{"role": "system", "content": system}, {"role": "user", "content": item.problem}]
 
 

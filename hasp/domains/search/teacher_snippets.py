@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hasp.llm.teacher_call import ask_teacher
+from hasp.prompts import prompt, render
 
 from .retriever import Hit
 from .tools import SearchEnvironment, _body, _shorten
@@ -25,13 +26,7 @@ __all__ = ["READ_DISABLED", "SnippetStats", "TeacherSnippetEnvironment"]
 
 log = logging.getLogger(__name__)
 
-READ_DISABLED = ("READ is disabled in teacher-snippet mode: each SEARCH already returns a summary of "
-                 "its top documents. Search again with other keywords, or answer with FINAL[...].")
-
-_SYSTEM = ("You help a research agent. You get a search query and a few retrieved documents. Write one "
-           "short factual snippet (at most {words} words) that keeps only what the documents say about "
-           "the query: names, dates, relations. Use only the documents; do not guess or add outside "
-           "knowledge. If no document is relevant, say that in one sentence.")
+READ_DISABLED = prompt("hasp.domains.search", "teacher_snippets", "read_disabled")
 
 #: rough characters per token, to turn the token budget into a hard character cap on the reply
 _CHARS_PER_TOKEN = 5
@@ -75,7 +70,7 @@ class TeacherSnippetEnvironment:
             return plain, hits
         self.stats.calls += 1
         words = max(10, int(self.max_tokens * 0.7))
-        messages = [{"role": "system", "content": _SYSTEM.format(words=words)},
+        messages = [{"role": "system", "content": render("hasp.domains.search", "teacher_snippets", "system", words=words)},
                     {"role": "user", "content": f"Query: {query.strip()}\n\nDocuments:\n{self._documents(hits)}"}]
         try:
             reply = ask_teacher(self.teacher, messages, max_tokens=self.max_tokens)

@@ -1,0 +1,98 @@
+"""The params schema is the one source of defaults, and a bad params file is one error line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from hasp.cli import main
+from hasp.config import AgentParams, LLMParams, Params, ParamsError, SFTParams, TrainParams, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- params files
+@pytest.mark.parametrize("text, expected", [
+    (None, "no such params file"),
+    ("- data\n- llm\n", "top level must be a mapping"),
+    ("data:\n  n_question: 12\n", "data.n_question: Extra inputs are not permitted"),
+    ("data: [\n", "not valid YAML"),
+])
+def test_a_bad_params_file_is_one_error_line_and_exit_2(tmp_path, capsys, text, expected):
+    path = tmp_path / "params.yaml"
+    if text is not None:
+        path.write_text(text)
+    out = tmp_path / "data"
+    assert main(["data", "prepare", "--out", str(out), "--params", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and expected in err
+    assert not out.exists()
+
+
+def test_an_empty_params_file_means_the_schema_defaults(tmp_path):
+    (tmp_path / "p.yaml").write_text("")
+    assert load_params(tmp_path / "p.yaml") == Params() == load_params(None)
+
+
+def test_overrides_under_a_non_mapping_section_are_refused(tmp_path):
+    (tmp_path / "p.yaml").write_text("data: 3\n")
+    with pytest.raises(ParamsError, match="data is not a mapping"):
+        load_params(tmp_path / "p.yaml", {"data.seed": 1})
+
+
+def test_the_shipped_params_file_loads():
+    load_params(ROOT / "params.yaml")
+
+
+# ----------------------------------------------------------------------------- one source of defaults
+def _schema_default(model, name):
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+@pytest.mark.parametrize("runtime, schema", [
+    ("hasp.agent.loop:AgentConfig", AgentParams),
+    ("hasp.llm.client:LLMConfig", LLMParams),
+])
+def test_runtime_config_defaults_are_the_schema_defaults(runtime, schema):
+    import importlib
+
+    mod, _, name = runtime.partition(":")
+    cls = getattr(importlib.import_module(mod), name)
+    shared = [f for f in dataclasses.fields(cls)
+              if f.name in schema.model_fields and f.default is not dataclasses.MISSING]
+    assert shared, f"{name} shares no knob with {schema.__name__}"
+    for f in shared:
+        assert f.default == _schema_default(schema, f.name), f"{name}.{f.name}"
+
+
+def test_harness_and_signal_defaults_are_the_schema_defaults():
+    from hasp.agent.harness import EpisodeHarness
+    from hasp.config import HarnessParams, SignalParams
+    from hasp.pf.conditions import ConditionEnv
+    from hasp.train.data import DEFAULT_REWARD_FLOOR
+
+    fields = {f.name: f.default for f in dataclasses.fields(EpisodeHarness)}
+    for name in ("pre_final_step_threshold", "teacher_max_tokens"):
+        assert fields[name] == _schema_default(HarnessParams, name)
+    cond = {f.name: f.default for f in dataclasses.fields(ConditionEnv)}
+    assert cond["pre_final_step_threshold"] == _schema_default(HarnessParams, "pre_final_step_threshold")
+    assert DEFAULT_REWARD_FLOOR == _schema_default(SignalParams, "reward_floor")
+
+
+def test_every_trainer_knob_is_a_train_param_with_help():
+    assert set(SFTParams.model_fields) <= set(TrainParams.model_fields)
+    for name, f in SFTParams.model_fields.items():
+        assert f.description, f"train.{name} has no help text"
+
+
+def test_a_trainer_knob_set_in_params_reaches_the_recipe(tmp_path):
+    pytest.importorskip("trl")
+    from hasp.train.sft import SFTRecipe
+
+    (tmp_path / "p.yaml").write_text("train:\n  lora_dropout: 0.1\n  weighting: oversample\n  enabled: false\n")
+    recipe = SFTRecipe.from_params(load_params(tmp_path / "p.yaml").train)
+    assert recipe.lora_dropout == 0.1 and recipe.weighting == "oversample"
+    assert SFTRecipe() == SFTRecipe.from_params(TrainParams())
+    assert "enabled" not in recipe.to_dict()
