@@ -48,6 +48,7 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from hasp.atomic import read_jsonl  # noqa: E402
 from hasp.config import SFTParams  # noqa: E402
+from hasp.progress import Progress  # noqa: E402
 
 WEIGHT_COLUMN = "sample_weight"
 LogCallback = Callable[[dict[str, float], int], Any]  # mlflow.log_metrics(metrics, step=...) fits
@@ -219,6 +220,27 @@ class WeightedSFTTrainer(SFTTrainer):
         return loss
 
 
+class _ProgressCallback(TrainerCallback):
+    """Optimizer steps as a phase of ``hasp.progress`` (count, elapsed, ETA, final loss)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.bar: Progress | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        self.bar = Progress(self.name, state.max_steps, unit="steps").start()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        if self.bar is not None:
+            self.bar.advance()
+
+    def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        if self.bar is not None:
+            losses = [h["loss"] for h in state.log_history if "loss" in h]
+            tail = f", last loss {losses[-1]:.4f}" if losses else ""
+            self.bar.finish(f"{state.global_step} steps{tail}")
+
+
 class _HistoryCallback(TrainerCallback):
     """Collects every training log (loss, grad_norm, learning_rate, entropy, mean_token_accuracy, ...)."""
 
@@ -326,7 +348,7 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     history = _HistoryCallback(log_callback)
     trainer_cls = WeightedSFTTrainer if recipe.weighting == "loss" else SFTTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                          peft_config=peft_config, callbacks=[history])
+                          peft_config=peft_config, callbacks=[history, _ProgressCallback("train: LoRA SFT")])
     t_train = time.perf_counter()
     out = trainer.train()
     train_s = time.perf_counter() - t_train
