@@ -17,7 +17,7 @@ from hasp.pf.base import ProgramFunction
 from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.registry import collecting, register_pf
-from hasp.pf.sandbox import (
+from hasp.pf.sandboxed import (
     SandboxedPF,
     SandboxError,
     SandboxLoadError,
@@ -26,7 +26,7 @@ from hasp.pf.sandbox import (
     SandboxTimeout,
     probe,
 )
-from hasp.pf.sandbox_policy import check_policy
+from hasp.sandbox.policy import check_policy
 
 # --------------------------------------------------------------------------- candidates
 

@@ -22,7 +22,8 @@ from functools import lru_cache
 from typing import Any
 
 from hasp.domains.code.datasets import CodeItem
-from hasp.domains.code.sandbox import TestResult, run_tests
+from hasp.domains.code.grade import run_tests
+from hasp.sandbox.program import TestResult
 
 SYSTEM_PROMPT = (
     "You are an expert Python programmer. Solve the task with a correct, self-contained Python "

@@ -1,8 +1,8 @@
 """Run an untrusted (generated) PF in a separate, locked-down worker process.
 
 ``SandboxedPF`` is a ``ProgramFunction`` the dispatcher can use like any other.
-Each instance owns one worker (``hasp/pf/sandbox_worker.py``), started lazily
-on first use, that holds the PF instance; ``should_activate`` / ``intervene``
+Each instance owns one worker (``hasp.sandbox`` child running the driver
+``hasp.pf.sandbox_driver``), started lazily on first use, that holds the PF instance; ``should_activate`` / ``intervene``
 are JSON-lines round trips over pipes (tens of microseconds, see
 ``bench/sandbox_overhead.py``).
 
@@ -32,22 +32,21 @@ import json
 import math
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Any
 
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
-from hasp.pf.sandbox_policy import check_policy
+from hasp.sandbox import seccomp, spawn
+from hasp.sandbox.policy import check_policy
 
-WORKER_PATH = Path(__file__).with_name("sandbox_worker.py")
+DRIVER = "hasp.pf.sandbox_driver"
+NOFILE = 16
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 STDERR_TAIL = 2000
 _INTERVENTION_KEYS = ("type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id")
@@ -100,27 +99,9 @@ class _Proc:
             self.popen, self.tmpdir, self.rbuf = None, None, b""
             return
         p, self.popen = self.popen, None
-        if p is not None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                try:
-                    p.kill()
-                except OSError:
-                    pass
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            for f in (p.stdin, p.stdout, p.stderr):
-                try:
-                    if f is not None:
-                        f.close()
-                except OSError:
-                    pass
-        if self.tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
+        spawn.kill_group(p)
+        tmpdir, self.tmpdir = self.tmpdir, None
+        spawn.remove_workdir(tmpdir)
         self.rbuf = b""
 
 
@@ -256,27 +237,23 @@ class SandboxedPF(ProgramFunction):
         proc = self._proc
         proc.kill()
         proc.owner = os.getpid()
-        proc.tmpdir = tempfile.mkdtemp(prefix="hasp_sbx_")
-        cmd = [self.python, "-I", "-B", str(WORKER_PATH), "--workdir", proc.tmpdir,
-               "--memory-mb", str(self.memory_mb), "--call-cpu-s", str(math.ceil(self.timeout_s) + 1),
-               "--total-cpu-s", str(self.total_cpu_s)]
-        if self.probe:
-            cmd.append("--probe")
-        if self._skip_policy:
-            cmd.append("--unsafe-skip-policy")
-        if self._unrestricted:
-            cmd.append("--unsafe-unrestricted-runtime")
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        proc.tmpdir = spawn.make_workdir("hasp_sbx_")
+        call_cpu_s = math.ceil(self.timeout_s) + 1
+        total_cpu_s = max(self.total_cpu_s, call_cpu_s)
+        lockdown = spawn.lockdown_spec(
+            proc.tmpdir, memory_mb=self.memory_mb, cpu_s=(call_cpu_s, total_cpu_s), cpu_from_now=True,
+            fsize_bytes=0, nofile=NOFILE, seccomp_profile=seccomp.PF_PROFILE)
+        job = {"call_cpu_s": call_cpu_s, "total_cpu_s": self.total_cpu_s, "probe": self.probe,
+               "unsafe_skip_policy": self._skip_policy, "unsafe_unrestricted_runtime": self._unrestricted}
         deadline = time.monotonic() + self.load_timeout_s
         try:
-            proc.popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, env=env, cwd=proc.tmpdir,
-                                          start_new_session=True, close_fds=True, bufsize=0)
+            proc.popen = spawn.start(DRIVER, proc.tmpdir, python=self.python, bufsize=0)
         except OSError as e:
             proc.kill()
             raise SandboxError(f"cannot start sandbox worker: {e}") from e
         for f in (proc.popen.stdin, proc.popen.stderr):
             os.set_blocking(f.fileno(), False)
+        self._write(spawn.first_line(lockdown, job), deadline, "startup")
         hello = self._read(deadline, "startup")
         if hello.get("op") != "hello":
             self._die(f"unexpected first message {str(hello)[:200]}")
