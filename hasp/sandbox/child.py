@@ -6,20 +6,21 @@ import and build everything it will need while the filesystem is still
 reachable), locks the process down (``hasp.sandbox.lockdown.apply``) and only
 then calls the runner ``prepare`` returned with the achieved protections. The
 order is fixed here so that no driver can reach untrusted code before the
-lockdown. Run by path (not ``-m``) so the child imports the same tree as the host.
+lockdown. Run by path (not ``-m``) so the child imports the same tree as the host;
+it and the modules it imports stay light, since every program run pays their import.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
-from pathlib import Path
 
 if __package__ in (None, ""):  # run by path under -I: make this tree importable, nothing else
-    _here = str(Path(__file__).resolve().parent)
+    _here = os.path.dirname(os.path.realpath(__file__))
     sys.path[:] = [p for p in sys.path if p != _here]
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(_here)))
 
 from hasp.sandbox import lockdown  # noqa: E402
 

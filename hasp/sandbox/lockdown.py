@@ -23,7 +23,6 @@ import os
 import resource
 import signal
 import sys
-from typing import Any
 
 from hasp.sandbox import landlock, seccomp
 
@@ -55,7 +54,7 @@ def _setrlimit(prot: dict, key: str, res: int, soft: int, hard: int | None = Non
         _error(prot, key, e)
 
 
-def _netns(libc: Any, prot: dict) -> None:
+def _netns(libc: ctypes.CDLL, prot: dict) -> None:
     prot["netns"] = False
     if libc.unshare(CLONE_NEWNET) == 0:
         prot["netns"] = True

@@ -21,8 +21,11 @@ import linecache
 import os
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any, NoReturn
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time: every program run pays for imports
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 _EFBIG = 27  # RLIMIT_FSIZE (Python ignores SIGXFSZ, the write fails instead)
 

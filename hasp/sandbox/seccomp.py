@@ -19,9 +19,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
-import tempfile
-from dataclasses import dataclass
 from functools import lru_cache
 
 #: process creation, networking, signalling others, namespaces, kernel and tracing interfaces
@@ -49,13 +46,28 @@ OPEN_WRITE_FLAGS: tuple[int, ...] = (0o1, 0o2, 0o100, 0o1000, 0o2000, 0o20000000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
-@dataclass(frozen=True)
 class Profile:
-    """What one kind of child may not do: syscalls to refuse and whether opens may write."""
+    """What one kind of child may not do: syscalls to refuse and whether opens may write.
 
-    name: str
-    deny: tuple[str, ...]
-    deny_open_for_write: bool
+    A plain class (not a dataclass) because the child imports this module and every
+    program run pays for what it imports."""
+
+    __slots__ = ("name", "deny", "deny_open_for_write")
+
+    def __init__(self, name: str, deny: tuple[str, ...], deny_open_for_write: bool) -> None:
+        self.name, self.deny, self.deny_open_for_write = name, tuple(deny), bool(deny_open_for_write)
+
+    def _key(self) -> tuple:
+        return (self.name, self.deny, self.deny_open_for_write)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Profile) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Profile({self.name!r})"
 
 
 #: a PF worker: no process, network or filesystem changes at all
@@ -69,7 +81,7 @@ PROGRAM_STRICT_PROFILE = Profile("program-strict", DENY_CORE + ("tkill",) + DENY
 
 def supported() -> bool:
     """The profiles name x86_64 syscalls; elsewhere the filter is reported as missing."""
-    return platform.machine() == "x86_64"
+    return os.uname().machine == "x86_64"
 
 
 def _filter(profile: Profile):  # -> pyseccomp.SyscallFilter
@@ -89,6 +101,8 @@ def _filter(profile: Profile):  # -> pyseccomp.SyscallFilter
 
 
 def _export(profile: Profile, pfc: bool) -> bytes:
+    import tempfile
+
     f = _filter(profile)
     with tempfile.TemporaryFile() as out:
         (f.export_pfc if pfc else f.export_bpf)(out)
@@ -100,7 +114,7 @@ def _export(profile: Profile, pfc: bool) -> bytes:
 def build(profile: Profile) -> bytes:
     """The classic-BPF program for ``profile`` (raises OSError where unsupported)."""
     if not supported():
-        raise OSError(f"seccomp profiles are only written for x86_64, not {platform.machine()}")
+        raise OSError(f"seccomp profiles are only written for x86_64, not {os.uname().machine}")
     prog = _export(profile, pfc=False)
     if not prog or len(prog) % 8:
         raise OSError("libseccomp exported a malformed filter")
