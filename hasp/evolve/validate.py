@@ -43,7 +43,8 @@ from typing import Any
 
 from hasp.agent.context import EpisodeState
 from hasp.pf.intervention import InterventionType
-from hasp.pf.sandboxed import SandboxedPF, SandboxError, SandboxTimeout
+from hasp.pf.sandboxed import SandboxedPF
+from hasp.sandbox.worker import SandboxError, SandboxTimeout
 from hasp.sandbox.policy import check_policy
 
 WEIGHTS: dict[str, float] = {"syntax": 0.20, "policy": 0.20, "interface": 0.20,
