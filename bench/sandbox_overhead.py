@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hasp.evolve.validate import mock_contexts  # noqa: E402
 from hasp.pf.registry import collecting  # noqa: E402
-from hasp.pf.sandbox import SandboxedPF  # noqa: E402
+from hasp.pf.sandboxed import SandboxedPF  # noqa: E402
 
 PF_CODE = '''
 import re

@@ -36,8 +36,8 @@ from tasks.cache import content_hash, key_of, module_closure
 EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.propose",
                  "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.evolve.summarize",
                  "hasp.evolve.gate", "hasp.evolve.frontier", "hasp.signals.coarse",
-                 "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandbox",
-                 "hasp.pf.sandbox_worker", "hasp.pf.sandbox_policy", "hasp.track.epoch_report",
+                 "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandboxed",
+                 "hasp.pf.sandbox_driver", "hasp.sandbox.policy", "hasp.sandbox.child", "hasp.track.epoch_report",
                  "hasp.llm.endpoints",
                  # imported by the search seed skills' pf.py (the skills themselves are in the library hash)
                  "hasp.domains.search.pf_support", "hasp.pf.teacher_ask")

@@ -32,7 +32,8 @@ from hasp.domains.code import (
     score,
     split_items,
 )
-from hasp.domains.code.sandbox import TestResult, build_seccomp_filter
+from hasp.sandbox import seccomp
+from hasp.sandbox.program import TestResult
 from hasp.domains.code.task import code_view, final_context
 from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.intervention import InterventionType
@@ -241,8 +242,8 @@ def test_each_layer_can_fail_and_the_others_still_hold(layer, prot):
 
 
 def test_seccomp_program_is_well_formed():
-    for strict in (False, True):
-        prog = build_seccomp_filter(deny_file_writes=strict)
+    for profile in (seccomp.PROGRAM_PROFILE, seccomp.PROGRAM_STRICT_PROFILE):
+        prog = seccomp.build(profile)
         assert len(prog) % 8 == 0 and 8 < len(prog) // 8 < 256
 
 

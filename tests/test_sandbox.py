@@ -17,16 +17,9 @@ from hasp.pf.base import ProgramFunction
 from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.registry import collecting, register_pf
-from hasp.pf.sandbox import (
-    SandboxedPF,
-    SandboxError,
-    SandboxLoadError,
-    SandboxPFError,
-    SandboxPolicyError,
-    SandboxTimeout,
-    probe,
-)
-from hasp.pf.sandbox_policy import check_policy
+from hasp.pf.sandboxed import SandboxedPF, SandboxLoadError, SandboxPFError, SandboxPolicyError, probe
+from hasp.sandbox.policy import check_policy
+from hasp.sandbox.worker import SandboxError, SandboxTimeout
 
 # --------------------------------------------------------------------------- candidates
 

@@ -251,7 +251,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.propose import Candidate
     from hasp.evolve.review import review_candidate, trigger_hit_rate
-    from hasp.pf.sandbox import SandboxedPF
+    from hasp.pf.sandboxed import SandboxedPF
 
     cands = [Candidate.from_dict(d) for d in read_json(candidates_path)]
     reports = {r["skill_id"]: r for r in read_json(validation_path)}

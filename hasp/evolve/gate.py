@@ -46,7 +46,7 @@ from typing import Any
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
-from hasp.pf.sandbox_policy import check_policy
+from hasp.sandbox.policy import check_policy
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ def static_exec_report(code: str, skill_id: str | None) -> dict[str, Any]:
     reviewer still needs an executability estimate, but the sandboxed mock execution — the
     thing that ablation switches off — must not leak in through the review's hard reject."""
     from hasp.evolve.validate import interface_errors, static_interface
-    from hasp.pf.sandbox_policy import check_policy
+    from hasp.sandbox.policy import check_policy
 
     checks = {"syntax": False, "policy": False, "interface": False}
     errors: list[str] = []

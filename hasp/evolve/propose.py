@@ -35,7 +35,7 @@ import yaml
 
 from hasp.agent.context import EpisodeState
 from hasp.evolve.cluster import Cluster
-from hasp.pf.sandbox_policy import ALLOWED_MODULES
+from hasp.sandbox.policy import ALLOWED_MODULES
 from hasp.pf.skill_md import PHASES, SkillFormatError, SkillSpec, parse_skill_md, render_skill_md
 from hasp.prompts import prompt, render
 

@@ -583,7 +583,7 @@ def trigger_hit_rate(should_activate: Callable[[dict[str, Any], str, str], Any] 
     """Share of ``trajs`` on which the trigger fires on at least one replayed step.
 
     ``should_activate`` is a callable or any object with a ``should_activate`` method
-    (e.g. ``hasp.pf.sandbox.SandboxedPF`` -- never pass untrusted code in-process).
+    (e.g. ``hasp.pf.sandboxed.SandboxedPF`` -- never pass untrusted code in-process).
     Contexts come from ``detectors.replay_contexts``; an exception counts as not firing.
     """
     fn = getattr(should_activate, "should_activate", should_activate)

@@ -4,7 +4,7 @@
 ``ExecReport``:
 
 1. **syntax**       ``ast.parse``
-2. **policy**       ``hasp.pf.sandbox_policy.check_policy`` (imports, dunders, patching)
+2. **policy**       ``hasp.sandbox.policy.check_policy`` (imports, dunders, patching)
 3. **interface**    a ``@register_pf`` class inheriting ``ProgramFunction`` with
                     ``should_activate(self, ctx, action_type, arg)`` and
                     ``intervene(self, ctx, action_type, arg, teacher=None)`` (any name
@@ -43,8 +43,9 @@ from typing import Any
 
 from hasp.agent.context import EpisodeState
 from hasp.pf.intervention import InterventionType
-from hasp.pf.sandbox import SandboxedPF, SandboxError, SandboxTimeout
-from hasp.pf.sandbox_policy import check_policy
+from hasp.pf.sandboxed import SandboxedPF
+from hasp.sandbox.worker import SandboxError, SandboxTimeout
+from hasp.sandbox.policy import check_policy
 
 WEIGHTS: dict[str, float] = {"syntax": 0.20, "policy": 0.20, "interface": 0.20,
                              "mock_exec": 0.25, "return_types": 0.15}

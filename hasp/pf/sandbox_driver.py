@@ -1,12 +1,10 @@
-"""The sandbox worker: runs one untrusted PF in a locked-down process.
+"""Child-side driver for one untrusted PF: the restricted runtime and the request loop.
 
-Started by ``hasp.pf.sandbox.SandboxedPF`` as::
-
-    python -I -B /path/to/hasp/pf/sandbox_worker.py --workdir DIR [--memory-mb N] ...
-
-(``python -m hasp.pf.sandbox_worker`` works too when ``hasp`` is importable).
-It speaks JSON lines: one request per line on stdin, one response per line on
-stdout. The first line it writes is ``{"op": "hello", "protections": {...}}``.
+Started through ``hasp.sandbox.child`` by ``hasp.pf.sandboxed.SandboxedPF``; the
+lockdown (namespaces, rlimits, uid, seccomp) is ``hasp.sandbox.lockdown``'s job and
+has happened before ``run`` is called. The driver speaks JSON lines: one request
+per line on stdin, one response per line on its private copy of fd 1. The first
+line it writes is ``{"op": "hello", "protections": {...}}``.
 
 Requests::
 
@@ -24,43 +22,35 @@ Only ``_``-prefixed ctx keys the PF *changed* (or added) come back in
 ``ctx_private``; removed ones are listed in ``ctx_deleted``. The teacher is
 always ``None`` inside the sandbox.
 
-Setup order (each step fails soft and is reported in ``hello``): import
-everything the worker will ever need → move the protocol off fd 1 → chdir to
-the private workdir → ``unshare(CLONE_NEWNET)`` → rlimits (AS, CPU, NPROC=0,
-NOFILE, FSIZE=0, CORE=0) → drop to uid/gid ``nobody`` (when root; this is what
-makes NPROC bite, root ignores it) → no_new_privs + not dumpable → seccomp
-filter (no fork/exec/socket/kill/ptrace/mount, no opening files for writing).
+Everything the PF may use is imported and built in ``prepare``, before the
+lockdown: afterwards the process may not be able to read the filesystem, and the
+restricted importer only hands out already-loaded modules.
 """
 
 from __future__ import annotations
 
-import argparse
 import builtins
-import ctypes
+import inspect
 import io
 import json
 import linecache
-import math
 import os
 import platform
 import resource
-import struct
 import sys
 import time
 import traceback
 import types
 import warnings
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-if __package__ in (None, ""):  # run by path under -I: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import inspect  # noqa: E402
-
-from hasp.pf.base import ProgramFunction, Teacher, watched_types  # noqa: E402
-from hasp.pf.intervention import Intervention, InterventionType  # noqa: E402
-from hasp.pf.registry import collecting, register_pf  # noqa: E402
-from hasp.pf.sandbox_policy import ALLOWED_MODULES, UNSAFE_ATTRS, check_policy  # noqa: E402
+from hasp.pf.base import ProgramFunction, Teacher, watched_types
+from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.registry import collecting, register_pf
+from hasp.sandbox.lockdown import cpu_used
+from hasp.sandbox.policy import ALLOWED_MODULES, UNSAFE_ATTRS, check_policy
+from hasp.sandbox.probe import probe_protections
 
 # Pre-import the allow-list: after setup the process may not be able to read the
 # filesystem, and the restricted importer only hands out already-loaded modules.
@@ -235,237 +225,6 @@ def _safe_builtins() -> dict[str, object]:
     return b
 
 
-# ---------------------------------------------------------------------------- OS protections
-
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_DUMPABLE = 4
-PR_SET_SECCOMP = 22
-SECCOMP_MODE_FILTER = 2
-AUDIT_ARCH_X86_64 = 0xC000003E
-NOBODY = 65534
-
-# x86_64 syscall numbers denied with EPERM
-_DENY_X86_64 = {
-    "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53,
-    "accept4": 288, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "clone3": 435,
-    "execveat": 322, "kill": 62, "ptrace": 101, "creat": 85, "openat2": 437, "mount": 165,
-    "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
-    "process_vm_readv": 310, "process_vm_writev": 311, "bpf": 321, "perf_event_open": 298,
-    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "keyctl": 250, "add_key": 248, "request_key": 249, "init_module": 175, "finit_module": 313,
-    "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320, "reboot": 169,
-    "open_by_handle_at": 304, "name_to_handle_at": 303, "link": 86, "symlink": 88, "linkat": 265,
-    "symlinkat": 266, "rename": 82, "renameat": 264, "renameat2": 316, "unlink": 87,
-    "unlinkat": 263, "mkdir": 83, "mkdirat": 258, "rmdir": 84, "chmod": 90, "fchmod": 91,
-    "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "truncate": 76,
-    "ftruncate": 77, "mknod": 133, "mknodat": 259, "setpriority": 141, "sched_setaffinity": 203,
-    "personality": 135, "memfd_create": 319, "pidfd_open": 434, "pidfd_send_signal": 424,
-    "pidfd_getfd": 438, "setsid": 112, "setpgid": 109,
-}
-_NR_OPEN, _NR_OPENAT, _NR_PRLIMIT64 = 2, 257, 302
-# O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | __O_TMPFILE
-_OPEN_WRITE_MASK = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000 | 0o20000000
-
-
-def _bpf_program() -> bytes:
-    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-    ALLOW, DENY, KILL = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # RET_ERRNO | EPERM
-    prog: list[tuple[int, int, int, int] | tuple[str, ...]] = []
-    # symbolic jumps: ("jeq", k, target_label) etc.; resolved below
-    prog.append((LD, 0, 0, 4))                        # arch
-    prog.append(("j", JEQ, AUDIT_ARCH_X86_64, "+1", "kill"))
-    prog.append((LD, 0, 0, 0))                        # nr
-    prog.append(("j", JGE, 0x40000000, "deny", "+1"))  # x32 ABI
-    for nr in sorted(set(_DENY_X86_64.values())):
-        prog.append(("j", JEQ, nr, "deny", "+1"))
-    prog.append(("j", JEQ, _NR_OPEN, "open1", "+1"))
-    prog.append(("j", JEQ, _NR_OPENAT, "open2", "+1"))
-    prog.append(("j", JEQ, _NR_PRLIMIT64, "prlimit", "+1"))
-    prog.append((RET, 0, 0, ALLOW))
-    labels = {}
-    labels["open1"] = len(prog)
-    prog.append((LD, 0, 0, 16 + 8 * 1))
-    prog.append(("j", JSET, _OPEN_WRITE_MASK, "deny", "allow"))
-    labels["open2"] = len(prog)
-    prog.append((LD, 0, 0, 16 + 8 * 2))
-    prog.append(("j", JSET, _OPEN_WRITE_MASK, "deny", "allow"))
-    labels["prlimit"] = len(prog)
-    prog.append((LD, 0, 0, 16))                       # pid (args[0]) must be 0 = self
-    prog.append(("j", JEQ, 0, "allow", "deny"))
-    labels["allow"] = len(prog)
-    prog.append((RET, 0, 0, ALLOW))
-    labels["deny"] = len(prog)
-    prog.append((RET, 0, 0, DENY))
-    labels["kill"] = len(prog)
-    prog.append((RET, 0, 0, KILL))
-
-    out = b""
-    for i, ins in enumerate(prog):
-        if ins[0] == "j":
-            _, code, k, t, f = ins
-
-            def off(lbl: str) -> int:
-                o = 0 if lbl == "+1" else labels[lbl] - (i + 1)
-                if not 0 <= o <= 255:
-                    raise ValueError("BPF jump out of range")
-                return o
-            out += struct.pack("HBBI", code, off(t), off(f), k)
-        else:
-            code, jt, jf, k = ins
-            out += struct.pack("HBBI", code, jt, jf, k)
-    return out
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _install_seccomp(libc) -> None:
-    if platform.machine() != "x86_64":
-        raise OSError("seccomp filter only built for x86_64")
-    prog = _bpf_program()
-    buf = ctypes.create_string_buffer(prog, len(prog))
-    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-
-
-def _setrlimit(prot: dict, key: str, res: int, soft: int, hard: int | None = None) -> None:
-    hard = soft if hard is None else hard
-    try:
-        resource.setrlimit(res, (soft, hard))
-        prot[key] = soft if soft == hard else [soft, hard]
-    except (ValueError, OSError) as e:
-        prot[key] = None
-        prot.setdefault("errors", []).append(f"{key}: {e}")
-
-
-def apply_protections(args: argparse.Namespace) -> dict:
-    prot: dict = {"pid": os.getpid()}
-    libc = _libc()
-    # private working directory
-    try:
-        os.makedirs(args.workdir, exist_ok=True)
-        if os.geteuid() == 0 and not args.no_setuid:
-            os.chown(args.workdir, NOBODY, NOBODY)
-        os.chdir(args.workdir)
-        prot["workdir"] = args.workdir
-    except OSError as e:
-        prot["workdir"] = None
-        prot.setdefault("errors", []).append(f"workdir: {e}")
-    # network namespace
-    prot["netns"] = False
-    if not args.no_netns:
-        if libc.unshare(CLONE_NEWNET) == 0:
-            prot["netns"] = True
-        else:
-            err = os.strerror(ctypes.get_errno())
-            if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-                prot["netns"] = True
-                prot["userns"] = True
-            else:
-                prot.setdefault("errors", []).append(f"netns: {err}")
-    # resource limits
-    mem = args.memory_mb * 1024 * 1024
-    _setrlimit(prot, "rlimit_as", resource.RLIMIT_AS, mem)
-    total = max(args.total_cpu_s, args.call_cpu_s)
-    _setrlimit(prot, "rlimit_cpu", resource.RLIMIT_CPU, min(total, _cpu_used() + args.call_cpu_s), total)
-    _setrlimit(prot, "rlimit_fsize", resource.RLIMIT_FSIZE, 0)
-    _setrlimit(prot, "rlimit_core", resource.RLIMIT_CORE, 0)
-    _setrlimit(prot, "rlimit_nofile", resource.RLIMIT_NOFILE, args.nofile)
-    _setrlimit(prot, "rlimit_nproc", resource.RLIMIT_NPROC, 0)
-    # drop privileges (root ignores RLIMIT_NPROC; nobody does not)
-    prot["uid"] = os.geteuid()
-    if os.geteuid() == 0 and not args.no_setuid and not prot.get("userns"):
-        try:
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            prot["uid"] = os.geteuid()
-        except OSError as e:
-            prot.setdefault("errors", []).append(f"setuid: {e}")
-    prot["uid_dropped"] = prot["uid"] != 0
-    prot["no_new_privs"] = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-    prot["not_dumpable"] = libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
-    prot["seccomp"] = False
-    if not args.no_seccomp:
-        try:
-            _install_seccomp(libc)
-            prot["seccomp"] = True
-        except (OSError, ValueError) as e:
-            prot.setdefault("errors", []).append(f"seccomp: {e}")
-    return prot
-
-
-def _cpu_used() -> int:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return int(math.ceil(ru.ru_utime + ru.ru_stime))
-
-
-def probe_protections(workdir: str) -> dict[str, str]:
-    """Try the things a hostile PF would try, *after* setup, with the real os module."""
-    out: dict[str, str] = {}
-
-    def attempt(name, fn):
-        try:
-            r = fn()
-            out[name] = f"ALLOWED ({r})"
-        except BaseException as e:  # noqa: BLE001
-            out[name] = f"blocked ({type(e).__name__}: {e})"
-
-    def fork():
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
-        return pid
-
-    def sock():
-        import socket
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.settimeout(0.5)
-        try:
-            s.connect(("127.0.0.1", 9))
-        finally:
-            s.close()
-        return "connected"
-
-    outside = f"/tmp/hasp_sandbox_probe_{os.getpid()}"
-
-    def write_outside():
-        try:
-            with open(outside, "w") as f:
-                f.write("x")
-        finally:
-            if os.path.exists(outside):  # an empty file can be created when only FSIZE=0 holds
-                os.unlink(outside)
-        return outside
-
-    def write_workdir():
-        p = os.path.join(workdir, "probe.txt")
-        with open(p, "w") as f:
-            f.write("x")
-        return p
-
-    def big_alloc():
-        b = bytearray(2 * 1024 ** 3)
-        return len(b)
-
-    attempt("fork", fork)
-    attempt("socket_connect", sock)
-    attempt("write_outside_workdir", write_outside)
-    attempt("write_workdir", write_workdir)
-    attempt("alloc_2GB", big_alloc)
-    return out
-
-
 # ---------------------------------------------------------------------------- request handling
 
 def _json_default(o):
@@ -507,13 +266,13 @@ def _err(e: BaseException) -> dict:
 
 
 class Worker:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    def __init__(self, job: dict) -> None:
+        self.skip_policy = bool(job.get("unsafe_skip_policy"))
         self.pf: ProgramFunction | None = None
         self.skill_id: str | None = None
-        self.call_cpu_s = args.call_cpu_s
-        self.total_cpu_s = max(args.total_cpu_s, args.call_cpu_s)
-        self.restricted = not args.unsafe_unrestricted_runtime
+        self.call_cpu_s = int(job["call_cpu_s"])
+        self.total_cpu_s = max(int(job["total_cpu_s"]), self.call_cpu_s)
+        self.restricted = not job.get("unsafe_unrestricted_runtime")
         self.builtins = _safe_builtins() if self.restricted else builtins.__dict__
         self._armed_at = -10.0
 
@@ -525,7 +284,7 @@ class Worker:
         if now - self._armed_at < 1.0:
             return
         try:
-            soft = min(self.total_cpu_s, _cpu_used() + self.call_cpu_s)
+            soft = min(self.total_cpu_s, cpu_used() + self.call_cpu_s)
             resource.setrlimit(resource.RLIMIT_CPU, (soft, self.total_cpu_s))
             self._armed_at = now
         except (ValueError, OSError):
@@ -535,7 +294,7 @@ class Worker:
         code = req.get("code")
         if not isinstance(code, str):
             return {"ok": False, "error": "TypeError: code must be a string"}
-        if not self.args.unsafe_skip_policy:
+        if not self.skip_policy:
             violations = check_policy(code)
             if violations:
                 return {"ok": False, "error": "PolicyViolation: " + "; ".join(violations)[:MAX_ERROR_CHARS],
@@ -669,45 +428,7 @@ class Worker:
         return out
 
 
-def _parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="hasp.pf.sandbox_worker")
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--memory-mb", type=int, default=int(os.environ.get("HASP_SANDBOX_MEMORY_MB", 512)))
-    ap.add_argument("--call-cpu-s", type=int, default=3, help="CPU seconds one request may use (kernel-enforced)")
-    ap.add_argument("--total-cpu-s", type=int, default=3600, help="CPU seconds over the worker's life")
-    ap.add_argument("--nofile", type=int, default=16)
-    ap.add_argument("--probe", action="store_true", help="try fork/socket/write after setup, report in hello")
-    ap.add_argument("--no-netns", action="store_true")
-    ap.add_argument("--no-setuid", action="store_true")
-    ap.add_argument("--no-seccomp", action="store_true")
-    # Test-only switches: they remove the Python-level layers so tests can show the OS layer holds.
-    ap.add_argument("--unsafe-skip-policy", action="store_true")
-    ap.add_argument("--unsafe-unrestricted-runtime", action="store_true")
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
-    # The protocol gets its own fd; fd 1 (and sys.stdout) become stderr so nothing
-    # a PF or the interpreter prints can corrupt the response stream.
-    proto_fd = os.dup(1)
-    os.dup2(2, 1)
-    stdin = sys.stdin.buffer
-    if args.probe or args.unsafe_unrestricted_runtime:
-        # Load what a hostile PF would reach for *before* the filesystem is out of reach,
-        # so probes and tests exercise the kernel-level blocks, not a missing module.
-        import socket  # noqa: F401
-        import subprocess  # noqa: F401
-        "x".encode("idna")  # socket.create_connection needs it
-        import hasp.pf.dispatcher  # noqa: F401 - so a patching attempt has a real target
-    worker = Worker(args)  # builds proxies / builtins before privileges are gone
-    prot = apply_protections(args)
-    prot["restricted_runtime"] = worker.restricted
-    prot["static_policy"] = not args.unsafe_skip_policy
-    hello = {"op": "hello", "ok": True, "protections": prot, "python": platform.python_version()}
-    if args.probe:
-        hello["probe"] = probe_protections(args.workdir)
-
+def _send_to(proto_fd: int) -> Callable[[dict], None]:
     def send(obj: dict) -> None:
         try:
             data = _ENC.encode(obj).encode() + b"\n"
@@ -717,8 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         while view:
             n = os.write(proto_fd, view)
             view = view[n:]
+    return send
 
-    send(hello)
+
+def _serve(worker: Worker, send: Callable[[dict], None]) -> int:
+    stdin = sys.stdin.buffer
     while True:
         line = stdin.readline()
         if not line:
@@ -741,5 +465,29 @@ def main(argv: list[str] | None = None) -> int:
             send({"ok": False, "error": f"ValueError: unknown op {op!r}"})
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def prepare(job: dict) -> Callable[[dict], int]:
+    """Take the protocol off fd 1 and build the runtime; the runner says hello and serves."""
+    # The protocol gets its own fd; fd 1 (and sys.stdout) become stderr so nothing
+    # a PF or the interpreter prints can corrupt the response stream.
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    if job.get("probe") or job.get("unsafe_unrestricted_runtime"):
+        # Load what a hostile PF would reach for *before* the filesystem is out of reach,
+        # so probes and tests exercise the kernel-level blocks, not a missing module.
+        import socket  # noqa: F401
+        import subprocess  # noqa: F401
+        "x".encode("idna")  # socket.create_connection needs it
+        import hasp.pf.dispatcher  # noqa: F401 - so a patching attempt has a real target
+    worker = Worker(job)  # builds proxies / builtins before privileges are gone
+    send = _send_to(proto_fd)
+
+    def run(prot: dict[str, Any]) -> int:
+        prot["restricted_runtime"] = worker.restricted
+        prot["static_policy"] = not worker.skip_policy
+        hello = {"op": "hello", "ok": True, "protections": prot, "python": platform.python_version()}
+        if job.get("probe"):
+            hello["probe"] = probe_protections(prot.get("workdir") or os.getcwd())
+        send(hello)
+        return _serve(worker, send)
+
+    return run

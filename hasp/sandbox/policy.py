@@ -5,10 +5,10 @@ This is the first of three layers that keep a candidate PF contained:
 1. **this policy** — rejects code that imports anything outside a small
    allow-list, calls the dynamic-execution builtins, touches dunder / frame /
    code internals, or tries to patch the PF runtime;
-2. **the restricted runtime** in ``hasp.pf.sandbox_worker`` — a safe builtins
+2. **the restricted runtime** in ``hasp.pf.sandbox_driver`` — a safe builtins
    dict, an ``__import__`` that only hands out trimmed proxy modules, and a
    guarded ``getattr``;
-3. **the OS boundary** — the worker is a separate process with rlimits, no
+3. **the OS boundary** (``hasp.sandbox.lockdown``) — the worker is a separate process with rlimits, no
    network namespace, no privileges and a seccomp filter.
 
 Layers 1 and 2 are Python-level and can have holes; layer 3 is what actually

@@ -1,0 +1,171 @@
+"""Run an untrusted program and its tests in a locked-down child process.
+
+``run_program(solution, tests, entry_point)`` starts the child with the
+program driver (``hasp.sandbox.program_driver``) and judges the outcome. The
+child gets every layer of ``hasp.sandbox.lockdown``: a network namespace,
+rlimits (address space ``memory_mb``; CPU seconds timeout + 1, so the kernel
+stops a runaway even if the host is gone; FSIZE, NOFILE, CORE=0, NPROC=0), uid
+``nobody`` when root (import roots kept through ``O_PATH`` handles), a
+parent-death signal, no_new_privs, not dumpable, Landlock (writes only beneath
+its temp dir) and seccomp (no fork/clone/exec, sockets, kill, ptrace, mount,
+namespaces, bpf, ...; without Landlock no file writes at all). The host adds
+its own session (the wall-clock timeout SIGKILLs the whole group, and the
+group is killed after every run anyway) and a fresh temp dir, removed afterwards.
+
+Threads and subprocesses are not available to the program (NPROC=0, no clone).
+A verdict only counts when it carries the run's nonce. ``timeout`` (wall clock)
+and ``killed`` by a signal are decided here from the exit status.
+
+Not a defence against code that deliberately attacks the grader from inside the
+same interpreter (monkeypatching the test helpers, reading the nonce out of the
+driver's memory): that needs the tests in a separate process and is out of scope
+for benchmark grading; the OS layers are what protect the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import secrets
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
+
+from hasp.sandbox import landlock as _landlock
+from hasp.sandbox import seccomp as _seccomp
+from hasp.sandbox import spawn
+
+Status = Literal["passed", "failed", "timeout", "error", "killed"]
+STATUSES: tuple[str, ...] = ("passed", "failed", "timeout", "error", "killed")
+DRIVER = "hasp.sandbox.program_driver"
+
+MAX_DETAIL_CHARS = 2000
+OUTPUT_TAIL_BYTES = 4000
+
+
+@dataclass
+class TestResult:
+    """The verdict of one sandboxed test run."""
+
+    __test__ = False  # not a pytest class
+
+    passed: bool
+    status: Status
+    detail: str
+    elapsed_s: float
+    protections: dict[str, Any] = field(default_factory=dict)
+    output: str = ""  # tail of what the program printed (stdout + stderr)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "status": self.status, "detail": self.detail,
+                "elapsed_s": round(self.elapsed_s, 4), "protections": self.protections,
+                "output": self.output}
+
+
+def _read_tail(f: IO[bytes], limit: int) -> str:
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - limit))
+    return f.read().decode("utf-8", "replace")
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _parse_verdict(raw: str, nonce: str) -> dict[str, Any] | None:
+    for line in reversed(raw.splitlines()):
+        if nonce in line:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("nonce") == nonce and msg.get("status") in STATUSES:
+                return msg
+    return None
+
+
+def _judge(verdict: dict[str, Any] | None, timed_out: bool, rc: int | None, timeout_s: float,
+           elapsed: float, output: str) -> TestResult:
+    if timed_out and verdict is None:
+        return TestResult(False, "timeout", f"wall-clock timeout after {timeout_s:g}s; process group killed",
+                          elapsed, output=output)
+    if verdict is not None:
+        status = verdict["status"]
+        return TestResult(status == "passed", status, str(verdict.get("detail", ""))[:MAX_DETAIL_CHARS],
+                          elapsed, protections=verdict.get("protections") or {}, output=output)
+    if rc is not None and rc < 0:
+        sig = -rc
+        why = {signal.SIGXCPU: "CPU time limit", signal.SIGKILL: "killed (CPU hard limit)",
+               signal.SIGXFSZ: "file size limit", signal.SIGSYS: "forbidden system call",
+               signal.SIGSEGV: "crashed (segmentation fault; deep recursion?)"}.get(sig, "crashed")
+        return TestResult(False, "killed", f"{why}: {_signal_name(sig)}", elapsed, output=output)
+    tail = output.strip()[-500:]
+    return TestResult(False, "error", f"the process exited (code {rc}) before the tests finished"
+                      + (f"; output tail:\n{tail}" if tail else ""), elapsed, output=output)
+
+
+def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeout_s: float = 10.0,
+                memory_mb: int = 512, fsize_mb: int = 16, nofile: int = 64, netns: bool = True,
+                landlock: bool = True, seccomp: bool = True, setuid: bool = True,
+                python: str | None = None, _probe: bool = False) -> TestResult:
+    """Execute ``solution_code`` then ``tests`` (same namespace) in the sandbox.
+
+    ``entry_point`` (optional) must be defined by the solution. The switches turn
+    single layers off (for tests that show the other layers hold); keep the defaults."""
+    t0 = time.perf_counter()
+    workdir = spawn.make_workdir("hasp_code_", setuid=setuid)
+    nonce = secrets.token_hex(16)
+    cpu_s = max(1, math.ceil(timeout_s) + 1)
+    spec = spawn.lockdown_spec(
+        workdir, memory_mb=memory_mb, cpu_s=(cpu_s, cpu_s + 1), fsize_bytes=fsize_mb * 1024 * 1024,
+        nofile=nofile, netns=netns, setuid=setuid, landlock=landlock and _landlock.abi() >= 1,
+        pdeathsig=True, import_roots_via_fd=True,
+        seccomp_profile=_seccomp.PROGRAM_STRICT_PROFILE if seccomp else None,
+        seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None)
+    timed_out = False
+    rc: int | None = None
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as res:
+        job = {"solution": solution_code, "tests": tests, "entry_point": entry_point, "nonce": nonce,
+               "result_fd": res.fileno(), "probe": _probe}
+        try:
+            proc = spawn.start(DRIVER, workdir, python=python, stdout=out, stderr=subprocess.STDOUT,
+                               pass_fds=(res.fileno(),))
+        except OSError as e:
+            spawn.remove_workdir(workdir)
+            return TestResult(False, "error", f"cannot start the sandbox: {e}", time.perf_counter() - t0)
+        try:
+            try:
+                proc.communicate(spawn.first_line(spec, job), timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            except (BrokenPipeError, OSError):
+                pass  # died before reading its job; rc tells why
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            try:
+                rc = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable?
+                rc = None
+        elapsed = time.perf_counter() - t0
+        output = _read_tail(out, OUTPUT_TAIL_BYTES)
+        verdict = _parse_verdict(_read_tail(res, 64 * 1024), nonce)
+    spawn.remove_workdir(workdir)
+    return _judge(verdict, timed_out, rc, timeout_s, elapsed, output)
+
+
+def probe_protections(**kw: Any) -> dict[str, Any]:
+    """The protections a sandboxed run actually gets on this machine (one empty run)."""
+    return run_program("", "", _probe=True, **kw).protections

@@ -1,0 +1,133 @@
+"""Host side: start a sandboxed child and clean up after it.
+
+Everything about how an untrusted child is started lives here: a private temp
+dir (owned by ``nobody`` when the host is root) as cwd, HOME and TMPDIR; a
+minimal environment; ``python -I -B`` so PYTHON* variables and the user site
+are ignored; its own session, so the whole process group can be killed; the
+lockdown spec (``lockdown_spec``) and the driver's job sent as the first line
+on stdin. The child (``hasp/sandbox/child.py``, run by path so it imports this
+very tree) locks itself down and then hands over to the driver module.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from hasp.sandbox import seccomp
+from hasp.sandbox.lockdown import NOBODY
+
+CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+
+
+def _b64(profile: seccomp.Profile) -> str:
+    return base64.b64encode(seccomp.build(profile)).decode()
+
+
+def lockdown_spec(workdir: str, *, memory_mb: int, cpu_s: tuple[int, int], fsize_bytes: int, nofile: int,
+                  cpu_from_now: bool = False, netns: bool = True, setuid: bool = True,
+                  landlock: bool = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
+                  seccomp_profile: seccomp.Profile | None = None,
+                  seccomp_with_landlock: seccomp.Profile | None = None) -> dict[str, Any]:
+    """The JSON the child's ``lockdown.apply`` reads. A layer left out is not applied;
+    ``seccomp_with_landlock`` replaces ``seccomp_profile`` once Landlock is active."""
+    spec: dict[str, Any] = {
+        "workdir": workdir, "netns": netns, "setuid": setuid, "landlock": landlock,
+        "pdeathsig": pdeathsig, "import_roots_via_fd": import_roots_via_fd,
+        "rlimits": {"as": memory_mb * 1024 * 1024, "cpu": list(cpu_s), "cpu_from_now": cpu_from_now,
+                    "fsize": fsize_bytes, "nofile": nofile},
+        "seccomp": None,
+    }
+    if seccomp_profile is not None and seccomp.supported():
+        progs = {"default": _b64(seccomp_profile), "default_profile": seccomp_profile.name}
+        if seccomp_with_landlock is not None:
+            progs.update(with_landlock=_b64(seccomp_with_landlock),
+                         with_landlock_profile=seccomp_with_landlock.name)
+        spec["seccomp"] = progs
+    return spec
+
+
+def make_workdir(prefix: str, *, setuid: bool = True) -> str:
+    """A fresh private directory the child (possibly as ``nobody``) may use."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    if os.geteuid() == 0 and setuid:
+        os.chown(path, NOBODY, NOBODY)
+    os.chmod(path, 0o700)
+    return path
+
+
+def remove_workdir(path: str | None) -> None:
+    """Remove a child's directory even if the child made parts of it unwritable."""
+    if not path:
+        return
+
+    def onerror(func: Callable[..., Any], p: str, _exc: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p) or p, 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+
+    shutil.rmtree(path, onerror=onerror)
+    if os.path.exists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def first_line(lockdown: dict[str, Any], job: dict[str, Any]) -> bytes:
+    """The setup message the child reads before anything else."""
+    return json.dumps({"lockdown": lockdown, "job": job}).encode() + b"\n"
+
+
+def start(driver: str, workdir: str, *, python: str | None = None, stdout: int | IO[Any] = subprocess.PIPE,
+          stderr: int | IO[Any] = subprocess.PIPE, pass_fds: tuple[int, ...] = (),
+          bufsize: int = -1) -> subprocess.Popen[bytes]:
+    """Start ``child.py <driver>`` in its own session (raises OSError)."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
+           "TMPDIR": workdir}
+    return subprocess.Popen([python or sys.executable, "-I", "-B", CHILD_PATH, driver],
+                            stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env, cwd=workdir,
+                            start_new_session=True, close_fds=True, pass_fds=pass_fds, bufsize=bufsize)
+
+
+def kill_group(proc: subprocess.Popen[bytes] | None, *, wait_s: float = 5.0) -> int | None:
+    """SIGKILL the child's whole process group, reap it and close its pipes; its exit code."""
+    if proc is None:
+        return None
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        with contextlib.suppress(OSError):
+            proc.kill()
+    try:
+        rc = proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        rc = None
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            if f is not None:
+                f.close()
+    return rc
+
+
+@dataclass
+class Child:
+    """A started child and its directory, released together."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    workdir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        kill_group(proc)
+        workdir, self.workdir = self.workdir, None
+        remove_workdir(workdir)
