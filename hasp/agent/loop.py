@@ -20,6 +20,7 @@ import yaml
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
+from hasp.config import Params
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
 
@@ -58,6 +59,16 @@ class AgentConfig:
     seed: int | None = 0
     #: when the step budget runs out without FINAL, ask once more for the answer (no tools, no PFs)
     final_on_budget: bool = True
+
+
+def agent_config(params: Params) -> AgentConfig:
+    """The episode budgets of ``params.agent``: rollouts, the val gate and evaluations build their
+    config here so a budget set in params.yaml means the same thing in every phase."""
+    a = params.agent
+    return AgentConfig(max_steps=a.max_steps, max_search_calls=a.max_search_calls,
+                       max_read_calls=a.max_read_calls, temperature=a.temperature,
+                       max_tokens=a.max_tokens, max_modify_fires=a.max_modify_fires,
+                       final_on_budget=a.final_on_budget)
 
 
 @lru_cache(maxsize=4)
