@@ -71,14 +71,14 @@ def eval_command(
             raise ValueError(f"unknown --domain {domain!r}; choose one of {', '.join(DOMAINS)}")
         vs = [get_variant(v) for v in names]
         check_variants(domain, vs)
-        if not lib.is_dir():
-            raise ValueError(f"skill library {lib} is not a folder; pass --library")
         if model_dir is not None and not (model_dir / "config.json").is_file():
             raise ValueError(f"--model-dir {model_dir} has no config.json (not a HF model folder)")
         snippets = (p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
         check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=bool(p.teacher.base_url))
         sets = load_datasets(domain, list(dataset or []), p, split=split, limit=limit, data_dir=data,
                              retriever_url=retriever_url)
+        if not lib.is_dir():
+            raise ValueError(f"skill library {lib} is not a folder; pass --library")
     except (DatasetSpecError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
     if trained is not None and not (trained / "config.json").is_file():

@@ -216,6 +216,13 @@ def load_single_step_dataset(domain: str, text: str, params: Params, *, limit: i
     return EvalDataset(spec, NO_SPLIT, items[:limit] if limit else items, None, len(items), 0, domain=domain)
 
 
+def items_dataset(domain: str, name: str, items: list[Any]) -> EvalDataset:
+    """A dataset from items already in hand (a caller's own selection, a test's fixtures)."""
+    if domain not in DOMAINS or domain == "search":
+        raise DatasetSpecError(f"items_dataset is for single-step domains (math, code), not {domain!r}")
+    return EvalDataset(DatasetSpec(name, name), NO_SPLIT, list(items), None, len(items), 0, domain=domain)
+
+
 _MATH_NAMES = ("game24", "gameof24", "game_of_24")
 
 

@@ -172,10 +172,10 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
     records = run_many(ds.questions, fn, concurrency=params.llm.max_concurrency, desc=f"{ds.name}:{arm.label}",
                        progress=progress)
     wall = time.perf_counter() - t0
-    _raise_if_all_failed(records, ds.name, arm.label)
     path = out_dir / ds.name / f"{arm.label}.jsonl"
-    write_trajectories([r.traj for r in records], path)
+    write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why
     write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{arm.label}.episodes.jsonl")
+    _raise_if_all_failed(records, ds.name, arm.label)
     summary = summarize_cell(records, wall)
     summary.update({"domain": ds.domain, "dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split,
                     "variant": arm.variant.name})
