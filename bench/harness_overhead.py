@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import ParamsError, load_params
-from hasp.evolve.epoch import prepare_data, rollout
+from hasp.domains.search.prepare import prepare_data
+from hasp.evolve.epoch import rollout
 from hasp.agent.rollout import read_trajectories
 from hasp.llm.endpoints import policy_client
 

@@ -95,7 +95,7 @@ def model_serve(port: int = 8765, folder: Optional[Path] = None) -> None:
 def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = Path("params.yaml")) -> None:
     """Generate the multi-hop benchmark into OUT (corpus + train/val/test)."""
     from hasp.atomic import write_json
-    from hasp.evolve.epoch import prepare_data
+    from hasp.domains.search.prepare import prepare_data
 
     s = prepare_data(_params(params), out)
     write_json(s, out / "summary.json")
@@ -210,25 +210,6 @@ def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Pa
     typer.echo(json.dumps(s.get("metrics", s), default=str))
 
 
-@app.command("eval-domain")
-def eval_domain_cmd(domain: Annotated[str, typer.Option(help="math | code")],
-                    dataset: Annotated[str, typer.Option(help="game24 | humaneval | a file path (kind:path for code)")],
-                    limit: Optional[int] = None, variants: str = "react,prompt,pf",
-                    params: ParamsOpt = Path("params.yaml"), out: Optional[Path] = None,
-                    library: Annotated[Optional[Path], typer.Option(help="Skill library folder "
-                                                                    "(default: skills/<domain>).")] = None) -> None:
-    """Single-step math/code evaluation through the same dispatcher; logs one MLflow run."""
-    from hasp.domains.eval_cli import run_domain_eval
-
-    res = run_domain_eval(domain, dataset, limit, [v.strip() for v in variants.split(",") if v.strip()],
-                          params, out or Path("outputs") / f"eval_{domain}",
-                          library_root=library or Path("skills") / domain)
-    for v, m in res["results"].items():
-        typer.echo(f"{domain}/{dataset} {v:8s} n={m['n']} accuracy={m.get('accuracy', m['em']):.3f} "
-                   f"pf_fires={m['pf_fires_total']}")
-    typer.echo(f"MLflow run {res['run_id']}")
-
-
 @app.command("retriever-serve")
 def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, topk: int = 3) -> None:
     """Serve a BM25 index over CORPUS (jsonl of {id, contents}) with the Search-R1 /retrieve API."""
@@ -237,30 +218,7 @@ def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, top
     serve(corpus, host, port, topk=topk)
 
 
-@app.command("eval-epoch")
-def eval_cmd(library: Library = Path("outputs/epoch_0/library"), data: Path = Path("outputs/data"),
-             out: Path = Path("outputs/eval"), trained: Optional[Path] = Path("outputs/train/merged"),
-             params: ParamsOpt = Path("params.yaml"), split: str = "test") -> None:
-    """Epoch evaluation (DVC stage `evaluate`): ReAct vs PF vs (if TRAINED exists) trained PF."""
-    import contextlib
-
-    from hasp.evolve.epoch import evaluate
-    from hasp.llm.endpoints import policy_client, teacher_client
-
-    p = _params(params)
-    with contextlib.ExitStack() as stack:
-        pol = stack.enter_context(policy_client(p.llm, max_tokens=p.agent.max_tokens))
-        tpol = None
-        if trained is not None and (trained / "config.json").exists():
-            tpol = stack.enter_context(policy_client(p.llm.model_copy(update={"base_url": None}),
-                                                     model_dir=trained, port=p.llm.port + 1,
-                                                     max_tokens=p.agent.max_tokens))
-        res = evaluate(p, data, library, out, policy=pol, trained_policy=tpol,
-                       teacher=teacher_client(p.teacher, p.llm), split=split)
-    print_results(res)
-
-
-from hasp.eval.cli import eval_command  # noqa: E402 - `hasp eval`: any variants × any datasets
+from hasp.eval.cli import eval_command  # noqa: E402 - `hasp eval`: variants × datasets of any domain
 
 app.command("eval")(eval_command)
 
@@ -269,7 +227,7 @@ def print_results(res: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="Test split (generated multi-hop benchmark)")
+    t = Table(title="Test split (generated multi-hop benchmark)")  # the epoch's evaluation: {label: summary}
     for col in ("agent", "n", "EM", "F1", "answered", "steps", "PF fires", "modified", "parse err"):
         t.add_column(col)
     for label, m in res.items():

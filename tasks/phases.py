@@ -15,6 +15,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from hasp.config import Params
+from hasp.domains.search.prepare import prepare_data as prepare_search_data
 from hasp.evolve import epoch as ep
 from tasks.cache import BY_CACHE_KEY
 
@@ -23,7 +24,7 @@ _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
 
 @task(name="prepare-data", **_opts)
 def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any]:
-    return ep.prepare_data(params, out_dir)
+    return prepare_search_data(params, out_dir)
 
 
 @task(name="A-rollout", **_opts)

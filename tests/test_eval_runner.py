@@ -145,7 +145,7 @@ def logged(tmp_path_factory):
     """One evaluation (2 real datasets × react/pf) logged to a real sqlite MLflow store."""
     import mlflow
 
-    from hasp.track.eval_runs import log_eval_runs
+    from hasp.eval.tracking import log_eval_runs
 
     tmp = tmp_path_factory.mktemp("eval")
     mp = pytest.MonkeyPatch()

@@ -14,6 +14,7 @@ from traj_builders import scripted_traj
 from hasp.records import Trajectory
 from hasp.agent.rollout import write_trajectories
 from hasp.config import load_params
+from hasp.domains.search.prepare import prepare_data
 from hasp.evolve import epoch as ep
 from hasp.evolve.cluster import cluster_patterns, clusters_to_json
 from hasp.evolve.detectors import _TEMPLATES, FailurePattern
@@ -495,7 +496,7 @@ def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
     from hasp.domains.search.task import SearchTask
 
     p = load_params(ROOT / "params.yaml", {"data.n_questions": 10, "evolve.prefilter": True, "llm.max_concurrency": 1})
-    ep.prepare_data(p, tmp_path / "data")
+    prepare_data(p, tmp_path / "data")
     items = SearchTask.load(tmp_path / "data").questions("train")
     assert len(items) >= 3
     pol = AnswerKeyPolicy(items, right=[items[0].question])

@@ -12,12 +12,16 @@ import pytest
 from hasp.agent.loop import AgentConfig
 from hasp.records import Trajectory
 from hasp.agent.rollout import read_trajectories
-from hasp.agent.single_step import REVISE_TEMPLATE, run_single_step, summarize_single_step
+from hasp.agent.single_step import REVISE_TEMPLATE, run_single_step
+from hasp.config import Params
 from hasp.domains.code import runner as code_runner
 from hasp.domains.code.datasets import load_humaneval
 from hasp.domains.math import runner as math_runner
 from hasp.domains.math.datasets import MathItem
 from hasp.domains.math.task import math_ctx, score, split_output
+from hasp.eval.datasets import items_dataset
+from hasp.eval.runner import run_eval
+from hasp.eval.summary import summarize_trajectories
 from hasp.pf.library import load_library
 from hasp.signals.coarse import score_trajectory
 from hasp.train.data import build_sft_rows
@@ -143,7 +147,7 @@ def test_final_format_error_modifies_the_action(math_lib):
     assert a.a_orig.arg == "\\boxed{42}" and a.a_final.arg == "42" and a.was_modified
     assert a.mode == "MODIFY_ACTION" and t.prediction == "42" and t.em == 1.0
     assert len(pol.seen) == 1 and len(t.steps) == 1  # revise=False: no second turn
-    s = summarize_single_step([t])
+    s = summarize_trajectories([t])
     assert s["pf_action_fires"] == 1 and 0 < s["pf_action_share"] < 1 and s["accuracy"] == 1.0
 
 
@@ -246,88 +250,82 @@ def mlflow_store(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_evaluate_domain_and_log_eval_to_mlflow(mlflow_store, code_lib, he0):
+def _serial_params() -> Params:
+    """Params with one episode at a time, so scripted replies arrive in item order."""
+    p = Params()
+    return p.model_copy(update={"llm": p.llm.model_copy(update={"max_concurrency": 1})})
+
+
+def test_math_and_code_cells_through_the_eval_runner_and_mlflow(mlflow_store, he0):
     import mlflow
 
-    from hasp.track.eval_report import log_eval
+    from hasp.eval.tracking import log_eval_runs
 
     out = mlflow_store / "eval_math"
-    items = [G24, NUMERIC]
-    # concurrency 1 keeps the scripted replies in item order: react, prompt (1 call each), then pf
+    ds = items_dataset("math", "unit", [G24, NUMERIC])
+    # one episode at a time keeps the scripted replies in item order: react, prompt (1 call each), then pf
     pol = ScriptedPolicy([WRONG_G24, "FINAL[42]", WRONG_G24, "FINAL[41]",
                           WRONG_G24, RIGHT_G24, "FINAL[41]", "Check: 6*7=42. FINAL[42]"])
-    res = math_runner.evaluate_domain("math", items, ["react", "prompt", "pf"], pol, MATH_SKILLS, out, 1,
-                                      cfg=CFG, progress=False)
-    assert set(res) == {"react", "prompt", "pf"} and not pol.replies
-    assert res["react"]["accuracy"] == 0.5 and res["prompt"]["accuracy"] == 0.0
-    pf = res["pf"]
+    res = run_eval(_serial_params(), [ds], ["react", "prompt", "pf"], policy=pol, library_root=MATH_SKILLS,
+                   out_dir=out, progress=False)
+    m = res.metrics()["unit"]
+    assert set(m) == {"react", "prompt", "pf"} and not pol.replies
+    assert m["react"]["accuracy"] == 0.5 and m["prompt"]["accuracy"] == 0.0
+    pf = m["pf"]
     assert pf["accuracy"] == 1.0 and pf["first_answer_accuracy"] == 0.0 and pf["revised_rate"] == 1.0
     assert pf["revision_fixed"] == 2 and pf["revision_broke"] == 0
     assert pf["pf_fires"]["verification_missing"] == 4 and pf["pf_context_share"] > 0
-    assert res["react"]["pf_fires_total"] == 0 and pf["library_size"] == 11
+    assert m["react"]["pf_fires_total"] == 0 and pf["library_size"] == 11 and pf["domain"] == "math"
     assert pf["prompt_tokens"] > 0 and pf["wall_s"] > 0
-    assert json.loads((out / "metrics.json").read_text())["pf"]["accuracy"] == 1.0
-    assert [t.qid for t in read_trajectories(out / "pf.jsonl")] == [G24.id, NUMERIC.id]
+    assert json.loads((out / "metrics.json").read_text())["unit"]["pf"]["accuracy"] == 1.0
+    assert [t.qid for t in read_trajectories(out / "unit" / "pf.jsonl")] == [G24.id, NUMERIC.id]
 
     cout = mlflow_store / "eval_code"
-    cres = code_runner.evaluate_domain("code", [he0], ["pf"], ScriptedPolicy([HE0_WRONG, HE0_RIGHT]),
-                                       CODE_SKILLS, cout, 1, cfg=CFG, progress=False)
-    assert cres["pf"]["pass@1"] == 1.0 == cres["pf"]["accuracy"]
+    cres = run_eval(_serial_params(), [items_dataset("code", "unit", [he0])], ["pf"],
+                    policy=ScriptedPolicy([HE0_WRONG, HE0_RIGHT]), library_root=CODE_SKILLS, out_dir=cout,
+                    progress=False)
+    assert cres.metrics()["unit"]["pf"]["pass_at_1"] == 1.0 == cres.metrics()["unit"]["pf"]["accuracy"]
 
-    run_id = log_eval(res, experiment="hasp-math-test", run_name="math-eval", params={"dataset": "unit", "n": 2},
-                      tags={"hasp.domain": "math"}, out_dir=out)
-    crun = log_eval(cres, experiment="hasp-code-test", run_name="code-eval", params={}, tags={}, out_dir=cout)
+    runs = log_eval_runs(res, experiment="hasp-math-test", run_name="math-eval", params={"dataset": "unit", "n": 2})
     client = mlflow.tracking.MlflowClient()
-    run = client.get_run(run_id)
-    m = run.data.metrics
-    assert m["pf.accuracy"] == 1.0 and m["react.accuracy"] == 0.5 and m["pf.first_answer_accuracy"] == 0.0
-    assert m["pf.fires.verification_missing"] == 4 and "pf.pf_action_share" in m and "pf.pf_context_share" in m
-    assert m["pf.completion_tokens"] > 0 and m["pf.wall_s"] > 0 and "react.fires.verification_missing" not in m
-    assert run.data.params["dataset"] == "unit" and run.data.tags["hasp.domain"] == "math"
-    arts = {a.path for a in client.list_artifacts(run_id)}
-    assert "metrics.json" in arts and "trajectories" in arts
-    assert client.get_run(crun).data.metrics["pf.pass_at_1"] == 1.0
+    parent = client.get_run(runs["parent"])
+    assert parent.data.params["dataset"] == "unit" and parent.data.tags["hasp.domain"] == "math"
+    assert parent.data.metrics["unit.pf.f1"] == 1.0
+    child = client.get_run(runs["children"]["unit/pf"])
+    cm = child.data.metrics
+    assert cm["accuracy"] == 1.0 and cm["first_answer_accuracy"] == 0.0 and cm["fires.verification_missing"] == 4
+    assert "pf_action_share" in cm and "pf_context_share" in cm and cm["completion_tokens"] > 0
+    assert "fires.verification_missing" not in client.get_run(runs["children"]["unit/react"]).data.metrics
+    assert {"comparison.csv", "metrics.json"} <= {a.path for a in client.list_artifacts(runs["parent"])}
+    assert runs["traces"] == 6  # one per episode: 3 variants x 2 items
+    cruns = log_eval_runs(cres, experiment="hasp-code-test", run_name="code-eval", params={}, traces=False)
+    assert client.get_run(cruns["children"]["unit/pf"]).data.metrics["pass_at_1"] == 1.0
 
 
-def test_run_domain_eval_with_an_injected_policy(mlflow_store, tmp_path):
-    import mlflow
-
-    from hasp.domains.eval_cli import run_domain_eval
+def test_eval_command_refuses_bad_inputs_in_one_line(tmp_path, capsys):
+    """Unknown variants, a missing library, teacher variants without a teacher and web-search-only
+    variants are refused before any model starts."""
+    from hasp.cli import main
 
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
-    out = tmp_path / "out"
-    res = run_domain_eval("math", "game24", 2, ["react", "pf"], tmp_path / "params.yaml", out,
-                          library_root=MATH_SKILLS, policy=ScriptedPolicy([], default="FINAL[1+1]"),
-                          concurrency=1, progress=False)
-    assert res["n_items"] == 2 and set(res["results"]) == {"react", "pf"}
-    assert res["results"]["pf"]["n"] == 2 and res["results"]["pf"]["pf_fires_total"] > 0
-    assert (out / "react.jsonl").exists() and (out / "pf.jsonl").exists()
-    run = mlflow.tracking.MlflowClient().get_run(res["run_id"])
-    assert run.data.tags["hasp.dataset"] == "game24" and "pf.accuracy" in run.data.metrics
-    with pytest.raises(ValueError):
-        run_domain_eval("math", "game24", 1, ["nope"], tmp_path / "params.yaml", out, policy=ScriptedPolicy([]))
-    # params outside the project and no library: pf would silently run without PFs; it must refuse
-    with pytest.raises(ValueError, match="not a folder"):
-        run_domain_eval("math", "game24", 1, ["react", "pf"], tmp_path / "params.yaml", out,
-                        policy=ScriptedPolicy([]))
+    base = ["eval", "--domain", "math", "--dataset", "game24", "--limit", "1", "--params",
+            str(tmp_path / "params.yaml"), "--library", str(MATH_SKILLS)]
+    cases = [(["--variants", "nope"], "unknown agent variant"),
+             (["--variants", "react,pf", "--library", str(tmp_path / "none")], "not a folder"),
+             (["--variants", "pf_teacher"], "need(s) a teacher"),
+             (["--variants", "teacher_only"], "web-search only"),
+             (["--variants", "pf", "--domain", "chess"], "unknown --domain")]
+    for extra, msg in cases:
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], (extra, err)
 
 
 def test_revision_message_wording():
     assert "{hints}" in REVISE_TEMPLATE and "{format_hint}" in REVISE_TEMPLATE
 
 
-def test_teacher_variants_in_single_step_domains(tmp_path, math_lib):
-    """pf_teacher needs a configured teacher; teacher_only is a web-search variant (no outer loop here)."""
-    from hasp.domains.eval_cli import run_domain_eval
-
-    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
-    pol = ScriptedPolicy([], default="FINAL[1+1]")
-    with pytest.raises(ValueError, match="needs a teacher"):
-        run_domain_eval("math", "game24", 2, ["pf_teacher"], tmp_path / "params.yaml", tmp_path / "o",
-                        library_root=MATH_SKILLS, policy=pol, log_mlflow=False)
-    with pytest.raises(ValueError, match="web-search only"):
-        run_domain_eval("math", "game24", 2, ["teacher_only"], tmp_path / "params.yaml", tmp_path / "o",
-                        library_root=MATH_SKILLS, policy=pol, log_mlflow=False)
+def test_teacher_only_is_refused_by_the_single_step_episode(math_lib):
     with pytest.raises(ValueError, match="single-step domains"):
         _math_episode(G24, ScriptedPolicy(["FINAL[1]"]), math_lib, variant="teacher_only")
 
@@ -349,14 +347,14 @@ class TimeoutOnPolicy:
 def test_an_endpoint_failure_costs_one_episode_not_the_run(tmp_path):
     other = MathItem(id="n-8", problem="What is 2 times 4?", answers=["8"], kind="numeric", source="test")
     pol = TimeoutOnPolicy({"2 times 4"})
-    res = math_runner.evaluate_domain("math", [NUMERIC, other], ["react"], pol, None, tmp_path, 1, cfg=CFG,
-                                      progress=False)
-    s = res["react"]
+    res = run_eval(_serial_params(), [items_dataset("math", "unit", [NUMERIC, other])], ["react"], policy=pol,
+                   library_root=None, out_dir=tmp_path, progress=False)
+    s = res.metrics()["unit"]["react"]
     assert s["n"] == 2 and s["episode_errors"] == 1 and s["accuracy"] == pytest.approx(0.5)
-    bad = next(t for t in read_trajectories(tmp_path / "react.jsonl") if t.qid == "n-8")
+    bad = next(t for t in read_trajectories(tmp_path / "unit" / "react.jsonl") if t.qid == "n-8")
     assert bad.terminated == "error" and "APITimeoutError" in bad.pf_errors[0] and bad.em == 0.0
     # a variant whose every call fails is an error, not an accuracy of 0 — with its file kept
-    with pytest.raises(RuntimeError, match="every episode's model call failed"):
-        math_runner.evaluate_domain("math", [other], ["react"], pol, None, tmp_path / "all", 1, cfg=CFG,
-                                    progress=False)
-    assert read_trajectories(tmp_path / "all" / "react.jsonl")[0].terminated == "error"
+    with pytest.raises(RuntimeError, match="all 1 episodes failed"):
+        run_eval(_serial_params(), [items_dataset("math", "unit", [other])], ["react"], policy=pol,
+                 library_root=None, out_dir=tmp_path / "all", progress=False)
+    assert read_trajectories(tmp_path / "all" / "unit" / "react.jsonl")[0].terminated == "error"

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness
 from hasp.agent.parser import ParseFailure, parse_action
-from hasp.config import AgentParams, default_of
+from hasp.config import AgentParams, Params, default_of
 from hasp.prompts import load_prompts as prompt_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.pf.base import ProgramFunction, Teacher
@@ -62,6 +62,16 @@ class AgentConfig:
     max_modify_fires: int = _agent("max_modify_fires")
     seed: int | None = 0
     final_on_budget: bool = _agent("final_on_budget")
+
+
+def agent_config(params: Params) -> AgentConfig:
+    """The episode budgets of ``params.agent``: rollouts, the val gate and evaluations build their
+    config here so a budget set in params.yaml means the same thing in every phase."""
+    a = params.agent
+    return AgentConfig(max_steps=a.max_steps, max_search_calls=a.max_search_calls,
+                       max_read_calls=a.max_read_calls, temperature=a.temperature,
+                       max_tokens=a.max_tokens, max_modify_fires=a.max_modify_fires,
+                       final_on_budget=a.final_on_budget)
 
 
 def load_prompts(name: str = "search_react") -> Mapping[str, Any]:

@@ -16,7 +16,8 @@ A single-step domain asks the policy once and treats the answer it extracts as t
 There is no domain branch in here: prompts, extraction, context and grading come in as the
 functions passed, which is the point of the paper's claim that one dispatcher serves web search,
 math and code unchanged. The result is an ordinary :class:`~hasp.records.Trajectory`, so
-signal scoring, training-data building, failure detection and MLflow logging apply as they are.
+signal scoring, training-data building, failure detection and evaluation (``hasp.eval``) apply as
+they are.
 
 ``Trajectory.terminated`` is ``"final"`` when some step produced an answer, else ``"max_steps"``
 (the one-step budget ran out without an action), as in the multi-step loop.
@@ -26,9 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from hasp.agent.loop import AgentConfig, Policy
@@ -42,8 +41,8 @@ from hasp.prompts import prompt
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "DEFAULT_FORMAT_HINT", "REVISE_TEMPLATE", "Extract", "Scorer", "CtxBuilder", "evaluate_variants",
-    "library_info", "revision_message", "run_single_step", "skills_prompt", "summarize_single_step",
+    "DEFAULT_FORMAT_HINT", "REVISE_TEMPLATE", "Extract", "Scorer", "CtxBuilder", "revision_message",
+    "run_single_step", "skills_prompt",
 ]
 
 #: extract(model text) -> (thought, proposed answer or None when the reply holds no answer)
@@ -63,13 +62,6 @@ def revision_message(contexts: Sequence[str], format_hint: str = DEFAULT_FORMAT_
     """The user turn of the revision: the PF hints, then the instruction to answer again."""
     hints = "\n".join(f"- {c.strip()}" for c in contexts if c and c.strip())
     return REVISE_TEMPLATE.format(hints=hints, format_hint=format_hint)
-
-
-def library_info(library: Any) -> dict[str, Any]:
-    """Size and load errors of a skill library, for an evaluation summary ({} without a library)."""
-    if library is None:
-        return {}
-    return {"library_size": len(library.skills), "library_load_errors": list(library.load_errors)}
 
 
 def skills_prompt(library: Any, limit: int | None = None) -> str:
@@ -198,64 +190,3 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
     traj.wall_s = time.perf_counter() - t0
     return traj
 
-
-# ----------------------------------------------------------------------------- evaluation
-
-
-def summarize_single_step(trajs: Sequence[Trajectory]) -> dict[str, Any]:
-    """``summarize_rollout`` plus the single-step views: accuracy, PF action- vs context-level
-    share, revision rate and the accuracy of the first (pre-revision) answers."""
-    from hasp.evolve.epoch import summarize_rollout
-
-    s = summarize_rollout(list(trajs))
-    n = max(1, len(trajs))
-    types = Counter(f.get("type") for t in trajs for a in t.audits() for f in a.fired if f.get("applied", True))
-    action, context = types.get("MODIFY_ACTION", 0), types.get("INJECT_CONTEXT", 0)
-    firsts = [t.audits()[0].feedback.get("score") for t in trajs if t.audits()]
-    firsts = [float(x) for x in firsts if isinstance(x, (int, float))]
-    revised = [t for t in trajs if any(a.feedback.get("revision_requested") for a in t.audits())]
-    first_of = {id(t): float(t.audits()[0].feedback.get("score", t.em)) for t in revised}
-    s.update({
-        "accuracy": s["em"],
-        "pf_action_fires": action,
-        "pf_context_fires": context,
-        "pf_action_share": action / (action + context) if action + context else 0.0,
-        "pf_context_share": context / (action + context) if action + context else 0.0,
-        "episodes_with_fires": sum(1 for t in trajs if t.fired_skills()) / n,
-        "revised_rate": len(revised) / n,
-        "first_answer_accuracy": (sum(firsts) / len(trajs)) if trajs else 0.0,
-        "revision_fixed": sum(1 for t in revised if t.em > first_of[id(t)]),
-        "revision_broke": sum(1 for t in revised if t.em < first_of[id(t)]),
-    })
-    return s
-
-
-def evaluate_variants(items: Sequence[Any], variants: Sequence[str],
-                      episode_for: Callable[[Variant], Callable[[Any], Trajectory]], out_dir: Path, *,
-                      concurrency: int = 8, extra_metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                      progress: bool = True, desc: str = "") -> dict[str, dict[str, Any]]:
-    """Run every variant over ``items``; write ``out_dir/<variant>.jsonl`` and ``metrics.json``."""
-    from hasp.agent.rollout import run_many, write_trajectories
-    from hasp.atomic import write_json
-
-    out_dir = Path(out_dir)
-    results: dict[str, dict[str, Any]] = {}
-    for name in variants:
-        v = get_variant(name)
-        t0 = time.perf_counter()
-        trajs = run_many(list(items), episode_for(v), concurrency=concurrency,
-                         desc=f"{desc}:{name}" if desc else name, progress=progress)
-        wall = time.perf_counter() - t0
-        write_trajectories(trajs, out_dir / f"{name}.jsonl")
-        failed = [t for t in trajs if t.terminated == "error"]
-        if trajs and len(failed) == len(trajs):
-            raise RuntimeError(f"variant {name}: every episode's model call failed (trajectories in "
-                               f"{out_dir / (name + '.jsonl')}); first error: {failed[0].pf_errors[-1]}")
-        summary = summarize_single_step(trajs)
-        summary["wall_s"] = wall
-        summary["episode_errors"] = len(failed)
-        if extra_metrics is not None:
-            summary.update(extra_metrics(summary))
-        results[name] = summary
-    write_json(results, out_dir / "metrics.json")
-    return results

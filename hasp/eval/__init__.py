@@ -1,6 +1,8 @@
-"""``hasp eval``: any agent variant on any search dataset, with MLflow runs, traces and plots.
+"""``hasp eval``: agent variants on search, math or code datasets, with MLflow runs, traces and plots.
 
-Modules: ``datasets`` (dataset specs → questions + retriever), ``judge`` (LLM-judge verdicts),
-``runner`` (episodes per dataset × variant), ``summary`` (metrics of one cell), ``cli`` (the
-command). Logging to MLflow lives in ``hasp.track.eval_runs``.
+One path for every domain, also used by the epoch's evaluation stage. Modules: ``datasets``
+(dataset specs → items, plus a retriever for search), ``episodes`` (the episode function of each
+domain), ``runner`` (cells of dataset × variant), ``summary`` (the metrics of one cell),
+``judge`` (LLM-judge verdicts), ``tracking`` (the MLflow run shape), ``report`` (the comparison
+table) and ``cli`` (the command).
 """

@@ -1,18 +1,19 @@
-"""The ``hasp eval`` command: any variants × any datasets, logged to MLflow, printed as a table.
+"""The ``hasp eval`` command: variants × datasets of one domain, logged to MLflow, printed as a table.
 
-Only typer is imported at module level (``hasp --help`` stays fast); everything else is imported
-when the command runs. Inputs are all checked (params, variants, dataset specs, library, teacher
-requirements) before a model server starts.
+One command for search, math and code, and for the epoch's evaluation stage (``--trained`` adds
+the trained policy's PF arms). Only typer is imported at module level (``hasp --help`` stays
+fast); everything else is imported when the command runs. Inputs are all checked (params,
+variants, dataset specs, library, teacher requirements) before a model server starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-
 
 def _fail(msg: str) -> typer.Exit:
     typer.echo(f"error: {msg}", err=True)
@@ -20,16 +21,20 @@ def _fail(msg: str) -> typer.Exit:
 
 
 def eval_command(
+    domain: Annotated[str, typer.Option(help="search | math | code.")] = "search",
     variants: Annotated[str, typer.Option(help="Comma-separated agent variants (hasp.agent.variants).")]
     = "react,prompt,pf",
     dataset: Annotated[Optional[list[str]], typer.Option(
-        "--dataset", help="'generated' or KIND:PATH (hotpotqa, 2wiki, musique, agentflow); repeatable.")] = None,
-    library: Annotated[Path, typer.Option(help="Skill library folder.")] = Path("skills/search"),
-    limit: Annotated[Optional[int], typer.Option(help="Evaluate the first N questions of the split.")] = None,
-    split: Annotated[str, typer.Option(help="test | val | train (| seed for benchmark files).")] = "test",
-    judge: Annotated[bool, typer.Option("--judge/--no-judge", help="LLM-judge accuracy (needs a teacher).")] = False,
+        "--dataset", help="search: 'generated', 'generated:DIR' or KIND:PATH (hotpotqa, 2wiki, musique, agentflow); "
+                          "math: game24 or a file; code: humaneval, KIND:PATH (mbpp, evalplus) or a file. "
+                          "Repeatable.")] = None,
+    library: Annotated[Optional[Path], typer.Option(help="Skill library folder (default: skills/<domain>).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Evaluate the first N items of each dataset.")] = None,
+    split: Annotated[str, typer.Option(help="search: test | val | train (| seed for benchmark files).")] = "test",
+    judge: Annotated[bool, typer.Option("--judge/--no-judge", help="LLM-judge accuracy (search; needs a teacher).")]
+    = False,
     teacher_snippets: Annotated[Optional[bool], typer.Option(
-        "--teacher-snippets/--no-teacher-snippets", help="Override eval.teacher_snippets (App. D.4).")] = None,
+        "--teacher-snippets/--no-teacher-snippets", help="Override eval.teacher_snippets (search, App. D.4).")] = None,
     out: Annotated[Path, typer.Option(help="Output folder (trajectories, metrics, tables).")]
     = Path("outputs/evaluations"),
     data: Annotated[Path, typer.Option(help="Folder of the generated benchmark (written if missing).")]
@@ -38,77 +43,100 @@ def eval_command(
         help="Search-R1 retriever for datasets without paragraphs (AgentFlow).")] = None,
     model_dir: Annotated[Optional[Path], typer.Option(
         help="Serve this HF model folder as the policy (e.g. outputs/train/merged).")] = None,
+    trained: Annotated[Optional[Path], typer.Option(
+        help="A trained HF model folder: adds a trained_<variant> arm for every PF variant, run by it "
+             "(skipped with a warning when the folder has no config.json, e.g. training was off).")] = None,
     traces: Annotated[Optional[bool], typer.Option("--traces/--no-traces", help="Override eval.traces.")] = None,
     run_name: Annotated[Optional[str], typer.Option(help="Name of the parent MLflow run.")] = None,
     params: Annotated[Path, typer.Option("--params", help="params.yaml to read.")] = Path("params.yaml"),
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
-    """Evaluate agent variants on datasets; one MLflow parent run with a nested run per cell."""
+    """Evaluate agent variants on datasets of one domain; one MLflow parent run with a nested run per cell."""
     from hasp.config import ParamsError, load_params
-    from hasp.eval.datasets import DatasetSpecError, load_eval_dataset, parse_dataset_specs
+    from hasp.eval.datasets import DOMAINS, DatasetSpecError, load_datasets
 
     try:
         p = load_params(params)
     except ParamsError as e:
         raise _fail(str(e)) from None
     names = [v.strip() for v in variants.split(",") if v.strip()]
+    lib = library if library is not None else Path("skills") / domain
     try:
         from hasp.agent.variants import get_variant
-        from hasp.eval.runner import check_teacher_needs
+        from hasp.eval.runner import check_teacher_needs, check_variants
 
         if not names:
             raise ValueError("--variants is empty")
-        specs = parse_dataset_specs(dataset or ["generated"])
-        if not library.is_dir():
-            raise ValueError(f"skill library {library} is not a folder")
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown --domain {domain!r}; choose one of {', '.join(DOMAINS)}")
+        vs = [get_variant(v) for v in names]
+        check_variants(domain, vs)
         if model_dir is not None and not (model_dir / "config.json").is_file():
             raise ValueError(f"--model-dir {model_dir} has no config.json (not a HF model folder)")
-        snippets = p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets
-        check_teacher_needs([get_variant(v) for v in names], judge=judge, snippets=snippets,
-                            have_teacher=bool(p.teacher.base_url))
-        sets = [load_eval_dataset(s, p, split=split, limit=limit, data_dir=data, retriever_url=retriever_url)
-                for s in specs]
+        snippets = (p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
+        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=bool(p.teacher.base_url))
+        sets = load_datasets(domain, list(dataset or []), p, split=split, limit=limit, data_dir=data,
+                             retriever_url=retriever_url)
+        if not lib.is_dir():
+            raise ValueError(f"skill library {lib} is not a folder; pass --library")
     except (DatasetSpecError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
-    res, runs = _run(p, sets, names, library, out, model_dir, judge, snippets,
+    if trained is not None and not (trained / "config.json").is_file():
+        typer.echo(f"warning: --trained {trained} has no config.json; no trained arms", err=True)
+        trained = None
+    res, runs = _run(p, sets, names, lib, out, model_dir, trained, judge, snippets,
                      p.eval.traces if traces is None else traces, run_name, progress, limit)
     print_table(res.metrics())
     typer.echo(f"outputs in {out}; MLflow parent run {runs['parent']} ({len(runs['children'])} nested runs, "
                f"{runs['traces']} traces)")
 
 
-def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, model_dir: Path | None, judge: bool,
-         snippets: bool, traces: bool, run_name: str | None, progress: bool,
+def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, model_dir: Path | None,
+         trained: Path | None, judge: bool, snippets: bool, traces: bool, run_name: str | None, progress: bool,
          limit: int | None) -> tuple[Any, dict[str, Any]]:
-    from hasp.eval.runner import run_eval
+    from hasp.agent.variants import get_variant
+    from hasp.eval.episodes import episode_config
+    from hasp.eval.runner import Arm, run_eval
+    from hasp.eval.tracking import log_eval_runs
     from hasp.llm.endpoints import policy_client, teacher_client
-    from hasp.track.eval_runs import log_eval_runs
 
+    domain = sets[0].domain
+    max_tokens = episode_config(p, domain).max_tokens
+    served = p.llm.model_copy(update={"base_url": None})
     teacher = teacher_client(p.teacher, p.llm)
-    llm = p.llm.model_copy(update={"base_url": None}) if model_dir is not None else p.llm
-    port = p.llm.port + 1 if model_dir is not None else None
     try:
-        with policy_client(llm, model_dir=model_dir, port=port, max_tokens=p.agent.max_tokens) as pol:
-            res = run_eval(p, sets, names, policy=pol, library_root=library, out_dir=out, teacher=teacher,
+        with contextlib.ExitStack() as stack:
+            pol = stack.enter_context(policy_client(served if model_dir is not None else p.llm, model_dir=model_dir,
+                                                    port=p.llm.port + 1 if model_dir is not None else None,
+                                                    max_tokens=max_tokens))
+            arms: list[Any] = list(names)
+            if trained is not None:
+                tpol = stack.enter_context(policy_client(served, model_dir=trained, port=p.llm.port + 2,
+                                                         max_tokens=max_tokens))
+                arms += [Arm(f"trained_{v}", get_variant(v), tpol) for v in names if get_variant(v).use_pfs]
+            res = run_eval(p, sets, arms, policy=pol, library_root=library, out_dir=out, teacher=teacher,
                            judge=judge, teacher_snippets=snippets, progress=progress)
             model = getattr(getattr(pol, "config", None), "model", None) or p.llm.model or "embedded"
     finally:
         if teacher is not None:
             teacher.close()
-    run_params = {"variants": ",".join(names), "datasets": ",".join(s.name for s in sets),
-                  "split": sets[0].split, "limit": limit if limit is not None else "all",
-                  "model": model, "model_dir": str(model_dir or ""), "library": str(library),
-                  "library_hash": res.library_hash, "library_size": res.library_size,
-                  "teacher_model": p.teacher.model or "", "teacher_snippets": snippets, "judge": judge,
-                  "max_steps": p.agent.max_steps, "top_k": p.agent.top_k}
-    cell_params = {s.name: {"dataset_kind": s.spec.kind, "dataset_path": str(s.spec.path or ""),
-                            "n": len(s.questions), "n_split": s.n_split, "corpus_size": s.corpus_size,
-                            "load_report": s.load_report}
-                   for s in sets}
+    run_params = {"domain": domain, "variants": ",".join(dict.fromkeys(c.variant for c in res.cells)),
+                  "datasets": ",".join(s.name for s in sets), "split": sets[0].split,
+                  "limit": limit if limit is not None else "all", "model": model, "model_dir": str(model_dir or ""),
+                  "trained": str(trained or ""), "library": str(library), "library_hash": res.library_hash,
+                  "library_size": res.library_size, "teacher_model": p.teacher.model or "",
+                  "teacher_snippets": snippets, "judge": judge, "max_steps": p.agent.max_steps if domain == "search"
+                  else 1, "max_tokens": max_tokens, "top_k": p.agent.top_k}
     runs = log_eval_runs(res, experiment=p.tracking.experiment,
-                         run_name=run_name or f"eval-{time.strftime('%Y%m%d-%H%M%S')}", params=run_params,
-                         cell_params=cell_params, traces=traces)
+                         run_name=run_name or f"eval-{domain}-{time.strftime('%Y%m%d-%H%M%S')}", params=run_params,
+                         cell_params={s.name: dataset_params(s) for s in sets}, traces=traces)
     return res, runs
+
+
+def dataset_params(ds: Any) -> dict[str, Any]:
+    """Per-dataset params of a cell's MLflow run."""
+    return {"dataset_kind": ds.spec.kind, "dataset_path": str(ds.spec.path or ""), "n": len(ds.questions),
+            "n_split": ds.n_split, "corpus_size": ds.corpus_size, "load_report": ds.load_report}
 
 
 def print_table(metrics: dict[str, dict[str, dict[str, Any]]]) -> None:

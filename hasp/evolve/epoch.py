@@ -23,55 +23,37 @@ from typing import Any
 
 from hasp.atomic import read_json, write_json
 
-from hasp.agent.loop import AgentConfig, Policy
-from hasp.records import Trajectory
+from hasp.agent.loop import Policy, agent_config
 from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
 from hasp.agent.variants import get_variant
 from hasp.config import Params
+from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
 
 log = logging.getLogger(__name__)
 
 
-#: ``Trajectory.terminated`` values that carry an answer
-ANSWERED = ("final", "budget_final")
-
-
-def agent_config(params: Params) -> AgentConfig:
-    a = params.agent
-    return AgentConfig(max_steps=a.max_steps, max_search_calls=a.max_search_calls,
-                       max_read_calls=a.max_read_calls, temperature=a.temperature,
-                       max_tokens=a.max_tokens, max_modify_fires=a.max_modify_fires,
-                       final_on_budget=a.final_on_budget)
-
-
-# ----------------------------------------------------------------------------- data
-def prepare_data(params: Params, out_dir: Path) -> dict[str, Any]:
-    """Generate the multi-hop benchmark (2–3 hops) and write corpus + splits."""
-    from hasp.domains.search.generator import generate_benchmark, write_benchmark
-
-    d = params.data
-    bench = generate_benchmark(d.seed, d.n_questions, hop_weights={2: 0.7, 3: 0.3})
-    paths = write_benchmark(bench, out_dir, seed=d.seed, fractions=tuple(d.fractions))
-    counts = {k: sum(1 for _ in open(p, encoding="utf-8")) for k, p in paths.items()}
-    return {"counts": counts, "hops": dict(Counter(q.hops for q in bench.questions))}
-
-
 # ----------------------------------------------------------------------------- rollouts
+def pipeline_variant(variant: str, teacher: Teacher | None) -> str:
+    """The variant the pipeline runs: its PF agent is ``pf_teacher`` when a teacher is configured."""
+    return "pf_teacher" if teacher is not None and variant == "pf" else variant
+
+
 def rollout(params: Params, data_dir: Path, library_root: Path | None, split: str, out_path: Path,
             *, policy: Policy, variant: str = "pf", teacher: Teacher | None = None,
             limit: int | None = None, label: str | None = None,
             qids: Collection[str] | None = None) -> dict[str, Any]:
-    """Phase A (and evaluation): run ``variant`` on a split, write trajectories, return metrics.
+    """Phase A and the val gate: run ``variant`` on a split, write trajectories, return metrics.
 
     The pipeline's PF agent uses the teacher whenever one is configured: ``variant="pf"`` with a
-    teacher runs as ``pf_teacher`` (the paper's Full row), so a configured teacher is never ignored.
+    teacher runs as ``pf_teacher`` (the paper's Full row), so a configured teacher is never
+    ignored; the summary's ``variant`` (and the trajectories, unless ``label`` names the run)
+    say ``pf_teacher`` then.
     """
     from hasp.domains.search.task import SearchTask
 
-    if teacher is not None and variant == "pf":
-        variant = "pf_teacher"
+    variant = pipeline_variant(variant, teacher)
 
     task = SearchTask.load(data_dir)
     items = task.questions(split, limit)
@@ -91,6 +73,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
             lib.close()
     write_trajectories(trajs, out_path)
     summary = summarize_rollout(trajs)
+    summary["variant"] = variant
     if lib is not None:
         summary["library_size"] = len(lib.skills)
         summary["library_load_errors"] = lib.load_errors
@@ -116,30 +99,6 @@ def phase_a_rollout(params: Params, data_dir: Path, library_root: Path, out_path
     summary["prefilter"] = {"n": pre["n"], "em": pre["em"], "f1": pre["f1"], "failed": len(failed),
                             "skipped": pre["n"] - len(failed)}
     return summary
-
-
-def summarize_rollout(trajs: list[Trajectory]) -> dict[str, Any]:
-    n = max(1, len(trajs))
-    fires = Counter(trajs_fired for t in trajs for trajs_fired in t.fired_skills())
-    audits = [a for t in trajs for a in t.audits()]
-    steps = [len(t.steps) for t in trajs]
-    return {
-        "n": len(trajs),
-        "em": sum(t.em for t in trajs) / n,
-        "f1": sum(t.f1 for t in trajs) / n,
-        "mean_steps": sum(steps) / n,
-        "parse_error_rate": sum(1 for t in trajs for s in t.steps if s.parse_error)
-        / max(1, sum(steps)),
-        "answered_rate": sum(1 for t in trajs if t.terminated in ANSWERED) / n,
-        "pf_fires": dict(fires),
-        "pf_fires_total": sum(fires.values()),
-        "modified_steps": sum(1 for a in audits if a.was_modified),
-        "inject_steps": sum(1 for a in audits if a.context),
-        "pf_errors": sum(len(t.pf_errors) for t in trajs),
-        "prompt_tokens": sum(t.prompt_tokens for t in trajs),
-        "completion_tokens": sum(t.completion_tokens for t in trajs),
-        "wall_s_sum": sum(t.wall_s for t in trajs),
-    }
 
 
 # ----------------------------------------------------------------------------- Phase B
@@ -558,18 +517,28 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
 
 
 # ----------------------------------------------------------------------------- evaluation
-EVAL_AGENTS = ("react", "pf", "trained_pf")
-
-
 def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, *, policy: Any,
              trained_policy: Any | None, teacher: Any = None, split: str = "test") -> dict[str, Any]:
-    """Baseline ReAct vs PF agent vs trained PF agent on the test split (same library, same data)."""
-    runs = [("react", "react", policy), ("pf", "pf", policy)]
+    """Baseline ReAct vs PF agent vs trained PF agent on the generated benchmark's ``split``
+    (same library, same data), through the evaluation runner every ``hasp eval`` uses.
+
+    Labels say what ran: ``pf_teacher`` / ``trained_pf_teacher`` when a teacher is configured.
+    Writes the runner's files under ``out_dir`` and returns ``{label: summary}``."""
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+    from hasp.eval.runner import run_eval
+
+    ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
+    res = run_eval(params, [ds], epoch_arms(teacher, trained_policy), policy=policy, library_root=library_root,
+                   out_dir=out_dir, teacher=teacher, teacher_snippets=False)
+    return res.metrics()[ds.name]
+
+
+def epoch_arms(teacher: Any, trained_policy: Any | None) -> list[Any]:
+    """ReAct, the pipeline's PF agent and, with a trained policy, the same agent on that policy."""
+    from hasp.eval.runner import Arm
+
+    pf = get_variant(pipeline_variant("pf", teacher))
+    arms = [Arm("react", get_variant("react")), Arm(pf.name, pf)]
     if trained_policy is not None:
-        runs.append(("trained_pf", "pf", trained_policy))
-    results = {}
-    for label, variant, pol in runs:
-        results[label] = rollout(params, data_dir, library_root, split, out_dir / f"{label}.jsonl",
-                                 policy=pol, variant=variant, teacher=teacher, label=label)
-    write_json(results, out_dir / "metrics.json")
-    return results
+        arms.append(Arm(f"trained_{pf.name}", pf, trained_policy))
+    return arms

@@ -19,12 +19,18 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
+def _eval_by_label(path: Path) -> dict[str, Any]:
+    """An evaluation's ``metrics.json`` as ``{label: summary}``: the evaluation runner writes
+    ``{dataset: {label: summary}}`` and an epoch evaluates one dataset, its generated benchmark."""
+    return {label: m for cells in (_load(path) or {}).values() for label, m in cells.items()}
+
+
 def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
     """Everything the run reports, gathered from the epoch's files (also printed by the CLI)."""
     ep = out_root / f"epoch_{epoch}"
     return {
         "phases": {f.stem.removeprefix("summary_"): _load(f) for f in sorted(ep.glob("summary_*.json"))},
-        "eval": _load(out_root / "eval" / "metrics.json") or {},
+        "eval": _eval_by_label(out_root / "eval" / "metrics.json"),
         "train": _load(out_root / "train" / "train_metrics.json") or {},
         "data_summary": _load(ep / "data_summary.json") or {},
     }
@@ -181,8 +187,7 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
             if hist_path.exists():
                 mlflow.log_artifact(str(hist_path), artifact_path="library")
         if final_eval is not None and final_eval.exists():
-            res = _load(final_eval) or {}
-            for label, m in res.items():
+            for label, m in _eval_by_label(final_eval).items():
                 log_numeric(mlflow, {f"final.{label}": {k: m[k] for k in ("em", "f1", "mean_steps",
                                      "pf_fires_total", "library_size") if k in m}})
             mlflow.log_artifact(str(final_eval), artifact_path="eval")

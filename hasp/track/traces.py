@@ -9,10 +9,10 @@ The loop does not time individual PFs, so each PF-event span covers the dispatch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from hasp.records import StepRecord
-from hasp.eval.records import EpisodeRecord
+from hasp.records import StepRecord, Trajectory
 
 _TEXT = 2000  # characters of prompts / observations kept on a span
 
@@ -25,17 +25,16 @@ def _cut(text: str) -> str:
     return text if len(text) <= _TEXT else text[:_TEXT] + "…"
 
 
-def log_episode_trace(mlflow: Any, rec: EpisodeRecord, *, dataset: str, variant: str) -> str:
-    """Create the trace (linked to the active run, if any); return its trace id."""
-    t = rec.traj
-    start = rec.start_ns
+def log_episode_trace(mlflow: Any, t: Trajectory, *, start_ns: int, dataset: str, variant: str,
+                      attributes: Mapping[str, Any] | None = None, error: bool = False) -> str:
+    """Create the trace (linked to the active run, if any); return its trace id.
+
+    ``attributes`` add to the root span what the caller knows beyond the trajectory (teacher
+    tokens, a judge verdict); ``error`` marks the root span as failed."""
+    start = start_ns
     attrs = {"qid": t.qid, "dataset": dataset, "variant": variant, "em": t.em, "f1": t.f1,
              "terminated": t.terminated, "n_steps": len(t.steps), "pf_fires": len(t.fired_skills()),
-             "prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
-             "teacher_tokens": rec.teacher_prompt_tokens + rec.teacher_completion_tokens}
-    if rec.judge is not None:
-        attrs["judge_correct"] = rec.judge.correct
-        attrs["judge_error"] = rec.judge.error
+             "prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens, **(attributes or {})}
     root = mlflow.start_span_no_context(
         f"episode {t.qid}", span_type="AGENT", inputs={"question": t.question, "answers": t.answers},
         attributes=attrs, start_time_ns=start,
@@ -45,7 +44,7 @@ def log_episode_trace(mlflow: Any, rec: EpisodeRecord, *, dataset: str, variant:
         cursor = _step_spans(mlflow, root, step, cursor)
     end = max(cursor, start + _ns(t.wall_s))
     root.end(outputs={"prediction": t.prediction, "em": t.em, "f1": t.f1},
-             status="ERROR" if rec.error else "OK", end_time_ns=end)
+             status="ERROR" if error else "OK", end_time_ns=end)
     return str(root.trace_id)
 
 

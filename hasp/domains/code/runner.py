@@ -1,4 +1,5 @@
-"""Code episodes through the shared single-step runner (``hasp.agent.single_step``).
+"""Code episodes through the shared single-step runner (``hasp.agent.single_step``); ``hasp eval
+--domain code`` runs them.
 
 The domain supplies ``render_messages``, :func:`split_completion` (the FINAL argument is the
 extracted program), ``final_context`` (the PF context) and the sandboxed ``score``; the
@@ -9,20 +10,18 @@ dispatcher, audit events, revision turn and trajectories are the ones math and s
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from hasp.agent.loop import AgentConfig, Policy
 from hasp.records import Trajectory
-from hasp.agent.single_step import evaluate_variants, library_info, run_single_step, skills_prompt
+from hasp.agent.single_step import run_single_step, skills_prompt
 from hasp.agent.variants import Variant, get_variant
 from hasp.domains.code.datasets import CodeItem
 from hasp.domains.code.task import extract_code, final_context, render_messages, score
 from hasp.pf.base import Teacher
-from hasp.pf.library import SkillLibrary, load_library
+from hasp.pf.library import SkillLibrary
 
-DOMAIN = "code"
 FORMAT_HINT = "reply with the complete corrected function in a single ```python code block"
 _FENCED = re.compile(r"```[^\n]*\n.*?(?:\n[ \t]*```|\Z)", re.S)
 _THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.S | re.I)
@@ -69,21 +68,3 @@ def episode_fn(policy: Policy, library: SkillLibrary | None, cfg: AgentConfig, v
 
     return run
 
-
-def evaluate_domain(domain: str, items: Sequence[CodeItem], variants: Sequence[str], policy: Policy,
-                    library_root: Path | None, out_dir: Path, concurrency: int = 8, *,
-                    cfg: AgentConfig | None = None, teacher: Teacher | None = None, revise: bool = True,
-                    progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Every variant over ``items``: ``out_dir/<variant>.jsonl`` + ``metrics.json``; returns
-    ``{variant: summary}`` with ``accuracy`` = ``pass@1`` = ``em``."""
-    cfg = cfg or AgentConfig(max_steps=1, max_tokens=384)
-    lib = load_library(Path(library_root), domain or DOMAIN) if library_root is not None else None
-    try:
-        return evaluate_variants(
-            items, variants,
-            lambda v: episode_fn(policy, lib, cfg, v, teacher=teacher, revise=revise),
-            Path(out_dir), concurrency=concurrency, progress=progress, desc=domain or DOMAIN,
-            extra_metrics=lambda s: {"pass@1": s["em"], **library_info(lib)})
-    finally:
-        if lib is not None:
-            lib.close()

@@ -1,4 +1,5 @@
-"""Math episodes through the shared single-step runner (``hasp.agent.single_step``).
+"""Math episodes through the shared single-step runner (``hasp.agent.single_step``); ``hasp eval
+--domain math`` runs them.
 
 The domain supplies four functions — ``build_messages``, ``split_output`` (extract), ``math_ctx``
 (the ``pre_final`` PF context) and ``score`` (exact equivalence / the exact 24-game verifier) —
@@ -7,20 +8,17 @@ and everything else (dispatcher, audit events, revision turn, trajectories) is s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 from hasp.agent.loop import AgentConfig, Policy
 from hasp.records import Trajectory
-from hasp.agent.single_step import evaluate_variants, library_info, run_single_step, skills_prompt
+from hasp.agent.single_step import run_single_step, skills_prompt
 from hasp.agent.variants import Variant, get_variant
 from hasp.domains.math.datasets import MathItem
 from hasp.domains.math.task import build_messages, math_ctx, score, split_output_for
 from hasp.pf.base import Teacher
-from hasp.pf.library import SkillLibrary, load_library
+from hasp.pf.library import SkillLibrary
 
-DOMAIN = "math"
 FORMAT_HINT = "end with exactly one line FINAL[answer]"
 
 
@@ -49,22 +47,3 @@ def episode_fn(policy: Policy, library: SkillLibrary | None, cfg: AgentConfig, v
 
     return run
 
-
-def evaluate_domain(domain: str, items: Sequence[MathItem], variants: Sequence[str], policy: Policy,
-                    library_root: Path | None, out_dir: Path, concurrency: int = 8, *,
-                    cfg: AgentConfig | None = None, teacher: Teacher | None = None, revise: bool = True,
-                    progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Every variant over ``items``: ``out_dir/<variant>.jsonl`` + ``metrics.json``; returns
-    ``{variant: summary}`` (``accuracy`` = ``em``)."""
-    cfg = cfg or AgentConfig(max_steps=1, max_tokens=256)
-    lib = load_library(Path(library_root), domain or DOMAIN) if library_root is not None else None
-    try:
-        res = evaluate_variants(
-            items, variants,
-            lambda v: episode_fn(policy, lib, cfg, v, teacher=teacher, revise=revise),
-            Path(out_dir), concurrency=concurrency, progress=progress, desc=domain or DOMAIN,
-            extra_metrics=lambda s: library_info(lib))
-        return res
-    finally:
-        if lib is not None:
-            lib.close()

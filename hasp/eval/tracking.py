@@ -1,10 +1,11 @@
-"""Log a ``hasp eval`` invocation to MLflow: one parent run, one nested run per (dataset, variant).
+"""Log an evaluation to MLflow: one parent run, one nested run per (dataset, variant) cell.
 
-Nested runs share param and metric names (``em``, ``f1``, ``judge_acc``, ``fires.<skill>`` …), so
-the MLflow UI compares them directly; the parent holds what spans cells: the comparison table
-(CSV + Markdown), ``metrics.json`` and the PF-trigger plot. Each episode becomes a trace linked to
-its cell's run (``hasp.track.traces``). ``mlflow.active_run()`` is thread-local, so all logging
-happens here, in the calling thread, after the episodes ran.
+Every domain has this one run shape, so a search and a code evaluation are read the same way.
+Nested runs share param and metric names (``em``, ``f1``, ``accuracy``, ``judge_acc``,
+``fires.<skill>`` …), so the MLflow UI compares them directly; the parent holds what spans cells:
+the comparison table (CSV + Markdown), ``metrics.json`` and the PF-trigger plot. Each episode
+becomes a trace linked to its cell's run (``hasp.track.traces``). ``mlflow.active_run()`` is
+thread-local, so all logging happens here, in the calling thread, after the episodes ran.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hasp.eval.records import EpisodeRecord
 from hasp.eval.report import to_markdown, write_csv
 from hasp.eval.runner import CellResult, EvalResult
 from hasp.track.mlflow_run import start_run
@@ -47,7 +49,7 @@ def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params:
 
     ``params`` go on the parent and on every child (model, library hash, split …);
     ``cell_params[dataset]`` adds per-dataset params (kind, path) to that dataset's children."""
-    base_tags = {"hasp.kind": "eval", "hasp.domain": "search", **(tags or {})}
+    base_tags = {"hasp.kind": "eval", "hasp.domain": result.domain, **(tags or {})}
     children: dict[str, str] = {}
     n_traces = 0
     with start_run(experiment, run_name, tags=base_tags, project_dir=project_dir) as mlflow:
@@ -74,6 +76,15 @@ def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params:
     return {"parent": parent, "children": children, "traces": n_traces}
 
 
+def trace_attributes(rec: EpisodeRecord) -> dict[str, Any]:
+    """What an evaluated episode adds to its trace's root span beyond the trajectory."""
+    attrs: dict[str, Any] = {"teacher_tokens": rec.teacher_prompt_tokens + rec.teacher_completion_tokens}
+    if rec.judge is not None:
+        attrs["judge_correct"] = rec.judge.correct
+        attrs["judge_error"] = rec.judge.error
+    return attrs
+
+
 def _log_cell(mlflow: Any, cell: CellResult, params: Mapping[str, Any], extra: Mapping[str, Any],
               tags: Mapping[str, str], traces: bool) -> tuple[str, int]:
     with mlflow.start_run(run_name=f"{cell.dataset}/{cell.variant}", nested=True,
@@ -85,7 +96,8 @@ def _log_cell(mlflow: Any, cell: CellResult, params: Mapping[str, Any], extra: M
         if traces:
             for rec in cell.records:
                 try:
-                    log_episode_trace(mlflow, rec, dataset=cell.dataset, variant=cell.variant)
+                    log_episode_trace(mlflow, rec.traj, start_ns=rec.start_ns, dataset=cell.dataset,
+                                      variant=cell.variant, attributes=trace_attributes(rec), error=bool(rec.error))
                     n += 1
                 except Exception as e:  # noqa: BLE001 - a trace is a view; a failed one must not lose the metrics
                     log.warning("trace of %s/%s %s not logged: %s", cell.dataset, cell.variant, rec.traj.qid, e)
