@@ -12,8 +12,8 @@ from harness_doubles import (CheapPF, FailingTeacherDouble, GarbageTeacherDouble
                              ScriptedTeacherDouble, TeacherRewritePF, VotePF, library, skill)
 
 from hasp.agent.context import EpisodeState
-from hasp.agent.harness import Harness, episode_runner
-from hasp.agent.loop import AgentConfig, run_episode
+from hasp.agent.harness import Harness
+from hasp.agent.loop import AgentConfig, episode_runner, run_episode
 from hasp.agent.postprocess import parse_answer_span
 from hasp.records import Trajectory
 from hasp.agent.variants import VARIANTS, get_variant

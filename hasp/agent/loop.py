@@ -5,11 +5,15 @@ PF dispatch, then FINAL-time handler votes) may rewrite it or add context, the
 environment executes the final action, phase reminders are added to the next
 observation, and the step record with its audit event is appended. Model mistakes (unparseable
 output) are recorded and shown to the model; harness bugs raise.
+
+``episode_runner`` is the one function rollouts and evaluations use to get ``item -> Trajectory``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -18,10 +22,15 @@ from typing import Any, Protocol
 import yaml
 
 from hasp.agent.context import EpisodeState
-from hasp.agent.harness import EpisodeHarness
+from hasp.agent.harness import EpisodeHarness, Harness
 from hasp.agent.parser import ParseFailure, parse_action
-from hasp.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.agent.variants import Variant
+from hasp.config import HarnessParams
 from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.library import SkillLibrary
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
+
+log = logging.getLogger(__name__)
 
 
 class ChatReply(Protocol):
@@ -201,3 +210,25 @@ def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
         audit.feedback = {"found": doc is not None, "doc_id": (doc or {}).get("id")}
         return obs, False
     raise ValueError(f"unknown action type {a.type!r}")  # the parser/dispatcher only emit the three
+
+
+def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, variant: Variant,
+                   params: HarnessParams | None, make_env: Callable[[], Any], teacher: Teacher | None = None,
+                   scorer: Any = None, label: str | None = None) -> Callable[[Any], Trajectory]:
+    """``item -> Trajectory`` for one variant (items have ``id``, ``question``, ``answers``).
+
+    The harness is compiled here, once; each call plans its question and runs the loop."""
+    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires)
+    used_teacher = teacher if variant.use_teacher else None
+    if teacher is not None and used_teacher is None:
+        log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
+                 variant.name)
+
+    def run(item: Any, env: Any = None) -> Trajectory:
+        """One episode; ``env`` overrides ``make_env()`` when the caller needs to keep the environment."""
+        return run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy,
+                           env=env if env is not None else make_env(), pfs=[], cfg=cfg,
+                           variant=label or variant.name, scorer=scorer,
+                           harness=harness.episode(item.question, used_teacher))
+
+    return run

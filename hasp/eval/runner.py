@@ -29,7 +29,7 @@ from hasp.config import Params
 from hasp.domains.search.generator import QAItem
 from hasp.domains.search.task import score
 from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
-from hasp.agent.harness import episode_runner
+from hasp.agent.loop import episode_runner
 from hasp.domains.search.tools import SearchEnvironment
 from hasp.eval.datasets import EvalDataset
 from hasp.eval.judge import judge_answer
