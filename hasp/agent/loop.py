@@ -3,8 +3,10 @@
 One step: the policy proposes an action, the harness (``hasp.agent.harness``:
 PF dispatch, then FINAL-time handler votes) may rewrite it or add context, the
 environment executes the final action, phase reminders are added to the next
-observation, and the step record with its audit event is appended. Model mistakes (unparseable
-output) are recorded and shown to the model; harness bugs raise.
+observation, and the step record with its audit event is appended. The step renders
+the turns it adds to the prompt itself (``StepRecord.to_messages``), the rendering
+training rows use too. Model mistakes (unparseable output) are recorded and shown to
+the model; harness bugs raise.
 
 ``episode_runner`` is the one function rollouts and evaluations use to get ``item -> Trajectory``.
 """
@@ -116,8 +118,7 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
         if isinstance(parsed, ParseFailure):
             step.parse_error, step.thought = parsed.reason, parsed.thought
             step.observation = p["parse_error"].format(reason=parsed.reason)
-            messages += [{"role": "assistant", "content": reply.text.strip()[:400] or "(empty)"},
-                         {"role": "user", "content": step.observation}]
+            messages += step.to_messages(p)
             step.step_s = time.perf_counter() - ts
             continue
         step.thought = parsed.thought
@@ -132,12 +133,10 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
             obs = obs + "\n" + "\n".join(audit.context)
         step.audit, step.observation = audit, obs
         th = time.perf_counter()
-        reminders = h.reminders(state, audit)
+        step.reminders = [r.text for r in h.reminders(state, audit)]
         audit.harness_s = harness_s + time.perf_counter() - th
-        shown = obs + "".join(f"\n{p['reminder'].format(text=r.text)}" for r in reminders)
         state.action_history.append(audit.a_final.render())
-        messages += [{"role": "assistant", "content": f"Thought: {parsed.thought}\nAction: {audit.a_final.render()}"},
-                     {"role": "user", "content": p["observation"].format(observation=shown)}]
+        messages += step.to_messages(p)
         step.step_s = time.perf_counter() - ts
         if done:
             traj.prediction, traj.terminated = audit.a_final.arg, "final"
