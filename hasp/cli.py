@@ -32,7 +32,7 @@ for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve
                   (track_app, "track"), (skills_app, "skills")):
     app.add_typer(sub, name=name)
 
-from hasp.evolve.commands import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
+from hasp.evolve_cli import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
 
 _register_evolve_commands(evolve_app)
 
@@ -256,23 +256,15 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
     """Run one full evolution epoch (Prefect flow) on the embedded model and print the results."""
     import time
 
-    _prefect_env()
-    from flows.evolve import evolve_epoch_flow
+    from hasp.evolve_cli import run_epoch_flow
     from hasp.track.mlflow_run import tracking_uri
 
     t0 = time.perf_counter()
-    res = evolve_epoch_flow(params_path=str(params), out_root=str(out), library=str(library))
+    res = run_epoch_flow(params, out, library)
     print_results(res["eval"])
     typer.echo(json.dumps({k: res["phases"][k] for k in res["phases"]}, default=str)[:3000])
     typer.echo(f"wall time {time.perf_counter() - t0:.0f}s; MLflow run {res['run_id']}")
     typer.echo(f"Open the UI: .venv/bin/mlflow ui --backend-store-uri {tracking_uri()}")
-
-
-def _prefect_env() -> None:
-    """Project-local Prefect state (results cache, ephemeral API database) unless set by the user."""
-    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
 def main(argv: list[str] | None = None) -> int:

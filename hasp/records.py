@@ -7,8 +7,13 @@ to JSON lines.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: an unparseable reply is kept in the conversation cut to this length, so one runaway
+#: generation does not fill the context of every later step
+RAW_REPLY_CHARS = 400
 
 
 @dataclass
@@ -45,15 +50,50 @@ class AuditEvent:
 
 @dataclass
 class StepRecord:
+    """One step of an episode; it renders itself into the chat turns it adds to the prompt.
+
+    The loop builds the next prompt and the training data builds its rows from the same two
+    methods (``assistant_message``, ``to_messages``), so what a model is trained on cannot
+    drift from what it was shown.
+    """
+
     index: int
     raw_output: str
     thought: str = ""
     audit: AuditEvent | None = None
-    observation: str = ""
+    observation: str = ""  # the environment's answer (plus PF context); a parse failure's message
     parse_error: str = ""
     prompt_messages: list[dict[str, str]] = field(default_factory=list)
+    reminders: list[str] = field(default_factory=list)  # phase reminder texts shown after the observation
     llm_s: float = 0.0
     step_s: float = 0.0
+
+    def assistant_message(self, action: Action | None = None) -> dict[str, str]:
+        """The policy's turn as the conversation keeps it.
+
+        A parsed step is re-rendered with the action that actually ran (``a_final``, so a PF's
+        correction is what later turns see); ``action`` renders another one instead, e.g. the
+        policy's original action for a rejected preference row. An unparseable reply is kept
+        as written, cut to ``RAW_REPLY_CHARS``.
+        """
+        if action is None and self.audit is not None:
+            action = self.audit.a_final
+        if action is None:
+            return {"role": "assistant", "content": self.raw_output.strip()[:RAW_REPLY_CHARS] or "(empty)"}
+        return {"role": "assistant", "content": f"Thought: {self.thought}\nAction: {action.render()}"}
+
+    def to_messages(self, templates: Mapping[str, str]) -> list[dict[str, str]]:
+        """The two turns this step adds to the prompt: the policy's reply, then what it was shown.
+
+        ``templates`` are the agent's prompt templates (``observation``, ``reminder``); a parse
+        failure's observation is already the full message.
+        """
+        if self.parse_error:
+            shown = self.observation
+        else:
+            text = self.observation + "".join(f"\n{templates['reminder'].format(text=r)}" for r in self.reminders)
+            shown = templates["observation"].format(observation=text)
+        return [self.assistant_message(), {"role": "user", "content": shown}]
 
 
 @dataclass

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_doubles import ScriptedPolicy  # shared test double
+from doubles import ScriptedPolicyDouble
 
 from hasp.agent.loop import AgentConfig, run_episode
 from hasp.agent.parser import ParsedAction, ParseFailure, parse_action
@@ -54,7 +54,7 @@ def _run(world, replies, use_pfs=True, **cfg):
     bench, retr = world
     q = bench.questions[0]
     lib = load_library(SEED)
-    pol = ScriptedPolicy(replies)
+    pol = ScriptedPolicyDouble(replies)
     t = run_episode(qid=q.id, question=q.question, answers=q.answers, policy=pol,
                     env=SearchEnvironment(retr, top_k=3), pfs=lib.pfs(),
                     cfg=AgentConfig(use_pfs=use_pfs, **cfg), variant="pf", scorer=score)

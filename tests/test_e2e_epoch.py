@@ -21,10 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def epoch_env(tmp_path_factory, monkeypatch_module):
+def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     work = tmp_path_factory.mktemp("epoch")
-    monkeypatch_module.setenv("PREFECT_HOME", str(work / ".prefect"))
-    monkeypatch_module.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"].update(n_questions=10)

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from doubles import (AnsweringPolicyDouble, FailingTeacherDouble, JudgeTeacherDouble, RoleAwareEndpointDouble,
+                     SnippetTeacherDouble)
 
 from hasp.config import Params
 from hasp.domains.search.retriever import BM25Retriever
@@ -42,73 +41,6 @@ def _data(rel: str) -> Path:
     if not path.exists():
         pytest.skip(f"benchmark sample {path} not present (the shared data folder is only on the dev/CI machine)")
     return path
-
-
-# ----------------------------------------------------------------------------- doubles
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 11
-    completion_tokens: int = 3
-
-
-class AnsweringPolicyDouble:
-    """Test double: always answers FINAL[...] at once, with the gold answer for the questions in
-    ``correct`` and a wrong one otherwise. Stateless per call, so it is safe across threads."""
-
-    def __init__(self, gold: dict[str, str], correct: set[str], fail: set[str] = frozenset()):
-        self.gold, self.correct, self.fail = gold, correct, fail
-
-    def chat(self, messages, **kw):
-        q = next(m["content"] for m in reversed(messages) if m["content"].startswith("Question:"))
-        q = q.removeprefix("Question: ").split("\nNext Thought")[0]
-        if q in self.fail:
-            raise ConnectionError("policy endpoint down (double)")
-        answer = self.gold[q] if q in self.correct else "Nowhere Special"
-        return Reply(f"Thought: I can answer.\nAction: FINAL[{answer}]")
-
-
-class JudgeTeacherDouble:
-    """Test double for the judge: CORRECT when the predicted answer equals a reference, a chatty
-    unparseable reply for predictions in ``chatty``, an exception for those in ``broken``."""
-
-    def __init__(self, chatty=(), broken=()):
-        self.chatty, self.broken = set(chatty), set(broken)
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def chat(self, messages, max_tokens=8, temperature=0.0, **kw):
-        with self._lock:
-            self.calls += 1
-        text = messages[-1]["content"]
-        refs = re.search(r"Reference answers: (.*)\n", text).group(1).split(" | ")
-        pred = re.search(r"Predicted answer: (.*)\n", text).group(1)
-        if pred in self.broken:
-            raise TimeoutError("judge timed out (double)")
-        if pred in self.chatty:
-            return Reply("Well, it is probably right, I would say CORRECT.")
-        return Reply("CORRECT" if pred in refs else "INCORRECT.")
-
-
-class SnippetTeacherDouble:
-    """Test double: writes a 'snippet' naming the titles it was shown; records every request."""
-
-    def __init__(self, text: str | None = None):
-        self.text, self.requests = text, []
-
-    def generate(self, messages, max_tokens=256, temperature=0.0):
-        self.requests.append((messages, max_tokens))
-        if self.text is not None:
-            return self.text
-        titles = re.findall(r"^\[\d+\] (.+)$", messages[-1]["content"], flags=re.M)
-        return "Relevant: " + "; ".join(titles)
-
-
-class FailingTeacherDouble:
-    """Test double: every call raises, like an endpoint that keeps answering 429."""
-
-    def generate(self, messages, max_tokens=256, temperature=0.0):
-        raise RuntimeError("429 Too Many Requests (double)")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -326,7 +258,7 @@ def test_snippet_length_is_bounded(hotpot_retriever):
     assert len(snippet) <= len("Summary of the top 3 results: ") + 40 * 5 + 1
 
 
-@pytest.mark.parametrize("teacher", [FailingTeacherDouble(), SnippetTeacherDouble("   ")])
+@pytest.mark.parametrize("teacher", [FailingTeacherDouble(RuntimeError("429 Too Many Requests (double)")), SnippetTeacherDouble("   ")])
 def test_snippet_falls_back_to_plain_results(hotpot_retriever, teacher, caplog):
     qs, retr = hotpot_retriever
     plain = SearchEnvironment(retr, top_k=3).search(qs[2].question)[0]
@@ -343,7 +275,7 @@ def test_runner_counts_snippet_fallbacks(mlflow_tmp):
     sets = _sets(params, limit=2, specs=(f"hotpotqa:{HOTPOT}",))
     policy = AnsweringPolicyDouble(_gold(sets), set())
     res = run_eval(params, sets, ["pf"], policy=policy, library_root=SKILLS, out_dir=mlflow_tmp,
-                   teacher=FailingTeacherDouble(), progress=False)
+                   teacher=FailingTeacherDouble(RuntimeError("429 Too Many Requests (double)")), progress=False)
     s = res.cells[0].summary
     assert s["snippet_calls"] >= 2 and s["snippet_fallbacks"] == s["snippet_calls"]  # premature_final searches
     assert s["n"] == 2 and s["episode_errors"] == 0
@@ -415,58 +347,6 @@ def test_cli_reports_bad_spec_in_one_line(capsys):
 
 
 # ----------------------------------------------------------------------------- the CLI end to end
-class RoleAwareEndpointDouble:
-    """Test double of an OpenAI chat endpoint on 127.0.0.1 that plays three roles by system prompt:
-    the judge (always 'INCORRECT'), the snippet writer (a fixed summary) and the policy (FINAL at
-    once). Usage is 10 prompt / 5 completion tokens per call."""
-
-    def __init__(self):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        double = self
-        self.roles: list[str] = []
-        self._lock = threading.Lock()
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                system = body["messages"][0]["content"]
-                role = "judge" if "grade" in system else "snippet" if "research agent" in system else "policy"
-                with double._lock:
-                    double.roles.append(role)
-                text = {"judge": "INCORRECT", "snippet": "The documents name a city.",
-                        "policy": "Thought: done\nAction: FINAL[Paris]"}[role]
-                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": text}}],
-                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5,
-                                             "total_tokens": 15}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def test_cli_end_to_end_with_judge_and_snippets(mlflow_tmp, capsys):
     import mlflow
     import yaml

@@ -1,98 +1,27 @@
 """The multi-epoch Prefect flow on doubles: 2 epochs, library carried, MLflow metrics per epoch,
 and an unchanged re-run served from the task cache (no model call at all).
 
-Real Prefect (ephemeral API in a temp PREFECT_HOME), real MLflow (temp sqlite), real BM25,
-real sandbox for generated PFs; only the three models are doubles.
+Real Prefect (the session's test API, ``prefect_harness`` in ``conftest.py``), real MLflow (temp
+sqlite), real BM25, real sandbox for generated PFs; only the three models are doubles.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from doubles import SearchingPolicyDouble, StudentDouble
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 1
-    completion_tokens: int = 1
-
-
-class CallCounter:
-    def __init__(self) -> None:
-        self.n = 0
-        self._lock = threading.Lock()
-
-    def hit(self) -> None:
-        with self._lock:
-            self.n += 1
-
-
-class AgentPolicyDouble:
-    """Double for the agent policy: searches the question once, then answers a wrong name."""
-
-    def __init__(self) -> None:
-        self.calls = CallCounter()
-
-    def chat(self, messages, **kw):
-        self.calls.hit()
-        turns = sum(1 for m in messages if m["role"] == "assistant")
-        if turns == 0:
-            return Reply("Thought: look it up\nAction: SEARCH[founder company]")
-        return Reply("Thought: I think I know\nAction: FINAL[Nobody Known]")
-
-
-PF_TEMPLATE = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-
-
-@register_pf("{sid}")
-class Generated(ProgramFunction):
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not ctx.get("has_read", False)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text="Read a document first.",
-                            reason="no read yet")
-'''
-
-
-class StudentDouble:
-    """Double for the student: JSON failure summaries (Phase B) and skill proposals (Phase C)."""
-
-    def __init__(self) -> None:
-        self.calls = CallCounter()
-
-    def chat(self, messages, **kw):
-        self.calls.hit()
-        if "JSON" in messages[0]["content"]:
-            return Reply(json.dumps({"category": "unverified_answer", "abstraction": "Answers without reading.",
-                                     "trigger": "FINAL before any READ.", "intervention_hint": "Read first."}))
-        sid = re.search(r"Use skill_id: (\S+)", messages[-1]["content"]).group(1)
-        md = f"---\nskill_id: {sid}\nname: {sid.replace('_', '-')}\ndescription: Read before answering.\n---\nBody.\n"
-        return Reply(f"```markdown\n{md}```\n```python\n{PF_TEMPLATE.format(sid=sid)}```")
-
-    def map_chat(self, batch, **kw):
-        return [self.chat(m, **kw) for m in batch]
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, prefect_harness):
     work = tmp_path_factory.mktemp("evolve_flow")
     mp = pytest.MonkeyPatch()
-    mp.setenv("PREFECT_HOME", str(work / ".prefect"))
-    mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    mp.setenv("PREFECT_LOGGING_LEVEL", "WARNING")
-    # the ephemeral API server migrates a fresh database first: slow on a loaded 2-core machine
-    mp.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "240")
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"].update(n_questions=10)
@@ -106,7 +35,7 @@ def env(tmp_path_factory):
                     ignore=shutil.ignore_patterns("__pycache__"))
     import flows.evolve as fe
 
-    doubles = {"policy": AgentPolicyDouble(), "student": StudentDouble()}
+    doubles = {"policy": SearchingPolicyDouble(), "student": StudentDouble()}
     mp.setattr(fe, "make_clients", lambda p, out: fe.Clients(policy=doubles["policy"], student=doubles["student"],
                                                              trained=doubles["policy"], teacher=None))
     yield work, doubles

@@ -4,11 +4,10 @@ frontier + rollback, lite mode, Objective B rows. Fast: every model is a named d
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from doubles import AnsweringPolicyDouble, PerQuestionPolicyDouble, ValRunnerDouble
 from traj_builders import scripted_traj
 
 from hasp.records import Trajectory
@@ -29,29 +28,6 @@ from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_ski
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class ScriptedPolicy:
-    """Double: per question (found in the user message) a queue of scripted replies; thread-safe."""
-
-    def __init__(self, script: dict[str, list[str]]):
-        self.script = {k: list(v) for k, v in script.items()}
-        self.calls: list[tuple[str, list[dict], dict]] = []
-        self._lock = threading.Lock()
-
-    def chat(self, messages, **kw):
-        user = messages[1]["content"]
-        key = next(k for k in self.script if k in user)
-        with self._lock:
-            self.calls.append((key, messages, kw))
-            return Reply(self.script[key].pop(0))
-
-
 def _traj(qid: str, actions: list[tuple[str, str]], em: float = 0.0) -> Trajectory:
     return scripted_traj(qid, actions, question=f"Where was {qid} born?", answers=["Telvik"], em=em,
                          prediction=actions[-1][1])
@@ -67,7 +43,7 @@ GOOD_JSON = json.dumps({"category": "stale_evidence", "abstraction": "The agent 
 def test_summarizer_valid_retried_and_dropped(caplog):
     trajs = [_traj("alpha", [("FINAL", "Oslo")]), _traj("beta", [("FINAL", "Rome")]),
              _traj("gamma", [("FINAL", "Lima")]), _traj("delta", [("FINAL", "Telvik")], em=1.0)]
-    pol = ScriptedPolicy({"alpha": [GOOD_JSON],
+    pol = PerQuestionPolicyDouble({"alpha": [GOOD_JSON],
                           "beta": ["Sure! The agent was wrong.", "```json\n" + GOOD_JSON + "\n```"],
                           "gamma": ['{"category": oops}', '{"category": "x", "abstraction": "a"}']})
     out = summarize_failures(trajs, pol, temperature=0.3, retries=1, max_concurrency=3)
@@ -85,7 +61,7 @@ def test_summarizer_valid_retried_and_dropped(caplog):
 
 
 def test_summarizer_zero_retries_drops_on_first_bad_reply():
-    pol = ScriptedPolicy({"alpha": ["garbage"]})
+    pol = PerQuestionPolicyDouble({"alpha": ["garbage"]})
     out = summarize_failures([_traj("alpha", [("FINAL", "x")])], pol, retries=0)
     assert not out.patterns and out.dropped[0]["attempts"] == 1
 
@@ -114,7 +90,7 @@ def _params(tmp_path: Path, **evolve) -> object:
 def test_analyse_merges_llm_patterns_before_clustering(tmp_path):
     trajs = [_traj(q, [("FINAL", "x")]) for q in ("alpha", "beta", "gamma")]
     write_trajectories(trajs, tmp_path / "rollout.jsonl")
-    pol = ScriptedPolicy({"alpha": [GOOD_JSON], "beta": [GOOD_JSON], "gamma": ["junk", "junk"]})
+    pol = PerQuestionPolicyDouble({"alpha": [GOOD_JSON], "beta": [GOOD_JSON], "gamma": ["junk", "junk"]})
     p = _params(tmp_path, min_cluster_size=2)
     s = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "skills" / "search", p, tmp_path, summarizer=pol)
     assert s["llm_patterns"] == 2 and s["llm_dropped"] == 1 and s["summarizer_used"]
@@ -207,20 +183,6 @@ def test_each_filtering_mode_admits_the_expected_candidates(epoch_files, filteri
     assert any("parse: code does not parse" in r for r in refused["no_parse"])
 
 
-class ValRunnerDouble:
-    """Double for the val rollout: EM depends on which generated skill the library holds."""
-
-    def __init__(self, em_with: dict[str, float]):
-        self.em_with = em_with
-        self.calls: list[str] = []
-
-    def __call__(self, library: Path, label: str) -> dict:
-        gen = [d.name.split("__v")[0] for d in (library / "generated").iterdir()]
-        assert len(gen) == 1, gen  # exactly the library plus this one candidate
-        self.calls.append(gen[0])
-        return {"em": self.em_with[gen[0]], "f1": self.em_with[gen[0]] + 0.1, "n": 10}
-
-
 def test_val_gate_refuses_a_candidate_that_lowers_val_em(epoch_files):
     tmp_path, lib, ed = epoch_files
     # a second good candidate that hurts val accuracy
@@ -280,7 +242,7 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
     trajs = [_traj(f"q{i}", [("FINAL", "x")]) for i in range(8)]
     write_trajectories(trajs, tmp_path / "rollout.jsonl")
     p = _params(tmp_path, mode="lite", lite_failures=5)
-    pol = ScriptedPolicy({"q": [GOOD_JSON] * 20})
+    pol = PerQuestionPolicyDouble({"q": [GOOD_JSON] * 20})
     s = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "skills" / "search", p, tmp_path, summarizer=pol, epoch=3)
     assert s["analysed"] == 5 and not s["summarizer_used"] and not pol.calls  # no LLM in lite mode
     clusters = json.loads((tmp_path / "clusters.json").read_text())
@@ -473,25 +435,6 @@ def test_cli_run_passes_mode_filtering_and_val_gate_to_the_flow(monkeypatch, cap
 
 # --------------------------------------------------------------------------- Phase A prefilter
 
-class AnswerKeyPolicy:
-    """Double: answers FINAL[<gold>] for the questions in ``right`` and FINAL[no idea] for the rest,
-    whatever the step; records which questions it was asked about."""
-
-    def __init__(self, items, right):
-        self.gold = {it.question: it.answers[0] for it in items}
-        self.right = set(right)
-        self.asked: list[str] = []
-        self._lock = threading.Lock()
-
-    def chat(self, messages, **kw):
-        user = "\n".join(m["content"] for m in messages if m["role"] == "user")
-        q = next(q for q in self.gold if q in user)
-        with self._lock:
-            self.asked.append(q)
-        ans = self.gold[q] if q in self.right else "no idea"
-        return Reply(f"Thought: I know it.\nAction: FINAL[{ans}]")
-
-
 def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
     from hasp.domains.search.task import SearchTask
 
@@ -499,7 +442,8 @@ def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
     prepare_data(p, tmp_path / "data")
     items = SearchTask.load(tmp_path / "data").questions("train")
     assert len(items) >= 3
-    pol = AnswerKeyPolicy(items, right=[items[0].question])
+    pol = AnsweringPolicyDouble({it.question: it.answers[0] for it in items}, correct=[items[0].question],
+                                wrong="no idea")
     out = tmp_path / "epoch_0" / "rollout.jsonl"
     s = ep.phase_a_rollout(p, tmp_path / "data", ROOT / "skills" / "search", out, policy=pol)
     pre = ep.read_trajectories(out.with_name("prefilter.jsonl"))

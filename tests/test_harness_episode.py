@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from harness_doubles import (CheapPF, FailingTeacherDouble, GarbageTeacherDouble, ScriptedPolicy,
-                             ScriptedTeacherDouble, TeacherRewritePF, VotePF, library, skill)
+from doubles import (CheapPFDouble, FailingTeacherDouble, GarbageTeacherDouble, RewritingPFDouble,
+                     ScriptedPolicyDouble, ScriptedTeacherDouble, SlowPolicyDouble, VotingPFDouble, library, skill)
 
 from hasp.agent.context import EpisodeState
-from hasp.agent.harness import Harness, episode_runner
-from hasp.agent.loop import AgentConfig, run_episode
+from hasp.agent.harness import Harness
+from hasp.agent.loop import AgentConfig, episode_runner, run_episode
 from hasp.agent.postprocess import parse_answer_span
 from hasp.records import Trajectory
 from hasp.agent.variants import VARIANTS, get_variant
@@ -41,7 +41,7 @@ def world():
 def _episode(world, lib, variant, replies, teacher=None, **hp):
     bench, retr = world
     item = bench.questions[0]
-    pol = ScriptedPolicy(replies)
+    pol = ScriptedPolicyDouble(replies)
     run = episode_runner(policy=pol, library=lib, cfg=AgentConfig(max_steps=6, max_search_calls=4),
                          variant=get_variant(variant), params=HarnessParams(**hp),
                          make_env=lambda: SearchEnvironment(retr, top_k=3), teacher=teacher, scorer=score)
@@ -50,7 +50,7 @@ def _episode(world, lib, variant, replies, teacher=None, **hp):
 
 # ----------------------------------------------------------------------------- handler votes
 def _voter(n_votes, threshold=4, max_overrides=1, teacher=None, extra=()):
-    pfs = [VotePF(f"h{i}") for i in range(n_votes)] + list(extra)
+    pfs = [VotingPFDouble(f"h{i}") for i in range(n_votes)] + list(extra)
     return HandlerVoter(pfs, threshold=threshold, max_overrides=max_overrides, teacher=teacher), pfs
 
 
@@ -72,18 +72,18 @@ def test_votes_at_threshold_override_once_then_the_final_is_accepted():
 
 
 def test_llm_handlers_are_skipped_without_teacher_and_asked_with_one():
-    llm = VotePF("llm_judge", kind="llm")
+    llm = VotingPFDouble("llm_judge", kind="llm")
     v, _ = _voter(3, extra=[llm])
     out = v.vote({"question": Q}, "Telvik")
     assert out.skipped == ["llm_judge"] and llm.asked == 0 and not out.overridden
     tw = CountingTeacher(ScriptedTeacherDouble("WRONG: the founder was born elsewhere"))
-    v2, _ = _voter(3, teacher=tw, extra=[VotePF("llm_judge", kind="llm")])
+    v2, _ = _voter(3, teacher=tw, extra=[VotingPFDouble("llm_judge", kind="llm")])
     out2 = v2.vote({"question": Q}, "Telvik")
     assert out2.overridden and "llm_judge" in {x["skill_id"] for x in out2.votes} and tw.calls == 1
 
 
 def test_raising_handler_is_disabled_and_contained():
-    bad = VotePF("broken", raises=True)
+    bad = VotingPFDouble("broken", raises=True)
     v, _ = _voter(4, extra=[bad])
     out = v.vote({"question": Q}, "x")
     assert out.overridden and "broken.check_final raised RuntimeError" in out.errors[0]
@@ -94,7 +94,7 @@ def test_raising_handler_is_disabled_and_contained():
 
 def test_llm_handler_whose_teacher_fails_does_not_vote_and_stays_enabled():
     tw = CountingTeacher(FailingTeacherDouble())
-    v, _ = _voter(3, teacher=tw, extra=[VotePF("llm_judge", kind="llm")])
+    v, _ = _voter(3, teacher=tw, extra=[VotingPFDouble("llm_judge", kind="llm")])
     out = v.vote({"question": Q}, "x")
     assert not out.overridden and tw.errors == 1 and "llm_judge" not in v.disabled
 
@@ -105,7 +105,7 @@ def test_unsearched_query_prefers_new_keywords():
 
 
 def test_handler_override_in_an_episode_is_audited(world):
-    lib = library(*[skill(f"handler_{i}", VotePF("x"), priority=0.5) for i in range(4)])
+    lib = library(*[skill(f"handler_{i}", VotingPFDouble("x"), priority=0.5) for i in range(4)])
     t, pol, item = _episode(world, lib, "pf", ["FINAL[Paris]", "FINAL[Paris]"], pf_selection="all")
     a0, a1 = t.steps[0].audit, t.steps[1].audit
     assert a0.a_orig.type == "FINAL" and a0.a_final.type == "SEARCH" and a0.handlers["overridden"]
@@ -129,21 +129,21 @@ def test_counting_teacher_sums_tokens_and_wraps_failures():
 
 def test_failing_teacher_makes_the_pf_take_its_deterministic_path():
     tw = CountingTeacher(FailingTeacherDouble())
-    d = Dispatcher([TeacherRewritePF()], teacher=tw)
+    d = Dispatcher([RewritingPFDouble()], teacher=tw)
     res = d.dispatch({"question": Q}, "SEARCH", "Brightwell Labs founder birthplace")
     assert (res.action_type, res.arg) == ("SEARCH", "Brightwell")
     assert res.fired[0].reason == "deterministic query" and res.teacher_fallbacks == ["retrieval_failure"]
     assert not d.disabled and not res.errors and tw.errors == 1
     # a PF bug (not a teacher failure) still disables the PF
-    class Buggy(TeacherRewritePF):
+    class BuggyPFDouble(RewritingPFDouble):
         def intervene(self, ctx, action_type, arg, teacher=None):
             raise KeyError("bug")
-    d2 = Dispatcher([Buggy()], teacher=CountingTeacher(ScriptedTeacherDouble("q")))
+    d2 = Dispatcher([BuggyPFDouble()], teacher=CountingTeacher(ScriptedTeacherDouble("q")))
     assert d2.dispatch({}, "SEARCH", "a b").errors and "retrieval_failure" in d2.disabled
 
 
 def test_teacher_tokens_and_errors_land_on_the_trajectory(world):
-    lib = library(skill("retrieval_failure", TeacherRewritePF(), priority=0.8))
+    lib = library(skill("retrieval_failure", RewritingPFDouble(), priority=0.8))
     ok, _, _ = _episode(world, lib, "pf_teacher", ["SEARCH[Brightwell Labs founder]", "FINAL[x]"],
                         teacher=ScriptedTeacherDouble("Brightwell Labs", prompt_tokens=11, completion_tokens=4))
     assert ok.steps[0].audit.a_final.arg == "Brightwell Labs"
@@ -165,7 +165,7 @@ def test_variant_table():
 
 
 def test_pf_variant_never_passes_the_teacher(world):
-    lib = library(skill("retrieval_failure", TeacherRewritePF(), priority=0.8))
+    lib = library(skill("retrieval_failure", RewritingPFDouble(), priority=0.8))
     teacher = ScriptedTeacherDouble("should not be used")
     t, _, _ = _episode(world, lib, "pf", ["SEARCH[Brightwell Labs founder]", "FINAL[x]"], teacher=teacher)
     assert teacher.prompts == [] and t.steps[0].audit.a_final.arg == "Brightwell" and t.teacher_calls == 0
@@ -262,12 +262,8 @@ def test_phase_instruction_budget_per_step(world):
 def test_episode_wall_budget(world):
     bench, retr = world
 
-    class SlowPolicy(ScriptedPolicy):
-        def chat(self, messages, **kw):
-            time.sleep(0.05)
-            return super().chat(messages, **kw)
-
-    run = episode_runner(policy=SlowPolicy(["SEARCH[a]"] * 10), library=None, cfg=AgentConfig(max_steps=10),
+    run = episode_runner(policy=SlowPolicyDouble(["SEARCH[a]"] * 10, delay_s=0.05), library=None,
+                         cfg=AgentConfig(max_steps=10),
                          variant=get_variant("react"), params=HarnessParams(timeout_seconds=0.08),
                          make_env=lambda: SearchEnvironment(retr), scorer=score)
     t = run(bench.questions[0])
@@ -277,7 +273,7 @@ def test_episode_wall_budget(world):
 def test_plain_run_episode_still_accepts_pfs_directly(world):
     bench, retr = world
     q = bench.questions[0]
-    t = run_episode(qid=q.id, question=q.question, answers=q.answers, policy=ScriptedPolicy(["FINAL[Paris]"]),
+    t = run_episode(qid=q.id, question=q.question, answers=q.answers, policy=ScriptedPolicyDouble(["FINAL[Paris]"]),
                     env=SearchEnvironment(retr), pfs=load_library(SEED).pfs(), cfg=AgentConfig(), variant="pf")
     assert t.steps[0].audit.fired[0]["skill_id"] == "premature_final" and t.harness is None
 
@@ -287,7 +283,7 @@ def test_dispatch_and_selection_latency_for_26_skills():
     """p50 of (dispatch + handler check + phase trimming) per step stays well under 200 µs."""
     ph = {"post_search": PhaseSpec(conditions=["has_results", "!search_empty"], text="look"),
           "pre_final": PhaseSpec(conditions=["no_read_yet"], text="read")}
-    skills = [skill(f"skill_{i:02d}", CheapPF(f"skill_{i:02d}"), priority=i / 30, phases=ph,
+    skills = [skill(f"skill_{i:02d}", CheapPFDouble(f"skill_{i:02d}"), priority=i / 30, phases=ph,
                     keywords=["founder", "city"]) for i in range(26)]
     h = Harness(library(*skills), get_variant("pf"), HarnessParams(pf_selection="all", max_phase_instructions=2))
     ep = h.episode(Q)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness_doubles import (FailingTeacherDouble, GarbageTeacherDouble, ScriptedTeacherDouble, TeacherRewritePF,
-                             VotePF, library, skill)
+from doubles import (FailingTeacherDouble, GarbageTeacherDouble, RewritingPFDouble, ScriptedTeacherDouble,
+                     VotingPFDouble, library, skill)
 
 from hasp.agent.context import EpisodeState
 from hasp.config import HarnessParams, ParamsError, load_params
@@ -103,13 +103,13 @@ def test_skill_selector_ranks_by_mode_and_keywords_and_caps():
 # ----------------------------------------------------------------------------- PFSelector
 def _pf_library():
     return library(
-        skill("retrieval_failure", TeacherRewritePF(), priority=0.8),
-        skill("premature_final", VotePF("x"), priority=0.9),
-        skill("insufficient_exploration", VotePF("x"), priority=0.85),
-        skill("decompose_complex_question", VotePF("x"), priority=0.6),
-        skill("wrong_entity_confusion", VotePF("x"), priority=0.55),
-        skill("iterative_refinement", VotePF("x"), priority=0.5),
-        skill("negation_oversight", VotePF("x"), priority=0.45),
+        skill("retrieval_failure", RewritingPFDouble(), priority=0.8),
+        skill("premature_final", VotingPFDouble("x"), priority=0.9),
+        skill("insufficient_exploration", VotingPFDouble("x"), priority=0.85),
+        skill("decompose_complex_question", VotingPFDouble("x"), priority=0.6),
+        skill("wrong_entity_confusion", VotingPFDouble("x"), priority=0.55),
+        skill("iterative_refinement", VotingPFDouble("x"), priority=0.5),
+        skill("negation_oversight", VotingPFDouble("x"), priority=0.45),
         skill("prompt_only_skill", None, priority=0.99),
     )
 

@@ -2,93 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from doubles import OpenAIEndpointDouble
 
 from hasp.llm.client import LLMClient, LLMConfig, LLMError
-
-
-class FakeOpenAIEndpoint:
-    """Test double: answers ``POST /v1/chat/completions`` on 127.0.0.1.
-
-    ``statuses`` are returned for the first requests, then 200 forever (``always`` overrides). A 200
-    echoes the last user message as the reply, with usage 10 prompt / 5 completion tokens. It counts
-    requests and the peak number in flight (each request sleeps ``delay_s`` inside the count).
-    """
-
-    def __init__(self, statuses: list[int] | None = None, *, always: int | None = None,
-                 delay_s: float = 0.0) -> None:
-        self.statuses = list(statuses or [])
-        self.always = always
-        self.delay_s = delay_s
-        self.requests = 0
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.bodies: list[dict] = []
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> FakeOpenAIEndpoint:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _next_status(self, body: dict) -> int:
-        with self._lock:
-            self.requests += 1
-            self.bodies.append(body)
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            if self.always is not None:
-                return self.always
-            return self.statuses.pop(0) if self.statuses else 200
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status = fake._next_status(body)
-                try:
-                    time.sleep(fake.delay_s)
-                    if status == 200:
-                        reply = body["messages"][-1]["content"]
-                        payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": reply}}],
-                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-                    else:
-                        payload = {"error": {"message": f"scripted {status}", "type": "server_error"}}
-                    data = json.dumps(payload).encode()
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.send_header("retry-after-ms", "10")  # keep the client's backoff short
-                    self.end_headers()
-                    self.wfile.write(data)
-                finally:
-                    with fake._lock:
-                        fake.in_flight -= 1
-
-        return Handler
 
 
 def _client(base_url: str, **kw: object) -> LLMClient:
@@ -100,12 +20,12 @@ USER = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture
-def flaky() -> Iterator[FakeOpenAIEndpoint]:
-    with FakeOpenAIEndpoint([429, 429]) as ep:
+def flaky() -> Iterator[OpenAIEndpointDouble]:
+    with OpenAIEndpointDouble([429, 429]) as ep:
         yield ep
 
 
-def test_retries_429_then_counts_tokens(flaky: FakeOpenAIEndpoint) -> None:
+def test_retries_429_then_counts_tokens(flaky: OpenAIEndpointDouble) -> None:
     client = _client(flaky.base_url)
     res = client.chat(USER, temperature=0.3, max_tokens=7, seed=1)
     assert res.text == "hello"
@@ -120,7 +40,7 @@ def test_retries_429_then_counts_tokens(flaky: FakeOpenAIEndpoint) -> None:
 
 
 def test_persistent_500_raises_clear_llm_error() -> None:
-    with FakeOpenAIEndpoint(always=500) as ep:
+    with OpenAIEndpointDouble(always=500) as ep:
         client = _client(ep.base_url, max_retries=2)
         with pytest.raises(LLMError) as info:
             client.chat(USER)
@@ -131,7 +51,7 @@ def test_persistent_500_raises_clear_llm_error() -> None:
 
 
 def test_unreachable_endpoint_raises_llm_error() -> None:
-    with FakeOpenAIEndpoint() as ep:
+    with OpenAIEndpointDouble() as ep:
         url = ep.base_url
     client = _client(url, max_retries=0, timeout_s=2.0)
     with pytest.raises(LLMError, match="fake-model"):
@@ -139,7 +59,7 @@ def test_unreachable_endpoint_raises_llm_error() -> None:
 
 
 def test_map_chat_bounds_concurrency_and_keeps_order() -> None:
-    with FakeOpenAIEndpoint(delay_s=0.15) as ep:
+    with OpenAIEndpointDouble(delay_s=0.15) as ep:
         client = _client(ep.base_url, max_concurrency=3)
         batch = [[{"role": "user", "content": f"q{i}"}] for i in range(10)]
         results = client.map_chat(batch, max_tokens=4)
@@ -150,7 +70,7 @@ def test_map_chat_bounds_concurrency_and_keeps_order() -> None:
 
 def test_semaphore_bounds_callers_own_threads() -> None:
     """The bound holds for one client shared by many caller threads, not just inside map_chat."""
-    with FakeOpenAIEndpoint(delay_s=0.1) as ep:
+    with OpenAIEndpointDouble(delay_s=0.1) as ep:
         client = _client(ep.base_url, max_concurrency=2)
         threads = [threading.Thread(target=client.chat, args=(USER,)) for _ in range(6)]
         for t in threads:
@@ -161,7 +81,7 @@ def test_semaphore_bounds_callers_own_threads() -> None:
 
 
 def test_stop_is_sent_and_applied_client_side() -> None:
-    with FakeOpenAIEndpoint() as ep:
+    with OpenAIEndpointDouble() as ep:
         client = _client(ep.base_url)
         res = client.chat([{"role": "user", "content": "Action: search\nObservation: leaked"}],
                           stop=["Observation:"])
@@ -170,7 +90,7 @@ def test_stop_is_sent_and_applied_client_side() -> None:
 
 
 def test_generate_and_api_key_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    with FakeOpenAIEndpoint() as ep:
+    with OpenAIEndpointDouble() as ep:
         assert _client(ep.base_url).generate(USER, max_tokens=3, temperature=0.0) == "hello"
         monkeypatch.delenv("HASP_TEST_KEY", raising=False)
         with pytest.raises(LLMError, match="HASP_TEST_KEY"):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pytest
+from doubles import ReplyDouble, ScriptedPolicyDouble
 
 from hasp.evolve.cluster import Cluster, cluster_patterns
 from hasp.evolve.detectors import _TEMPLATES, FailurePattern
@@ -19,29 +19,6 @@ from hasp.evolve.propose import (
     propose_candidates,
 )
 from hasp.pf.skill_md import parse_skill_md
-
-
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-
-
-class ScriptedChat:
-    """Replays scripted replies and records every call."""
-
-    def __init__(self, replies):
-        self.replies = list(replies)
-        self.calls = []
-
-    def chat(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None):
-        self.calls.append({"messages": messages, "temperature": temperature, "max_tokens": max_tokens})
-        r = self.replies.pop(0)
-        if isinstance(r, BaseException):
-            raise r
-        return Reply(r)
 
 
 def make_cluster(cat: str = "no_read_before_final", n: int = 3) -> Cluster:
@@ -186,7 +163,7 @@ def test_feedback_history_jsonl_roundtrip_and_torn_line(tmp_path):
 def test_propose_candidates_caps_and_uses_temperature():
     clusters = [make_cluster(cat) for cat in ("no_read_before_final", "repeated_search", "premature_final",
                                               "query_too_broad", "format_mismatch", "partial_answer")]
-    chat = ScriptedChat([GOOD_REPLY, "nonsense", RuntimeError("server down"), "x", "y", "z"])
+    chat = ScriptedPolicyDouble([GOOD_REPLY, "nonsense", RuntimeError("server down"), "x", "y", "z"])
     cands = propose_candidates(clusters, chat, existing_skill_ids=["query_dedup"], epoch=4, max_candidates=3)
     assert len(cands) == 3 and len(chat.calls) == 3
     assert all(c["temperature"] == 0.7 for c in chat.calls)
@@ -197,12 +174,12 @@ def test_propose_candidates_caps_and_uses_temperature():
 
 
 def test_propose_candidates_prefers_map_chat():
-    class Batched(ScriptedChat):
+    class BatchedPolicyDouble(ScriptedPolicyDouble):
         def map_chat(self, convs, **kw):
             self.batched = (len(convs), kw)
-            return [Reply(GOOD_REPLY) for _ in convs]
+            return [ReplyDouble(GOOD_REPLY, 0, 0) for _ in convs]
 
-    chat = Batched([])
+    chat = BatchedPolicyDouble([])
     cands = propose_candidates([make_cluster()], chat, existing_skill_ids=[])
     assert chat.batched[0] == 1 and chat.batched[1]["temperature"] == 0.7
     assert cands[0].skill_id == "read_before_final"

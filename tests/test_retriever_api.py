@@ -7,17 +7,15 @@ with canned Search-R1 payloads (including the pyserini-BM25 variant whose docume
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from doubles import RetrieverServerDouble
 
 from hasp.domains.search.generator import Benchmark, generate_benchmark
 from hasp.domains.search.remote import RemoteRetriever, RemoteRetrieverError, parse_response
@@ -141,44 +139,12 @@ def test_search_environment_over_remote(server: RetrieverServer, bench: Benchmar
 
 
 # ------------------------------------------------------------------ client against doubles
-class _Double:
-    """A stdlib HTTP server answering POST /retrieve with ``respond(n, body) -> (status, payload)``."""
-
-    def __init__(self, respond: Callable[[int, dict], tuple[int, Any]]) -> None:
-        self.bodies: list[dict] = []
-        double = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                double.bodies.append(body)
-                status, payload = respond(len(double.bodies), body)
-                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
-def double() -> Iterator[Callable[..., _Double]]:
-    made: list[_Double] = []
+def double() -> Iterator[Callable[..., RetrieverServerDouble]]:
+    made: list[RetrieverServerDouble] = []
 
-    def make(respond: Callable[[int, dict], tuple[int, Any]]) -> _Double:
-        made.append(_Double(respond))
+    def make(respond: Callable[[int, dict], tuple[int, Any]]) -> RetrieverServerDouble:
+        made.append(RetrieverServerDouble(respond))
         return made[-1]
 
     yield make

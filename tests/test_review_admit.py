@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from doubles import ScriptedPolicyDouble
 from traj_builders import scripted_traj
 
 from hasp.evolve import admit as admit_mod
@@ -29,29 +29,6 @@ from hasp.evolve.review import (
 from hasp.pf.library import load_library, scan_versions
 from hasp.pf.skill_md import load_skill_md
 from hasp.records import Trajectory
-
-
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-
-
-class ScriptedChat:
-    """Replays scripted replies and records every call."""
-
-    def __init__(self, replies):
-        self.replies = list(replies)
-        self.calls = []
-
-    def chat(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None):
-        self.calls.append(messages)
-        r = self.replies.pop(0)
-        if isinstance(r, BaseException):
-            raise r
-        return Reply(r)
 
 
 def make_cluster(cat: str = "no_read_before_final", n: int = 4, existing=("query_dedup",)) -> Cluster:
@@ -126,25 +103,25 @@ def test_composite_weights():
 
 
 def test_hard_reject_beats_teacher_accept_and_skips_the_teacher():
-    teacher = ScriptedChat([llm_reply(decision="ACCEPT")])
+    teacher = ScriptedPolicyDouble([llm_reply(decision="ACCEPT")])
     r = review_candidate(cand(), 0.25, make_cluster(), teacher)
     assert r.decision == "REJECT" and r.decided_by == "hard_reject"
-    assert teacher.calls == []  # not consulted
+    assert teacher.seen == []  # not consulted
     assert any("hard reject" in x for x in r.reasons)
 
 
 def test_literal_decision_line_beats_thresholds():
-    low = review_candidate(cand(), 1.0, make_cluster(), ScriptedChat([llm_reply(0.1, 0.1, 0.1, 0.1, 0.1, "ACCEPT")]))
+    low = review_candidate(cand(), 1.0, make_cluster(), ScriptedPolicyDouble([llm_reply(0.1, 0.1, 0.1, 0.1, 0.1, "ACCEPT")]))
     assert low.reviewer == "llm" and low.decision == "ACCEPT" and low.decided_by == "explicit"
     assert low.q_skill < 0.6
-    high = review_candidate(cand(), 1.0, make_cluster(), ScriptedChat([llm_reply(1, 1, 1, 1, 1, "REJECT")]))
+    high = review_candidate(cand(), 1.0, make_cluster(), ScriptedPolicyDouble([llm_reply(1, 1, 1, 1, 1, "REJECT")]))
     assert high.decision == "REJECT" and high.q_skill > 0.9
 
 
 def test_threshold_fallback_without_decision_line():
     def run(score):
         return review_candidate(cand(), 1.0, make_cluster(),
-                                ScriptedChat([llm_reply(score, score, score, 1.0, score, None)]))
+                                ScriptedPolicyDouble([llm_reply(score, score, score, 1.0, score, None)]))
 
     # q_exec in the composite is the Phase-D score (1.0), not the teacher's
     r = run(0.7)
@@ -168,16 +145,16 @@ def test_parse_review_reply_variants():
 
 
 def test_malformed_reply_is_retried_once():
-    teacher = ScriptedChat(["I like it!", llm_reply(decision="ACCEPT")])
+    teacher = ScriptedPolicyDouble(["I like it!", llm_reply(decision="ACCEPT")])
     r = review_candidate(cand(), 1.0, make_cluster(), teacher)
-    assert r.reviewer == "llm" and r.decision == "ACCEPT" and len(teacher.calls) == 2
-    assert "format" in teacher.calls[1][-1]["content"]
+    assert r.reviewer == "llm" and r.decision == "ACCEPT" and len(teacher.seen) == 2
+    assert "format" in teacher.seen[1][-1]["content"]
 
 
 def test_twice_malformed_falls_back_to_heuristic_with_reason(caplog):
-    teacher = ScriptedChat(["I like it!", TimeoutError("slow"), "never used"])
+    teacher = ScriptedPolicyDouble(["I like it!", TimeoutError("slow"), "never used"])
     r = review_candidate(cand(), 1.0, make_cluster(), teacher)
-    assert r.reviewer == "heuristic" and len(teacher.calls) == 2
+    assert r.reviewer == "heuristic" and len(teacher.seen) == 2
     assert "missing scores" in r.fallback_reason and "TimeoutError" in r.fallback_reason
     assert "heuristic reviewer used" in caplog.text
 

@@ -594,36 +594,17 @@ def test_dispatcher_disables_timed_out_sandboxed_pf():
 
 
 def test_episode_continues_after_sandbox_timeout():
-    from dataclasses import dataclass
+    from doubles import OneDocEnvDouble, ScriptedPolicyDouble
 
     from hasp.agent.loop import AgentConfig, run_episode
-
-    @dataclass
-    class Reply:
-        text: str
-        prompt_tokens: int = 1
-        completion_tokens: int = 1
-
-    class Script:
-        def __init__(self) -> None:
-            self.replies = ["Thought: look\nAction: SEARCH[founder of Quellbrook]",
-                            "Thought: read\nAction: READ[1]",
-                            "Thought: done\nAction: FINAL[Mara Eskel]"]
-
-        def chat(self, messages, **kw):
-            return Reply(self.replies.pop(0))
-
-    class Env:
-        def search(self, q):
-            return "1. [d1] Quellbrook: founded by Mara Eskel.", [{"id": "d1", "title": "Quellbrook"}]
-
-        def read(self, ref):
-            return "Quellbrook was founded by Mara Eskel.", {"id": "d1", "contents": "founded by Mara Eskel"}
 
     loop = make_pf("while True:\n    pass", sid="looper")
     with SandboxedPF(loop, "looper", timeout_s=0.5) as spf:
         traj = run_episode(qid="q1", question="Who founded Quellbrook?", answers=["Mara Eskel"],
-                           policy=Script(), env=Env(), pfs=[spf], cfg=AgentConfig(max_steps=5),
+                           policy=ScriptedPolicyDouble(["Thought: look\nAction: SEARCH[founder of Quellbrook]",
+                                                        "Thought: read\nAction: READ[1]",
+                                                        "Thought: done\nAction: FINAL[Mara Eskel]"]),
+                           env=OneDocEnvDouble(), pfs=[spf], cfg=AgentConfig(max_steps=5),
                            variant="test")
     assert traj.terminated == "final" and traj.prediction == "Mara Eskel"
     assert len(traj.steps) == 3

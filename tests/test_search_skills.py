@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from doubles import FailingTeacherDouble, ScriptedTeacherDouble
 
 from hasp.agent.context import EpisodeState
 from hasp.domains.search.pf_support import FINAL_REDIRECT_KEY, MAX_FINAL_REDIRECTS, hop_count, is_multi_hop
@@ -32,29 +33,6 @@ DOC_VERZI = ("Verzi Thal\nVerzi Thal (born 13 February 1961 in Zamdremmoor) is a
              "He works for Holor Textiles. Contrary to some accounts, Verzi Thal was not born in Wodumport.")
 HITS = [{"id": "doc1", "title": "Bramwais Textiles"}, {"id": "doc2", "title": "Verzi Thal"},
         {"id": "doc3", "title": "Holor Textiles"}]
-
-
-class ScriptedTeacherDouble:
-    """Test double: answers with the scripted replies in order and records every prompt."""
-
-    def __init__(self, *replies: str) -> None:
-        self.replies = list(replies)
-        self.prompts: list[str] = []
-
-    def generate(self, messages, max_tokens=256, temperature=0.0):
-        self.prompts.append(messages[-1]["content"])
-        return self.replies.pop(0) if self.replies else ""
-
-
-class FailingTeacherDouble:
-    """Test double: a teacher endpoint that is down."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def generate(self, messages, max_tokens=256, temperature=0.0):
-        self.calls += 1
-        raise ConnectionError("teacher endpoint unreachable")
 
 
 def make_ctx(question: str = Q2, *, step: int = 1, max_steps: int = 8, reads: tuple[str, ...] = (),

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from doubles import ScriptedPolicyDouble, TimeoutPolicyDouble
 
 from hasp.agent.loop import AgentConfig
 from hasp.records import Trajectory
@@ -58,28 +57,6 @@ def has_close_elements(numbers, threshold):
 ```'''
 
 
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 11
-    completion_tokens: int = 7
-
-
-class ScriptedPolicy:
-    """Test double: returns fixed replies in order (then ``default``) and records every prompt."""
-
-    def __init__(self, replies, default: str = "FINAL[0]"):
-        self.replies = list(replies)
-        self.default = default
-        self.seen: list[list[dict[str, str]]] = []
-        self._lock = threading.Lock()
-
-    def chat(self, messages, **kw):
-        with self._lock:
-            self.seen.append([dict(m) for m in messages])
-            return Reply(self.replies.pop(0) if self.replies else self.default)
-
-
 @pytest.fixture(scope="module")
 def math_lib():
     lib = load_library(MATH_SKILLS, "math")
@@ -108,7 +85,7 @@ def _math_episode(item, pol, lib, variant="pf", **kw) -> Trajectory:
 
 
 def test_game24_verification_pf_triggers_a_successful_revision(math_lib):
-    pol = ScriptedPolicy([WRONG_G24, RIGHT_G24])
+    pol = ScriptedPolicyDouble([WRONG_G24, RIGHT_G24])
     t = _math_episode(G24, pol, math_lib)
     assert isinstance(t, Trajectory) and t.variant == "pf"
     assert t.em == 1.0 and t.f1 == 1.0 and t.prediction == "4*6*1*1" and t.terminated == "final"
@@ -129,7 +106,7 @@ def test_game24_verification_pf_triggers_a_successful_revision(math_lib):
     assert rev[3]["role"] == "user" and "A checker" in rev[3]["content"] and "4 used 2x" in rev[3]["content"]
     assert "FINAL[answer]" in rev[3]["content"]
     assert t.steps[1].prompt_messages == rev
-    assert t.prompt_tokens == 22 and t.completion_tokens == 14
+    assert t.prompt_tokens == 20 and t.completion_tokens == 10
     assert t.fired_skills().count("verification_missing") == 2
     # lossless JSON round trip, and the downstream code runs unchanged on it
     back = Trajectory.from_dict(json.loads(json.dumps(t.to_dict())))
@@ -141,7 +118,7 @@ def test_game24_verification_pf_triggers_a_successful_revision(math_lib):
 
 
 def test_final_format_error_modifies_the_action(math_lib):
-    pol = ScriptedPolicy(["6 times 7 is 42. FINAL[\\boxed{42}]"])
+    pol = ScriptedPolicyDouble(["6 times 7 is 42. FINAL[\\boxed{42}]"])
     t = _math_episode(NUMERIC, pol, math_lib, revise=False)
     (a,) = t.audits()
     assert a.a_orig.arg == "\\boxed{42}" and a.a_final.arg == "42" and a.was_modified
@@ -152,7 +129,7 @@ def test_final_format_error_modifies_the_action(math_lib):
 
 
 def test_bare_equation_answer_is_graded_and_the_format_pf_asks_for_final(math_lib):
-    pol = ScriptedPolicy(["24 = (1+1+4)*4", "FINAL[4*6*1*1]"])
+    pol = ScriptedPolicyDouble(["24 = (1+1+4)*4", "FINAL[4*6*1*1]"])
     t = _math_episode(G24, pol, math_lib)
     first, second = t.audits()
     assert first.a_orig.arg == "(1+1+4)*4" and first.state["answer_format"] == "bare"
@@ -160,54 +137,54 @@ def test_bare_equation_answer_is_graded_and_the_format_pf_asks_for_final(math_li
     assert any("no FINAL[...] line" in c for c in first.context)
     assert second.state["answer_format"] == "final" and t.em == 1.0
     # without PFs the same bare reply is still graded (same extraction for every variant)
-    t2 = _math_episode(G24, ScriptedPolicy(["24 = 4*6*1*1"]), math_lib, variant="react")
+    t2 = _math_episode(G24, ScriptedPolicyDouble(["24 = 4*6*1*1"]), math_lib, variant="react")
     assert t2.prediction == "4*6*1*1" and t2.em == 1.0
 
 
 def test_revision_without_an_answer_keeps_the_first_answer(math_lib):
-    pol = ScriptedPolicy([RIGHT_G24, "I am not sure any more."])
+    pol = ScriptedPolicyDouble([RIGHT_G24, "I am not sure any more."])
     t = _math_episode(G24, pol, math_lib)
     assert len(t.steps) == 2 and t.steps[1].audit is None and t.steps[1].parse_error
     assert t.prediction == "4*6*1*1" and t.em == 1.0 and t.terminated == "final"
 
 
 def test_no_answer_is_a_recorded_model_failure(math_lib):
-    t = _math_episode(G24, ScriptedPolicy(["Let me think about 24."]), math_lib)
+    t = _math_episode(G24, ScriptedPolicyDouble(["Let me think about 24."]), math_lib)
     assert t.terminated == "max_steps" and t.em == 0.0 and t.prediction == ""
     assert len(t.steps) == 1 and t.steps[0].audit is None and t.steps[0].parse_error
 
 
 def test_react_variant_never_fires(math_lib, code_lib, he0):
-    pol = ScriptedPolicy([WRONG_G24, RIGHT_G24])
+    pol = ScriptedPolicyDouble([WRONG_G24, RIGHT_G24])
     t = _math_episode(G24, pol, math_lib, variant="react")
     assert t.variant == "react" and len(pol.seen) == 1 and len(t.steps) == 1
     (a,) = t.audits()
     assert a.fired == [] and a.context == [] and a.mode == "none" and t.em == 0.0
     assert "Checks to apply" not in pol.seen[0][0]["content"]
-    cpol = ScriptedPolicy([HE0_WRONG, HE0_RIGHT])
+    cpol = ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT])
     ct = code_runner.episode_fn(cpol, code_lib, CFG, "react")(he0)
     assert len(cpol.seen) == 1 and ct.fired_skills() == [] and ct.em == 0.0
     # PFs handed straight to run_single_step are ignored for a variant without PFs
     t2 = run_single_step(qid="x", question=G24.problem, answers=[], messages=[{"role": "user", "content": "q"}],
-                         policy=ScriptedPolicy([WRONG_G24]), pfs=math_lib.pfs(), variant="react", cfg=CFG,
+                         policy=ScriptedPolicyDouble([WRONG_G24]), pfs=math_lib.pfs(), variant="react", cfg=CFG,
                          extract=split_output, scorer=lambda ans: score(G24, ans),
                          ctx_builder=lambda th, ans: math_ctx(G24, th))
     assert t2.fired_skills() == [] and len(t2.steps) == 1
 
 
 def test_prompt_variant_puts_skill_summaries_in_the_system_prompt(math_lib, code_lib, he0):
-    pol = ScriptedPolicy([WRONG_G24])
+    pol = ScriptedPolicyDouble([WRONG_G24])
     t = _math_episode(G24, pol, math_lib, variant="prompt")
     system = pol.seen[0][0]
     assert system["role"] == "system"
     summary = math_lib.get("verification_missing").spec.system_summary.strip()
     assert summary and summary in system["content"]
     assert t.variant == "prompt" and t.fired_skills() == [] and len(t.steps) == 1
-    cpol = ScriptedPolicy([HE0_RIGHT])
+    cpol = ScriptedPolicyDouble([HE0_RIGHT])
     ct = code_runner.episode_fn(cpol, code_lib, CFG, "prompt")(he0)
     code_summary = code_lib.skills[0].spec.system_summary.strip()
     assert code_summary in cpol.seen[0][0]["content"] and ct.fired_skills() == []
-    pf_pol = ScriptedPolicy([RIGHT_G24, RIGHT_G24])
+    pf_pol = ScriptedPolicyDouble([RIGHT_G24, RIGHT_G24])
     _math_episode(G24, pf_pol, math_lib, variant="pf")
     assert summary not in pf_pol.seen[0][0]["content"]
 
@@ -216,7 +193,7 @@ def test_prompt_variant_puts_skill_summaries_in_the_system_prompt(math_lib, code
 
 
 def test_humaneval0_wrong_then_correct_through_the_real_sandbox(code_lib, he0):
-    pol = ScriptedPolicy([HE0_WRONG, HE0_RIGHT])
+    pol = ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT])
     t = code_runner.episode_fn(pol, code_lib, CFG, "pf")(he0)
     assert t.qid == "HumanEval/0" and len(t.steps) == 2 and t.em == 1.0 and t.terminated == "final"
     first, second = t.audits()
@@ -264,7 +241,7 @@ def test_math_and_code_cells_through_the_eval_runner_and_mlflow(mlflow_store, he
     out = mlflow_store / "eval_math"
     ds = items_dataset("math", "unit", [G24, NUMERIC])
     # one episode at a time keeps the scripted replies in item order: react, prompt (1 call each), then pf
-    pol = ScriptedPolicy([WRONG_G24, "FINAL[42]", WRONG_G24, "FINAL[41]",
+    pol = ScriptedPolicyDouble([WRONG_G24, "FINAL[42]", WRONG_G24, "FINAL[41]",
                           WRONG_G24, RIGHT_G24, "FINAL[41]", "Check: 6*7=42. FINAL[42]"])
     res = run_eval(_serial_params(), [ds], ["react", "prompt", "pf"], policy=pol, library_root=MATH_SKILLS,
                    out_dir=out, progress=False)
@@ -282,7 +259,7 @@ def test_math_and_code_cells_through_the_eval_runner_and_mlflow(mlflow_store, he
 
     cout = mlflow_store / "eval_code"
     cres = run_eval(_serial_params(), [items_dataset("code", "unit", [he0])], ["pf"],
-                    policy=ScriptedPolicy([HE0_WRONG, HE0_RIGHT]), library_root=CODE_SKILLS, out_dir=cout,
+                    policy=ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT]), library_root=CODE_SKILLS, out_dir=cout,
                     progress=False)
     assert cres.metrics()["unit"]["pf"]["pass_at_1"] == 1.0 == cres.metrics()["unit"]["pf"]["accuracy"]
 
@@ -327,26 +304,12 @@ def test_revision_message_wording():
 
 def test_teacher_only_is_refused_by_the_single_step_episode(math_lib):
     with pytest.raises(ValueError, match="single-step domains"):
-        _math_episode(G24, ScriptedPolicy(["FINAL[1]"]), math_lib, variant="teacher_only")
-
-
-class TimeoutOnPolicy:
-    """Double: an endpoint that times out (after the client's retries) for chosen questions."""
-
-    def __init__(self, fail_on: set[str], reply: str = "Thought: 6*7.\nFINAL[42]"):
-        self.fail_on, self.reply = fail_on, reply
-
-    def chat(self, messages, **kw):
-        from hasp.llm.client import LLMError
-
-        if any(q in messages[-1]["content"] for q in self.fail_on):
-            raise LLMError("LLM endpoint http://127.0.0.1:9/v1 failed: APITimeoutError: Request timed out.")
-        return Reply(self.reply)
+        _math_episode(G24, ScriptedPolicyDouble(["FINAL[1]"]), math_lib, variant="teacher_only")
 
 
 def test_an_endpoint_failure_costs_one_episode_not_the_run(tmp_path):
     other = MathItem(id="n-8", problem="What is 2 times 4?", answers=["8"], kind="numeric", source="test")
-    pol = TimeoutOnPolicy({"2 times 4"})
+    pol = TimeoutPolicyDouble({"2 times 4"})
     res = run_eval(_serial_params(), [items_dataset("math", "unit", [NUMERIC, other])], ["react"], policy=pol,
                    library_root=None, out_dir=tmp_path, progress=False)
     s = res.metrics()["unit"]["react"]

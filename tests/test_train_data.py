@@ -89,3 +89,30 @@ def test_accepts_dicts_write_jsonl_and_summarize(tmp_path) -> None:
     assert s["per_skill"] == {"decompose": 1, "premature_final": 1}
     assert abs(s["mean_weight"] - sum(r["sample_weight"] for r in rows) / 2) < 1e-9
     assert summarize([])["n_rows"] == 0
+
+
+def test_training_rows_are_the_prompts_the_loop_sent() -> None:
+    """The row's prompt is exactly what the policy received at that step, and its target is exactly
+    the assistant turn the loop put into the next prompt: both come from the step record."""
+    from doubles import OneDocEnvDouble, RewritingPFDouble, ScriptedPolicyDouble
+
+    from hasp.agent.loop import AgentConfig, run_episode
+
+    pol = ScriptedPolicyDouble(["Thought: look\nAction: SEARCH[Quellbrook founder]", "no action here",
+                                "Thought: read\nAction: READ[d1]", "Thought: done\nAction: FINAL[Mara Eskel]"])
+    traj = run_episode(qid="q1", question="Who founded Quellbrook?", answers=["Mara Eskel"], policy=pol,
+                       env=OneDocEnvDouble(), pfs=[RewritingPFDouble()], cfg=AgentConfig(max_steps=6),
+                       variant="pf", scorer=lambda pred, answers: (1.0, 1.0))
+    assert traj.terminated == "final" and traj.steps[1].parse_error
+    sft = build_sft_rows([traj], reward_floor=float("-inf"), only_pf_steps=False)
+    dpo = build_dpo_rows([traj], reward_floor=float("-inf"))
+    assert [r["step"] for r in sft] == [0, 2, 3] and [r["step"] for r in dpo] == [0]
+    for row in sft:
+        *prompt, target = row["messages"]
+        assert prompt == pol.seen[row["step"]]
+        if row["step"] + 1 < len(pol.seen):
+            assert pol.seen[row["step"] + 1][len(prompt)] == target
+    (row,) = dpo
+    assert row["prompt"] == pol.seen[0] and row["chosen"] == [pol.seen[1][len(row["prompt"])]]
+    assert row["rejected"] == [{"role": "assistant", "content": "Thought: look\nAction: SEARCH[Quellbrook founder]"}]
+    assert pol.seen[1][len(row["prompt"])]["content"] == "Thought: look\nAction: SEARCH[Quellbrook]"

@@ -10,14 +10,12 @@ Three levels, each built once at its own scope so the per-step path stays cheap:
 * per step — ``decide`` (dispatch, then FINAL-time handler votes) and ``reminders`` (phase
   instructions for the next observation).
 
-``episode_runner`` is the one function rollouts and evaluations use to get ``item -> Trajectory``.
+The loop (``hasp.agent.loop``) calls the episode harness; this module never calls the loop.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -36,8 +34,6 @@ from hasp.pf.phases import PhaseRule, PhaseRules
 from hasp.pf.question import QuestionFeatures
 from hasp.pf.selection import PFSelector, SkillSelector, render_skill_lines
 from hasp.pf.teacher import CountingTeacher
-
-log = logging.getLogger(__name__)
 
 _EVIDENCE_CHARS = 800
 
@@ -229,27 +225,3 @@ class EpisodeHarness:
             traj.teacher_calls, traj.teacher_errors = t.calls, t.errors
             traj.teacher_prompt_tokens, traj.teacher_completion_tokens = t.prompt_tokens, t.completion_tokens
         traj.harness = self.record
-
-
-def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, variant: Variant,
-                   params: HarnessParams | None, make_env: Callable[[], Any], teacher: Teacher | None = None,
-                   scorer: Any = None, label: str | None = None) -> Callable[[Any], Trajectory]:
-    """``item -> Trajectory`` for one variant (items have ``id``, ``question``, ``answers``).
-
-    The harness is compiled here, once; each call plans its question and runs the loop."""
-    from hasp.agent.loop import run_episode
-
-    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires)
-    used_teacher = teacher if variant.use_teacher else None
-    if teacher is not None and used_teacher is None:
-        log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
-                 variant.name)
-
-    def run(item: Any, env: Any = None) -> Trajectory:
-        """One episode; ``env`` overrides ``make_env()`` when the caller needs to keep the environment."""
-        return run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy,
-                           env=env if env is not None else make_env(), pfs=[], cfg=cfg,
-                           variant=label or variant.name, scorer=scorer,
-                           harness=harness.episode(item.question, used_teacher))
-
-    return run

@@ -3,25 +3,35 @@
 One step: the policy proposes an action, the harness (``hasp.agent.harness``:
 PF dispatch, then FINAL-time handler votes) may rewrite it or add context, the
 environment executes the final action, phase reminders are added to the next
-observation, and the step record with its audit event is appended. Model mistakes (unparseable
-output) are recorded and shown to the model; harness bugs raise.
+observation, and the step record with its audit event is appended. The step renders
+the turns it adds to the prompt itself (``StepRecord.to_messages``), the rendering
+training rows use too. Model mistakes (unparseable output) are recorded and shown to
+the model; harness bugs raise.
+
+``episode_runner`` is the one function rollouts and evaluations use to get ``item -> Trajectory``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 
 from hasp.agent.context import EpisodeState
-from hasp.agent.harness import EpisodeHarness
+from hasp.agent.harness import EpisodeHarness, Harness
 from hasp.agent.parser import ParseFailure, parse_action
-from hasp.config import AgentParams, Params, default_of
+from hasp.agent.variants import Variant
+from hasp.config import AgentParams, HarnessParams, Params, default_of
+from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.library import SkillLibrary
 from hasp.prompts import load_prompts as prompt_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
-from hasp.pf.base import ProgramFunction, Teacher
+
+log = logging.getLogger(__name__)
 
 
 class ChatReply(Protocol):
@@ -120,8 +130,7 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
         if isinstance(parsed, ParseFailure):
             step.parse_error, step.thought = parsed.reason, parsed.thought
             step.observation = p["parse_error"].format(reason=parsed.reason)
-            messages += [{"role": "assistant", "content": reply.text.strip()[:400] or "(empty)"},
-                         {"role": "user", "content": step.observation}]
+            messages += step.to_messages(p)
             step.step_s = time.perf_counter() - ts
             continue
         step.thought = parsed.thought
@@ -136,12 +145,10 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
             obs = obs + "\n" + "\n".join(audit.context)
         step.audit, step.observation = audit, obs
         th = time.perf_counter()
-        reminders = h.reminders(state, audit)
+        step.reminders = [r.text for r in h.reminders(state, audit)]
         audit.harness_s = harness_s + time.perf_counter() - th
-        shown = obs + "".join(f"\n{p['reminder'].format(text=r.text)}" for r in reminders)
         state.action_history.append(audit.a_final.render())
-        messages += [{"role": "assistant", "content": f"Thought: {parsed.thought}\nAction: {audit.a_final.render()}"},
-                     {"role": "user", "content": p["observation"].format(observation=shown)}]
+        messages += step.to_messages(p)
         step.step_s = time.perf_counter() - ts
         if done:
             traj.prediction, traj.terminated = audit.a_final.arg, "final"
@@ -214,3 +221,25 @@ def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
         audit.feedback = {"found": doc is not None, "doc_id": (doc or {}).get("id")}
         return obs, False
     raise ValueError(f"unknown action type {a.type!r}")  # the parser/dispatcher only emit the three
+
+
+def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, variant: Variant,
+                   params: HarnessParams | None, make_env: Callable[[], Any], teacher: Teacher | None = None,
+                   scorer: Any = None, label: str | None = None) -> Callable[[Any], Trajectory]:
+    """``item -> Trajectory`` for one variant (items have ``id``, ``question``, ``answers``).
+
+    The harness is compiled here, once; each call plans its question and runs the loop."""
+    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires)
+    used_teacher = teacher if variant.use_teacher else None
+    if teacher is not None and used_teacher is None:
+        log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
+                 variant.name)
+
+    def run(item: Any, env: Any = None) -> Trajectory:
+        """One episode; ``env`` overrides ``make_env()`` when the caller needs to keep the environment."""
+        return run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy,
+                           env=env if env is not None else make_env(), pfs=[], cfg=cfg,
+                           variant=label or variant.name, scorer=scorer,
+                           harness=harness.episode(item.question, used_teacher))
+
+    return run

@@ -56,7 +56,7 @@ def episodes(params: Params, ds: EvalDataset, variant: Variant, *, policy: Polic
 
 def _search(params: Params, ds: EvalDataset, variant: Variant, *, policy: Policy, library: Any, teacher: Any,
             snippets: bool, label: str) -> EpisodeFn:
-    from hasp.agent.harness import episode_runner
+    from hasp.agent.loop import episode_runner
     from hasp.domains.search.task import score
     from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
     from hasp.domains.search.tools import SearchEnvironment

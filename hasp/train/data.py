@@ -5,8 +5,9 @@ Layer 1 scores each step with the four-signal aggregator and drops rows under th
 offline re-scorer can re-weight without rerunning rollouts. Layer 2 renders a row:
 
 - SFT: ``messages`` = the chat messages the policy saw at that step + the assistant target
-  ``"Thought: <thought>\\nAction: <a_final>"`` (the PF-corrected action, rendered exactly as the
-  loop writes it into the history), ``sample_weight`` = A_t.
+  ``"Thought: <thought>\\nAction: <a_final>"`` (the PF-corrected action), rendered by the step
+  record itself (``StepRecord.assistant_message``), the method the loop uses to extend the prompt;
+  ``sample_weight`` = A_t.
 - DPO: only steps with ``was_modified``; ``prompt`` = the messages, ``chosen`` = corrected action,
   ``rejected`` = the policy's original action (TRL's conversational preference format).
 """
@@ -17,7 +18,7 @@ from collections import Counter
 from typing import Any, Iterable, Iterator
 
 
-from hasp.records import Action, StepRecord, Trajectory
+from hasp.records import StepRecord, Trajectory
 from hasp.config import SignalParams, default_of
 from hasp.signals.coarse import SemanticJudge, SignalWeights, StepScore, score_trajectory
 
@@ -26,11 +27,6 @@ DEFAULT_REWARD_FLOOR = default_of(SignalParams, "reward_floor")
 
 def _as_traj(t: Trajectory | dict[str, Any]) -> Trajectory:
     return t if isinstance(t, Trajectory) else Trajectory.from_dict(t)
-
-
-def assistant_turn(thought: str, action: Action) -> dict[str, str]:
-    """The assistant message for one step, identical to what ``run_episode`` appends to the history."""
-    return {"role": "assistant", "content": f"Thought: {thought}\nAction: {action.render()}"}
 
 
 def pf_applied(step: StepRecord) -> bool:
@@ -97,7 +93,7 @@ def build_sft_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor
                                        only_modified=False, weights=weights, semantic_judge=semantic_judge):
         a = step.audit
         assert a is not None
-        messages = [dict(m) for m in step.prompt_messages] + [assistant_turn(step.thought, a.a_final)]
+        messages = [dict(m) for m in step.prompt_messages] + [step.assistant_message()]
         rows.append({"messages": messages, **_meta(traj, step, sc)})
     return rows
 
@@ -112,8 +108,8 @@ def build_dpo_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor
         a = step.audit
         assert a is not None
         rows.append({"prompt": [dict(m) for m in step.prompt_messages],
-                     "chosen": [assistant_turn(step.thought, a.a_final)],
-                     "rejected": [assistant_turn(step.thought, a.a_orig)],
+                     "chosen": [step.assistant_message()],
+                     "rejected": [step.assistant_message(a.a_orig)],
                      **_meta(traj, step, sc)})
     return rows
 

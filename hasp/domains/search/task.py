@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hasp.agent.harness import episode_runner
-from hasp.agent.loop import AgentConfig, Policy
+from hasp.agent.loop import AgentConfig, Policy, episode_runner
 from hasp.records import Trajectory
 from hasp.agent.variants import Variant
 from hasp.domains.search.generator import QAItem, load_corpus, load_questions
@@ -42,7 +41,7 @@ class SearchTask:
                    variant: Variant, top_k: int = 3, snippet_chars: int = 200, read_chars: int = 2000,
                    teacher: Teacher | None = None, label: str | None = None,
                    harness: HarnessParams | None = None) -> Callable[[QAItem], Trajectory]:
-        """``item -> Trajectory`` for ``variant`` through the harness (``hasp.agent.harness``)."""
+        """``item -> Trajectory`` for ``variant`` through the harness (``hasp.agent.loop.episode_runner``)."""
 
         def make_env() -> SearchEnvironment:
             return SearchEnvironment(self.retriever, top_k=top_k, snippet_chars=snippet_chars,

@@ -1,8 +1,8 @@
 """``hasp evolve run | gate | rollback``: multi-epoch evolution, the val gate, frontier rollback.
 
-Registered on the ``hasp evolve`` group by ``hasp.cli`` (``register(evolve_app)``); kept in
-its own module so the shared CLI file only gains one line. Prefect is imported inside
-``run`` only (``hasp`` stays importable without it).
+Registered on the ``hasp evolve`` group by ``hasp.cli`` (``register(evolve_app)``). This is the
+one module of ``hasp`` that starts the Prefect flows (``flows/``), and only inside the functions
+that run them: the library below it stays importable and testable without Prefect.
 """
 
 from __future__ import annotations
@@ -55,9 +55,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     except ParamsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    prefect_env()
     from flows.evolve import evolve_flow
 
     res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params), out_root=str(out),
@@ -70,6 +68,21 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     for label, m in (res["eval"] or {}).items():
         typer.echo(f"test {label:6s} EM={m['em']:.3f} F1={m['f1']:.3f} n={m['n']}")
     typer.echo(f"final library {res['library']}; MLflow run {res['run_id']}")
+
+
+def prefect_env() -> None:
+    """Project-local Prefect state (results cache, ephemeral API database) unless set by the user."""
+    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def run_epoch_flow(params: Path, out: Path, library: Path) -> dict:
+    """One full evolution epoch as a Prefect flow (``hasp demo``); returns the flow's result."""
+    prefect_env()
+    from flows.evolve import evolve_epoch_flow
+
+    return evolve_epoch_flow(params_path=str(params), out_root=str(out), library=str(library))
 
 
 def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],

@@ -1,0 +1,489 @@
+"""Test doubles: every stand-in for a model, teacher, endpoint, environment or skill, in one place.
+
+One naming rule, ``<What it stands in for>Double``, so a reader of any test knows at a glance which
+objects are real. Doubles record what they were asked (``seen``, ``calls``, ``prompts``) because
+most tests assert on what the code under test sent, not only on what came back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from hasp.pf import Intervention, InterventionType, ProgramFunction
+from hasp.pf.library import Skill, SkillLibrary
+from hasp.pf.skill_md import SkillSpec
+
+
+# ----------------------------------------------------------------------------- model replies and policies
+@dataclass
+class ReplyDouble:
+    """What ``LLMClient.chat`` returns: the text and its token usage."""
+
+    text: str
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    latency_s: float = 0.0
+
+
+class ScriptedPolicyDouble:
+    """Answers with the scripted replies in order, then ``default``; an exception in the script is
+    raised instead. Records every prompt (``seen``) and every call's keyword arguments (``calls``).
+    Thread-safe, so it can stand behind a concurrent rollout."""
+
+    def __init__(self, replies=(), *, default: str = "FINAL[unknown]", prompt_tokens: int = 10,
+                 completion_tokens: int = 5):
+        self.replies = list(replies)
+        self.default = default
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+        self.seen: list[list[dict[str, str]]] = []
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        with self._lock:
+            self.seen.append([dict(m) for m in messages])
+            self.calls.append(kw)
+            r = self.replies.pop(0) if self.replies else self.default
+        if isinstance(r, BaseException):
+            raise r
+        return ReplyDouble(r, self.prompt_tokens, self.completion_tokens)
+
+
+class SlowPolicyDouble(ScriptedPolicyDouble):
+    """A scripted policy that takes ``delay_s`` per reply, for wall-clock budgets."""
+
+    def __init__(self, replies=(), *, delay_s: float = 0.2, **kw):
+        super().__init__(replies, **kw)
+        self.delay_s = delay_s
+
+    def chat(self, messages, **kw):
+        time.sleep(self.delay_s)
+        return super().chat(messages, **kw)
+
+
+class PerQuestionPolicyDouble:
+    """Per question (found in the first user message) a queue of scripted replies; records
+    ``(question key, messages, kwargs)`` per call. Thread-safe."""
+
+    def __init__(self, script: dict[str, list[str]]):
+        self.script = {k: list(v) for k, v in script.items()}
+        self.calls: list[tuple[str, list[dict], dict]] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        user = messages[1]["content"]
+        key = next(k for k in self.script if k in user)
+        with self._lock:
+            self.calls.append((key, messages, kw))
+            return ReplyDouble(self.script[key].pop(0), 0, 0)
+
+
+class AnsweringPolicyDouble:
+    """Answers ``FINAL[...]`` at once: the gold answer for the questions in ``correct``, ``wrong``
+    for the rest; raises for the questions in ``fail``. Records which questions it was asked.
+    Thread-safe."""
+
+    def __init__(self, gold: dict[str, str], correct, fail=frozenset(), *, wrong: str = "Nowhere Special",
+                 prompt_tokens: int = 11, completion_tokens: int = 3):
+        self.gold, self.correct, self.fail, self.wrong = gold, set(correct), set(fail), wrong
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+        self.asked: list[str] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        user = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        q = next(q for q in self.gold if q in user)
+        with self._lock:
+            self.asked.append(q)
+        if q in self.fail:
+            raise ConnectionError("policy endpoint down (double)")
+        answer = self.gold[q] if q in self.correct else self.wrong
+        return ReplyDouble(f"Thought: I can answer.\nAction: FINAL[{answer}]", self.prompt_tokens,
+                           self.completion_tokens)
+
+
+class TimeoutPolicyDouble:
+    """An endpoint that times out (after the client's retries) for chosen questions."""
+
+    def __init__(self, fail_on: set[str], reply: str = "Thought: 6*7.\nFINAL[42]"):
+        self.fail_on, self.reply = fail_on, reply
+
+    def chat(self, messages, **kw):
+        from hasp.llm.client import LLMError
+
+        if any(q in messages[-1]["content"] for q in self.fail_on):
+            raise LLMError("LLM endpoint http://127.0.0.1:9/v1 failed: APITimeoutError: Request timed out.")
+        return ReplyDouble(self.reply, 11, 7)
+
+
+class CallCounterDouble:
+    """A thread-safe call count, shared by doubles that several workers call at once."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def hit(self) -> None:
+        with self._lock:
+            self.n += 1
+
+
+class SearchingPolicyDouble:
+    """The agent policy of a whole epoch: searches the question once, then answers a wrong name."""
+
+    def __init__(self) -> None:
+        self.calls = CallCounterDouble()
+
+    def chat(self, messages, **kw):
+        self.calls.hit()
+        turns = sum(1 for m in messages if m["role"] == "assistant")
+        if turns == 0:
+            return ReplyDouble("Thought: look it up\nAction: SEARCH[founder company]", 1, 1)
+        return ReplyDouble("Thought: I think I know\nAction: FINAL[Nobody Known]", 1, 1)
+
+
+_GENERATED_PF = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+
+@register_pf("{sid}")
+class Generated(ProgramFunction):
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "FINAL" and not ctx.get("has_read", False)
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text="Read a document first.",
+                            reason="no read yet")
+'''
+
+
+class StudentDouble:
+    """The student of an epoch: JSON failure summaries (Phase B) and skill proposals (Phase C)."""
+
+    def __init__(self) -> None:
+        self.calls = CallCounterDouble()
+
+    def chat(self, messages, **kw):
+        self.calls.hit()
+        if "JSON" in messages[0]["content"]:
+            return ReplyDouble(json.dumps({"category": "unverified_answer", "abstraction": "Answers without reading.",
+                                           "trigger": "FINAL before any READ.", "intervention_hint": "Read first."}),
+                               1, 1)
+        sid = re.search(r"Use skill_id: (\S+)", messages[-1]["content"]).group(1)
+        md = f"---\nskill_id: {sid}\nname: {sid.replace('_', '-')}\ndescription: Read before answering.\n---\nBody.\n"
+        return ReplyDouble(f"```markdown\n{md}```\n```python\n{_GENERATED_PF.format(sid=sid)}```", 1, 1)
+
+    def map_chat(self, batch, **kw):
+        return [self.chat(m, **kw) for m in batch]
+
+
+# ----------------------------------------------------------------------------- teachers
+class ScriptedTeacherDouble:
+    """A teacher that answers with fixed replies in order (the last one repeats; none means "").
+    Offers both ``chat`` (with token usage) and ``generate`` (text only); records every prompt."""
+
+    def __init__(self, *replies, prompt_tokens=20, completion_tokens=3):
+        self.replies = list(replies) or [""]
+        self.prompts: list[str] = []
+        self.pt, self.ct = prompt_tokens, completion_tokens
+
+    def chat(self, messages, max_tokens=None, temperature=None, **kw):
+        return ReplyDouble(self.generate(messages), self.pt, self.ct)
+
+    def generate(self, messages, max_tokens=256, temperature=0.0):
+        self.prompts.append(messages[-1]["content"])
+        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+
+
+class GarbageTeacherDouble(ScriptedTeacherDouble):
+    """Always answers something no strict parser accepts."""
+
+    def __init__(self):
+        super().__init__("Sure! Happy to help with that. Let me think step by step...")
+
+
+class FailingTeacherDouble:
+    """Every call raises ``error``, like an endpoint that is down after the client's retries."""
+
+    def __init__(self, error: Exception | None = None):
+        self.error = error or TimeoutError("teacher endpoint timed out")
+        self.calls = 0
+
+    def generate(self, messages, max_tokens=256, temperature=0.0):
+        self.calls += 1
+        raise self.error
+
+
+class JudgeTeacherDouble:
+    """The answer judge: CORRECT when the predicted answer equals a reference, a chatty unparseable
+    reply for predictions in ``chatty``, an exception for those in ``broken``."""
+
+    def __init__(self, chatty=(), broken=()):
+        self.chatty, self.broken = set(chatty), set(broken)
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def chat(self, messages, max_tokens=8, temperature=0.0, **kw):
+        with self._lock:
+            self.calls += 1
+        text = messages[-1]["content"]
+        refs = re.search(r"Reference answers: (.*)\n", text).group(1).split(" | ")
+        pred = re.search(r"Predicted answer: (.*)\n", text).group(1)
+        if pred in self.broken:
+            raise TimeoutError("judge timed out (double)")
+        if pred in self.chatty:
+            return ReplyDouble("Well, it is probably right, I would say CORRECT.", 11, 3)
+        return ReplyDouble("CORRECT" if pred in refs else "INCORRECT.", 11, 3)
+
+
+class SnippetTeacherDouble:
+    """The snippet writer: a 'snippet' naming the titles it was shown; records every request."""
+
+    def __init__(self, text: str | None = None):
+        self.text, self.requests = text, []
+
+    def generate(self, messages, max_tokens=256, temperature=0.0):
+        self.requests.append((messages, max_tokens))
+        if self.text is not None:
+            return self.text
+        titles = re.findall(r"^\[\d+\] (.+)$", messages[-1]["content"], flags=re.M)
+        return "Relevant: " + "; ".join(titles)
+
+
+# ----------------------------------------------------------------------------- environments and runners
+class OneDocEnvDouble:
+    """A search environment that knows one document (Quellbrook, founded by Mara Eskel)."""
+
+    def search(self, q):
+        return "1. [d1] Quellbrook: founded by Mara Eskel.", [{"id": "d1", "title": "Quellbrook"}]
+
+    def read(self, ref):
+        return "Quellbrook was founded by Mara Eskel.", {"id": "d1", "contents": "founded by Mara Eskel"}
+
+
+class ValRunnerDouble:
+    """The val rollout of the gate: EM depends on which generated skill the library holds."""
+
+    def __init__(self, em_with: dict[str, float]):
+        self.em_with = em_with
+        self.calls: list[str] = []
+
+    def __call__(self, library: Path, label: str) -> dict:
+        gen = [d.name.split("__v")[0] for d in (library / "generated").iterdir()]
+        assert len(gen) == 1, gen  # exactly the library plus this one candidate
+        self.calls.append(gen[0])
+        return {"em": self.em_with[gen[0]], "f1": self.em_with[gen[0]] + 0.1, "n": 10}
+
+
+# ----------------------------------------------------------------------------- HTTP endpoints
+class OpenAIEndpointDouble:
+    """Answers ``POST /v1/chat/completions`` on 127.0.0.1.
+
+    ``statuses`` are returned for the first requests, then 200 forever (``always`` overrides). A 200
+    carries ``reply(body)`` (default: the last user message echoed), with usage 10 prompt / 5
+    completion tokens. It counts requests and the peak number in flight (each request sleeps
+    ``delay_s`` inside the count).
+    """
+
+    def __init__(self, statuses: list[int] | None = None, *, always: int | None = None, delay_s: float = 0.0,
+                 reply: Callable[[dict], str] | None = None) -> None:
+        self.statuses = list(statuses or [])
+        self.always = always
+        self.delay_s = delay_s
+        self.reply = reply or (lambda body: body["messages"][-1]["content"])
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.bodies: list[dict] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> OpenAIEndpointDouble:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _next_status(self, body: dict) -> int:
+        with self._lock:
+            self.requests += 1
+            self.bodies.append(body)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.always is not None:
+                return self.always
+            return self.statuses.pop(0) if self.statuses else 200
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status = double._next_status(body)
+                try:
+                    time.sleep(double.delay_s)
+                    if status == 200:
+                        payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": double.reply(body)}}],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+                    else:
+                        payload = {"error": {"message": f"scripted {status}", "type": "server_error"}}
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.send_header("retry-after-ms", "10")  # keep the client's backoff short
+                    self.end_headers()
+                    self.wfile.write(data)
+                finally:
+                    with double._lock:
+                        double.in_flight -= 1
+
+        return Handler
+
+
+class RoleAwareEndpointDouble(OpenAIEndpointDouble):
+    """An OpenAI chat endpoint that plays three roles by system prompt: the judge (always
+    'INCORRECT'), the snippet writer (a fixed summary) and the policy (FINAL at once)."""
+
+    REPLIES = {"judge": "INCORRECT", "snippet": "The documents name a city.",
+               "policy": "Thought: done\nAction: FINAL[Paris]"}
+
+    def __init__(self) -> None:
+        self.roles: list[str] = []
+        super().__init__(reply=self._play)
+
+    def _play(self, body: dict) -> str:
+        system = body["messages"][0]["content"]
+        role = "judge" if "grade" in system else "snippet" if "research agent" in system else "policy"
+        with self._lock:
+            self.roles.append(role)
+        return self.REPLIES[role]
+
+
+class RetrieverServerDouble:
+    """A stdlib HTTP server answering POST /retrieve with ``respond(n, body) -> (status, payload)``."""
+
+    def __init__(self, respond: Callable[[int, dict], tuple[int, Any]]) -> None:
+        self.bodies: list[dict] = []
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                double.bodies.append(body)
+                status, payload = respond(len(double.bodies), body)
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# ----------------------------------------------------------------------------- skills
+class RewritingPFDouble(ProgramFunction):
+    """Rewrites every SEARCH; asks the teacher when given one (no internal try/except)."""
+
+    skill_id = "retrieval_failure"
+    needs_teacher = True
+
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "SEARCH"
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        if teacher is not None:
+            q = teacher.generate([{"role": "user", "content": arg}], max_tokens=16).strip()
+            return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
+                                new_action_arg=q, reason="teacher query")
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
+                            new_action_arg=arg.split()[0], reason="deterministic query")
+
+
+class VotingPFDouble(ProgramFunction):
+    """A handler-only PF: never fires on steps, votes against every FINAL with its reason."""
+
+    handler_kind = "code"
+
+    def __init__(self, skill_id, kind="code", raises=False):
+        self.skill_id = skill_id
+        self.handler_kind = kind
+        self.raises = raises
+        self.asked = 0
+
+    def should_activate(self, ctx, action_type, arg):
+        return False
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention()
+
+    def check_final(self, ctx, answer, teacher=None):
+        self.asked += 1
+        if self.raises:
+            raise RuntimeError("handler bug")
+        if self.handler_kind == "llm":
+            assert teacher is not None
+            return teacher.generate([{"role": "user", "content": answer}]) or None
+        return f"{self.skill_id} doubts {answer}"
+
+
+class CheapPFDouble(ProgramFunction):
+    """A cheap step PF for the latency benchmark: fires on READ only."""
+
+    def __init__(self, skill_id):
+        self.skill_id = skill_id
+
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "READ" and ctx["read_count"] > 5
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text="x")
+
+
+def skill(skill_id, pf=None, *, priority=0.5, modes=("all",), keywords=(), phases=None, summary=None):
+    """An in-memory skill around ``pf`` (no folder on disk)."""
+    spec = SkillSpec(skill_id=skill_id, priority=priority, applicable_modes=list(modes),
+                     trigger_keywords=list(keywords), phases=phases or {},
+                     system_summary=summary or f"summary of {skill_id}", description=f"does {skill_id}")
+    if pf is not None:
+        pf.skill_id = skill_id
+    return Skill(spec=spec, path=Path(f"/virtual/{skill_id}"), version=1, generated=False, pf=pf)
+
+
+def library(*skills):
+    """An in-memory search library, ordered the way the loader orders one."""
+    lib = SkillLibrary(domain="search", root=Path("/virtual"), skills=list(skills))
+    lib.skills.sort(key=lambda s: (-s.spec.priority, s.skill_id))
+    return lib
