@@ -340,7 +340,8 @@ def test_generated_dataset_is_prepared_from_params(tmp_path):
 def test_cli_reports_bad_spec_in_one_line(capsys):
     from hasp.cli import main
 
-    assert main(["eval", "--dataset", "wiki:/nope.jsonl", "--variants", "react"]) == 2
+    assert main(["eval", "--dataset", "wiki:/nope.jsonl", "--variants", "react",
+                 "--params", str(ROOT / "params.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: dataset spec 'wiki:/nope.jsonl': unknown kind 'wiki'; expected one of generated, "
                    "hotpotqa, 2wiki, musique, agentflow"]
