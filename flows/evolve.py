@@ -28,6 +28,7 @@ from hasp.evolve.gate import epoch_phases, static_exec
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
+from hasp.progress import Pipeline
 from tasks import phases
 from tasks.cache import content_hash, key_of, module_closure
 
@@ -124,8 +125,13 @@ class RunKeys:
 STALE_IF_SKIPPED = {"validate": "validation.json", "review": "reviews.json", "gate": "gate.json"}
 
 
+def epoch_phase_count(p: Params) -> int:
+    """How many phases ``run_epoch`` runs under these params (for the ``[i/N]`` progress lines)."""
+    return 8 + len(set(epoch_phases(p.evolve)) & {"validate", "review", "gate"})
+
+
 def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, clients: Clients, keys: RunKeys,
-              *, seed_frontier: bool) -> tuple[dict[str, Any], Path]:
+              *, seed_frontier: bool, pipe: Pipeline | None = None) -> tuple[dict[str, Any], Path]:
     """Phases A–H of one epoch plus the val gate and the frontier; returns (summaries, carry library).
 
     Which of D / E / val gate run comes from ``hasp.evolve.gate.epoch_phases``; files of a
@@ -133,6 +139,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     ep_dir = out / f"epoch_{epoch}"
     ep_dir.mkdir(parents=True, exist_ok=True)
     history = out / "proposal_history.jsonl"
+    pipe = pipe or Pipeline(f"epoch {epoch}", epoch_phase_count(p))
     code, model_id, teacher_id, data_h = keys.code, keys.model_id, keys.teacher_id, keys.data_h
     run_phases = epoch_phases(p.evolve)
     for phase, name in STALE_IF_SKIPPED.items():
@@ -143,20 +150,20 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     ph: dict[str, Any] = {}
 
     k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id, p.evolve.prefilter)
-    ph["rollout"] = phases.rollout.with_options(refresh_cache=_fresh(ep_dir / "rollout.jsonl"))(
+    ph["rollout"] = pipe.run("A rollout", phases.rollout.with_options(refresh_cache=_fresh(ep_dir / "rollout.jsonl")),
         k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher)
     roll_h = content_hash(ep_dir / "rollout.jsonl")
 
     summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
     k = key_of(code, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), summ_id, epoch)
-    ph["analyse"] = phases.analyse.with_options(refresh_cache=_fresh(ep_dir / "clusters.json"))(
+    ph["analyse"] = pipe.run("B analyse", phases.analyse.with_options(refresh_cache=_fresh(ep_dir / "clusters.json")),
         k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch)
     clus_h = content_hash(ep_dir / "clusters.json")
 
     k = key_of(code, clus_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), model_id,
                [asdict(x) for x in history_before(history, epoch).entries], epoch)
-    ph["propose"] = phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json"))(
+    ph["propose"] = pipe.run("C propose", phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json")),
         k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
         epoch=epoch, history_path=history)
     clients.release_student()  # free its memory before the next model-heavy phases
@@ -165,13 +172,14 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     if "validate" in run_phases:
         static = static_exec(p.evolve)
         k = key_of(code, cand_h, static)
-        ph["validate"] = phases.validate.with_options(refresh_cache=_fresh(ep_dir / "validation.json"))(
+        ph["validate"] = pipe.run(
+            "D validate", phases.validate.with_options(refresh_cache=_fresh(ep_dir / "validation.json")),
             k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static)
     val_h = content_hash(ep_dir / "validation.json")
 
     if "review" in run_phases:
         k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), teacher_id)
-        ph["review"] = phases.review.with_options(refresh_cache=_fresh(ep_dir / "reviews.json"))(
+        ph["review"] = pipe.run("E review", phases.review.with_options(refresh_cache=_fresh(ep_dir / "reviews.json")),
             k, ep_dir, lib_in, p, teacher=clients.teacher)
     rev_h = content_hash(ep_dir / "reviews.json")
 
@@ -180,25 +188,26 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
     k = key_of(*val_key, library_hash(lib_in))
-    ph["val_baseline"] = phases.val_rollout(k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
+    ph["val_baseline"] = pipe.run(
+        "val baseline", phases.val_rollout, k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
                                             policy=clients.policy, teacher=clients.teacher, label="val_baseline")
     if "gate" in run_phases:
         k = key_of(code, data_h, lib_h, cand_h, val_h, rev_h, p.section_hash("evolve"), agent_llm, model_id,
                    teacher_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
-        ph["gate"] = phases.gate.with_options(refresh_cache=_fresh(ep_dir / "gate.json"))(
+        ph["gate"] = pipe.run("E2 val gate", phases.gate.with_options(refresh_cache=_fresh(ep_dir / "gate.json")),
             k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher)
     gate_h = content_hash(ep_dir / "gate.json")
 
     k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve"), epoch)
-    ph["admit"] = phases.admit.with_options(
-        refresh_cache=_fresh(ep_dir / "library" / "library_history.json", ep_dir / "admission.json"))(
+    ph["admit"] = pipe.run("F admit", phases.admit.with_options(
+        refresh_cache=_fresh(ep_dir / "library" / "library_history.json", ep_dir / "admission.json")),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
     evolved = ep_dir / "library"
 
     k = key_of(*val_key, library_hash(evolved))
-    ph["val_after"] = phases.val_rollout(k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
+    ph["val_after"] = pipe.run("val after", phases.val_rollout, k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
                                          policy=clients.policy, teacher=clients.teacher, label="val_after")
-    ph["frontier"] = phases.frontier(out, epoch, evolved, ph["val_after"], p,
+    ph["frontier"] = pipe.run("frontier", phases.frontier, out, epoch, evolved, ph["val_after"], p,
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])
 
@@ -206,16 +215,18 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
                if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
     k = key_of(code, roll_h, p.section_hash("signals", "evolve"), cand_h, rev_h, val_h, gate_h,
                content_hash(ep_dir / "admission.json"), earlier)
-    ph["build_data"] = phases.build_data.with_options(refresh_cache=_fresh(ep_dir / "sft.jsonl"))(
+    ph["build_data"] = pipe.run(
+        "G-H build data", phases.build_data.with_options(refresh_cache=_fresh(ep_dir / "sft.jsonl")),
         k, ep_dir / "rollout.jsonl", p, ep_dir)
     for name, summary in ph.items():
         phases_write_summary(ep_dir, name, summary)
     return ph, carry
 
 
-def _prepare(p: Params, data_dir: Path, code: str) -> dict[str, Any]:
+def _prepare(p: Params, data_dir: Path, code: str, pipe: Pipeline) -> dict[str, Any]:
     k = key_of(code, p.section_hash("data"))
-    return phases.prepare_data.with_options(refresh_cache=_fresh(data_dir / "test.jsonl"))(k, p, data_dir)
+    return pipe.run("prepare data", phases.prepare_data.with_options(refresh_cache=_fresh(data_dir / "test.jsonl")),
+                    k, p, data_dir)
 
 
 @flow(name="hasp-evolve-epoch", log_prints=True)
@@ -230,22 +241,24 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
     clients = make_clients(p, out)
     trained_dir = out / "train" / "merged"
     phase_out: dict[str, Any] = {}
+    pipe = Pipeline(f"epoch {epoch}", epoch_phase_count(p) + 4)  # + data, train, evaluate, track
     try:
-        phase_out["data"] = _prepare(p, data_dir, code)
+        phase_out["data"] = _prepare(p, data_dir, code, pipe)
         keys = RunKeys(code, model_id, teacher_id, content_hash(data_dir))
-        ep_phases, carry = run_epoch(p, out, data_dir, lib, epoch, clients, keys, seed_frontier=True)
+        ep_phases, carry = run_epoch(p, out, data_dir, lib, epoch, clients, keys, seed_frontier=True, pipe=pipe)
         phase_out.update(ep_phases)
         ep_dir = out / f"epoch_{epoch}"
 
         train_key = key_of(code, content_hash(ep_dir / "sft.jsonl"), p.section_hash("train"), model_id)
-        phase_out["train"] = phases.train.with_options(
-            refresh_cache=p.train.enabled and _fresh(trained_dir / "config.json"))(
+        phase_out["train"] = pipe.run("train", phases.train.with_options(
+            refresh_cache=p.train.enabled and _fresh(trained_dir / "config.json")),
             train_key, ep_dir / "sft.jsonl", p, out / "train")
         has_trained = (trained_dir / "config.json").exists()
 
         k = key_of(code, keys.data_h, content_hash(carry), p.section_hash("agent", "llm", "harness"), model_id,
                    train_key if has_trained else None, teacher_id)
-        eval_res = phases.evaluate.with_options(refresh_cache=_fresh(out / "eval" / "metrics.json"))(
+        eval_res = pipe.run(
+            "evaluate", phases.evaluate.with_options(refresh_cache=_fresh(out / "eval" / "metrics.json")),
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
             trained_policy=clients.trained if has_trained else None, teacher=clients.teacher)
     finally:
@@ -253,7 +266,7 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
         clients.close()
     k = key_of(code, {n: s for n, s in phase_out.items() if n != "train"}, eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
-    run_id = phases.track(k, out, p, epoch)
+    run_id = pipe.run("track (MLflow)", phases.track, k, out, p, epoch)
     return {"phases": phase_out, "eval": eval_res, "run_id": run_id, "model_used": servers_started}
 
 
@@ -288,11 +301,12 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     per_epoch: list[dict[str, Any]] = []
     eval_res: dict[str, Any] = {}
     ran = list(range(start_epoch, start_epoch + epochs))
+    pipe = Pipeline(f"{epochs} epoch(s)", 2 + epochs * epoch_phase_count(p) + int(final_eval))
     try:
-        data_sum = _prepare(p, data_dir, code)
+        data_sum = _prepare(p, data_dir, code, pipe)
         keys = RunKeys(code, *keys_model, content_hash(data_dir))
         for i in ran:
-            ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0))
+            ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0), pipe=pipe)
             per_epoch.append(ph)
             print(f"epoch {i}: proposed {ph['propose']['proposed']}, admitted {ph['admit']['admitted']}, "
                   f"library {ph['admit']['library_size']}, val EM {ph['val_after']['em']:.3f}"
@@ -300,8 +314,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                      if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
             k = key_of(code, keys.data_h, content_hash(lib), p.section_hash("agent", "llm", "harness"), *keys_model)
-            eval_res = phases.evaluate.with_options(
-                refresh_cache=_fresh(out / "eval_evolution" / "metrics.json"))(
+            eval_res = pipe.run("evaluate", phases.evaluate.with_options(
+                refresh_cache=_fresh(out / "eval_evolution" / "metrics.json")),
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
                 teacher=clients.teacher)
     finally:
@@ -309,7 +323,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
         clients.close()
     k = key_of(code, [{n: s for n, s in ph.items() if n != "frontier"} for ph in per_epoch], eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
-    run_id = phases.track_evolution(k, out, p, ran, out / "eval_evolution" / "metrics.json" if final_eval else None)
+    run_id = pipe.run("track (MLflow)", phases.track_evolution, k, out, p, ran,
+                      out / "eval_evolution" / "metrics.json" if final_eval else None)
     return {"data": data_sum, "epochs": per_epoch, "eval": eval_res, "run_id": run_id,
             "model_used": servers_started, "library": str(lib)}
 

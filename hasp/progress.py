@@ -21,7 +21,7 @@ import time
 from types import TracebackType
 from typing import TextIO
 
-__all__ = ["Progress", "format_duration", "phase_result", "progress_enabled"]
+__all__ = ["Pipeline", "Progress", "format_duration", "phase_result", "progress_enabled", "summary_line"]
 
 
 def progress_enabled() -> bool:
@@ -151,3 +151,46 @@ class Progress:
             with self._lock:
                 if self._tty or self._clock() - self._last_print >= self._heartbeat_s:
                     self._emit(force=True)
+
+
+def summary_line(summary: object, *, limit: int = 6) -> str:
+    """The scalar fields of a phase summary as ``key=value`` pairs: the one-line result a user
+    reads between phases (floats to three digits; nested values are left to the summary file)."""
+    if not isinstance(summary, dict):
+        return str(summary)
+    parts = []
+    for k, v in summary.items():
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, float):
+            parts.append(f"{k}={v:.3f}")
+        elif isinstance(v, (int, str)) and len(str(v)) <= 40:
+            parts.append(f"{k}={v}")
+        if len(parts) >= limit:
+            break
+    return ", ".join(parts) if parts else "done"
+
+
+class Pipeline:
+    """The phases of one run (an epoch, a training run): ``[i/N] name`` before each phase and its
+    one-line result after, with the time it took and the run's elapsed time."""
+
+    def __init__(self, title: str, total: int, *, stream: TextIO | None = None, clock=time.monotonic) -> None:
+        self.title = title
+        self.total = total
+        self.index = 0
+        self._stream = stream
+        self._clock = clock
+        self._start = clock()
+
+    def run(self, name: str, fn, *args, describe=summary_line, **kwargs):  # noqa: ANN001, ANN201
+        """Run one phase; a cached phase prints its result too (its time says it was replayed)."""
+        self.index += 1
+        label = f"[{self.index}/{self.total}] {self.title}: {name}"
+        if progress_enabled():
+            print(f"▶ {label} (run elapsed {format_duration(self._clock() - self._start)})",
+                  file=self._stream or sys.stderr, flush=True)
+        t0 = self._clock()
+        result = fn(*args, **kwargs)
+        phase_result(label, describe(result), elapsed_s=self._clock() - t0, stream=self._stream)
+        return result

@@ -30,6 +30,7 @@ from hasp.config import Params
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
+from hasp.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,12 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
-    cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
-                               max_candidates=cap, temperature=e.proposal_temperature,
-                               max_tokens=e.proposal_max_tokens, seed=epoch)
+    # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
+    with Progress("C propose", min(cap, len(clusters)), unit="proposals") as bar:
+        cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
+                                   max_candidates=cap, temperature=e.proposal_temperature,
+                                   max_tokens=e.proposal_max_tokens, seed=epoch)
+        bar.advance(len(cands))
     write_json([c.to_dict() for c in cands], out_path)
     return {"proposed": len(cands), "with_code": sum(1 for c in cands if c.code.strip()),
             "parse_errors": sum(1 for c in cands if c.parse_error)}
@@ -190,11 +194,14 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
     from hasp.evolve.validate import validate_candidate
 
     reports = []
-    for c in (Candidate.from_dict(d) for d in read_json(candidates_path)):
-        if static:
-            reports.append(static_exec_report(c.code, c.skill_id))
-        else:
-            reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id).to_dict()})
+    cands = [Candidate.from_dict(d) for d in read_json(candidates_path)]
+    with Progress("D validate", len(cands), unit="candidates") as bar:
+        for c in cands:
+            if static:
+                reports.append(static_exec_report(c.code, c.skill_id))
+            else:
+                reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id).to_dict()})
+            bar.advance()
     write_json(reports, out_path)
     return {"validated": len(reports), "static": static, "exec_pass": sum(1 for r in reports if r["passed"]),
             "q_exec_mean": (sum(r["q_exec"] for r in reports) / len(reports)) if reports else 0.0}
@@ -220,6 +227,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     ids = lib.ids
     lib.close()
     out = []
+    bar = Progress("E review", len(cands), unit="candidates").start()
     for c in cands:
         rep = reports.get(c.skill_id, {"q_exec": 0.0, "passed": False})
         cluster = clusters.get(c.cluster_category)
@@ -242,6 +250,8 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
                               existing_skill_ids=ids)
         out.append({"skill_id": c.skill_id, "cluster": c.cluster_category, "trigger_hit_rate": hit_rate,
                     "is_new_category": cluster.is_new_category, **rv.to_dict()})
+        bar.advance()
+    bar.finish(f"{sum(1 for r in out if r['decision'] == 'ACCEPT')}/{len(out)} accepted")
     write_json(out, out_path)
     q = [r["q_skill"] for r in out]
     return {"reviewed": len(out), "review_accept": sum(1 for r in out if r["decision"] == "ACCEPT"),
