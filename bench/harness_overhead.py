@@ -30,6 +30,9 @@ from hasp.domains.search.prepare import prepare_data
 from hasp.evolve.epoch import rollout
 from hasp.agent.rollout import read_trajectories
 from hasp.llm.endpoints import policy_client
+from results import Report  # noqa: E402 - bench/ is the script directory
+
+REPORT = Report("Harness overhead per step")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,20 +74,21 @@ def main() -> None:
     asked = _asked_per_step(trajs, library)
     if not live["harness"]:
         raise SystemExit("no parsed steps: nothing to measure")
-    print(f"library={library.name} pf_selection={args.pf_selection} live PFs per episode="
+    REPORT.line(f"library={library.name} pf_selection={args.pf_selection} live PFs per episode="
           f"{statistics.mean(live['n_pfs']):.1f} episodes={len(trajs)} parsed_steps={len(live['harness'])} "
           f"wall={wall:.1f}s")
     _report("live (between real model calls)", live)
-    print(f"PFs asked per step (selected PFs watching the proposed action type): p50={statistics.median(asked):.0f} "
+    REPORT.line(f"PFs asked per step (selected PFs watching the proposed action type): p50={statistics.median(asked):.0f} "
           f"mean={statistics.mean(asked):.1f} of {statistics.mean(live['n_pfs']):.0f} selected")
-    print(f"llm per step: mean={statistics.mean(live['llm']):.3f}s; step total: mean={statistics.mean(live['step']):.3f}s")
-    print(f"ratio harness/step = {sum(live['harness']) / sum(live['step']):.2e} "
+    REPORT.line(f"llm per step: mean={statistics.mean(live['llm']):.3f}s; step total: mean={statistics.mean(live['step']):.3f}s")
+    REPORT.line(f"ratio harness/step = {sum(live['harness']) / sum(live['step']):.2e} "
           f"({100 * sum(live['harness']) / sum(live['step']):.4f}%)")
     if replayed:
         rep = _per_step(replayed)
         same = sum(a.prediction == b.prediction for a, b in zip(trajs * args.replay_reps, replayed))
-        print(f"replay x{args.replay_reps}: {same}/{len(replayed)} episodes reproduce the live prediction")
+        REPORT.line(f"replay x{args.replay_reps}: {same}/{len(replayed)} episodes reproduce the live prediction")
         _report("replay (same steps, warm, no model wait)", rep)
+    REPORT.write()
 
 
 class ReplayPolicy:
@@ -151,11 +155,11 @@ def _asked_per_step(trajs: list[Any], library: Path) -> list[int]:
 def _report(label: str, m: dict[str, list[float]]) -> None:
     h = m["harness"]
     q = statistics.quantiles(h, n=20) if len(h) >= 2 else h * 19
-    print(f"{label}: harness per step (selection + dispatch + handlers + phases) p50={statistics.median(h) * 1e6:.1f}us "
+    REPORT.line(f"{label}: harness per step (selection + dispatch + handlers + phases) p50={statistics.median(h) * 1e6:.1f}us "
           f"p95={q[18] * 1e6:.1f}us mean={statistics.mean(h) * 1e6:.1f}us; dispatch + selection p50="
           f"{statistics.median(m['dispatch_selection']) * 1e6:.1f}us; dispatch only p50="
           f"{statistics.median(m['dispatch']) * 1e6:.1f}us")
-    print("  dispatch + selection p50 by proposed action type: " + ", ".join(
+    REPORT.line("  dispatch + selection p50 by proposed action type: " + ", ".join(
         f"{k[5:]} {statistics.median(v) * 1e6:.0f}us (n={len(v)})" for k, v in m.items() if k.startswith("type:")))
 
 if __name__ == "__main__":

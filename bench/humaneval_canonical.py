@@ -27,6 +27,9 @@ from hasp.domains.code import (  # noqa: E402
     probe_protections,
     run_many,
 )
+from results import Report  # noqa: E402 - bench/ is the script directory
+
+REPORT = Report("HumanEval canonical solutions in the program sandbox")
 
 
 def bench(name: str, items: list, workers: int, timeout_s: float) -> bool:
@@ -34,13 +37,13 @@ def bench(name: str, items: list, workers: int, timeout_s: float) -> bool:
     res = run_many([(it.canonical, it) for it in items], workers=workers, timeout_s=timeout_s)
     wall = time.perf_counter() - t0
     per = [r.elapsed_s for r in res]
-    print(f"{name}: {len(items)} problems, {workers} worker(s): wall {wall:.1f}s "
+    REPORT.line(f"{name}: {len(items)} problems, {workers} worker(s): wall {wall:.1f}s "
           f"({wall / max(1, len(items)) * 1000:.0f} ms/problem amortised); per-run median "
           f"{statistics.median(per) * 1000:.0f} ms, p90 {sorted(per)[int(0.9 * (len(per) - 1))] * 1000:.0f} ms, "
           f"max {max(per) * 1000:.0f} ms; pass@1 {pass_at_1(res):.3f}; {dict(Counter(r.status for r in res))}")
     for it, r in zip(items, res):
         if not r.passed:
-            print(f"  FAIL {it.task_id}: {r.status}: {r.detail[:200]}")
+            REPORT.line(f"  FAIL {it.task_id}: {r.status}: {r.detail[:200]}")
     return all(r.passed for r in res)
 
 
@@ -53,13 +56,14 @@ def main() -> int:
     ap.add_argument("--evalplus", type=Path, default=None, help="HumanEval+/MBPP+ jsonl")
     ap.add_argument("--plus", action="store_true", help="EvalPlus: include plus_input")
     args = ap.parse_args()
-    print("protections:", probe_protections())
+    REPORT.line("protections:", probe_protections())
     ok = bench("HumanEval", load_humaneval()[: args.limit], args.workers, args.timeout)
     if args.mbpp:
         ok &= bench("MBPP", load_mbpp(args.mbpp)[: args.limit], args.workers, args.timeout)
     if args.evalplus:
         ok &= bench("EvalPlus" + ("+plus" if args.plus else ""),
                     load_evalplus(args.evalplus, include_plus=args.plus)[: args.limit], args.workers, args.timeout)
+    REPORT.write()
     return 0 if ok else 1
 
 

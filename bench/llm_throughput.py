@@ -15,6 +15,9 @@ import time
 from hasp.llm.client import LLMClient, LLMConfig
 from hasp.llm.model_prep import prepare_model
 from hasp.llm.server import LocalModelServer, ensure_server
+from results import Report  # noqa: E402 - bench/ is the script directory
+
+REPORT = Report("Embedded model throughput")
 
 PROMPTS = [f"Write a short paragraph about {t}." for t in
            ("the sea", "mountains", "bread", "trains", "owls", "rain", "chess", "copper",
@@ -36,7 +39,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     folder = prepare_model()
-    print(f"prepare_model: {time.perf_counter() - t0:.1f}s -> {folder}")
+    REPORT.line(f"prepare_model: {time.perf_counter() - t0:.1f}s -> {folder}")
     handle: LocalModelServer | None
     if a.port:
         base_url, model, handle = ensure_server(folder, a.port)
@@ -44,7 +47,7 @@ def main() -> None:
         handle = LocalModelServer(folder, extra_args=tuple(shlex.split(a.extra)), threads=a.threads).start()
         base_url, model = handle.base_url, handle.model_name
     if handle is not None:
-        print(f"server startup (spawn -> first 1-token answer): {handle.startup_s:.1f}s  log {handle.log_path}")
+        REPORT.line(f"server startup (spawn -> first 1-token answer): {handle.startup_s:.1f}s  log {handle.log_path}")
     try:
         client = LLMClient(LLMConfig(base_url=base_url, model=model, timeout_s=600.0, temperature=0.0,
                                      max_tokens=a.max_tokens, max_concurrency=a.requests))
@@ -57,10 +60,11 @@ def main() -> None:
         par = client.map_chat(batch)
         par_wall = time.perf_counter() - t0
         s, p = _tok_s(seq, seq_wall), _tok_s(par, par_wall)
-        print(f"sequential: {len(seq)} req, {sum(r.completion_tokens for r in seq)} tok in {seq_wall:.1f}s"
+        REPORT.line(f"sequential: {len(seq)} req, {sum(r.completion_tokens for r in seq)} tok in {seq_wall:.1f}s"
               f" = {s:.1f} tok/s (one request {seq[0].completion_tokens / seq[0].latency_s:.1f} tok/s)")
-        print(f"{a.requests}-concurrent: {sum(r.completion_tokens for r in par)} tok in {par_wall:.1f}s = {p:.1f} tok/s")
-        print(f"ratio concurrent/sequential: {p / s:.2f}x   usage totals: {client.usage}")
+        REPORT.line(f"{a.requests}-concurrent: {sum(r.completion_tokens for r in par)} tok in {par_wall:.1f}s = {p:.1f} tok/s")
+        REPORT.line(f"ratio concurrent/sequential: {p / s:.2f}x   usage totals: {client.usage}")
+        REPORT.write()
     finally:
         if handle is not None:
             handle.stop()

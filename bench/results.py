@@ -39,14 +39,17 @@ def _machine() -> str:
 class Report:
     """Collects what a bench script prints and writes it as its section of the results file."""
 
-    def __init__(self, section: str, *, note: str = "") -> None:
+    def __init__(self, section: str, *, note: str | None = None) -> None:
         self.section = section
-        self.note = note
+        # what else was running on the machine: set HASP_BENCH_NOTE for the run
+        self.note = note if note is not None else os.environ.get("HASP_BENCH_NOTE", "")
         self.lines: list[str] = []
 
-    def line(self, text: str = "") -> None:
+    def line(self, *parts: object, sep: str = " ") -> None:
+        """Print like ``print`` and keep the line for the results file."""
+        text = sep.join(str(p) for p in parts)
         print(text, flush=True)
-        self.lines.append(text)
+        self.lines.extend(text.split("\n"))
 
     def write(self, path: Path = RESULTS) -> Path:
         command = "python " + " ".join([os.path.relpath(sys.argv[0], RESULTS.parent.parent), *sys.argv[1:]])

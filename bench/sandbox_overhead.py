@@ -21,6 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hasp.evolve.validate import mock_contexts  # noqa: E402
 from hasp.pf.registry import collecting  # noqa: E402
 from hasp.pf.sandboxed import SandboxedPF  # noqa: E402
+from results import Report  # noqa: E402 - bench/ is the script directory
+
+REPORT = Report("Sandboxed PF call overhead")
 
 PF_CODE = '''
 import re
@@ -72,8 +75,8 @@ def main() -> None:
     remote = SandboxedPF(PF_CODE, "bench_pf")
     prot = remote.protections  # starts the worker and loads the PF
     start_s = time.perf_counter() - t0
-    print(f"worker start + load: {start_s * 1000:.0f} ms")
-    print("protections:", json.dumps({k: v for k, v in prot.items() if k not in ("pid", "workdir")}))
+    REPORT.line(f"worker start + load: {start_s * 1000:.0f} ms")
+    REPORT.line("protections:", json.dumps({k: v for k, v in prot.items() if k not in ("pid", "workdir")}))
 
     mid = dict(mock_contexts()[1][1])
     big = dict(mid, all_read_contents="lorem ipsum dolor sit amet " * (a.big_kb * 1024 // 27))
@@ -94,12 +97,13 @@ def main() -> None:
             ratio = statistics.median(tr) / statistics.median(tl)
             rows.append((label, method, tl, tr, ratio))
     for label, method, tl, tr, ratio in rows:
-        print(f"\n{label} {method}")
-        print(f"  in-process : {fmt(tl)}")
-        print(f"  sandboxed  : {fmt(tr)}")
-        print(f"  ratio (median sandboxed / in-process): {ratio:.0f}x   "
+        REPORT.line(f"\n{label} {method}")
+        REPORT.line(f"  in-process : {fmt(tl)}")
+        REPORT.line(f"  sandboxed  : {fmt(tr)}")
+        REPORT.line(f"  ratio (median sandboxed / in-process): {ratio:.0f}x   "
               f"overhead {(statistics.median(tr) - statistics.median(tl)) * 1e6:.1f} us/call")
     remote.close()
+    REPORT.write()
 
 
 if __name__ == "__main__":
