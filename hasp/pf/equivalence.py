@@ -24,6 +24,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hasp.pf.layout import active_versions
 from hasp.pf.pf_source import find_pf_class
 
 ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
@@ -332,8 +333,6 @@ def analyse_library(root: Path, *, include_generated: bool = True) -> list[Equiv
 
     A skill without ``pf.py`` is reported as not A+B (it is a prompt-only skill, not a PF).
     """
-    from hasp.pf.library import active_versions
-
     out = []
     for base, (_version, folder, _generated) in sorted(active_versions(root, include_generated).items()):
         pf_path = folder / "pf.py"
