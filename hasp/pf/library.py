@@ -86,7 +86,7 @@ def library_hash(root: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
+def import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
     """Import a seed skill's pf.py and instantiate the PF registered under ``skill_id``."""
     mod_name = f"hasp_skills.{pf_path.parent.parent.name}.{pf_path.parent.name}"
     spec = importlib.util.spec_from_file_location(mod_name, pf_path)
@@ -141,7 +141,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
             pf_path = folder / "pf.py"
             pf = None
             if pf_path.exists():
-                pf = _sandboxed_pf(pf_path, base) if generated else _import_trusted_pf(pf_path, base)
+                pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
                 pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
             lib.skills.append(Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf))
         except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal

@@ -48,7 +48,10 @@ class WrongEntityConfusionPF(ProgramFunction):
         return action_type in ("READ", "FINAL") and bool(_pairs(ctx))
 
     def intervene(self, ctx, action_type, arg, teacher=None):
-        a, b = _pairs(ctx)[0]
+        pairs = _pairs(ctx)
+        if not pairs:  # asked without having activated: nothing to warn about
+            return Intervention(type=InterventionType.NOOP, reason="no look-alike titles")
+        a, b = pairs[0]
         return Intervention(
             type=InterventionType.INJECT_CONTEXT,
             context_text="[ENTITY WARNING] The results contain different entities with nearly the same name. "
