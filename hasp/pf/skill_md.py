@@ -204,3 +204,11 @@ def render_skill_folder(spec: SkillSpec, name: str) -> dict[str, str]:
     """File name -> text of a skill folder named ``name`` (SKILL.md and hasp.yaml)."""
     md = "---\n" + _dump(_agent_skills_meta(spec, name)) + "---\n\n" + spec.body.strip() + "\n"
     return {SKILL_FILE: md, HASP_FILE: _dump(_hasp_meta(spec))}
+
+
+def write_skill_folder(folder: Path, spec: SkillSpec) -> Path:
+    """Write ``spec`` as a skill folder (SKILL.md + hasp.yaml) named ``folder``; its name becomes SKILL.md's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for file_name, text in render_skill_folder(spec, folder.name).items():
+        (folder / file_name).write_text(text, encoding="utf-8")
+    return folder
