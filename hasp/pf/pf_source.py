@@ -4,13 +4,24 @@ Why static: generated PF code is untrusted and only ever runs in the sandbox, ye
 listing or comparing skills (``hasp skills``, the A+B check) needs its class
 attributes. Parsing answers that for seed and generated code alike, with no
 process start and no import side effects.
+
+A PF class may inherit from a shared base in the project (``hasp.pf.bases``, a
+domain's ``pf_bases``): those are followed by reading the base's module source from
+the installed ``hasp`` package, never by importing it, so the attributes and
+methods a PF inherits count as its own.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+#: the runtime's root class: what it defines is the interface, not behaviour to analyse
+_ROOT_CLASS = "ProgramFunction"
 
 #: class attributes of ``ProgramFunction`` a listing shows, with the base-class defaults
 PF_ATTR_DEFAULTS: dict[str, Any] = {"needs_teacher": False, "max_fires": None, "handler_kind": None,
@@ -19,11 +30,60 @@ PF_ATTR_DEFAULTS: dict[str, Any] = {"needs_teacher": False, "max_fires": None, "
 
 @dataclass
 class PFClass:
-    """The PF class found in a source: its node, registered id and literal class attributes."""
+    """The PF class found in a source: its node, registered id, literal class attributes
+    (inherited ones included) and its class chain, most derived first, each with its module."""
 
     node: ast.ClassDef
     skill_id: str
     attrs: dict[str, Any]
+    chain: list[tuple[ast.ClassDef, ast.Module]] = field(default_factory=list)
+
+
+@lru_cache(maxsize=64)
+def _project_module(dotted: str) -> ast.Module | None:
+    """The parsed source of a ``hasp`` module, located on disk (not imported)."""
+    parts = dotted.split(".")
+    if parts[0] != "hasp":
+        return None
+    base = _PACKAGE_ROOT.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if parts[1:] and path.is_file():
+            return ast.parse(path.read_text(encoding="utf-8"))
+    return None
+
+
+def _find_class(tree: ast.Module, name: str, depth: int = 0) -> tuple[ast.ClassDef, ast.Module] | None:
+    """Class ``name`` as seen from ``tree``: defined there, or imported from a project module."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node, tree
+    if depth > 5:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    mod = _project_module(node.module)
+                    return _find_class(mod, alias.name, depth + 1) if mod is not None else None
+    return None
+
+
+def class_chain(cls: ast.ClassDef, tree: ast.Module) -> list[tuple[ast.ClassDef, ast.Module]]:
+    """``cls`` and the project classes it inherits from, most derived first (left-first, no repeats)."""
+    out: list[tuple[ast.ClassDef, ast.Module]] = []
+
+    def walk(c: ast.ClassDef, t: ast.Module) -> None:
+        if any(c is seen for seen, _ in out) or c.name == _ROOT_CLASS:
+            return
+        out.append((c, t))
+        for b in c.bases:
+            name = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+            found = _find_class(t, name) if name and name != _ROOT_CLASS else None
+            if found is not None:
+                walk(*found)
+
+    walk(cls, tree)
+    return out
 
 
 def _registered_id(cls: ast.ClassDef) -> str | None:
@@ -61,7 +121,11 @@ def find_pf_class(tree: ast.Module, skill_id: str | None = None) -> PFClass | No
         if isinstance(node, ast.ClassDef):
             sid = _registered_id(node)
             if sid is not None and (skill_id is None or sid == skill_id):
-                return PFClass(node=node, skill_id=sid, attrs={**PF_ATTR_DEFAULTS, **_literal_attrs(node)})
+                chain = class_chain(node, tree)
+                attrs = dict(PF_ATTR_DEFAULTS)
+                for c, _ in reversed(chain):
+                    attrs.update(_literal_attrs(c))
+                return PFClass(node=node, skill_id=sid, attrs=attrs, chain=chain)
     return None
 
 
