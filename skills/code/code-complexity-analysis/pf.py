@@ -3,8 +3,8 @@ linear searches inside loops, exponential recursion without memoisation."""
 
 import ast
 
-from hasp.domains.code.task import code_view, format_findings
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.pf import register_pf
 
 ADVICE = ("Hidden tests often use inputs far larger than the examples, and a run has a time limit. "
           "Estimate the cost of each flagged line for n = 10^5 and replace it with a set/dict lookup, "
@@ -83,18 +83,10 @@ def find_complexity_risks(tree):
 
 
 @register_pf("code_complexity_analysis")
-class CodeComplexityAnalysisPF(ProgramFunction):
-    max_fires = 1
+class CodeComplexityAnalysisPF(CodeFindingsPF):
+    label = "COMPLEXITY CHECK"
+    advice = ADVICE
+    noun = "costly construct(s)"
 
-    def _scan(self, arg):
-        view = code_view(arg)
-        return view, (find_complexity_risks(view.tree) if view.tree is not None else [])
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("COMPLEXITY CHECK", found, view, ADVICE),
-                            reason=f"{len(found)} costly construct(s)")
+    def find(self, ctx, view):
+        return find_complexity_risks(view.tree)

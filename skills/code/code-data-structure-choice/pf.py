@@ -3,8 +3,8 @@
 
 import ast
 
-from hasp.domains.code.task import code_view, format_findings
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.pf import register_pf
 
 ADVICE = ("Pick the structure that makes the hot operation cheap: collections.deque for queue ends "
           "(popleft/appendleft), a set for membership, collections.Counter or a dict for counts.")
@@ -84,18 +84,10 @@ def find_structure_risks(tree):
 
 
 @register_pf("code_data_structure_choice")
-class CodeDataStructureChoicePF(ProgramFunction):
-    max_fires = 1
+class CodeDataStructureChoicePF(CodeFindingsPF):
+    label = "DATA STRUCTURE"
+    advice = ADVICE
+    noun = "list used as queue/set/counter"
 
-    def _scan(self, arg):
-        view = code_view(arg)
-        return view, (find_structure_risks(view.tree) if view.tree is not None else [])
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("DATA STRUCTURE", found, view, ADVICE),
-                            reason=f"{len(found)} list used as queue/set/counter")
+    def find(self, ctx, view):
+        return find_structure_risks(view.tree)

@@ -4,8 +4,9 @@ problem spells out but the code never tests."""
 import ast
 import re
 
-from hasp.domains.code.task import code_view, entry_point_of, format_findings, guards_empty, param_names
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.domains.code.task import entry_point_of, guards_empty, param_names
+from hasp.pf import register_pf
 
 ADVICE = ("Run the function in your head on the smallest inputs: empty list/string, a single element, "
           "zero. Return what the problem asks for those cases before the general logic.")
@@ -55,20 +56,10 @@ def find_edge_case_risks(tree, question, entry):
 
 
 @register_pf("code_edge_cases")
-class CodeEdgeCasesPF(ProgramFunction):
-    max_fires = 1
+class CodeEdgeCasesPF(CodeFindingsPF):
+    label = "EDGE CASES"
+    advice = ADVICE
+    noun = "unhandled edge case(s)"
 
-    def _scan(self, ctx, arg):
-        view = code_view(arg)
-        if view.tree is None:
-            return view, []
-        return view, find_edge_case_risks(view.tree, str(ctx.get("question", "")), entry_point_of(ctx, view))
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(ctx, arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(ctx, arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("EDGE CASES", found, view, ADVICE),
-                            reason=f"{len(found)} unhandled edge case(s)")
+    def find(self, ctx, view):
+        return find_edge_case_risks(view.tree, str(ctx.get("question", "")), entry_point_of(ctx, view))

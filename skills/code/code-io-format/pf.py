@@ -4,8 +4,9 @@ the signature."""
 
 import ast
 
-from hasp.domains.code.task import code_view, entry_point_of, format_findings
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.domains.code.task import entry_point_of
+from hasp.pf import register_pf
 
 ADVICE = ("The grader imports your code and calls the function with arguments; it compares the "
           "returned value with ==. Take inputs as parameters, return the result in the exact type and "
@@ -67,20 +68,10 @@ def find_io_risks(tree, entry):
 
 
 @register_pf("code_io_format")
-class CodeIOFormatPF(ProgramFunction):
-    max_fires = 1
+class CodeIOFormatPF(CodeFindingsPF):
+    label = "I/O FORMAT"
+    advice = ADVICE
+    noun = "input/output contract issue(s)"
 
-    def _scan(self, ctx, arg):
-        view = code_view(arg)
-        if view.tree is None:
-            return view, []
-        return view, find_io_risks(view.tree, entry_point_of(ctx, view))
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(ctx, arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(ctx, arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("I/O FORMAT", found, view, ADVICE),
-                            reason=f"{len(found)} input/output contract issue(s)")
+    def find(self, ctx, view):
+        return find_io_risks(view.tree, entry_point_of(ctx, view))

@@ -2,8 +2,9 @@
 
 import ast
 
-from hasp.domains.code.task import code_view, format_findings, param_names
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.domains.code.task import param_names
+from hasp.pf import register_pf
 
 ADVICE = ("Tests call the function many times, often on the same objects. Use `None` as the default "
           "and create the list/dict inside, and copy an argument (`xs = list(xs)`, `sorted(xs)`) "
@@ -64,18 +65,10 @@ def find_mutation_risks(tree):
 
 
 @register_pf("code_mutable_state")
-class CodeMutableStatePF(ProgramFunction):
-    max_fires = 1
+class CodeMutableStatePF(CodeFindingsPF):
+    label = "MUTABLE STATE"
+    advice = ADVICE
+    noun = "shared/mutated object(s)"
 
-    def _scan(self, arg):
-        view = code_view(arg)
-        return view, (find_mutation_risks(view.tree) if view.tree is not None else [])
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("MUTABLE STATE", found, view, ADVICE),
-                            reason=f"{len(found)} shared/mutated object(s)")
+    def find(self, ctx, view):
+        return find_mutation_risks(view.tree)

@@ -4,8 +4,8 @@ true division in an int-returning function, math.pow for integers, banker's roun
 import ast
 import re
 
-from hasp.domains.code.task import code_view, format_findings
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.pf import register_pf
 
 ADVICE = ("Floats carry ~16 significant digits and round on every operation. Compare floats with "
           "math.isclose (or a tolerance), keep integer arithmetic in integers (//, math.isqrt, **), "
@@ -75,20 +75,10 @@ def find_numeric_risks(tree, question):
 
 
 @register_pf("code_numeric_precision")
-class CodeNumericPrecisionPF(ProgramFunction):
-    max_fires = 1
+class CodeNumericPrecisionPF(CodeFindingsPF):
+    label = "NUMERIC PRECISION"
+    advice = ADVICE
+    noun = "floating-point risk(s)"
 
-    def _scan(self, ctx, arg):
-        view = code_view(arg)
-        if view.tree is None:
-            return view, []
-        return view, find_numeric_risks(view.tree, str(ctx.get("question", "")))
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(ctx, arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(ctx, arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("NUMERIC PRECISION", found, view, ADVICE),
-                            reason=f"{len(found)} floating-point risk(s)")
+    def find(self, ctx, view):
+        return find_numeric_risks(view.tree, str(ctx.get("question", "")))

@@ -2,8 +2,8 @@
 
 import ast
 
-from hasp.domains.code.task import code_view, format_findings
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.pf import register_pf
 
 ADVICE = ("Valid indices of a sequence `xs` are 0 .. len(xs) - 1. Re-check each loop bound and index "
           "above against the first and the last element (and an input of length 1).")
@@ -94,18 +94,10 @@ def find_off_by_one(tree):
 
 
 @register_pf("code_off_by_one")
-class CodeOffByOnePF(ProgramFunction):
-    max_fires = 1
+class CodeOffByOnePF(CodeFindingsPF):
+    label = "OFF-BY-ONE CHECK"
+    advice = ADVICE
+    noun = "index/bound(s) past the end"
 
-    def _scan(self, arg):
-        view = code_view(arg)
-        return view, (find_off_by_one(view.tree) if view.tree is not None else [])
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("OFF-BY-ONE CHECK", found, view, ADVICE),
-                            reason=f"{len(found)} index/bound(s) past the end")
+    def find(self, ctx, view):
+        return find_off_by_one(view.tree)

@@ -3,8 +3,9 @@ sys.setrecursionlimit."""
 
 import ast
 
-from hasp.domains.code.task import code_view, format_findings, param_names
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.domains.code.task import param_names
+from hasp.pf import register_pf
 
 ADVICE = ("CPython stops at about 1000 nested calls (RecursionError); raising the limit can crash "
           "the interpreter instead. Give every recursive function a base case that is reached, and "
@@ -73,18 +74,10 @@ def find_recursion_risks(tree):
 
 
 @register_pf("code_recursion_depth")
-class CodeRecursionDepthPF(ProgramFunction):
-    max_fires = 1
+class CodeRecursionDepthPF(CodeFindingsPF):
+    label = "RECURSION CHECK"
+    advice = ADVICE
+    noun = "recursion risk(s)"
 
-    def _scan(self, arg):
-        view = code_view(arg)
-        return view, (find_recursion_risks(view.tree) if view.tree is not None else [])
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("RECURSION CHECK", found, view, ADVICE),
-                            reason=f"{len(found)} recursion risk(s)")
+    def find(self, ctx, view):
+        return find_recursion_risks(view.tree)

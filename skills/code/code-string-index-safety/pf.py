@@ -2,8 +2,9 @@
 
 import ast
 
-from hasp.domains.code.task import code_view, format_findings, guards_empty, param_names
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.domains.code.task import guards_empty, param_names
+from hasp.pf import register_pf
 
 ADVICE = ("An empty string or list, or a value that is not present, turns these into IndexError / "
           "ValueError. Guard them (`if not s: ...`, `sub in s` before `s.index(sub)`, `s.find`, "
@@ -70,18 +71,10 @@ def find_index_risks(tree):
 
 
 @register_pf("code_string_index_safety")
-class CodeStringIndexSafetyPF(ProgramFunction):
-    max_fires = 1
+class CodeStringIndexSafetyPF(CodeFindingsPF):
+    label = "INDEX SAFETY"
+    advice = ADVICE
+    noun = "unguarded index/lookup(s)"
 
-    def _scan(self, arg):
-        view = code_view(arg)
-        return view, (find_index_risks(view.tree) if view.tree is not None else [])
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("INDEX SAFETY", found, view, ADVICE),
-                            reason=f"{len(found)} unguarded index/lookup(s)")
+    def find(self, ctx, view):
+        return find_index_risks(view.tree)

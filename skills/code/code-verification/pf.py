@@ -4,8 +4,9 @@ placeholder left, and runs nothing at import time that could fail or hang."""
 import ast
 import re
 
-from hasp.domains.code.task import code_view, entry_point_of, format_findings
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.code.pf_bases import CodeFindingsPF
+from hasp.domains.code.task import entry_point_of
+from hasp.pf import register_pf
 
 ADVICE = ("Submit exactly one complete, importable program: it must parse, define the requested "
           "function under its exact name, and contain no example calls, asserts, prints or input() "
@@ -72,18 +73,11 @@ def find_verification_issues(view, entry):
 
 
 @register_pf("code_verification")
-class CodeVerificationPF(ProgramFunction):
-    max_fires = 1
+class CodeVerificationPF(CodeFindingsPF):
+    label = "VERIFY BEFORE SUBMITTING"
+    advice = ADVICE
+    noun = "submission issue(s)"
+    needs_tree = False
 
-    def _scan(self, ctx, arg):
-        view = code_view(arg)
-        return view, find_verification_issues(view, entry_point_of(ctx, view))
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(self._scan(ctx, arg)[1])
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        view, found = self._scan(ctx, arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=format_findings("VERIFY BEFORE SUBMITTING", found, view, ADVICE),
-                            reason=f"{len(found)} submission issue(s)")
+    def find(self, ctx, view):
+        return find_verification_issues(view, entry_point_of(ctx, view))

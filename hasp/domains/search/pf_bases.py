@@ -1,0 +1,35 @@
+"""The search PF shape "a wrong FINAL becomes a SEARCH", shared by the seed PFs that redirect.
+
+Why a base: the redirect is only allowed while the episode has room for it
+(``can_redirect_final``) and must be recorded (``note_final_redirect``); written out in
+each PF, that bookkeeping was where copies could drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hasp.domains.search.pf_support import can_redirect_final, note_final_redirect
+from hasp.pf.base import Teacher
+from hasp.pf.bases import FinalCheckPF
+from hasp.pf.intervention import Intervention, InterventionType
+
+
+class FinalRedirectPF(FinalCheckPF):
+    """On a FINAL with a ``problem``, SEARCH ``query`` instead (when there is one to run)."""
+
+    def query(self, ctx: dict[str, Any], arg: str) -> str | None:
+        raise NotImplementedError
+
+    def why(self, ctx: dict[str, Any], arg: str) -> str:
+        return f"answer {arg[:60]!r}: {self.objection(self.problem(ctx, arg))}"
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return (action_type == "FINAL" and can_redirect_final(ctx) and self.problem(ctx, arg) is not None
+                and self.query(ctx, arg) is not None)
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        note_final_redirect(ctx)
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
+                            new_action_arg=self.query(ctx, arg), reason=self.why(ctx, arg))
