@@ -27,7 +27,7 @@ class HintPF(ProgramFunction):
 
 
 class FindingsPF(ProgramFunction):
-    """Scans the ``trigger`` action; when ``findings`` lists problems, injects them as one text.
+    """Scans the ``trigger`` action; when ``scan`` lists problems, injects them as one text.
 
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
     ``render`` builds it otherwise. ``applies`` rules out contexts the scan is not meant for.
@@ -41,7 +41,7 @@ class FindingsPF(ProgramFunction):
     #: the reason when asked to intervene with nothing found
     quiet: ClassVar[str] = "nothing found"
 
-    def findings(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+    def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
         raise NotImplementedError
 
     def applies(self, ctx: dict[str, Any]) -> bool:
@@ -51,11 +51,11 @@ class FindingsPF(ProgramFunction):
         return " ".join(part for part in (self.label, *found, self.closing) if part)
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
-        return action_type == self.trigger and self.applies(ctx) and bool(self.findings(ctx, arg))
+        return action_type == self.trigger and self.applies(ctx) and bool(self.scan(ctx, arg))
 
     def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
                   teacher: Teacher | None = None) -> Intervention:
-        found = self.findings(ctx, arg)
+        found = self.scan(ctx, arg)
         if not found:
             return Intervention(type=InterventionType.NOOP, reason=self.quiet)
         return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.render(ctx, arg, found),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hasp.pf.layout import active_versions
-from hasp.pf.pf_source import PFClass, find_pf_class
+from hasp.pf.pf_source import PFClass, assignments, find_pf_class
 
 ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
 _TYPE_NAMES = frozenset({"MODIFY_ACTION", "INJECT_CONTEXT", "NOOP"})
@@ -98,18 +98,8 @@ class _Scope:
     @staticmethod
     def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
         seen: dict[str, ast.expr | None] = {}
-        for stmt in body:
-            targets: list[ast.expr] = []
-            value: ast.expr | None = None
-            if isinstance(stmt, ast.Assign):
-                targets, value = list(stmt.targets), stmt.value
-            elif isinstance(stmt, ast.AnnAssign):
-                targets, value = [stmt.target], stmt.value
-            elif isinstance(stmt, ast.AugAssign):
-                targets, value = [stmt.target], None
-            for t in targets:
-                if isinstance(t, ast.Name):
-                    seen[t.id] = None if t.id in seen else value  # assigned twice -> not a constant
+        for name, value in assignments(body):
+            seen[name] = None if name in seen else value  # assigned twice -> not a constant
         return {k: v for k, v in seen.items() if v is not None}
 
 

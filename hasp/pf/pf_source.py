@@ -98,19 +98,39 @@ def _registered_id(cls: ast.ClassDef) -> str | None:
     return None
 
 
-def _literal_attrs(cls: ast.ClassDef) -> dict[str, Any]:
-    """Class-level ``name = <literal>`` / ``name: T = <literal>`` assignments (non-literals skipped)."""
-    out: dict[str, Any] = {}
-    for stmt in cls.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            target, value = stmt.targets[0].id, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            target, value = stmt.target.id, stmt.value
+def assignments(body: list[ast.stmt]) -> list[tuple[str, ast.expr | None]]:
+    """Every name a statement list binds at its top level, with the expression bound to it
+    (None when there is no single one: ``+=``, unpacking a non-tuple, a bare annotation).
+    ``a, b = x, y`` binds ``a`` to ``x`` and ``b`` to ``y``."""
+    out: list[tuple[str, ast.expr | None]] = []
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            pairs: list[tuple[ast.expr, ast.expr | None]] = [(t, stmt.value) for t in stmt.targets]
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+            pairs = [(stmt.target, stmt.value if isinstance(stmt, ast.AnnAssign) else None)]
         else:
             continue
+        for target, value in pairs:
+            if isinstance(target, ast.Tuple):
+                elts = target.elts
+                same = (isinstance(value, ast.Tuple) and len(value.elts) == len(elts)
+                        and not any(isinstance(e, ast.Starred) for e in (*elts, *value.elts)))
+                values: list[ast.expr | None] = list(value.elts) if same else [None] * len(elts)  # type: ignore[union-attr]
+                out += [(e.id, v) for e, v in zip(elts, values) if isinstance(e, ast.Name)]
+            elif isinstance(target, ast.Name):
+                out.append((target.id, value))
+    return out
+
+
+def _literal_attrs(cls: ast.ClassDef) -> dict[str, Any]:
+    """Class-level assignments of literals (``name = <literal>``, also in a tuple assignment)."""
+    out: dict[str, Any] = {}
+    for name, value in assignments(cls.body):
+        if value is None:
+            continue
         try:
-            out[target] = ast.literal_eval(value)
-        except ValueError:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, TypeError):
             continue
     return out
 

@@ -24,7 +24,7 @@ class CodeFindingsPF(FindingsPF):
     def find(self, ctx: dict[str, Any], view: CodeView) -> list[tuple[int, str]]:
         raise NotImplementedError
 
-    def findings(self, ctx: dict[str, Any], arg: str) -> list[tuple[int, str]]:
+    def scan(self, ctx: dict[str, Any], arg: str) -> list[tuple[int, str]]:
         view = code_view(arg)
         return self.find(ctx, view) if view.tree is not None or not self.needs_tree else []
 

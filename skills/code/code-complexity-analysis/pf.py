@@ -14,6 +14,12 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MEMO = {"lru_cache", "cache", "memoize", "memoized"}
 
 
+@register_pf("code_complexity_analysis")
+class CodeComplexityAnalysisPF(CodeFindingsPF):
+    label, noun, advice = "COMPLEXITY CHECK", "costly construct(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_complexity_risks(view.tree))
+
+
 def _iter_key(loop):
     """A comparable description of what a for-loop walks over (None for while loops)."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -80,13 +86,3 @@ def find_complexity_risks(tree):
             found.append((fn.lineno, f"`{fn.name}` calls itself {len(calls)} times per call without memoisation: "
                                      "exponential time (add functools.lru_cache or iterate bottom-up)"))
     return sorted(set(found))
-
-
-@register_pf("code_complexity_analysis")
-class CodeComplexityAnalysisPF(CodeFindingsPF):
-    label = "COMPLEXITY CHECK"
-    advice = ADVICE
-    noun = "costly construct(s)"
-
-    def find(self, ctx, view):
-        return find_complexity_risks(view.tree)

@@ -13,6 +13,12 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _LISTY_ANN = {"list", "List", "Sequence", "tuple", "Tuple"}
 
 
+@register_pf("code_data_structure_choice")
+class CodeDataStructureChoicePF(CodeFindingsPF):
+    label, noun, advice = "DATA STRUCTURE", "list used as queue/set/counter", ADVICE
+    find = staticmethod(lambda ctx, view: find_structure_risks(view.tree))
+
+
 def _list_names(fn):
     """Names bound to lists in the function: list literals/comprehensions/list() and list-annotated params."""
     names = set()
@@ -81,13 +87,3 @@ def find_structure_risks(tree):
                 found.append((n.lineno, f"`{n.targets[0].id} = {n.targets[0].id}[k:]` in a loop copies the list "
                                         "every time; use an index or a deque"))
     return sorted(set(found))
-
-
-@register_pf("code_data_structure_choice")
-class CodeDataStructureChoicePF(CodeFindingsPF):
-    label = "DATA STRUCTURE"
-    advice = ADVICE
-    noun = "list used as queue/set/counter"
-
-    def find(self, ctx, view):
-        return find_structure_risks(view.tree)

@@ -15,6 +15,12 @@ _EMPTY_SPEC = re.compile(r"\b(empty|no elements|no such|is none|return none|retu
 _REDUCERS = {"max", "min"}
 
 
+@register_pf("code_edge_cases")
+class CodeEdgeCasesPF(CodeFindingsPF):
+    label, noun, advice = "EDGE CASES", "unhandled edge case(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_edge_case_risks(view.tree, str(ctx.get("question", "")), entry_point_of(ctx, view)))
+
+
 def _param_arg(call, params):
     if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id in params:
         return call.args[0].id
@@ -53,13 +59,3 @@ def find_edge_case_risks(tree, question, entry):
                                          f"`{target.name}` has no explicit branch for it: check that the general "
                                          "code returns exactly what is asked there"))
     return sorted(set(found))
-
-
-@register_pf("code_edge_cases")
-class CodeEdgeCasesPF(CodeFindingsPF):
-    label = "EDGE CASES"
-    advice = ADVICE
-    noun = "unhandled edge case(s)"
-
-    def find(self, ctx, view):
-        return find_edge_case_risks(view.tree, str(ctx.get("question", "")), entry_point_of(ctx, view))

@@ -16,6 +16,12 @@ _ANN_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str
 _COLLECTION_ANN = {"list", "List", "tuple", "Tuple", "dict", "Dict", "set", "Set"}
 
 
+@register_pf("code_io_format")
+class CodeIOFormatPF(CodeFindingsPF):
+    label, noun, advice = "I/O FORMAT", "input/output contract issue(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_io_risks(view.tree, entry_point_of(ctx, view)))
+
+
 def _is_generator(fn):
     return any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(fn))
 
@@ -65,13 +71,3 @@ def find_io_risks(tree, entry):
             if isinstance(r.value, ast.Constant) and isinstance(r.value.value, (str, int, float)):
                 found.append((r.lineno, f"returns the scalar {r.value.value!r} but the signature says -> {ann}"))
     return sorted(set(found))
-
-
-@register_pf("code_io_format")
-class CodeIOFormatPF(CodeFindingsPF):
-    label = "I/O FORMAT"
-    advice = ADVICE
-    noun = "input/output contract issue(s)"
-
-    def find(self, ctx, view):
-        return find_io_risks(view.tree, entry_point_of(ctx, view))

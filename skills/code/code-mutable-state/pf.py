@@ -15,6 +15,12 @@ _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "re
 _COPIES = {"list", "dict", "set", "sorted", "tuple", "copy", "deepcopy", "deque", "Counter", "bytearray"}
 
 
+@register_pf("code_mutable_state")
+class CodeMutableStatePF(CodeFindingsPF):
+    label, noun, advice = "MUTABLE STATE", "shared/mutated object(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_mutation_risks(view.tree))
+
+
 def _is_mutable_default(d):
     if isinstance(d, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
         return True
@@ -62,13 +68,3 @@ def find_mutation_risks(tree):
                 if hit and live(n.lineno):
                     found.append((n.lineno, hit))
     return sorted(set(found))
-
-
-@register_pf("code_mutable_state")
-class CodeMutableStatePF(CodeFindingsPF):
-    label = "MUTABLE STATE"
-    advice = ADVICE
-    noun = "shared/mutated object(s)"
-
-    def find(self, ctx, view):
-        return find_mutation_risks(view.tree)

@@ -14,6 +14,12 @@ ADVICE = ("Floats carry ~16 significant digits and round on every operation. Com
 _AWAY_FROM_ZERO = re.compile(r"away from zero|round(?:ing)? half up|\.5\b", re.I)
 
 
+@register_pf("code_numeric_precision")
+class CodeNumericPrecisionPF(CodeFindingsPF):
+    label, noun, advice = "NUMERIC PRECISION", "floating-point risk(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_numeric_risks(view.tree, str(ctx.get("question", ""))))
+
+
 def _is_floaty(node):
     if isinstance(node, ast.Constant) and type(node.value) is float:
         return True
@@ -72,13 +78,3 @@ def find_numeric_risks(tree, question):
                 found.append((n.lineno, "round() rounds halves to even (round(2.5) == 2), but the problem asks "
                                         "for a different tie rule"))
     return sorted(set(found))
-
-
-@register_pf("code_numeric_precision")
-class CodeNumericPrecisionPF(CodeFindingsPF):
-    label = "NUMERIC PRECISION"
-    advice = ADVICE
-    noun = "floating-point risk(s)"
-
-    def find(self, ctx, view):
-        return find_numeric_risks(view.tree, str(ctx.get("question", "")))

@@ -9,6 +9,12 @@ ADVICE = ("Valid indices of a sequence `xs` are 0 .. len(xs) - 1. Re-check each 
           "above against the first and the last element (and an input of length 1).")
 
 
+@register_pf("code_off_by_one")
+class CodeOffByOnePF(CodeFindingsPF):
+    label, noun, advice = "OFF-BY-ONE CHECK", "index/bound(s) past the end", ADVICE
+    find = staticmethod(lambda ctx, view: find_off_by_one(view.tree))
+
+
 def _len_of(node):
     """`len(NAME)` -> NAME, else None."""
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
@@ -91,13 +97,3 @@ def find_off_by_one(tree):
                     found.append((node.lineno, f"`{t.left.id} <= len({seq})` lets `{seq}[{t.left.id}]` "
                                                "run one past the end; use `<`"))
     return sorted(set(found))
-
-
-@register_pf("code_off_by_one")
-class CodeOffByOnePF(CodeFindingsPF):
-    label = "OFF-BY-ONE CHECK"
-    advice = ADVICE
-    noun = "index/bound(s) past the end"
-
-    def find(self, ctx, view):
-        return find_off_by_one(view.tree)

@@ -12,6 +12,12 @@ ADVICE = ("CPython stops at about 1000 nested calls (RecursionError); raising th
           "turn recursion whose depth grows with the input into a loop or an explicit stack.")
 
 
+@register_pf("code_recursion_depth")
+class CodeRecursionDepthPF(CodeFindingsPF):
+    label, noun, advice = "RECURSION CHECK", "recursion risk(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_recursion_risks(view.tree))
+
+
 def _self_calls(fn):
     out = []
     stack = list(fn.body)
@@ -71,13 +77,3 @@ def find_recursion_risks(tree):
             found.append((n.lineno, "raising the recursion limit trades RecursionError for a possible interpreter "
                                     "crash; prefer iteration"))
     return sorted(set(found))
-
-
-@register_pf("code_recursion_depth")
-class CodeRecursionDepthPF(CodeFindingsPF):
-    label = "RECURSION CHECK"
-    advice = ADVICE
-    noun = "recursion risk(s)"
-
-    def find(self, ctx, view):
-        return find_recursion_risks(view.tree)

@@ -11,6 +11,12 @@ ADVICE = ("An empty string or list, or a value that is not present, turns these 
           "`len(parts) > k`) or make sure the problem rules such inputs out.")
 
 
+@register_pf("code_string_index_safety")
+class CodeStringIndexSafetyPF(CodeFindingsPF):
+    label, noun, advice = "INDEX SAFETY", "unguarded index/lookup(s)", ADVICE
+    find = staticmethod(lambda ctx, view: find_index_risks(view.tree))
+
+
 def _in_try(node, parents):
     p = parents.get(node)
     while p is not None:
@@ -68,13 +74,3 @@ def find_index_risks(tree):
                 found.append((n.lineno, f"`.{n.value.func.attr}(...)[{n.slice.value}]` raises IndexError when "
                                         "the separator does not occur"))
     return sorted(set(found))
-
-
-@register_pf("code_string_index_safety")
-class CodeStringIndexSafetyPF(CodeFindingsPF):
-    label = "INDEX SAFETY"
-    advice = ADVICE
-    noun = "unguarded index/lookup(s)"
-
-    def find(self, ctx, view):
-        return find_index_risks(view.tree)

@@ -17,6 +17,13 @@ _TOP_LEVEL_OK = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import
                  ast.Assign, ast.AnnAssign, ast.Pass)
 
 
+@register_pf("code_verification")
+class CodeVerificationPF(CodeFindingsPF):
+    label, noun, advice = "VERIFY BEFORE SUBMITTING", "submission issue(s)", ADVICE
+    needs_tree = False
+    find = staticmethod(lambda ctx, view: find_verification_issues(view, entry_point_of(ctx, view)))
+
+
 def _is_main_guard(node):
     return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
@@ -70,14 +77,3 @@ def find_verification_issues(view, entry):
         found.append((node.lineno, f"module-level {kind} runs on import; if it fails or waits for input "
                                    "the whole submission fails"))
     return sorted(set(found))
-
-
-@register_pf("code_verification")
-class CodeVerificationPF(CodeFindingsPF):
-    label = "VERIFY BEFORE SUBMITTING"
-    advice = ADVICE
-    noun = "submission issue(s)"
-    needs_tree = False
-
-    def find(self, ctx, view):
-        return find_verification_issues(view, entry_point_of(ctx, view))

@@ -4,8 +4,9 @@ import re
 
 from hasp.domains.math.answers import arithmetic_claims, clean_answer, extract_final_answer, parse_number
 from hasp.domains.math.game24 import TARGET, verify_expression
+from hasp.domains.math.pf_bases import MathFindingsPF
 from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
 
 # -(A + B) = -A + B  or  -(A - B) = -A - B : the inner sign was not flipped
 _UNFLIPPED = re.compile(
@@ -41,16 +42,7 @@ def findings(ctx, arg, limit=3):
 
 
 @register_pf("algebraic_sign_error")
-class AlgebraicSignErrorPF(ProgramFunction):
-    max_fires = 2
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="no sign error found")
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text="[SIGN CHECK] " + " ".join(found) + " Fix the sign and recompute.",
-                            reason=f"{len(found)} sign problem(s)")
+class AlgebraicSignErrorPF(MathFindingsPF):
+    label, closing = "[SIGN CHECK]", "Fix the sign and recompute."
+    noun, quiet = "sign problem(s)", "no sign error found"
+    scan = staticmethod(findings)

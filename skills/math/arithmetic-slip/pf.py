@@ -5,8 +5,9 @@ from fractions import Fraction
 
 from hasp.domains.math.answers import arithmetic_claims, clean_answer, extract_final_answer, parse_number
 from hasp.domains.math.game24 import TARGET, verify_expression
+from hasp.domains.math.pf_bases import MathFindingsPF
 from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
 
 
 def show(v: Fraction) -> str:
@@ -38,16 +39,7 @@ def findings(ctx, arg, limit=4):
 
 
 @register_pf("arithmetic_slip")
-class ArithmeticSlipPF(ProgramFunction):
-    max_fires = 2
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="no arithmetic slip found")
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text="[ARITHMETIC CHECK] " + " ".join(found) + " Recompute before answering.",
-                            reason=f"{len(found)} arithmetic problem(s)")
+class ArithmeticSlipPF(MathFindingsPF):
+    label, closing = "[ARITHMETIC CHECK]", "Recompute before answering."
+    noun, quiet = "arithmetic problem(s)", "no arithmetic slip found"
+    scan = staticmethod(findings)

@@ -4,8 +4,8 @@ import re
 from collections import Counter
 
 from hasp.domains.math.answers import clean_answer, parse_number
-from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.math.pf_bases import MathFindingsPF
+from hasp.pf import register_pf
 
 _CASE = re.compile(r"\bcase\s*(\d+)\b", re.I)
 _TUPLE = re.compile(r"\(\s*(-?\d+(?:\s*,\s*-?\d+)+)\s*\)")
@@ -48,17 +48,8 @@ def findings(ctx, arg):
 
 
 @register_pf("case_incompleteness")
-class CaseIncompletenessPF(ProgramFunction):
-    max_fires = 2
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not game24_numbers(ctx) and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="cases look complete")
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text="[CASE CHECK] " + " ".join(found)
-                                         + " Cases must be exhaustive and mutually exclusive.",
-                            reason=f"{len(found)} case problem(s)")
+class CaseIncompletenessPF(MathFindingsPF):
+    label, closing = "[CASE CHECK]", "Cases must be exhaustive and mutually exclusive."
+    noun, quiet = "case problem(s)", "cases look complete"
+    on_game24 = False
+    scan = staticmethod(findings)

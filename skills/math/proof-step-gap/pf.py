@@ -4,8 +4,8 @@ quoted (INJECT_CONTEXT)."""
 import re
 
 from hasp.domains.math.answers import clean_answer
-from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.math.pf_bases import MathFindingsPF
+from hasp.pf import register_pf
 
 _HAND_WAVE = re.compile(r"\b(clearly|obviously|it is (?:easy|clear|obvious) (?:to see )?that|trivially|evidently|"
                         r"it is well[- ]known|by inspection|it is easy to see)\b", re.I)
@@ -34,15 +34,8 @@ def findings(ctx, arg):
 
 
 @register_pf("proof_step_gap")
-class ProofStepGapPF(ProgramFunction):
-    max_fires = 1
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not game24_numbers(ctx) and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="steps are written out")
-        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text="[STEP CHECK] " + " ".join(found),
-                            reason=f"{len(found)} gap(s) in the derivation")
+class ProofStepGapPF(MathFindingsPF):
+    label = "[STEP CHECK]"
+    noun, quiet = "gap(s) in the derivation", "steps are written out"
+    max_fires, on_game24 = 1, False
+    scan = staticmethod(findings)

@@ -6,8 +6,8 @@ from fractions import Fraction
 
 from hasp.domains.math.answers import clean_answer, format_number, parse_number
 from hasp.domains.math.game24 import evaluate_arithmetic
-from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.math.pf_bases import MathFindingsPF
+from hasp.pf import register_pf
 
 _M_PLUS_N = re.compile(r"\b([mp])\s*\+\s*([nq])\b")
 _COPRIME = re.compile(r"relatively prime|coprime|lowest terms", re.I)
@@ -67,16 +67,8 @@ def findings(ctx, arg):
 
 
 @register_pf("simplification_incomplete")
-class SimplificationIncompletePF(ProgramFunction):
-    max_fires = 2
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not game24_numbers(ctx) and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="answer is simplified")
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text="[SIMPLIFY] " + " ".join(found) + " Give the final form in FINAL.",
-                            reason=f"{len(found)} simplification(s) missing")
+class SimplificationIncompletePF(MathFindingsPF):
+    label, closing = "[SIMPLIFY]", "Give the final form in FINAL."
+    noun, quiet = "simplification(s) missing", "answer is simplified"
+    on_game24 = False
+    scan = staticmethod(findings)

@@ -5,8 +5,9 @@ import re
 
 from hasp.domains.math.answers import clean_answer, format_number, parse_number
 from hasp.domains.math.game24 import evaluate_arithmetic, verify_expression
+from hasp.domains.math.pf_bases import MathFindingsPF
 from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
 
 _MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.S)
 _ASSIGN = re.compile(r"(?<![\w\\)])([a-z])\s*=\s*(-?\s*\\[dt]?frac\{\d+\}\{\d+\}|-?\s*\d+(?:\.\d+)?(?:\s*/\s*\d+)?)")
@@ -113,17 +114,7 @@ def findings(ctx, arg, limit=3):
 
 
 @register_pf("substitution_invalid")
-class SubstitutionInvalidPF(ProgramFunction):
-    max_fires = 2
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="substitutions hold")
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text="[SUBSTITUTION CHECK] " + " ".join(found)
-                                         + " Go back to the step that produced these values.",
-                            reason=f"{len(found)} failed substitution(s)")
+class SubstitutionInvalidPF(MathFindingsPF):
+    label, closing = "[SUBSTITUTION CHECK]", "Go back to the step that produced these values."
+    noun, quiet = "failed substitution(s)", "substitutions hold"
+    scan = staticmethod(findings)
