@@ -6,7 +6,8 @@ Reads ctx keys: question.
 
 import re
 
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import HintPF
 from hasp.pf.teacher_ask import teacher_objection
 
 _MULTI = re.compile(r"\b(both|two|three|each of|and (what|which|who|when|where|how))\b", re.I)
@@ -18,20 +19,16 @@ def partial(question, answer):
 
 
 @register_pf("answer_completeness")
-class AnswerCompletenessPF(ProgramFunction):
+class AnswerCompletenessPF(HintPF):
     watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
+    hint = ("[COMPLETENESS WARNING] The question asks for more than one thing, and your answer "
+            "names only one. Give every requested part in FINAL.")
+    why = "one-item answer to multi-part question"
 
     def should_activate(self, ctx, action_type, arg):
         return action_type == "FINAL" and partial(str(ctx.get("question", "")), arg)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(
-            type=InterventionType.INJECT_CONTEXT,
-            context_text="[COMPLETENESS WARNING] The question asks for more than one thing, and your answer "
-                         "names only one. Give every requested part in FINAL.",
-            reason="one-item answer to multi-part question")
 
     def check_final(self, ctx, answer, teacher=None):
         question = str(ctx.get("question", ""))

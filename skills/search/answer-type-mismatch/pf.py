@@ -6,7 +6,8 @@ Reads ctx keys: question.
 
 import re
 
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf.bases import FinalCheckPF
 
 _ASKS_YEAR = re.compile(r"\b(what|which) year\b|^\s*(in )?when\b|\bwhat date\b", re.I)
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|old|long|far)\b", re.I)
@@ -43,21 +44,16 @@ def mismatch(question, answer):
 
 
 @register_pf("answer_type_mismatch")
-class AnswerTypeMismatchPF(ProgramFunction):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "code"
+class AnswerTypeMismatchPF(FinalCheckPF):
+    def problem(self, ctx, answer):
+        return mismatch(str(ctx.get("question", "")), answer)
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and mismatch(str(ctx.get("question", "")), arg) is not None
+    def objection(self, kind):
+        return f"the question asks for {kind}"
 
     def intervene(self, ctx, action_type, arg, teacher=None):
-        kind = mismatch(str(ctx.get("question", "")), arg)
+        kind = self.problem(ctx, arg)
         return Intervention(type=InterventionType.INJECT_CONTEXT,
                             context_text=(f"[ANSWER TYPE] The question asks for {kind}, but '{arg[:60]}' is not "
                                           f"{kind}. Find {kind} in the documents."),
                             reason=f"expected {kind}")
-
-    def check_final(self, ctx, answer, teacher=None):
-        kind = mismatch(str(ctx.get("question", "")), answer)
-        return f"the question asks for {kind}" if kind else None

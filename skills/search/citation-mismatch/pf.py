@@ -5,7 +5,8 @@ Reads ctx keys: has_read, all_read_contents, last_search_results_text.
 """
 
 from hasp.domains.search.pf_support import names
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf.bases import FinalCheckPF
 
 
 def snippet_only(ctx, answer):
@@ -22,13 +23,11 @@ def snippet_only(ctx, answer):
 
 
 @register_pf("citation_mismatch")
-class CitationMismatchPF(ProgramFunction):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "code"
+class CitationMismatchPF(FinalCheckPF):
+    problem = staticmethod(snippet_only)
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and snippet_only(ctx, arg) is not None
+    def objection(self, name):
+        return f"'{name}' is only in search snippets"
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         name = snippet_only(ctx, arg)
@@ -36,7 +35,3 @@ class CitationMismatchPF(ProgramFunction):
                             context_text=(f"[SOURCE CHECK] '{name}' appears only in a search snippet, not in "
                                           "a document you read. READ the document that mentions it first."),
                             reason=f"'{name}' only in snippets")
-
-    def check_final(self, ctx, answer, teacher=None):
-        name = snippet_only(ctx, answer)
-        return f"'{name}' is only in search snippets" if name else None

@@ -8,7 +8,8 @@ all_read_contents, question.
 import re
 
 from hasp.domains.search.pf_support import steps_left, unread_hits
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import HintPF
 from hasp.pf.teacher_ask import teacher_objection
 
 _DIGIT = re.compile(r"\d")
@@ -20,20 +21,16 @@ def single_source(ctx, answer):
 
 
 @register_pf("claim_triangulation")
-class ClaimTriangulationPF(ProgramFunction):
+class ClaimTriangulationPF(HintPF):
     watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
+    hint = ("[VERIFICATION HINT] This specific number or date comes from a single document. "
+            "If steps allow, READ one more relevant result to confirm it.")
+    why = "numeric answer from one source"
 
     def should_activate(self, ctx, action_type, arg):
         return action_type == "FINAL" and single_source(ctx, arg)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(
-            type=InterventionType.INJECT_CONTEXT,
-            context_text="[VERIFICATION HINT] This specific number or date comes from a single document. "
-                         "If steps allow, READ one more relevant result to confirm it.",
-            reason="numeric answer from one source")
 
     def check_final(self, ctx, answer, teacher=None):
         if teacher is None or not single_source(ctx, answer):

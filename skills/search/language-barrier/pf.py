@@ -8,7 +8,8 @@ import re
 import unicodedata
 
 from hasp.domains.search.pf_support import just_read, last_read_text
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import HintPF
 
 MIN_NON_ASCII = 20
 
@@ -36,17 +37,13 @@ def stripped_accents(ctx, answer):
 
 
 @register_pf("language_barrier")
-class LanguageBarrierPF(ProgramFunction):
+class LanguageBarrierPF(HintPF):
     max_fires = 1
+    hint = ("[LANGUAGE NOTE] The documents spell names with non-English letters or accents. "
+            "Copy each name exactly as written there; do not translate or strip accents.")
+    why = "non-ASCII names in the evidence"
 
     def should_activate(self, ctx, action_type, arg):
         if just_read(ctx) and non_ascii_letters(last_read_text(ctx)) >= MIN_NON_ASCII:
             return True
         return action_type == "FINAL" and stripped_accents(ctx, arg)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(
-            type=InterventionType.INJECT_CONTEXT,
-            context_text="[LANGUAGE NOTE] The documents spell names with non-English letters or accents. "
-                         "Copy each name exactly as written there; do not translate or strip accents.",
-            reason="non-ASCII names in the evidence")

@@ -6,7 +6,8 @@ Reads ctx keys: read_count, contradictory_sources, all_read_contents, question.
 
 import re
 
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import HintPF
 from hasp.pf.teacher_ask import teacher_objection
 
 _CONTRADICTION = re.compile(r"\b(contrary to|disputed|should not be confused|incorrectly|mistakenly|"
@@ -19,20 +20,16 @@ def conflicting(ctx):
 
 
 @register_pf("misinformation_detector")
-class MisinformationDetectorPF(ProgramFunction):
+class MisinformationDetectorPF(HintPF):
     watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
+    hint = ("[CROSS-CHECK WARNING] The documents you read disagree or deny some claims. Decide "
+            "which document is about the exact entity in the question, and answer from that one.")
+    why = "contradiction signals in read documents"
 
     def should_activate(self, ctx, action_type, arg):
         return action_type == "FINAL" and conflicting(ctx)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(
-            type=InterventionType.INJECT_CONTEXT,
-            context_text="[CROSS-CHECK WARNING] The documents you read disagree or deny some claims. Decide "
-                         "which document is about the exact entity in the question, and answer from that one.",
-            reason="contradiction signals in read documents")
 
     def check_final(self, ctx, answer, teacher=None):
         if teacher is None or not conflicting(ctx):

@@ -4,9 +4,9 @@ Reads ctx keys: question, read_count, all_read_contents, queries, step_count, ma
 _final_redirects. Code handler with the same test.
 """
 
-from hasp.domains.search.pf_support import (can_redirect_final, hop_count, is_multi_hop, names,
-                                            note_final_redirect)
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.search.pf_bases import FinalRedirectPF
+from hasp.domains.search.pf_support import hop_count, is_multi_hop, names
+from hasp.pf import register_pf
 
 
 def bridge_answer(ctx, answer):
@@ -25,20 +25,14 @@ def bridge_answer(ctx, answer):
 
 
 @register_pf("multi_hop_reasoning_failure")
-class MultiHopReasoningFailurePF(ProgramFunction):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "code"
+class MultiHopReasoningFailurePF(FinalRedirectPF):
+    problem = staticmethod(bridge_answer)
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and can_redirect_final(ctx) and bridge_answer(ctx, arg) is not None
+    def objection(self, bridge):
+        return f"'{bridge}' looks like an intermediate entity of a multi-hop question"
 
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        note_final_redirect(ctx)
-        bridge = bridge_answer(ctx, arg)
-        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH", new_action_arg=bridge,
-                            reason=f"'{bridge}' is an intermediate entity after {ctx.get('read_count', 0)} read(s)")
+    def query(self, ctx, arg):
+        return bridge_answer(ctx, arg)
 
-    def check_final(self, ctx, answer, teacher=None):
-        bridge = bridge_answer(ctx, answer)
-        return f"'{bridge}' looks like an intermediate entity of a multi-hop question" if bridge else None
+    def why(self, ctx, arg):
+        return f"'{bridge_answer(ctx, arg)}' is an intermediate entity after {ctx.get('read_count', 0)} read(s)"

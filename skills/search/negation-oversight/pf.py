@@ -7,7 +7,8 @@ Reads ctx keys: question, thought, all_read_contents.
 import re
 
 from hasp.domains.search.pf_support import sentences
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import HintPF
 from hasp.pf.teacher_ask import teacher_objection
 
 _NEG = re.compile(r"\b(not|never|except|without|none|neither|nor|no)\b|n't\b", re.I)
@@ -28,21 +29,17 @@ def overlooked(ctx, answer):
 
 
 @register_pf("negation_oversight")
-class NegationOversightPF(ProgramFunction):
+class NegationOversightPF(HintPF):
     watches = ("FINAL",)
     max_fires = 1
     handler_kind = "llm"
+    hint = ("[NEGATION REMINDER] A negation matters here: either the question says 'not'/'never'/"
+            "'except', or your answer comes from a sentence that denies it. Re-read that "
+            "sentence before answering.")
+    why = "negation in question or evidence"
 
     def should_activate(self, ctx, action_type, arg):
         return action_type == "FINAL" and overlooked(ctx, arg)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(
-            type=InterventionType.INJECT_CONTEXT,
-            context_text="[NEGATION REMINDER] A negation matters here: either the question says 'not'/'never'/"
-                         "'except', or your answer comes from a sentence that denies it. Re-read that "
-                         "sentence before answering.",
-            reason="negation in question or evidence")
 
     def check_final(self, ctx, answer, teacher=None):
         if teacher is None or not overlooked(ctx, answer):

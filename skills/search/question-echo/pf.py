@@ -5,8 +5,9 @@ Reads ctx keys: question, queries, step_count, max_steps, _final_redirects. Code
 
 import re
 
-from hasp.domains.search.pf_support import can_redirect_final, is_question, names, note_final_redirect, used_query
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.search.pf_bases import FinalRedirectPF
+from hasp.domains.search.pf_support import is_question, names, used_query
+from hasp.pf import register_pf
 from hasp.textutil import content_tokens, keyword_query
 
 _CHOICE = re.compile(r"\bor\b", re.I)
@@ -31,19 +32,9 @@ def unused_query(ctx):
 
 
 @register_pf("question_echo")
-class QuestionEchoPF(ProgramFunction):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "code"
-
-    def should_activate(self, ctx, action_type, arg):
-        return (action_type == "FINAL" and can_redirect_final(ctx) and echoes(str(ctx.get("question", "")), arg)
-                and unused_query(ctx) is not None)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        note_final_redirect(ctx)
-        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
-                            new_action_arg=unused_query(ctx), reason=f"answer {arg[:60]!r} repeats the question")
-
-    def check_final(self, ctx, answer, teacher=None):
+class QuestionEchoPF(FinalRedirectPF):
+    def problem(self, ctx, answer):
         return "the answer repeats the question" if echoes(str(ctx.get("question", "")), answer) else None
+
+    def query(self, ctx, arg):
+        return unused_query(ctx)

@@ -6,9 +6,9 @@ step_count, max_steps, _final_redirects.
 
 import re
 
-from hasp.domains.search.pf_support import (can_redirect_final, evidence_text, grounded_fraction, names,
-                                            note_final_redirect, used_query)
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.search.pf_bases import FinalRedirectPF
+from hasp.domains.search.pf_support import evidence_text, grounded_fraction, names, used_query
+from hasp.pf import register_pf
 from hasp.textutil import content_tokens, keyword_query
 
 HEDGE = re.compile(r"\b(unknown|not sure|unsure|don'?t know|cannot|can'?t|no information|not found|"
@@ -31,19 +31,9 @@ def fresh_query(ctx):
 
 
 @register_pf("reasoning_hallucination")
-class ReasoningHallucinationPF(ProgramFunction):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "code"
-
-    def should_activate(self, ctx, action_type, arg):
-        return (action_type == "FINAL" and can_redirect_final(ctx) and ungrounded(ctx, arg)
-                and fresh_query(ctx) is not None)
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        note_final_redirect(ctx)
-        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
-                            new_action_arg=fresh_query(ctx), reason=f"answer {arg[:60]!r} not in the evidence")
-
-    def check_final(self, ctx, answer, teacher=None):
+class ReasoningHallucinationPF(FinalRedirectPF):
+    def problem(self, ctx, answer):
         return "the answer does not appear in the retrieved text" if ungrounded(ctx, answer) else None
+
+    def query(self, ctx, arg):
+        return fresh_query(ctx)
