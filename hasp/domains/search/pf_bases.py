@@ -1,4 +1,4 @@
-"""The search PF shape "a wrong FINAL becomes a SEARCH", shared by the seed PFs that redirect.
+"""The search PF shape "a wrong FINAL becomes a SEARCH (or READ)", shared by the seed PFs that redirect.
 
 Why a base: the redirect is only allowed while the episode has room for it
 (``can_redirect_final``) and must be recorded (``note_final_redirect``); written out in
@@ -7,7 +7,7 @@ each PF, that bookkeeping was where copies could drift apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from hasp.domains.search.pf_support import can_redirect_final, note_final_redirect
 from hasp.pf.base import Teacher
@@ -16,9 +16,12 @@ from hasp.pf.intervention import Intervention, InterventionType
 
 
 class FinalRedirectPF(FinalCheckPF):
-    """On a FINAL with a ``problem``, SEARCH ``query`` instead (when there is one to run)."""
+    """On a FINAL with a ``problem``, run ``redirect`` on ``target`` instead (when there is one)."""
 
-    def query(self, ctx: dict[str, Any], arg: str) -> str | None:
+    redirect: ClassVar[str] = "SEARCH"
+
+    def target(self, ctx: dict[str, Any], arg: str) -> str | None:
+        """The query (or document, for a READ) to run instead of the FINAL; None when there is none."""
         raise NotImplementedError
 
     def why(self, ctx: dict[str, Any], arg: str) -> str:
@@ -26,10 +29,10 @@ class FinalRedirectPF(FinalCheckPF):
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         return (action_type == "FINAL" and can_redirect_final(ctx) and self.problem(ctx, arg) is not None
-                and self.query(ctx, arg) is not None)
+                and self.target(ctx, arg) is not None)
 
     def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
                   teacher: Teacher | None = None) -> Intervention:
         note_final_redirect(ctx)
-        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
-                            new_action_arg=self.query(ctx, arg), reason=self.why(ctx, arg))
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type=self.redirect,
+                            new_action_arg=self.target(ctx, arg), reason=self.why(ctx, arg))

@@ -31,7 +31,7 @@ class MultiHopReasoningFailurePF(FinalRedirectPF):
     def objection(self, bridge):
         return f"'{bridge}' looks like an intermediate entity of a multi-hop question"
 
-    def query(self, ctx, arg):
+    def target(self, ctx, arg):
         return bridge_answer(ctx, arg)
 
     def why(self, ctx, arg):

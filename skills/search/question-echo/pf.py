@@ -36,5 +36,5 @@ class QuestionEchoPF(FinalRedirectPF):
     def problem(self, ctx, answer):
         return "the answer repeats the question" if echoes(str(ctx.get("question", "")), answer) else None
 
-    def query(self, ctx, arg):
+    def target(self, ctx, arg):
         return unused_query(ctx)

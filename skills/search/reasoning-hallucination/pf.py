@@ -35,5 +35,5 @@ class ReasoningHallucinationPF(FinalRedirectPF):
     def problem(self, ctx, answer):
         return "the answer does not appear in the retrieved text" if ungrounded(ctx, answer) else None
 
-    def query(self, ctx, arg):
+    def target(self, ctx, arg):
         return fresh_query(ctx)

@@ -6,7 +6,8 @@ Reads ctx keys: has_read, all_read_contents.
 
 import re
 
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf.bases import FinalCheckPF
 
 _YEAR = re.compile(r"\b(1\d{3}|20\d{2}|[1-9]\d{2})\b")
 
@@ -27,13 +28,12 @@ def document_years(ctx, limit=5):
 
 
 @register_pf("temporal_confusion")
-class TemporalConfusionPF(ProgramFunction):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "code"
+class TemporalConfusionPF(FinalCheckPF):
+    def problem(self, ctx, answer):
+        return unsupported_years(ctx, answer) or None
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(unsupported_years(ctx, arg))
+    def objection(self, bad):
+        return f"year {', '.join(bad)} is not in the read documents"
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         bad = ", ".join(unsupported_years(ctx, arg))
@@ -43,7 +43,3 @@ class TemporalConfusionPF(ProgramFunction):
                                           f"(their years: {given}). Take the year from the sentence about the "
                                           "event the question asks for."),
                             reason=f"unsupported year(s) {bad}")
-
-    def check_final(self, ctx, answer, teacher=None):
-        bad = unsupported_years(ctx, answer)
-        return f"year {', '.join(bad)} is not in the read documents" if bad else None
