@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.teacher_ask import teacher_objection
 
 
 class HintPF(ProgramFunction):
@@ -85,3 +86,29 @@ class FinalCheckPF(ProgramFunction):
     def check_final(self, ctx: dict[str, Any], answer: str, teacher: Teacher | None = None) -> str | None:
         found = self.problem(ctx, answer)
         return None if found is None else self.objection(found)
+
+
+class FinalHintPF(HintPF):
+    """A hint on FINAL whose condition is also a handler vote, confirmed by the teacher ("llm" handler).
+
+    ``fires(ctx, answer)`` decides both; the vote asks the teacher ``teacher_question`` and
+    objects only when the teacher does, so a cheap heuristic never overrides an answer alone.
+    """
+
+    watches: ClassVar[tuple[str, ...]] = ("FINAL",)
+    max_fires: ClassVar[int | None] = 1
+    handler_kind: ClassVar[str | None] = "llm"
+
+    def fires(self, ctx: dict[str, Any], answer: str) -> bool:
+        raise NotImplementedError
+
+    def teacher_question(self, ctx: dict[str, Any], answer: str) -> str:
+        raise NotImplementedError
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return action_type == "FINAL" and bool(self.fires(ctx, arg))
+
+    def check_final(self, ctx: dict[str, Any], answer: str, teacher: Teacher | None = None) -> str | None:
+        if teacher is None or not self.fires(ctx, answer):
+            return None
+        return teacher_objection(teacher, self.teacher_question(ctx, answer), who=self.skill_id)

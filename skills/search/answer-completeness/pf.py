@@ -7,8 +7,7 @@ Reads ctx keys: question.
 import re
 
 from hasp.pf import register_pf
-from hasp.pf.bases import HintPF
-from hasp.pf.teacher_ask import teacher_objection
+from hasp.pf.bases import FinalHintPF
 
 _MULTI = re.compile(r"\b(both|two|three|each of|and (what|which|who|when|where|how))\b", re.I)
 _LIST = re.compile(r",|/|;|\band\b|&", re.I)
@@ -19,21 +18,14 @@ def partial(question, answer):
 
 
 @register_pf("answer_completeness")
-class AnswerCompletenessPF(HintPF):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "llm"
+class AnswerCompletenessPF(FinalHintPF):
     hint = ("[COMPLETENESS WARNING] The question asks for more than one thing, and your answer "
             "names only one. Give every requested part in FINAL.")
     why = "one-item answer to multi-part question"
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and partial(str(ctx.get("question", "")), arg)
+    def fires(self, ctx, answer):
+        return partial(str(ctx.get("question", "")), answer)
 
-    def check_final(self, ctx, answer, teacher=None):
-        question = str(ctx.get("question", ""))
-        if teacher is None or not partial(question, answer):
-            return None
-        return teacher_objection(teacher, (
-            f"Question: {question}\nProposed answer: {answer[:200]}\n"
-            "Does the answer give every item the question asks for?"), who=self.skill_id)
+    def teacher_question(self, ctx, answer):
+        return (f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
+                "Does the answer give every item the question asks for?")

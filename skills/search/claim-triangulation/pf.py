@@ -9,8 +9,7 @@ import re
 
 from hasp.domains.search.pf_support import steps_left, unread_hits
 from hasp.pf import register_pf
-from hasp.pf.bases import HintPF
-from hasp.pf.teacher_ask import teacher_objection
+from hasp.pf.bases import FinalHintPF
 
 _DIGIT = re.compile(r"\d")
 
@@ -21,21 +20,13 @@ def single_source(ctx, answer):
 
 
 @register_pf("claim_triangulation")
-class ClaimTriangulationPF(HintPF):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "llm"
+class ClaimTriangulationPF(FinalHintPF):
     hint = ("[VERIFICATION HINT] This specific number or date comes from a single document. "
             "If steps allow, READ one more relevant result to confirm it.")
     why = "numeric answer from one source"
+    fires = staticmethod(single_source)
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and single_source(ctx, arg)
-
-    def check_final(self, ctx, answer, teacher=None):
-        if teacher is None or not single_source(ctx, answer):
-            return None
-        return teacher_objection(teacher, (
-            f"Question: {ctx.get('question', '')}\nThe only document read:\n"
-            f"{str(ctx.get('all_read_contents', ''))[:1200]}\nProposed answer: {answer[:200]}\n"
-            "Does this document clearly state this answer for the entity in the question?"), who=self.skill_id)
+    def teacher_question(self, ctx, answer):
+        return (f"Question: {ctx.get('question', '')}\nThe only document read:\n"
+                f"{str(ctx.get('all_read_contents', ''))[:1200]}\nProposed answer: {answer[:200]}\n"
+                "Does this document clearly state this answer for the entity in the question?")

@@ -8,8 +8,7 @@ import re
 
 from hasp.domains.search.pf_support import sentences
 from hasp.pf import register_pf
-from hasp.pf.bases import HintPF
-from hasp.pf.teacher_ask import teacher_objection
+from hasp.pf.bases import FinalHintPF
 
 _NEG = re.compile(r"\b(not|never|except|without|none|neither|nor|no)\b|n't\b", re.I)
 
@@ -29,23 +28,15 @@ def overlooked(ctx, answer):
 
 
 @register_pf("negation_oversight")
-class NegationOversightPF(HintPF):
-    watches = ("FINAL",)
-    max_fires = 1
-    handler_kind = "llm"
+class NegationOversightPF(FinalHintPF):
     hint = ("[NEGATION REMINDER] A negation matters here: either the question says 'not'/'never'/"
             "'except', or your answer comes from a sentence that denies it. Re-read that "
             "sentence before answering.")
     why = "negation in question or evidence"
+    fires = staticmethod(overlooked)
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and overlooked(ctx, arg)
-
-    def check_final(self, ctx, answer, teacher=None):
-        if teacher is None or not overlooked(ctx, answer):
-            return None
+    def teacher_question(self, ctx, answer):
         evidence = " ".join(negated_answer_sentences(ctx, answer))[:600] or "(none)"
-        return teacher_objection(teacher, (
-            f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
-            f"Evidence sentences with the answer: {evidence}\n"
-            "Does the answer respect every negation in the question and the evidence?"), who=self.skill_id)
+        return (f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
+                f"Evidence sentences with the answer: {evidence}\n"
+                "Does the answer respect every negation in the question and the evidence?")
