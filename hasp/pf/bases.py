@@ -88,8 +88,8 @@ class FinalCheckPF(ProgramFunction):
         return None if found is None else self.objection(found)
 
 
-class FinalHintPF(HintPF):
-    """A hint on FINAL whose condition is also a handler vote, confirmed by the teacher ("llm" handler).
+class TeacherVotePF(ProgramFunction):
+    """Fires on a FINAL when ``fires``; its handler vote asks the teacher to confirm ("llm" handler).
 
     ``fires(ctx, answer)`` decides both; the vote asks the teacher ``teacher_question`` and
     objects only when the teacher does, so a cheap heuristic never overrides an answer alone.
@@ -112,3 +112,7 @@ class FinalHintPF(HintPF):
         if teacher is None or not self.fires(ctx, answer):
             return None
         return teacher_objection(teacher, self.teacher_question(ctx, answer), who=self.skill_id)
+
+
+class FinalHintPF(TeacherVotePF, HintPF):
+    """A ``TeacherVotePF`` whose intervention is one fixed ``hint``."""

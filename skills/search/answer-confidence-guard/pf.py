@@ -9,14 +9,14 @@ import re
 
 from hasp.domains.search.pf_support import (can_redirect_final, names, note_final_redirect, unread_hits,
                                             used_query)
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-from hasp.pf.teacher_ask import ask_teacher, teacher_objection
+from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf.bases import TeacherVotePF
+from hasp.pf.teacher_ask import ask_teacher, teacher_directive
 from hasp.textutil import keyword_query
 
 HEDGE = re.compile(r"\b(unknown|not sure|unsure|don'?t know|do not know|cannot (?:find|determine)|"
                    r"can'?t (?:find|tell)|no information|not (?:found|mentioned|stated)|unclear|maybe|"
                    r"probably|possibly|i guess|i think)\b", re.I)
-_REPLY = re.compile(r"^\s*(ANSWER|SEARCH)\s*:\s*(.+)$", re.I | re.M)
 
 
 def hedged(ctx, answer):
@@ -42,11 +42,9 @@ def _evidence(ctx, n=1500):
 
 
 @register_pf("answer_confidence_guard")
-class AnswerConfidenceGuardPF(ProgramFunction):
-    watches = ("FINAL",)
+class AnswerConfidenceGuardPF(TeacherVotePF):
     needs_teacher = True
-    max_fires = 1
-    handler_kind = "llm"
+    fires = staticmethod(hedged)
 
     def should_activate(self, ctx, action_type, arg):
         return action_type == "FINAL" and can_redirect_final(ctx) and hedged(ctx, arg)
@@ -57,9 +55,9 @@ class AnswerConfidenceGuardPF(ProgramFunction):
             f"The agent is unsure and proposes: {arg[:200]}\nIf the evidence already answers the question, "
             "reply ANSWER: <short answer>. Otherwise reply SEARCH: <query of at most 8 words> for the "
             "missing fact."), max_tokens=32, who=self.skill_id)
-        m = _REPLY.search(reply or "")
-        if m:
-            kind, value = m.group(1).upper(), m.group(2).strip().strip("'\"[]")
+        directive = teacher_directive(reply)
+        if directive:
+            kind, value = directive
             if kind == "ANSWER" and value and len(value.split()) <= 8:
                 return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="FINAL",
                                     new_action_arg=value, reason="teacher answered from the evidence")
@@ -74,10 +72,6 @@ class AnswerConfidenceGuardPF(ProgramFunction):
         return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type=repair[0],
                             new_action_arg=repair[1], reason=f"hedged answer; trying {repair[0]}")
 
-    def check_final(self, ctx, answer, teacher=None):
-        if teacher is None or not hedged(ctx, answer):
-            return None
-        return teacher_objection(teacher, (
-            f"Question: {ctx.get('question', '')}\nEvidence:\n{_evidence(ctx, 1200)}\n"
-            f"The agent hedges and answers: {answer[:200]}\nIs this answer clearly supported by the evidence?"),
-            who=self.skill_id)
+    def teacher_question(self, ctx, answer):
+        return (f"Question: {ctx.get('question', '')}\nEvidence:\n{_evidence(ctx, 1200)}\n"
+                f"The agent hedges and answers: {answer[:200]}\nIs this answer clearly supported by the evidence?")

@@ -4,14 +4,12 @@ the matching sentences (MODIFY_ACTION with teacher / INJECT_CONTEXT without); LL
 Reads ctx keys: question, has_read, all_read_contents, step_count, max_steps, _final_redirects.
 """
 
-import re
-
 from hasp.domains.search.pf_support import can_redirect_final, names, note_final_redirect, sentences
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-from hasp.pf.teacher_ask import ask_teacher, teacher_objection
+from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf.bases import TeacherVotePF
+from hasp.pf.teacher_ask import ask_teacher, teacher_directive
 from hasp.textutil import content_tokens
 
-_REPLY = re.compile(r"^\s*(ANSWER|SEARCH)\s*:\s*(.+)$", re.I | re.M)
 
 
 def _split(ctx, answer):
@@ -41,14 +39,9 @@ def off_topic_answer(ctx, answer):
 
 
 @register_pf("reasoning_error")
-class ReasoningErrorPF(ProgramFunction):
-    watches = ("FINAL",)
+class ReasoningErrorPF(TeacherVotePF):
     needs_teacher = True
-    max_fires = 1
-    handler_kind = "llm"
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and off_topic_answer(ctx, arg)
+    fires = staticmethod(off_topic_answer)
 
     def intervene(self, ctx, action_type, arg, teacher=None):
         with_answer, on_topic = _split(ctx, arg)
@@ -58,9 +51,9 @@ class ReasoningErrorPF(ProgramFunction):
             f"Sentences about the question's terms: {' '.join(on_topic)[:800] or '(none)'}\n"
             "If these sentences give the correct answer reply ANSWER: <short answer>; if a fact is missing "
             "reply SEARCH: <query of at most 8 words>."), max_tokens=32, who=self.skill_id)
-        m = _REPLY.search(reply or "")
-        if m:
-            kind, value = m.group(1).upper(), m.group(2).strip().strip("'\"[]")
+        directive = teacher_directive(reply)
+        if directive:
+            kind, value = directive
             if kind == "ANSWER" and value.lower() == arg.strip().lower():
                 return Intervention(type=InterventionType.NOOP, reason="teacher confirmed the answer")
             if kind == "ANSWER" and value and len(value.split()) <= 8:
@@ -76,11 +69,8 @@ class ReasoningErrorPF(ProgramFunction):
                                           f"else. Sentences about what the question asks: {quoted}"),
                             reason="answer only in sentences without the question's words")
 
-    def check_final(self, ctx, answer, teacher=None):
-        if teacher is None or not off_topic_answer(ctx, answer):
-            return None
+    def teacher_question(self, ctx, answer):
         with_answer, _ = _split(ctx, answer)
-        return teacher_objection(teacher, (
-            f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
-            f"The only evidence sentences containing it: {' '.join(s for s, _ in with_answer)[:600]}\n"
-            "Do these sentences state the fact the question asks for?"), who=self.skill_id)
+        return (f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
+                f"The only evidence sentences containing it: {' '.join(s for s, _ in with_answer)[:600]}\n"
+                "Do these sentences state the fact the question asks for?")
