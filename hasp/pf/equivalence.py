@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hasp.pf.layout import active_versions
-from hasp.pf.pf_source import PFClass, assignments, find_pf_class
+from hasp.pf.pf_source import PFClass, assignments, find_definition, find_pf_class, module_name
 
 ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
 _TYPE_NAMES = frozenset({"MODIFY_ACTION", "INJECT_CONTEXT", "NOOP"})
@@ -54,6 +54,7 @@ class _Module:
     """One module's constants and functions, the names a function defined in it resolves."""
 
     def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
         self.consts = _Scope._single_assignments(tree.body)
         self.funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         # a module name re-bound inside any function (``global X``) is not a constant
@@ -76,10 +77,9 @@ class _Scope:
         self.class_consts: dict[str, ast.expr] = {}
         self.methods: dict[str, Func] = {}
         self._module_of: dict[int, _Module] = {}
+        self._modules: dict[int, _Module] = {}
         for cls, tree in reversed(found.chain or [(found.node, ast.Module(body=[], type_ignores=[]))]):
-            mod = _Module(tree)
-            for fn in mod.funcs.values():
-                self._module_of[id(fn)] = mod
+            mod = self._module(tree)
             self.class_consts.update(self._single_assignments(cls.body))
             for n in cls.body:
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -92,8 +92,33 @@ class _Scope:
                         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             self.class_consts.pop(t.attr, None)
 
+    def _module(self, tree: ast.Module) -> _Module:
+        if id(tree) not in self._modules:
+            mod = self._modules[id(tree)] = _Module(tree)
+            for fn in mod.funcs.values():
+                self._module_of[id(fn)] = mod
+        return self._modules[id(tree)]
+
     def module(self, fn: Func) -> _Module:
         return self._module_of[id(fn)]
+
+    def where(self, fn: Func, node: ast.AST) -> str:
+        """``line N`` in the PF's source, ``<module> line N`` in an inherited or imported one."""
+        name = module_name(self.module(fn).tree)
+        return f"{name} line {node.lineno}" if name else f"line {node.lineno}"
+
+    def function(self, fn: Func, name: str) -> Func | None:
+        """The function a bare ``name()`` in ``fn`` calls: defined in fn's module or imported from
+        the project (a helper that builds the Intervention counts as part of the PF)."""
+        mod = self.module(fn)
+        if name in mod.funcs:
+            return mod.funcs[name]
+        found = find_definition(mod.tree, name, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if found is None:
+            return None
+        node, tree = found
+        self._module(tree)
+        return node
 
     @staticmethod
     def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
@@ -224,7 +249,7 @@ def _callee(call: ast.Call, scope: _Scope, fn: Func) -> Func | None:
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
         return scope.methods.get(f.attr)
     if isinstance(f, ast.Name):
-        return scope.module(fn).funcs.get(f.id)
+        return scope.function(fn, f.id)
     return None
 
 
@@ -269,31 +294,31 @@ def analyse_source(source: str, skill_id: str | None = None, path: str = "<strin
     for fn in _reachable(intervene, scope):
         for node in ast.walk(fn):
             if _is_from_dict(node):
-                why_not_a.append(f"line {node.lineno}: Intervention.from_dict - type not statically known")
+                why_not_a.append(f"{scope.where(fn, node)}: Intervention.from_dict - type not statically known")
                 continue
             if isinstance(node, ast.Assign):  # iv.type = ... / iv.context_text = ...
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "type":
-                        why_not_a.append(f"line {node.lineno}: intervention type assigned after construction")
+                        why_not_a.append(f"{scope.where(fn, node)}: intervention type assigned after construction")
                     if isinstance(t, ast.Attribute) and t.attr == "context_text":
                         why = _why_not_constant(node.value, scope, fn)
                         if why:
-                            why_not_b.append(f"line {node.lineno}: context_text set to {why}")
+                            why_not_b.append(f"{scope.where(fn, node)}: context_text set to {why}")
                 continue
             if not _is_intervention_call(node):
                 continue
             n_calls += 1
             kind = _type_of(node, scope, fn)
             if kind is None:
-                why_not_a.append(f"line {node.lineno}: intervention type not statically known")
+                why_not_a.append(f"{scope.where(fn, node)}: intervention type not statically known")
             else:
                 types.add(kind)
                 if kind == "MODIFY_ACTION":
-                    why_not_a.append(f"line {node.lineno}: constructs MODIFY_ACTION")
+                    why_not_a.append(f"{scope.where(fn, node)}: constructs MODIFY_ACTION")
             if kind != "NOOP":
                 why = _why_not_constant(_context_arg(node), scope, fn) if _context_arg(node) is not None else None
                 if why:
-                    why_not_b.append(f"line {node.lineno}: context_text is {why}")
+                    why_not_b.append(f"{scope.where(fn, node)}: context_text is {why}")
     if n_calls == 0 and not why_not_a:
         why_not_a.append("intervene constructs no Intervention")
     rep.types = sorted(types)

@@ -39,6 +39,10 @@ class PFClass:
     chain: list[tuple[ast.ClassDef, ast.Module]] = field(default_factory=list)
 
 
+#: dotted name of each project module parsed here, by ``id`` of its tree (trees are cached, so stable)
+_MODULE_NAMES: dict[int, str] = {}
+
+
 @lru_cache(maxsize=64)
 def _project_module(dotted: str) -> ast.Module | None:
     """The parsed source of a ``hasp`` module, located on disk (not imported)."""
@@ -48,14 +52,23 @@ def _project_module(dotted: str) -> ast.Module | None:
     base = _PACKAGE_ROOT.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if parts[1:] and path.is_file():
-            return ast.parse(path.read_text(encoding="utf-8"))
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            _MODULE_NAMES[id(tree)] = dotted
+            return tree
     return None
 
 
-def _find_class(tree: ast.Module, name: str, depth: int = 0) -> tuple[ast.ClassDef, ast.Module] | None:
-    """Class ``name`` as seen from ``tree``: defined there, or imported from a project module."""
+def module_name(tree: ast.Module) -> str | None:
+    """The dotted name of a project module this module read, None for the PF's own source."""
+    return _MODULE_NAMES.get(id(tree))
+
+
+def find_definition(tree: ast.Module, name: str, kinds: tuple[type, ...] = (ast.ClassDef,),
+                    depth: int = 0) -> tuple[Any, ast.Module] | None:
+    """The class or function ``name`` as seen from ``tree``: defined there, or imported from a
+    project module (followed through re-exports); with the module that defines it."""
     for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
+        if isinstance(node, kinds) and node.name == name:
             return node, tree
     if depth > 5:
         return None
@@ -64,7 +77,7 @@ def _find_class(tree: ast.Module, name: str, depth: int = 0) -> tuple[ast.ClassD
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
                     mod = _project_module(node.module)
-                    return _find_class(mod, alias.name, depth + 1) if mod is not None else None
+                    return find_definition(mod, alias.name, kinds, depth + 1) if mod is not None else None
     return None
 
 
@@ -78,7 +91,7 @@ def class_chain(cls: ast.ClassDef, tree: ast.Module) -> list[tuple[ast.ClassDef,
         out.append((c, t))
         for b in c.bases:
             name = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
-            found = _find_class(t, name) if name and name != _ROOT_CLASS else None
+            found = find_definition(t, name) if name and name != _ROOT_CLASS else None
             if found is not None:
                 walk(*found)
 

@@ -13,6 +13,7 @@ from hasp.domains.search.pf_support import can_redirect_final, note_final_redire
 from hasp.pf.base import Teacher
 from hasp.pf.bases import FinalCheckPF
 from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.teacher_ask import teacher_directive
 
 
 class FinalRedirectPF(FinalCheckPF):
@@ -36,3 +37,22 @@ class FinalRedirectPF(FinalCheckPF):
         note_final_redirect(ctx)
         return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type=self.redirect,
                             new_action_arg=self.target(ctx, arg), reason=self.why(ctx, arg))
+
+
+def teacher_repair(ctx: dict[str, Any], reply: str | None, *, answered: str, searched: str) -> Intervention | None:
+    """The teacher's ``ANSWER:`` (at most 8 words) as a new FINAL, or its ``SEARCH:`` (at most 12
+    words, while a redirect is allowed) as a SEARCH; None for anything else, so the PF falls back.
+    ``answered`` / ``searched`` are the reasons recorded for each."""
+    directive = teacher_directive(reply)
+    if directive is None:
+        return None
+    kind, value = directive
+    words = len(value.split())
+    if kind == "ANSWER" and 0 < words <= 8:
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="FINAL", new_action_arg=value,
+                            reason=answered)
+    if kind == "SEARCH" and 0 < words <= 12 and can_redirect_final(ctx):
+        note_final_redirect(ctx)
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH", new_action_arg=value,
+                            reason=searched)
+    return None

@@ -7,11 +7,12 @@ last_search_hits, seen_hits, read_ids, step_count, max_steps, _final_redirects.
 
 import re
 
+from hasp.domains.search.pf_bases import teacher_repair
 from hasp.domains.search.pf_support import (can_redirect_final, names, note_final_redirect, unread_hits,
                                             used_query)
 from hasp.pf import Intervention, InterventionType, register_pf
 from hasp.pf.bases import TeacherVotePF
-from hasp.pf.teacher_ask import ask_teacher, teacher_directive
+from hasp.pf.teacher_ask import ask_teacher
 from hasp.textutil import keyword_query
 
 HEDGE = re.compile(r"\b(unknown|not sure|unsure|don'?t know|do not know|cannot (?:find|determine)|"
@@ -55,16 +56,10 @@ class AnswerConfidenceGuardPF(TeacherVotePF):
             f"The agent is unsure and proposes: {arg[:200]}\nIf the evidence already answers the question, "
             "reply ANSWER: <short answer>. Otherwise reply SEARCH: <query of at most 8 words> for the "
             "missing fact."), max_tokens=32, who=self.skill_id)
-        directive = teacher_directive(reply)
-        if directive:
-            kind, value = directive
-            if kind == "ANSWER" and value and len(value.split()) <= 8:
-                return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="FINAL",
-                                    new_action_arg=value, reason="teacher answered from the evidence")
-            if kind == "SEARCH" and 0 < len(value.split()) <= 12:
-                note_final_redirect(ctx)
-                return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
-                                    new_action_arg=value, reason="teacher named the missing fact's query")
+        repaired = teacher_repair(ctx, reply, answered="teacher answered from the evidence",
+                                  searched="teacher named the missing fact's query")
+        if repaired is not None:
+            return repaired
         repair = fallback_action(ctx)
         if repair is None:
             return Intervention(type=InterventionType.NOOP, reason="hedged answer; nothing new to try")

@@ -4,7 +4,8 @@ the matching sentences (MODIFY_ACTION with teacher / INJECT_CONTEXT without); LL
 Reads ctx keys: question, has_read, all_read_contents, step_count, max_steps, _final_redirects.
 """
 
-from hasp.domains.search.pf_support import can_redirect_final, names, note_final_redirect, sentences
+from hasp.domains.search.pf_bases import teacher_repair
+from hasp.domains.search.pf_support import names, sentences
 from hasp.pf import Intervention, InterventionType, register_pf
 from hasp.pf.bases import TeacherVotePF
 from hasp.pf.teacher_ask import ask_teacher, teacher_directive
@@ -51,18 +52,13 @@ class ReasoningErrorPF(TeacherVotePF):
             f"Sentences about the question's terms: {' '.join(on_topic)[:800] or '(none)'}\n"
             "If these sentences give the correct answer reply ANSWER: <short answer>; if a fact is missing "
             "reply SEARCH: <query of at most 8 words>."), max_tokens=32, who=self.skill_id)
-        directive = teacher_directive(reply)
-        if directive:
-            kind, value = directive
-            if kind == "ANSWER" and value.lower() == arg.strip().lower():
-                return Intervention(type=InterventionType.NOOP, reason="teacher confirmed the answer")
-            if kind == "ANSWER" and value and len(value.split()) <= 8:
-                return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="FINAL",
-                                    new_action_arg=value, reason="teacher re-derived the answer")
-            if kind == "SEARCH" and value and can_redirect_final(ctx):
-                note_final_redirect(ctx)
-                return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type="SEARCH",
-                                    new_action_arg=value, reason="teacher asked for the missing fact")
+        kind, value = teacher_directive(reply) or ("", "")
+        if kind == "ANSWER" and value.lower() == arg.strip().lower():
+            return Intervention(type=InterventionType.NOOP, reason="teacher confirmed the answer")
+        repaired = teacher_repair(ctx, reply, answered="teacher re-derived the answer",
+                                  searched="teacher asked for the missing fact")
+        if repaired is not None:
+            return repaired
         quoted = " | ".join(f'"{s[:160]}"' for s in on_topic[:2]) or "none of the read sentences"
         return Intervention(type=InterventionType.INJECT_CONTEXT,
                             context_text=(f"[REASONING CHECK] '{arg[:60]}' comes from a sentence about something "
