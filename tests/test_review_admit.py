@@ -302,6 +302,17 @@ def test_admit_versions_v1_then_v2_and_writes_metadata(lib_root):
     assert next_version(lib_root, "read_before_final") == 3
 
 
+def test_admit_refuses_a_candidate_without_description_and_a_typo_key(lib_root):
+    c = cand()
+    c.skill_md = c.skill_md.replace("description: Stops", "description: ''\nx_was: Stops")
+    r = admit(lib_root, c, accept(), epoch=1, cluster=make_cluster())
+    assert not r.admitted and "unknown key 'x_was'" in r.reason
+    c.skill_md = cand().skill_md.replace("description: Stops the agent from answering from snippets; it must "
+                                         "read the top hit first.", "description: ''")
+    r = admit(lib_root, c, accept(), epoch=1, cluster=make_cluster())
+    assert not r.admitted and "no description" in r.reason
+
+
 def test_admit_version_continues_after_seed_version(lib_root):
     md = SKILL_MD.replace("read_before_final", "seed_skill")
     code = GOOD_CODE.replace("read_before_final", "seed_skill")

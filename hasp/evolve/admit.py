@@ -192,6 +192,8 @@ def structural_refusals(root: Path, candidate: Candidate, max_library_size: int)
         spec = parse_skill_md(candidate.skill_md, "<candidate SKILL.md>")
         if spec.skill_id != candidate.skill_id:
             why.append(f"SKILL.md skill_id {spec.skill_id!r} != {candidate.skill_id!r}")
+        if not spec.description.strip():
+            why.append("SKILL.md has no description (an Agent Skills folder needs one)")
     except SkillFormatError as e:
         why.append(str(e))
     ids = active_ids(root)
