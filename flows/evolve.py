@@ -184,7 +184,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     rev_h = content_hash(ep_dir / "reviews.json")
 
     # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's
-    # seed member. Keyed on the skills only (SKILL.md + pf.py, not history or snapshots): it is the
+    # seed member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
     k = key_of(*val_key, library_hash(lib_in))

@@ -18,7 +18,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence.",
+skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate.",
                          no_args_is_help=True)
 
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
@@ -126,22 +126,22 @@ def skills_show(skill_id: str,
                 version: Annotated[Optional[int],
                                    typer.Option("--version", help="Version number (default: active).")] = None,
                 library: LibraryOpt = Path("skills/search")) -> None:
-    """One skill version: frontmatter, body and PF source."""
+    """One skill version: SKILL.md frontmatter, hasp.yaml, body and PF source."""
     import frontmatter
-    import yaml
     from rich.markdown import Markdown
     from rich.panel import Panel
     from rich.syntax import Syntax
 
-    from hasp.pf.skill_md import SkillFormatError, load_skill_md
+    from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, load_skill
 
     v = _pick(_versions(library, skill_id), version)
     folder = v[1]
     try:
-        load_skill_md(folder / "SKILL.md")  # validates; the raw frontmatter is shown as written
+        load_skill(folder)  # validates; the raw files are shown as written
     except SkillFormatError as e:
         _fail(str(e))
-    meta = frontmatter.loads(_read(folder / "SKILL.md"))
+    md_text = _read(folder / SKILL_FILE)
+    meta = frontmatter.loads(md_text)
     facts = _pf_facts(folder, skill_id)
     con = _console()
     con.rule(f"{skill_id} {_label(v)} — {folder}")
@@ -149,8 +149,8 @@ def skills_show(skill_id: str,
               f"rewrite-only: {facts['rewrite_only']}   prompt-equivalent: {facts['ab']}")
     for r in facts["reasons"]:
         con.print(f"  not A+B: {r}", markup=False)
-    con.print(Panel(Syntax(yaml.safe_dump(dict(meta.metadata), sort_keys=False, allow_unicode=True).strip(),
-                           "yaml"), title="frontmatter"))
+    con.print(Panel(Syntax(md_text.split("---", 2)[1].strip(), "yaml"), title=f"{SKILL_FILE} frontmatter"))
+    con.print(Panel(Syntax(_read(folder / HASP_FILE).strip(), "yaml"), title=HASP_FILE))
     con.print(Panel(Markdown(meta.content), title="SKILL.md body"))
     source = _read(folder / "pf.py")
     con.print(Panel(Syntax(source, "python", line_numbers=True) if source else "(no pf.py: prompt-only skill)",
@@ -162,7 +162,7 @@ def skills_diff(skill_id: str,
                 from_: Annotated[Optional[int], typer.Option("--from", help="Old version (default: lowest).")] = None,
                 to: Annotated[Optional[int], typer.Option("--to", help="New version (default: active).")] = None,
                 library: LibraryOpt = Path("skills/search")) -> None:
-    """Unified diff of SKILL.md and pf.py between two versions (e.g. seed v1 vs generated __v2)."""
+    """Unified diff of SKILL.md, hasp.yaml and pf.py between two versions (e.g. seed v1 vs generated -v2)."""
     from rich.syntax import Syntax
 
     versions = _versions(library, skill_id)
@@ -171,7 +171,7 @@ def skills_diff(skill_id: str,
     if old[1] == new[1]:
         _fail(f"both sides are {_label(old)}; available: {', '.join(_label(v) for v in versions)}")
     con = _console()
-    for name in ("SKILL.md", "pf.py"):
+    for name in ("SKILL.md", "hasp.yaml", "pf.py"):
         a, b = _read(old[1] / name), _read(new[1] / name)
         diff = "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                             fromfile=f"{skill_id} {_label(old)}/{name}",
@@ -212,3 +212,38 @@ def skills_equivalence(library: LibraryOpt = Path("skills/search"),
     con = _console()
     con.print(t)
     con.print(f"{n_ab} of {len(reports)} skills are prompt-equivalent (A+B)", markup=False)
+
+
+@skills_app.command("validate")
+def skills_validate(
+        paths: Annotated[list[Path], typer.Argument(help="Skill folders, or libraries (every skill folder in them).")],
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+        sandbox: Annotated[Optional[bool], typer.Option(
+            "--sandbox/--in-process", help="Run pf.py in the sandbox or in-process "
+            "(default: sandbox for generated/ folders, in-process for seed folders, as the library does).")] = None,
+        timeout: Annotated[float, typer.Option(help="Seconds for one sandboxed validation.")] = 10.0) -> None:
+    """Check skill folders: Agent Skills rules, HASP's schema, PF load and execution; exit 1 if any fails."""
+    import json
+
+    from rich.table import Table
+
+    from hasp.evolve.skill_check import CHECKS, check_folder, skill_folders
+
+    folders = [f for p in paths for f in skill_folders(p)]
+    reports = [check_folder(f, sandbox=sandbox, timeout_s=timeout) for f in folders]
+    n_ok = sum(r.ok for r in reports)
+    if as_json:
+        typer.echo(json.dumps({"ok": n_ok, "total": len(reports), "folders": [r.to_dict() for r in reports]},
+                              indent=1))
+    else:
+        t = Table(title="Skill folders")
+        for col in ("folder", "skill", *CHECKS, "mode", "errors"):
+            t.add_column(col, no_wrap=col != "errors")
+        for r in reports:
+            t.add_row(r.path, r.skill_id or "-", *(r.checks[c] for c in CHECKS), r.mode,
+                      "; ".join(r.errors) or "-")
+        con = _console()
+        con.print(t)
+        con.print(f"{n_ok} of {len(reports)} skill folders pass", markup=False)
+    if n_ok < len(reports):
+        raise typer.Exit(1)

@@ -276,7 +276,7 @@ class ValRunnerDouble:
         self.calls: list[str] = []
 
     def __call__(self, library: Path, label: str) -> dict:
-        gen = [d.name.split("__v")[0] for d in (library / "generated").iterdir()]
+        gen = [d.name.rsplit("-v", 1)[0].replace("-", "_") for d in (library / "generated").iterdir()]
         assert len(gen) == 1, gen  # exactly the library plus this one candidate
         self.calls.append(gen[0])
         return {"em": self.em_with[gen[0]], "f1": self.em_with[gen[0]] + 0.1, "n": 10}

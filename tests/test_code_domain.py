@@ -38,7 +38,7 @@ from hasp.domains.code.task import code_view, final_context
 from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.intervention import InterventionType
 from hasp.pf.library import load_library
-from hasp.pf.skill_md import load_skill_md
+from hasp.pf.skill_md import load_skill
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILLS = ROOT / "skills" / "code"
@@ -428,7 +428,7 @@ def test_library_loads_cleanly(library):
     assert library.load_errors == []
     assert set(library.ids) == EXPECTED_SKILLS and len(library.skills) == 12
     for s in library.skills:
-        spec = load_skill_md(s.path / "SKILL.md")
+        spec = load_skill(s.path)
         assert spec.domain == "code" and spec.name and spec.description and spec.system_summary
         assert "pre_final" in spec.phases and spec.applicable_phases == ["pre_final"]
         assert s.pf is not None and s.pf.skill_id == s.skill_id

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hasp.pf.equivalence import analyse_library, analyse_source
+from hasp.pf.equivalence import analyse_library, analyse_source, only_modifies
 from hasp.pf.pf_source import pf_attrs
 
 ROOT = Path(__file__).resolve().parents[1] / "skills"
@@ -214,3 +214,85 @@ def test_code_and_math_library_equivalence():
     assert {k for k, r in code.items() if r.prompt_equivalent} == {"code_negative_handling", "code_test_walkthrough"}
     math = _by_id("math")
     assert math and not any(r.prompt_equivalent for r in math.values())
+
+
+# --------------------------------------------------------------------------- shared PF bases
+
+#: (A, B, rewrite-only) of every seed skill, as decided from each pf.py written out in full
+#: before the seeds moved onto the shared bases: the bases must not change a verdict.
+SEED_VERDICTS = {
+    "adversarial_distraction": (True, True, False), "algebraic_sign_error": (True, False, False),
+    "answer_completeness": (True, True, False), "answer_confidence_guard": (False, True, False),
+    "answer_type_mismatch": (True, False, False), "arithmetic_slip": (True, False, False),
+    "boundary_violation": (True, False, False), "case_incompleteness": (True, False, False),
+    "citation_mismatch": (True, False, False), "claim_triangulation": (True, True, False),
+    "code_complexity_analysis": (True, False, False), "code_data_structure_choice": (True, False, False),
+    "code_edge_cases": (True, False, False), "code_io_format": (True, False, False),
+    "code_mutable_state": (True, False, False), "code_negative_handling": (True, True, False),
+    "code_numeric_precision": (True, False, False), "code_off_by_one": (True, False, False),
+    "code_recursion_depth": (True, False, False), "code_string_index_safety": (True, False, False),
+    "code_test_walkthrough": (True, True, False), "code_verification": (True, False, False),
+    "decompose_complex_question": (True, True, False), "final_format_error": (False, False, False),
+    "format_extraction_error": (False, True, True), "insufficient_exploration": (False, True, True),
+    "iterative_refinement": (True, True, False), "language_barrier": (True, True, False),
+    "misinformation_detector": (True, True, False), "multi_hop_reasoning_failure": (False, True, True),
+    "negation_oversight": (True, True, False), "overgeneralization": (True, False, False),
+    "premature_final": (False, True, True), "proof_step_gap": (True, False, False),
+    "query_drift": (False, True, True), "question_echo": (False, True, True),
+    "reading_comprehension_error": (True, True, False), "reasoning_error": (False, False, False),
+    "reasoning_hallucination": (False, True, True), "redundant_read": (False, True, True),
+    "relevant_content_extractor": (True, False, False), "retrieval_failure": (False, True, True),
+    "simplification_incomplete": (True, False, False), "step_budget_guard": (False, True, True),
+    "substitution_invalid": (True, False, False), "temporal_confusion": (True, False, False),
+    "units_dimension_mismatch": (True, False, False), "verification_missing": (True, False, False),
+    "wrong_entity_confusion": (True, True, False),
+}
+
+
+def test_seed_verdicts_survive_the_shared_bases():
+    got = {}
+    for domain in ("search", "math", "code"):
+        for rep in analyse_library(ROOT / domain):
+            pf = Path(rep.path)
+            got[rep.skill_id] = (rep.a, rep.b, only_modifies(pf.read_text(encoding="utf-8"), rep.skill_id))
+    assert got == SEED_VERDICTS
+
+
+BASED = "from hasp.pf import register_pf\nfrom hasp.pf.bases import HintPF\n\n"
+
+
+def test_a_literal_hint_inherited_intervene_is_prompt_equivalent():
+    src = BASED + textwrap.dedent('''
+        @register_pf("h_ok")
+        class H(HintPF):
+            watches, max_fires = ("FINAL",), 1
+            hint = ("Check the " "answer.")
+            why = "x"
+
+            def should_activate(self, ctx, action_type, arg):
+                return action_type == "FINAL"
+        ''')
+    rep = analyse_source(src, "h_ok")
+    assert rep.prompt_equivalent and rep.types == ["INJECT_CONTEXT"], rep.reasons
+    assert pf_attrs(src, "h_ok")["watches"] == ("FINAL",) and pf_attrs(src, "h_ok")["max_fires"] == 1
+
+
+@pytest.mark.parametrize("body,why", [
+    ('hint = make_hint()', "call to make_hint()"),
+    ('hint = "x"\n\n    def __init__(self):\n        self.hint = str(self)', "runtime value"),
+])
+def test_a_runtime_hint_is_not_b(body, why):
+    src = BASED + f'@register_pf("h_bad")\nclass H(HintPF):\n    {body}\n'
+    rep = analyse_source(src, "h_bad")
+    assert rep.a and not rep.b and any("hasp.pf.bases line" in r for r in rep.reasons), rep.reasons
+
+
+def test_an_inherited_redirect_is_rewrite_only_and_names_the_base_module():
+    src = ("from hasp.domains.search.pf_bases import FinalRedirectPF\nfrom hasp.pf import register_pf\n\n"
+           '@register_pf("r")\nclass R(FinalRedirectPF):\n'
+           '    def problem(self, ctx, answer):\n        return "p"\n\n'
+           '    def target(self, ctx, arg):\n        return "q"\n')
+    assert only_modifies(src, "r")
+    rep = analyse_source(src, "r")
+    assert not rep.a and rep.reasons == [r for r in rep.reasons if "hasp.domains.search.pf_bases line" in r]
+    assert pf_attrs(src, "r")["handler_kind"] == "code" and pf_attrs(src, "r")["watches"] == ("FINAL",)

@@ -22,6 +22,7 @@ from hasp.evolve.gate import (FILTERING, LITE_GATES, active_gates, r_skill, run_
                               static_exec_report)
 from hasp.evolve.propose import parse_proposal
 from hasp.evolve.review import Review
+from hasp.pf.skill_md import kebab, parse_skill_md, write_skill_folder
 from hasp.evolve.summarize import SummaryFormatError, parse_summary, summarize_failures
 from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
 
@@ -144,9 +145,8 @@ SEED_PF = _code("seed_skill", "return False")
 def epoch_files(tmp_path):
     """Four fixed candidates with fixed Phase-D / Phase-E / val evidence."""
     lib = tmp_path / "lib"
-    (lib / "seed_skill").mkdir(parents=True)
-    (lib / "seed_skill" / "SKILL.md").write_text(SEED_MD)
-    (lib / "seed_skill" / "pf.py").write_text(SEED_PF)
+    write_skill_folder(lib / "seed-skill", parse_skill_md(SEED_MD))
+    (lib / "seed-skill" / "pf.py").write_text(SEED_PF)
     ed = tmp_path / "epoch_0"
     cands = [_cand("good_skill", _code("good_skill")), _cand("broken_exec", _code("broken_exec", "return 1 / 0")),
              _cand("weak_review", _code("weak_review")), _cand("no_parse", _code("no_parse") + "def (:\n")]
@@ -250,9 +250,8 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
     assert all(c["support"] <= 5 for c in clusters)
     # admission: compile check + skill-id dedup only
     lib = tmp_path / "lib"
-    (lib / "seed_skill").mkdir(parents=True)
-    (lib / "seed_skill" / "SKILL.md").write_text(SEED_MD)
-    (lib / "seed_skill" / "pf.py").write_text(SEED_PF)
+    write_skill_folder(lib / "seed-skill", parse_skill_md(SEED_MD))
+    (lib / "seed-skill" / "pf.py").write_text(SEED_PF)
     ed = tmp_path / "epoch_3"
     # the last two are the shapes a real lite run let through before the ``loadable`` gate:
     # a reply with imports outside the allow-list and no registered class, and a plain import of os
@@ -267,7 +266,7 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
     assert "proposed twice" in s["decisions"][1]["reason"] and "already in the library" in s["decisions"][2]["reason"]
     assert "no @register_pf class" in s["decisions"][3]["reason"] and "traceback" in s["decisions"][3]["reason"]
     assert "'os'" in s["decisions"][4]["reason"]
-    assert sorted(p.name for p in (ed / "library" / "generated").iterdir()) == ["new_one__v1"]
+    assert sorted(p.name for p in (ed / "library" / "generated").iterdir()) == ["new-one-v1"]
     hist = json.loads((ed / "library" / "library_history.json").read_text())
     assert {h["review_decision"] for h in hist} == {"NOT_REVIEWED"}
 
@@ -276,8 +275,7 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
 
 def _snap(tmp_path: Path, name: str, skill: str) -> Path:
     d = tmp_path / name
-    (d / skill).mkdir(parents=True)
-    (d / skill / "SKILL.md").write_text(SEED_MD.replace("seed_skill", skill))
+    write_skill_folder(d / kebab(skill), parse_skill_md(SEED_MD.replace("seed_skill", skill)))
     (d / "library_history.json").write_text(json.dumps([{"decision": "admitted", "skill_id": skill}]))
     return d
 
@@ -302,7 +300,7 @@ def test_restore_snapshot_keeps_current_history_and_is_idempotent(tmp_path):
     snap = _snap(tmp_path, "snap0", "old_skill")
     cur = _snap(tmp_path, "lib2", "new_skill")
     dest = restore_snapshot(snap, tmp_path / "restored", history_from=cur, note={"epoch": 2})
-    assert (dest / "old_skill" / "SKILL.md").exists() and not (dest / "new_skill").exists()
+    assert (dest / "old-skill" / "SKILL.md").exists() and not (dest / "new-skill").exists()
     hist = json.loads((dest / "library_history.json").read_text())
     assert hist[0]["skill_id"] == "new_skill" and hist[-1]["decision"] == "rollback"
     mtime = (dest / "library_history.json").stat().st_mtime_ns
@@ -324,8 +322,8 @@ def test_frontier_update_rolls_back_when_val_drops(tmp_path):
     s1 = ep.frontier_update(out, 1, lib1, {"em": 0.3, "f1": 0.4}, p)
     assert s1["rolled_back_to"] == 0
     carry = Path(read_carry(out / "epoch_1")["library"])
-    assert carry == out / "epoch_1" / "library_rollback" and (carry / "skill_a").exists()
-    assert not (carry / "skill_b").exists()
+    assert carry == out / "epoch_1" / "library_rollback" and (carry / "skill-a").exists()
+    assert not (carry / "skill-b").exists()
     fr = json.loads((out / "frontier.json").read_text())
     assert [m["epoch"] for m in fr["members"]] == [0, -1, 1]
 
@@ -342,7 +340,7 @@ def test_rollback_cli(tmp_path):
         ep.frontier_update(out, i, lib, {"em": 0.5 + 0.01 * i}, p)
     assert main(["evolve", "rollback", "--to", "0", "--out", str(out)]) == 0
     carry = read_carry(out / "epoch_1")
-    assert carry["rolled_back_to"] == 0 and (Path(carry["library"]) / "skill_a").exists()
+    assert carry["rolled_back_to"] == 0 and (Path(carry["library"]) / "skill-a").exists()
     assert main(["evolve", "rollback", "--to", "7", "--out", str(out)]) == 1  # no such snapshot: clear error
 
 

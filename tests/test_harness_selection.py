@@ -17,7 +17,7 @@ from hasp.pf.library import load_library
 from hasp.pf.phases import PhaseRules
 from hasp.pf.question import QuestionFeatures
 from hasp.pf.selection import PFSelector, SkillSelector
-from hasp.pf.skill_md import PhaseSpec, SkillFormatError
+from hasp.pf.skill_md import PhaseSpec, SkillFormatError, parse_skill_md, write_skill_folder
 from hasp.pf.teacher import CountingTeacher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,24 +204,21 @@ def test_invalid_conditions_are_format_errors(cond, msg):
 
 def test_unknown_condition_is_reported_at_library_load(tmp_path):
     root = tmp_path / "search"
-    d = root / "bad_skill"
-    d.mkdir(parents=True)
-    (d / "SKILL.md").write_text("---\nskill_id: bad_skill\nphases:\n  pre_final:\n    conditions: [no_raed_yet]\n"
-                                "    text: read first\n---\nbody\n", encoding="utf-8")
+    write_skill_folder(root / "bad-skill", parse_skill_md(
+        "---\nskill_id: bad_skill\nphases:\n  pre_final:\n    conditions: [no_raed_yet]\n"
+        "    text: read first\n---\nbody\n"))
     lib = load_library(root, "search")
     assert lib.ids == [] and "unknown condition 'no_raed_yet'" in lib.load_errors[0]
-    assert "bad_skill/SKILL.md" in lib.load_errors[0]
+    assert "bad-skill/hasp.yaml" in lib.load_errors[0]
     with pytest.raises(SkillFormatError, match="no_raed_yet"):
         PhaseRules.compile([skill("bad_skill", phases={"pre_final": PhaseSpec(conditions=["no_raed_yet"], text="x")})])
 
 
 def test_generated_skill_with_unknown_condition_loses_only_that_phase(tmp_path):
     root = tmp_path / "search"
-    d = root / "generated" / "gen_skill__v1"
-    d.mkdir(parents=True)
-    (d / "SKILL.md").write_text("---\nskill_id: gen_skill\nphases:\n  pre_final:\n    conditions: [invented_cond]\n"
-                                "    text: x\n  post_search:\n    conditions: [has_results]\n    text: y\n---\n",
-                                encoding="utf-8")
+    write_skill_folder(root / "generated" / "gen-skill-v1", parse_skill_md(
+        "---\nskill_id: gen_skill\nphases:\n  pre_final:\n    conditions: [invented_cond]\n"
+        "    text: x\n  post_search:\n    conditions: [has_results]\n    text: y\n---\n"))
     lib = load_library(root, "search")
     assert lib.ids == ["gen_skill"] and set(lib.skills[0].spec.phases) == {"post_search"}
     assert "invented_cond" in lib.load_errors[0] and "phase dropped" in lib.load_errors[0]

@@ -60,7 +60,7 @@ from hasp.domains.math.task import (
 )
 from hasp.pf.intervention import InterventionType
 from hasp.pf.library import load_library
-from hasp.pf.skill_md import load_skill_md
+from hasp.pf.skill_md import load_skill
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILLS = ROOT / "skills" / "math"
@@ -536,8 +536,8 @@ def test_library_loads(library) -> None:
 
 def test_each_skill_md_parses_alone() -> None:
     for d in sorted(p for p in SKILLS.iterdir() if p.is_dir()):
-        spec = load_skill_md(d / "SKILL.md")
-        assert spec.skill_id == d.name and spec.error_category == d.name
+        spec = load_skill(d)
+        assert spec.name == d.name and spec.skill_id == spec.error_category == d.name.replace("-", "_")
 
 
 def _fire(library, skill_id: str, question: str, thought: str, arg: str, *, kind: str = "numeric",

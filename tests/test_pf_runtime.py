@@ -11,7 +11,7 @@ from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.library import library_hash, load_library
 from hasp.pf.registry import collecting
-from hasp.pf.skill_md import SkillFormatError, parse_skill_md
+from hasp.pf.skill_md import SkillFormatError, load_skill, parse_skill_md, write_skill_folder
 
 SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
 
@@ -179,10 +179,8 @@ def test_seed_library_loads_every_skill():
 def test_highest_version_wins_and_broken_skill_is_skipped(tmp_path):
     root = tmp_path / "search"
     shutil.copytree(SEED, root)
-    gen = root / "generated" / "premature_final__v2"
-    gen.mkdir(parents=True)
-    (gen / "SKILL.md").write_text((SEED / "premature_final" / "SKILL.md").read_text().replace(
-        "version: 1", "version: 2").replace("priority: 0.9", "priority: 0.95"))
+    gen = root / "generated" / "premature-final-v2"
+    write_skill_folder(gen, load_skill(SEED / "premature-final").model_copy(update={"version": 2, "priority": 0.95}))
     (gen / "pf.py").write_text(
         "from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf\n\n"
         "@register_pf('premature_final')\nclass P(ProgramFunction):\n"
@@ -191,7 +189,7 @@ def test_highest_version_wins_and_broken_skill_is_skipped(tmp_path):
         "    def intervene(self, ctx, action_type, arg, teacher=None):\n"
         "        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type='SEARCH',\n"
         "                            new_action_arg=ctx.get('question', ''), reason='v2')\n")
-    broken = root / "broken_one"
+    broken = root / "broken-one"
     broken.mkdir()
     (broken / "SKILL.md").write_text("not a skill")
     (root / "generated" / ".tmp-half-written").mkdir()
@@ -201,7 +199,7 @@ def test_highest_version_wins_and_broken_skill_is_skipped(tmp_path):
         s = lib.get("premature_final")
         assert s.version == 2 and s.generated and s.spec.priority == 0.95
         assert type(s.pf).__name__ == "SandboxedPF"  # generated code never runs in-process
-        assert any("broken_one" in e for e in lib.load_errors)
+        assert any("broken-one" in e for e in lib.load_errors)
         assert "broken_one" not in lib.ids
         r = Dispatcher(lib.pfs()).dispatch({"question": "Who founded Acme?", "search_count": 0}, "FINAL", "x")
         assert (r.action_type, r.fired[0].skill_id) == ("SEARCH", "premature_final")
@@ -216,3 +214,16 @@ def test_library_cap(tmp_path):
     shutil.copytree(SEED, root)
     lib = load_library(root, max_size=3)
     assert len(lib.skills) == 3 and lib.ids[0] == "premature_final"
+
+
+def test_a_typo_key_is_refused_with_one_line_naming_file_and_key(tmp_path):
+    with pytest.raises(SkillFormatError) as e:
+        parse_skill_md("---\nskill_id: abc\npriorty: 0.9\n---\n", "cand.md")
+    assert str(e.value).startswith("cand.md: unknown key 'priorty'") and "\n" not in str(e.value)
+    folder = shutil.copytree(SEED / "premature-final", tmp_path / "premature-final")
+    md = folder / "SKILL.md"
+    md.write_text(md.read_text().replace("description:", "version: 2\ndescription:"))
+    with pytest.raises(SkillFormatError, match=rf"^{md}: unknown key 'version' \(allowed: name, description"):
+        load_skill(folder)
+    lib = load_library(folder.parent)
+    assert lib.ids == [] and f"{md}: unknown key 'version'" in lib.load_errors[0]

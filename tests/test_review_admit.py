@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from doubles import ScriptedPolicyDouble
+from skills_ref import validate as validate_agent_skill
 from traj_builders import scripted_traj
 
 from hasp.evolve import admit as admit_mod
@@ -26,8 +27,9 @@ from hasp.evolve.review import (
     review_candidate,
     trigger_hit_rate,
 )
+from hasp.evolve.skill_check import check_folder
 from hasp.pf.library import load_library, scan_versions
-from hasp.pf.skill_md import load_skill_md
+from hasp.pf.skill_md import load_skill, parse_skill_md, write_skill_folder
 from hasp.records import Trajectory
 
 
@@ -252,19 +254,19 @@ class Seed(ProgramFunction):
 @pytest.fixture
 def lib_root(tmp_path: Path) -> Path:
     root = tmp_path / "skills" / "search"
-    (root / "seed_skill").mkdir(parents=True)
-    (root / "seed_skill" / "SKILL.md").write_text(SEED_MD)
-    (root / "seed_skill" / "pf.py").write_text(SEED_PF)
+    write_skill_folder(root / "seed-skill", parse_skill_md(SEED_MD))
+    (root / "seed-skill" / "pf.py").write_text(SEED_PF)
     return root
 
 
 def test_admit_versions_v1_then_v2_and_writes_metadata(lib_root):
     cl = make_cluster()
     r1 = admit(lib_root, cand(), accept(), epoch=1, cluster=cl)
-    assert r1.admitted and r1.version == 1 and r1.path == "generated/read_before_final__v1"
+    assert r1.admitted and r1.version == 1 and r1.path == "generated/read-before-final-v1"
     folder = lib_root / r1.path
-    assert sorted(p.name for p in folder.iterdir()) == ["SKILL.md", "metadata.json", "pf.py"]
-    assert load_skill_md(folder / "SKILL.md").version == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["SKILL.md", "hasp.yaml", "metadata.json", "pf.py"]
+    assert load_skill(folder).version == 1
+    assert validate_agent_skill(folder) == [] and check_folder(folder).ok  # other tools and HASP both load it
     assert (folder / "pf.py").read_text() == GOOD_CODE
     meta = json.loads((folder / "metadata.json").read_text())
     assert meta["epoch"] == 1 and meta["review"]["q_skill"] == 0.9 and meta["cluster"]["support"] == 4
@@ -272,9 +274,20 @@ def test_admit_versions_v1_then_v2_and_writes_metadata(lib_root):
 
     r2 = admit(lib_root, cand(), accept(), epoch=2, cluster=cl)
     assert r2.admitted and r2.version == 2
-    assert load_skill_md(lib_root / r2.path / "SKILL.md").version == 2
+    assert load_skill(lib_root / r2.path).version == 2
     assert (lib_root / r1.path).exists()  # old version stays for replay
     assert next_version(lib_root, "read_before_final") == 3
+
+
+def test_admit_refuses_a_candidate_without_description_and_a_typo_key(lib_root):
+    c = cand()
+    c.skill_md = c.skill_md.replace("description: Stops", "description: ''\nx_was: Stops")
+    r = admit(lib_root, c, accept(), epoch=1, cluster=make_cluster())
+    assert not r.admitted and "unknown key 'x_was'" in r.reason
+    c.skill_md = cand().skill_md.replace("description: Stops the agent from answering from snippets; it must "
+                                         "read the top hit first.", "description: ''")
+    r = admit(lib_root, c, accept(), epoch=1, cluster=make_cluster())
+    assert not r.admitted and "no description" in r.reason
 
 
 def test_admit_version_continues_after_seed_version(lib_root):
@@ -292,7 +305,7 @@ def test_history_records_rejections_too(lib_root):
                       reasons=["should_activate is constant"], decided_by="explicit")
     r = admit(lib_root, cand(TRIVIAL_CODE), rejected, epoch=3, cluster=cl)
     assert not r.admitted and "review decision REJECT" in r.reason
-    assert not (lib_root / "generated" / "read_before_final__v1").exists()
+    assert not (lib_root / "generated" / "read-before-final-v1").exists()
     below_bar = Review(0.7, 0.7, 0.7, 1.0, 0.7, 0.745, "ACCEPT", "", "heuristic")
     r2 = admit(lib_root, cand(), below_bar, epoch=3, cluster=cl)  # cl is a new group: bar 0.75
     assert not r2.admitted and "below the new-group bar" in r2.reason
@@ -337,7 +350,7 @@ def test_crash_mid_write_leaves_nothing_visible(lib_root, monkeypatch):
     real_replace = os.replace
 
     def crash(src, dst):
-        if Path(dst).name.startswith("read_before_final__v"):
+        if Path(dst).name.startswith("read-before-final-v"):
             raise OSError("killed")
         return real_replace(src, dst)
 
@@ -380,9 +393,9 @@ def test_snapshot_copies_active_versions(lib_root, tmp_path):
     admit(lib_root, cand(), accept(), epoch=2, cluster=cl)
     dest = lib_root / "snapshots" / "epoch_2"
     snapshot(lib_root, dest)
-    assert (dest / "seed_skill" / "pf.py").exists()
-    assert (dest / "generated" / "read_before_final__v2" / "pf.py").exists()
-    assert not (dest / "generated" / "read_before_final__v1").exists()
+    assert (dest / "seed-skill" / "pf.py").exists()
+    assert (dest / "generated" / "read-before-final-v2" / "pf.py").exists()
+    assert not (dest / "generated" / "read-before-final-v1").exists()
     assert len(json.loads((dest / "library_history.json").read_text())) == 2
     # the snapshot folder does not become a skill of the live library
     assert set(scan_versions(lib_root)) == {"seed_skill", "read_before_final"}

@@ -1,4 +1,4 @@
-"""`hasp skills list|show|diff|equivalence` on a temporary library with a generated __v2."""
+"""`hasp skills list|show|diff|equivalence|validate` on a temporary library with a generated -v2."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hasp.cli import app, main
+from hasp.pf.skill_md import kebab, load_skill, write_skill_folder
 
 SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
 runner = CliRunner()
@@ -43,12 +44,11 @@ def library(tmp_path: Path) -> Path:
     """Three seed skills plus a generated v2 of iterative_refinement whose text is built at run time."""
     root = tmp_path / "search"
     for sid in ("premature_final", "decompose_complex_question", "iterative_refinement"):
-        shutil.copytree(SEED / sid, root / sid)
-    gen = root / "generated" / "iterative_refinement__v2"
-    gen.mkdir(parents=True)
-    md = (SEED / "iterative_refinement" / "SKILL.md").read_text()
-    (gen / "SKILL.md").write_text(md.replace("version: 1", "version: 2").replace(
-        "title: Vary Repeated Searches", "title: Vary Repeated Searches (names the repeated query)"))
+        shutil.copytree(SEED / kebab(sid), root / kebab(sid))
+    gen = root / "generated" / "iterative-refinement-v2"
+    spec = load_skill(SEED / "iterative-refinement")
+    write_skill_folder(gen, spec.model_copy(update={
+        "version": 2, "title": "Vary Repeated Searches (names the repeated query)"}))
     # generated code runs in the sandbox, whose policy allows no hasp helpers: v2 is self-contained
     (gen / "pf.py").write_text(GENERATED_V2)
     return root
@@ -87,7 +87,7 @@ def test_show_errors_name_the_problem(library):
     assert r.exit_code == 2 and "no version 7" in r.stderr and "v2 (generated)" in r.stderr
     r = invoke("show", "no_such_skill", "--library", str(library))
     assert r.exit_code == 2 and "no skill 'no_such_skill'" in r.stderr
-    (library / "premature_final" / "SKILL.md").write_text("no frontmatter here\n")
+    (library / "premature-final" / "SKILL.md").write_text("no frontmatter here\n")
     r = invoke("show", "premature_final", "--library", str(library))
     assert r.exit_code == 2 and "SKILL.md" in r.stderr
 
@@ -128,3 +128,52 @@ def test_equivalence_table_and_json(library):
 def test_missing_library_is_one_clear_error(tmp_path):
     r = invoke("equivalence", "--library", str(tmp_path / "nope"))
     assert r.exit_code == 2 and "no skill library" in r.stderr
+
+
+SKILLS = SEED.parent
+
+
+def test_every_seed_skill_passes_the_agent_skills_reference_validator():
+    from skills_ref import validate
+
+    folders = sorted(p for p in SKILLS.glob("*/*") if (p / "SKILL.md").exists())
+    assert len(folders) >= 49
+    assert {str(f): validate(f) for f in folders if validate(f)} == {}
+
+
+def test_validate_passes_every_seed_skill():
+    r = invoke("validate", str(SKILLS / "search"), str(SKILLS / "math"), str(SKILLS / "code"), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["ok"] == out["total"] >= 49
+    assert {f["mode"] for f in out["folders"]} == {"trusted"}
+
+
+def test_validate_runs_a_generated_version_in_the_sandbox(library):
+    r = invoke("validate", str(library / "generated" / "iterative-refinement-v2"), "--json")
+    assert r.exit_code == 0, r.output
+    folder = json.loads(r.stdout)["folders"][0]
+    assert folder["mode"] == "sandbox" and set(folder["checks"].values()) == {"ok"}
+
+
+def test_validate_refuses_a_typo_with_one_line_and_exit_1(library):
+    hasp_yaml = library / "premature-final" / "hasp.yaml"
+    hasp_yaml.write_text(hasp_yaml.read_text().replace("priority:", "priorty:"))
+    r = invoke("validate", str(library / "premature-final"), "--json")
+    assert r.exit_code == 1
+    folder = json.loads(r.stdout)["folders"][0]
+    assert folder["checks"]["hasp"] == "fail" and folder["checks"]["agent_skills"] == "ok"
+    assert folder["errors"] == [f"hasp: {hasp_yaml}: unknown key 'priorty' (allowed: skill_id, title, version, "
+                                "priority, error_category, domain, applicable_modes, applicable_phases, "
+                                "trigger_keywords, always_on, system_summary, phases)"]
+    table = invoke("validate", str(library / "premature-final"))
+    assert table.exit_code == 1 and "fail" in table.stdout and "0 of 1 skill folders pass" in table.stdout
+
+
+def test_validate_names_an_agent_skills_violation(library):
+    md = library / "premature-final" / "SKILL.md"
+    md.write_text(md.read_text().replace("name: premature-final", "name: premature_final"))
+    r = invoke("validate", str(library / "premature-final"), "--json")
+    folder = json.loads(r.stdout)["folders"][0]
+    assert r.exit_code == 1 and folder["checks"]["agent_skills"] == "fail"
+    assert any("must match skill name" in e for e in folder["errors"])

@@ -2,15 +2,15 @@
 
 On-disk contract (shared with ``hasp.pf.library``)::
 
-    <root>/<skill_id>/SKILL.md + pf.py                           seed skills
-    <root>/generated/<skill_id>__v<N>/SKILL.md, pf.py, metadata.json   admitted candidates
+    <root>/<name>/SKILL.md + hasp.yaml + pf.py                   seed skills
+    <root>/generated/<name>-v<N>/SKILL.md, hasp.yaml, pf.py, metadata.json   admitted candidates
     <root>/library_history.json                                  every decision, admitted or not
     <root>/snapshots/epoch_<i>/...                               copies of the active library
 
 Crash safety:
 
 * A version folder is built in ``generated/.tmp-<id>-<random>/`` (a name the loader's
-  ``^[a-z][a-z0-9_]*__v\\d+$`` pattern never matches) and then renamed into place with
+  version pattern never matches) and then renamed into place with
   one ``os.replace``: a kill leaves either no version folder or the complete one.
   Temp folders older than an hour are swept by the next admission.
 * ``library_history.json`` is rewritten whole via a temp file + ``os.replace``.
@@ -43,14 +43,14 @@ from hasp.atomic import default_mode, swap_dir, write_json_atomic
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
-from hasp.pf.library import MAX_LIBRARY_SIZE, VERSION_DIR, scan_versions
-from hasp.pf.skill_md import SkillFormatError, parse_skill_md, render_skill_md
+from hasp.pf.layout import GENERATED_DIR, scan_versions, version_name
+from hasp.pf.library import MAX_LIBRARY_SIZE
+from hasp.pf.skill_md import SkillFormatError, SkillSpec, parse_skill_md, render_skill_folder
 
 __all__ = ["AdmissionResult", "admit", "review_refusals", "structural_refusals", "record_decision", "read_history", "snapshot", "next_version",
            "active_ids", "HISTORY_FILE", "GENERATED_DIR", "TMP_PREFIX"]
 
 HISTORY_FILE = "library_history.json"
-GENERATED_DIR = "generated"
 TMP_PREFIX = ".tmp-"
 STALE_TMP_S = 3600.0
 
@@ -184,12 +184,16 @@ def review_refusals(candidate: Candidate, review: Review, cluster: Cluster) -> l
 def structural_refusals(root: Path, candidate: Candidate, max_library_size: int) -> list[str]:
     """What no filtering mode can waive: a folder id, a SKILL.md that parses, room in the library."""
     why = []
-    if not VERSION_DIR.match(f"{candidate.skill_id}__v1"):
+    try:
+        SkillSpec(skill_id=candidate.skill_id)
+    except ValueError:
         why.append(f"skill_id {candidate.skill_id!r} is not a valid folder id")
     try:
         spec = parse_skill_md(candidate.skill_md, "<candidate SKILL.md>")
         if spec.skill_id != candidate.skill_id:
             why.append(f"SKILL.md skill_id {spec.skill_id!r} != {candidate.skill_id!r}")
+        if not spec.description.strip():
+            why.append("SKILL.md has no description (an Agent Skills folder needs one)")
     except SkillFormatError as e:
         why.append(str(e))
     ids = active_ids(root)
@@ -214,7 +218,7 @@ def _entry(candidate: Candidate, review: Review, cluster: Cluster, *, epoch: int
 def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: int, cluster: Cluster,
           max_library_size: int = MAX_LIBRARY_SIZE, record: bool = True, refusals: list[str] | None = None,
           accept_reason: str | None = None, extra: dict[str, Any] | None = None) -> AdmissionResult:
-    """Admit ``candidate`` as ``generated/<skill_id>__v<N>/`` if the gates and the cap allow it.
+    """Admit ``candidate`` as ``generated/<name>-v<N>/`` if the gates and the cap allow it.
 
     ``refusals`` are the reasons of the caller's gate table (``hasp.evolve.gate``); when
     None the default rule ``review_refusals`` applies. Structural checks always apply.
@@ -238,8 +242,9 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
 
         _sweep_stale_tmp(gen)
         version = next_version(root, candidate.skill_id)
-        final = gen / f"{candidate.skill_id}__v{version}"
-        spec = parse_skill_md(candidate.skill_md, "<candidate SKILL.md>").model_copy(update={"version": version})
+        final = gen / version_name(candidate.skill_id, version)
+        spec = parse_skill_md(candidate.skill_md, "<candidate SKILL.md>").model_copy(
+            update={"version": version, "name": final.name})
         rel = str(final.relative_to(root))
         reasons = [accept_reason or f"accepted by {review.reviewer} reviewer ({review.decided_by}), "
                    f"Q_skill {review.q_skill:.3f} >= bar {admission_bar(cluster.is_new_category):.2f}"]
@@ -257,7 +262,8 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
         }
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{candidate.skill_id}-", dir=gen))
         try:
-            _write(tmp / "SKILL.md", render_skill_md(spec))
+            for name, text in render_skill_folder(spec, final.name).items():
+                _write(tmp / name, text)
             _write(tmp / "pf.py", candidate.code)
             _write(tmp / "metadata.json", json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")
             os.chmod(tmp, default_mode(is_dir=True))  # mkdtemp's 0700 would stay on the skill folder
@@ -285,9 +291,9 @@ def snapshot(library_root: Path, dest: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{dest.name}-", dir=dest.parent))
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     try:
-        for base, versions in scan_versions(root).items():
+        for versions in scan_versions(root).values():
             _, folder, generated = max(versions, key=lambda t: (t[0], t[2]))
-            target = tmp / GENERATED_DIR / folder.name if generated else tmp / base
+            target = tmp / GENERATED_DIR / folder.name if generated else tmp / folder.name
             shutil.copytree(folder, target, ignore=ignore)
         if (root / HISTORY_FILE).exists():
             shutil.copy2(root / HISTORY_FILE, tmp / HISTORY_FILE)

@@ -35,9 +35,10 @@ import yaml
 
 from hasp.agent.context import EpisodeState
 from hasp.evolve.cluster import Cluster
-from hasp.sandbox.policy import ALLOWED_MODULES
-from hasp.pf.skill_md import PHASES, SkillFormatError, SkillSpec, parse_skill_md, render_skill_md
+from hasp.pf.skill_md import (MAX_DESCRIPTION, MAX_SKILL_ID, PHASES, SKILL_ID, SkillFormatError, SkillSpec,
+                              parse_skill_md, render_skill_md)
 from hasp.prompts import prompt, render
+from hasp.sandbox.policy import ALLOWED_MODULES
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class FeedbackHistory:
 
 # --------------------------------------------------------------------------- prompt
 
-_ID_OK = re.compile(r"^[a-z][a-z0-9_]{2,63}$")
+_ID_OK = re.compile(rf"^(?=.{{3,{MAX_SKILL_ID}}}$){SKILL_ID.pattern}$")
 
 
 def skill_id_from_category(category: str) -> str:
@@ -200,14 +201,14 @@ def skill_id_from_category(category: str) -> str:
     s = re.sub(r"[^a-z0-9]+", "_", (category or "").lower()).strip("_")
     if not s or not s[0].isalpha():
         s = f"fix_{s}" if s else "candidate_skill"
-    s = s[:64].rstrip("_")
-    return s if _ID_OK.match(s) else (s + "_pf")[:64]
+    s = s[:MAX_SKILL_ID].rstrip("_")
+    return s if _ID_OK.match(s) else (s[:MAX_SKILL_ID - 3].rstrip("_") + "_pf")
 
 
 def _suggested_id(cluster: Cluster, existing_ids: Sequence[str]) -> str:
     sid = skill_id_from_category(cluster.category)
     if sid in existing_ids and cluster.is_new_category:  # a new failure should not overwrite a skill
-        sid = (sid + "_guard")[:64]
+        sid = sid[:MAX_SKILL_ID - 6].rstrip("_") + "_guard"
     return sid
 
 
@@ -373,7 +374,7 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
     md_text, where = _pick_md(blocks, reply)
     try:
         spec = parse_skill_md(md_text, "<proposal>")
-        sp_meta: dict[str, Any] = spec.model_dump(exclude={"body"})
+        sp_meta: dict[str, Any] = spec.model_dump(exclude={"body"}, by_alias=True)
         body = spec.body
     except SkillFormatError as e:
         notes.append(f"SKILL.md did not validate: {str(e)[:200]}")
@@ -412,6 +413,7 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
              "error_category": cluster.category, "version": 1, "priority": 0.5}
     meta = {**synth, **{k: v for k, v in sp_meta.items() if v not in (None, "", [], {})}}
     meta["skill_id"], meta["version"] = sid, 1
+    meta["description"] = str(meta["description"])[:MAX_DESCRIPTION]
     for k in ("name", "description", "error_category"):
         if not str(sp_meta.get(k) or "").strip():
             notes.append(f"{k} synthesized from the cluster")

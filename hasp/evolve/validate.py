@@ -37,15 +37,17 @@ imported into this process.
 from __future__ import annotations
 
 import ast
+import inspect
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import EpisodeState
-from hasp.pf.intervention import InterventionType
+from hasp.pf.base import ProgramFunction, watched_types
+from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.sandboxed import SandboxedPF
-from hasp.sandbox.worker import SandboxError, SandboxTimeout
 from hasp.sandbox.policy import check_policy
+from hasp.sandbox.worker import SandboxError, SandboxTimeout
 
 WEIGHTS: dict[str, float] = {"syntax": 0.20, "policy": 0.20, "interface": 0.20,
                              "mock_exec": 0.25, "return_types": 0.15}
@@ -445,3 +447,65 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
             rep.calls.append(rec)
     rep.mock_exec = round(clean / n_inv, 4) if n_inv else 0.0
     rep.return_types = round(typed / (2 * n_inv), 4) if n_inv else 0.0
+
+
+# --------------------------------------------------------------------------- trusted (seed) code
+
+class _InProcess:
+    """``SandboxedPF.call_raw`` for a PF object imported in-process.
+
+    Seed PFs are trusted project code that imports project helpers the sandbox does not
+    serve; the library runs them in-process, so they are exercised the same way here,
+    with the same mock invocations and return-type rules as a sandboxed candidate."""
+
+    def __init__(self, pf: ProgramFunction) -> None:
+        self.pf = pf
+
+    def call_raw(self, method: str, ctx: dict[str, Any], action_type: str, arg: str,
+                 timeout_s: float | None = None) -> dict[str, Any]:
+        try:
+            if method == "should_activate":
+                r = self.pf.should_activate(ctx, action_type, arg)
+                return {"ok": True, "result": bool(r), "result_type": type(r).__name__}
+            iv = self.pf.intervene(ctx, action_type, arg, None)
+        except Exception as e:  # noqa: BLE001 - reported like a sandboxed PF that raised
+            return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        if not isinstance(iv, Intervention):
+            return {"ok": True, "result": None, "result_type": type(iv).__name__}
+        return {"ok": True, "result": iv.to_dict(), "result_type": "Intervention"}
+
+
+def _live_interface(cls: type) -> dict[str, Any]:
+    """The interface facts ``interface_errors`` judges, read from a loaded class (inherited methods count)."""
+    def params(fn: Any) -> list[dict[str, Any]]:
+        return [{"name": p.name, "kind": p.kind.name, "has_default": p.default is not p.empty,
+                 "default_is_none": p.default is None} for p in inspect.signature(fn).parameters.values()]
+    return {"is_program_function": issubclass(cls, ProgramFunction),
+            **{m: {"defined": True, "overridden": getattr(cls, m) is not getattr(ProgramFunction, m),
+                   "params": params(getattr(cls, m))} for m in ("should_activate", "intervene")}}
+
+
+def validate_trusted(pf: ProgramFunction, *, action_types: tuple[str, ...] = SEARCH_ACTIONS,
+                     contexts: list[tuple[str, dict[str, Any]]] | None = None,
+                     args: dict[str, dict[str, str]] | None = None) -> ExecReport:
+    """Phase D's interface, mock-execution and return-type checks for an already imported PF.
+
+    Syntax and policy count as passed: the code was imported as trusted project code,
+    which the sandbox policy does not govern (``validate_candidate`` is the check for
+    code that will run in the sandbox)."""
+    t0 = time.perf_counter()
+    rep = ExecReport(skill_id=pf.skill_id, syntax=True, policy=True, class_name=type(pf).__name__,
+                     needs_teacher=pf.needs_teacher, max_fires=pf.max_fires)
+    try:
+        ierrs = interface_errors(_live_interface(type(pf)))
+        rep.interface = not ierrs
+        for e in ierrs:
+            rep._error(e)
+        at = tuple(a.upper() for a in action_types)
+        _mock_exec(rep, _InProcess(pf), time.monotonic() + 3600, 3600, at, contexts, args)  # type: ignore[arg-type]
+        w = watched_types(pf.watches)
+        _check_watches(rep, sorted(w) if w is not None else None)
+    finally:
+        rep._score()
+        rep.elapsed_s = round(time.perf_counter() - t0, 4)
+    return rep

@@ -24,7 +24,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hasp.pf.pf_source import find_pf_class
+from hasp.pf.layout import active_versions
+from hasp.pf.pf_source import PFClass, assignments, find_definition, find_pf_class, module_name
 
 ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
 _TYPE_NAMES = frozenset({"MODIFY_ACTION", "INJECT_CONTEXT", "NOOP"})
@@ -49,35 +50,81 @@ class EquivalenceReport:
         return self.a and self.b
 
 
-class _Scope:
-    """Module and class constants plus the function table the analysis walks."""
+class _Module:
+    """One module's constants and functions, the names a function defined in it resolves."""
 
-    def __init__(self, tree: ast.Module, cls: ast.ClassDef) -> None:
-        self.module_consts = self._single_assignments(tree.body)
-        self.class_consts = self._single_assignments(cls.body)
-        self.module_funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        self.methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.consts = _Scope._single_assignments(tree.body)
+        self.funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         # a module name re-bound inside any function (``global X``) is not a constant
         for node in ast.walk(tree):
             if isinstance(node, ast.Global):
                 for name in node.names:
-                    self.module_consts.pop(name, None)
+                    self.consts.pop(name, None)
+
+
+class _Scope:
+    """Class constants, methods and, per function, the module it was defined in.
+
+    A PF inherits methods and constants from its project base classes: a base's ``intervene``
+    that injects ``self.hint`` is A+B exactly when the subclass sets ``hint`` to a literal, so
+    methods and class constants are merged along the class chain (most derived wins), while
+    bare names inside a method still resolve in the module that defines that method.
+    """
+
+    def __init__(self, found: PFClass) -> None:
+        self.class_consts: dict[str, ast.expr] = {}
+        self.methods: dict[str, Func] = {}
+        self._module_of: dict[int, _Module] = {}
+        self._modules: dict[int, _Module] = {}
+        for cls, tree in reversed(found.chain or [(found.node, ast.Module(body=[], type_ignores=[]))]):
+            mod = self._module(tree)
+            self.class_consts.update(self._single_assignments(cls.body))
+            for n in cls.body:
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.methods[n.name] = n
+                    self._module_of[id(n)] = mod
+        for fn in self.methods.values():  # ``self.x = ...`` in any method: x is not a constant
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            self.class_consts.pop(t.attr, None)
+
+    def _module(self, tree: ast.Module) -> _Module:
+        if id(tree) not in self._modules:
+            mod = self._modules[id(tree)] = _Module(tree)
+            for fn in mod.funcs.values():
+                self._module_of[id(fn)] = mod
+        return self._modules[id(tree)]
+
+    def module(self, fn: Func) -> _Module:
+        return self._module_of[id(fn)]
+
+    def where(self, fn: Func, node: ast.AST) -> str:
+        """``line N`` in the PF's source, ``<module> line N`` in an inherited or imported one."""
+        name = module_name(self.module(fn).tree)
+        return f"{name} line {node.lineno}" if name else f"line {node.lineno}"
+
+    def function(self, fn: Func, name: str) -> Func | None:
+        """The function a bare ``name()`` in ``fn`` calls: defined in fn's module or imported from
+        the project (a helper that builds the Intervention counts as part of the PF)."""
+        mod = self.module(fn)
+        if name in mod.funcs:
+            return mod.funcs[name]
+        found = find_definition(mod.tree, name, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if found is None:
+            return None
+        node, tree = found
+        self._module(tree)
+        return node
 
     @staticmethod
     def _single_assignments(body: list[ast.stmt]) -> dict[str, ast.expr]:
         seen: dict[str, ast.expr | None] = {}
-        for stmt in body:
-            targets: list[ast.expr] = []
-            value: ast.expr | None = None
-            if isinstance(stmt, ast.Assign):
-                targets, value = list(stmt.targets), stmt.value
-            elif isinstance(stmt, ast.AnnAssign):
-                targets, value = [stmt.target], stmt.value
-            elif isinstance(stmt, ast.AugAssign):
-                targets, value = [stmt.target], None
-            for t in targets:
-                if isinstance(t, ast.Name):
-                    seen[t.id] = None if t.id in seen else value  # assigned twice -> not a constant
+        for name, value in assignments(body):
+            seen[name] = None if name in seen else value  # assigned twice -> not a constant
         return {k: v for k, v in seen.items() if v is not None}
 
 
@@ -145,8 +192,9 @@ def _why_not_constant(expr: ast.expr | None, scope: _Scope, fn: Func, depth: int
                 if why:
                     return f"local '{expr.id}', which holds {why}"
             return None
-        if expr.id in scope.module_consts:
-            why = _why_not_constant(scope.module_consts[expr.id], scope, fn, depth + 1)
+        consts = scope.module(fn).consts
+        if expr.id in consts:
+            why = _why_not_constant(consts[expr.id], scope, fn, depth + 1)
             return f"module name '{expr.id}', which holds {why}" if why else None
         return f"the runtime value '{expr.id}'"
     if (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
@@ -173,13 +221,14 @@ def _is_from_dict(node: ast.AST) -> bool:
             and isinstance(node.func.value, ast.Name) and node.func.value.id == "Intervention")
 
 
-def _type_of(call: ast.Call, scope: _Scope) -> str | None:
+def _type_of(call: ast.Call, scope: _Scope, fn: Func) -> str | None:
     """The intervention type of an ``Intervention(...)`` call: a type name, or None when unknown."""
     expr = next((k.value for k in call.keywords if k.arg == "type"), call.args[0] if call.args else None)
     if expr is None:
         return "NOOP"  # the dataclass default
-    if isinstance(expr, ast.Name) and expr.id in scope.module_consts:
-        expr = scope.module_consts[expr.id]
+    consts = scope.module(fn).consts
+    if isinstance(expr, ast.Name) and expr.id in consts:
+        expr = consts[expr.id]
     if isinstance(expr, ast.Attribute) and expr.attr in _TYPE_NAMES:
         return expr.attr
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str) and expr.value.upper() in _TYPE_NAMES:
@@ -194,13 +243,13 @@ def _context_arg(call: ast.Call) -> ast.expr | None:
     return kw
 
 
-def _callee(call: ast.Call, scope: _Scope) -> Func | None:
-    """The PF's own method (``self.x()``) or module function (``x()``) a call runs, if it is one."""
+def _callee(call: ast.Call, scope: _Scope, fn: Func) -> Func | None:
+    """The PF's own method (``self.x()``) or module function (``x()``) a call in ``fn`` runs, if it is one."""
     f = call.func
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
         return scope.methods.get(f.attr)
     if isinstance(f, ast.Name):
-        return scope.module_funcs.get(f.id)
+        return scope.function(fn, f.id)
     return None
 
 
@@ -213,7 +262,7 @@ def _reachable(start: Func, scope: _Scope) -> list[Func]:
         for node in ast.walk(fn):
             if not isinstance(node, ast.Call):
                 continue
-            target = _callee(node, scope)
+            target = _callee(node, scope, fn)
             if target is not None and id(target) not in seen:
                 seen.add(id(target))
                 todo.append(target)
@@ -233,7 +282,7 @@ def analyse_source(source: str, skill_id: str | None = None, path: str = "<strin
         rep.reasons.append(f"no @register_pf({skill_id!r}) class" if skill_id else "no @register_pf class")
         return rep
     rep.skill_id = found.skill_id
-    scope = _Scope(tree, found.node)
+    scope = _Scope(found)
     intervene = scope.methods.get("intervene")
     if intervene is None:
         rep.reasons.append("A: the class defines no intervene method")
@@ -245,31 +294,31 @@ def analyse_source(source: str, skill_id: str | None = None, path: str = "<strin
     for fn in _reachable(intervene, scope):
         for node in ast.walk(fn):
             if _is_from_dict(node):
-                why_not_a.append(f"line {node.lineno}: Intervention.from_dict - type not statically known")
+                why_not_a.append(f"{scope.where(fn, node)}: Intervention.from_dict - type not statically known")
                 continue
             if isinstance(node, ast.Assign):  # iv.type = ... / iv.context_text = ...
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "type":
-                        why_not_a.append(f"line {node.lineno}: intervention type assigned after construction")
+                        why_not_a.append(f"{scope.where(fn, node)}: intervention type assigned after construction")
                     if isinstance(t, ast.Attribute) and t.attr == "context_text":
                         why = _why_not_constant(node.value, scope, fn)
                         if why:
-                            why_not_b.append(f"line {node.lineno}: context_text set to {why}")
+                            why_not_b.append(f"{scope.where(fn, node)}: context_text set to {why}")
                 continue
             if not _is_intervention_call(node):
                 continue
             n_calls += 1
-            kind = _type_of(node, scope)
+            kind = _type_of(node, scope, fn)
             if kind is None:
-                why_not_a.append(f"line {node.lineno}: intervention type not statically known")
+                why_not_a.append(f"{scope.where(fn, node)}: intervention type not statically known")
             else:
                 types.add(kind)
                 if kind == "MODIFY_ACTION":
-                    why_not_a.append(f"line {node.lineno}: constructs MODIFY_ACTION")
+                    why_not_a.append(f"{scope.where(fn, node)}: constructs MODIFY_ACTION")
             if kind != "NOOP":
                 why = _why_not_constant(_context_arg(node), scope, fn) if _context_arg(node) is not None else None
                 if why:
-                    why_not_b.append(f"line {node.lineno}: context_text is {why}")
+                    why_not_b.append(f"{scope.where(fn, node)}: context_text is {why}")
     if n_calls == 0 and not why_not_a:
         why_not_a.append("intervene constructs no Intervention")
     rep.types = sorted(types)
@@ -294,7 +343,7 @@ def only_modifies(source: str, skill_id: str | None = None) -> bool:
     found = find_pf_class(tree, skill_id)
     if found is None:
         return False
-    scope = _Scope(tree, found.node)
+    scope = _Scope(found)
     intervene = scope.methods.get("intervene")
     return intervene is not None and _returns_only_modify(intervene, scope, set())
 
@@ -309,10 +358,10 @@ def _returns_only_modify(fn: Func, scope: _Scope, seen: set[int]) -> bool:
         if v is None or not isinstance(v, ast.Call):
             return False
         if _is_intervention_call(v):
-            if _type_of(v, scope) != "MODIFY_ACTION":
+            if _type_of(v, scope, fn) != "MODIFY_ACTION":
                 return False
             continue
-        target = _callee(v, scope)
+        target = _callee(v, scope, fn)
         if target is None or id(target) in seen or not _returns_only_modify(target, scope, seen):
             return False
     return True
@@ -332,8 +381,6 @@ def analyse_library(root: Path, *, include_generated: bool = True) -> list[Equiv
 
     A skill without ``pf.py`` is reported as not A+B (it is a prompt-only skill, not a PF).
     """
-    from hasp.pf.library import active_versions
-
     out = []
     for base, (_version, folder, _generated) in sorted(active_versions(root, include_generated).items()):
         pf_path = folder / "pf.py"

@@ -1,14 +1,8 @@
-"""The versioned skill library on disk.
+"""The versioned skill library on disk: load the active version of every skill.
 
-Layout (per domain)::
-
-    skills/<domain>/<skill_id>/SKILL.md + pf.py                  seed skills (project code)
-    skills/<domain>/generated/<skill_id>__v<N>/SKILL.md + pf.py   admitted candidates
-    skills/<domain>/library_history.json                         every admission decision
-
-Only the highest version of each base id is active; older versions stay on disk
-for replay. Seed PF code is trusted project code and is imported in-process.
-Generated PF code is untrusted: it is only ever executed through
+The folder layout is ``hasp.pf.layout``. Only the highest version of each skill id is
+active; older versions stay on disk for replay. Seed PF code is trusted project code and
+is imported in-process. Generated PF code is untrusted: it is only ever executed through
 ``hasp.pf.sandboxed.SandboxedPF`` (a separate, resource-limited process).
 """
 
@@ -17,19 +11,21 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
 from hasp.pf.equivalence import only_modifies
+from hasp.pf.layout import VERSION_DIR, active_versions, folder_refusal, scan_versions
 from hasp.pf.registry import collecting
-from hasp.pf.skill_md import SkillFormatError, SkillSpec, load_skill_md
+from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
 
 log = logging.getLogger(__name__)
 
-VERSION_DIR = re.compile(r"^(?P<base>[a-z][a-z0-9_]*)__v(?P<n>\d+)$")
+__all__ = ["Skill", "SkillLibrary", "library_hash", "load_library", "MAX_LIBRARY_SIZE",
+           "VERSION_DIR", "active_versions", "scan_versions"]
+
 MAX_LIBRARY_SIZE = 50
 
 
@@ -77,20 +73,20 @@ class SkillLibrary:
 
 
 def library_hash(root: Path) -> str:
-    """Content hash of every SKILL.md / pf.py under ``root`` (the cache key for a library)."""
+    """Content hash of every SKILL.md / hasp.yaml / pf.py under ``root`` (the cache key for a library)."""
     h = hashlib.sha256()
     if root.exists():
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root).parts
             if rel[0] == "snapshots" or any(part.startswith(".") for part in rel):
                 continue  # snapshots and in-flight admission temp dirs are not the active library
-            if p.is_file() and p.name in ("SKILL.md", "pf.py"):
+            if p.is_file() and p.name in (SKILL_FILE, HASP_FILE, "pf.py"):
                 h.update(str(p.relative_to(root)).encode())
                 h.update(p.read_bytes())
     return h.hexdigest()[:16]
 
 
-def _import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
+def import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
     """Import a seed skill's pf.py and instantiate the PF registered under ``skill_id``."""
     mod_name = f"hasp_skills.{pf_path.parent.parent.name}.{pf_path.parent.name}"
     spec = importlib.util.spec_from_file_location(mod_name, pf_path)
@@ -110,30 +106,10 @@ def _sandboxed_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
     return SandboxedPF(pf_path.read_text(encoding="utf-8"), skill_id=skill_id)
 
 
-def scan_versions(root: Path) -> dict[str, list[tuple[int, Path, bool]]]:
-    """All versions per base id: (version, folder, generated)."""
-    out: dict[str, list[tuple[int, Path, bool]]] = {}
-    if not root.exists():
-        return out
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / "SKILL.md").exists()):
-        try:
-            v = load_skill_md(d / "SKILL.md").version
-        except SkillFormatError:
-            v = 1
-        out.setdefault(d.name, []).append((v, d, False))
-    gen = root / "generated"
-    if gen.exists():
-        for d in sorted(p for p in gen.iterdir() if p.is_dir()):
-            m = VERSION_DIR.match(d.name)
-            if m and (d / "SKILL.md").exists():
-                out.setdefault(m["base"], []).append((int(m["n"]), d, True))
-    return out
-
-
 def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool, errors: list[str]) -> SkillSpec:
     """Phase conditions the domain cannot evaluate: a seed skill is broken (raise); a generated one
     (written by the student model) keeps its PF and loses only the bad phase, reported in ``errors``."""
-    bad = invalid_phases(spec, domain, f"{folder}/SKILL.md")
+    bad = invalid_phases(spec, domain, f"{folder}/{HASP_FILE}")
     if not bad:
         return spec
     if not generated:
@@ -142,20 +118,6 @@ def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool,
         errors.append(f"{msg} (phase dropped)")
         log.warning("%s (phase dropped)", msg)
     return spec.model_copy(update={"phases": {k: v for k, v in spec.phases.items() if k not in bad}})
-
-
-def active_versions(root: Path, include_generated: bool = True) -> dict[str, tuple[int, Path, bool]]:
-    """The version of each base id that ``load_library`` activates: (version, folder, generated).
-
-    Highest version wins; a generated version beats a seed with the same number.
-    """
-    out: dict[str, tuple[int, Path, bool]] = {}
-    for base, versions in scan_versions(root).items():
-        if not include_generated:
-            versions = [v for v in versions if not v[2]]
-        if versions:
-            out[base] = max(versions, key=lambda t: (t[0], t[2]))
-    return out
 
 
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
@@ -169,14 +131,17 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
     lib = SkillLibrary(domain=domain, root=root)
     for base, (version, folder, generated) in active_versions(root, include_generated).items():
         try:
-            spec = load_skill_md(folder / "SKILL.md")
-            if spec.skill_id != base:
-                raise SkillFormatError(f"{folder}/SKILL.md: skill_id {spec.skill_id!r} != folder id {base!r}")
+            spec = load_skill(folder)
+            why = folder_refusal(folder, spec.skill_id, version if generated else spec.version, generated)
+            if why or spec.name != folder.name:
+                raise SkillFormatError(why or f"{folder}/{SKILL_FILE}: name {spec.name!r} != folder name")
+            if generated and spec.version != version:
+                raise SkillFormatError(f"{folder}/{HASP_FILE}: version {spec.version} != folder version {version}")
             spec = _checked_phases(spec, domain, folder, generated, lib.load_errors)
             pf_path = folder / "pf.py"
             pf = None
             if pf_path.exists():
-                pf = _sandboxed_pf(pf_path, base) if generated else _import_trusted_pf(pf_path, base)
+                pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
                 pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
             lib.skills.append(Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf))
         except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal

@@ -47,7 +47,7 @@ class PhaseRules:
         rules = []
         for s in skills:
             for phase, spec in s.spec.phases.items():
-                conds = tuple(compile_conditions(s.spec, phase, domain, f"{s.path}/SKILL.md"))
+                conds = tuple(compile_conditions(s.spec, phase, domain, f"{s.path}/hasp.yaml"))
                 text = s.spec.phase_text(phase)
                 if text:
                     rules.append(PhaseRule(s.skill_id, phase, s.spec.priority + spec.priority_boost, text, conds))

@@ -1,8 +1,15 @@
-"""SKILL.md: YAML frontmatter + markdown body, parsed into a typed ``SkillSpec``.
+"""A skill folder: ``SKILL.md`` (Agent Skills) + ``hasp.yaml`` (HASP's fields), parsed into a ``SkillSpec``.
 
-The frontmatter carries the HASP fields (App. B.3) and the two keys the Agent
-Skills format needs (``name``, ``description``), so a skill folder can also be
-dropped into other agent tools.
+Why two files: other agent tools load a folder whose SKILL.md frontmatter holds only the
+Agent Skills keys (``name`` = folder name, ``description``, optional ``license``,
+``allowed-tools``, ``metadata``, ``compatibility``) and is readable by a strict YAML
+parser. HASP's structured fields (priority, phases, conditions...) do not fit there, so
+they live in a sidecar ``hasp.yaml`` next to it. Both files have a closed schema: an
+unknown key (a typo such as ``priorty``) is one error line naming the file and the key,
+never a silently applied default.
+
+A student's candidate is one SKILL.md text whose frontmatter carries both key sets
+(``parse_skill_md``); admission splits it into the two files (``render_skill_folder``).
 """
 
 from __future__ import annotations
@@ -16,14 +23,38 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 PHASES = ("post_search", "post_read", "pre_final")
+SKILL_FILE = "SKILL.md"
+HASP_FILE = "hasp.yaml"
+
+#: frontmatter keys the Agent Skills spec allows in SKILL.md
+AGENT_SKILLS_KEYS = ("name", "description", "license", "allowed-tools", "metadata", "compatibility")
+#: HASP's own keys, kept in hasp.yaml
+HASP_KEYS = ("skill_id", "title", "version", "priority", "error_category", "domain", "applicable_modes",
+             "applicable_phases", "trigger_keywords", "always_on", "system_summary", "phases")
+MAX_NAME = 64
+MAX_DESCRIPTION = 1024
+#: snake_case with single underscores, so its kebab form is a valid Agent Skills name (and back)
+SKILL_ID = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+#: room left in a 64-char name for the ``-v<N>`` suffix of an admitted version
+MAX_SKILL_ID = MAX_NAME - 8
 
 
 class SkillFormatError(ValueError):
-    """A SKILL.md that cannot be used; the message names the file and the problem."""
+    """A skill folder or SKILL.md that cannot be used; the message names the file and the problem."""
+
+
+def kebab(skill_id: str) -> str:
+    """The Agent Skills name (and seed folder name) of a snake_case skill id."""
+    return skill_id.replace("_", "-")
+
+
+def snake(name: str) -> str:
+    """The skill id of a kebab-case folder name."""
+    return name.replace("-", "_")
 
 
 class PhaseSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     #: AND-ed; names or small JSON objects, evaluated by ``hasp.pf.conditions``
     conditions: list[str | dict[str, Any]] = Field(default_factory=list)
     priority_boost: float = 0.0
@@ -32,12 +63,16 @@ class PhaseSpec(BaseModel):
 
 
 class SkillSpec(BaseModel):
-    """Typed frontmatter of a SKILL.md plus its body."""
+    """One skill: the Agent Skills keys, HASP's keys and the markdown body."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     skill_id: str
     name: str = ""
-    description: str = ""
+    description: str = Field("", max_length=MAX_DESCRIPTION)
+    license: str = ""
+    allowed_tools: str = Field("", alias="allowed-tools")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    compatibility: str = Field("", max_length=500)
     title: str = ""
     version: int = 1
     priority: float = 0.5
@@ -55,8 +90,8 @@ class SkillSpec(BaseModel):
     @field_validator("skill_id")
     @classmethod
     def _id_ok(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z0-9_]{2,63}", v):
-            raise ValueError(f"skill_id {v!r} must be snake_case, 3-64 chars")
+        if not (3 <= len(v) <= MAX_SKILL_ID and SKILL_ID.fullmatch(v)):
+            raise ValueError(f"skill_id {v!r} must be snake_case (single underscores), 3-{MAX_SKILL_ID} chars")
         return v
 
     @field_validator("phases")
@@ -78,8 +113,27 @@ class SkillSpec(BaseModel):
         return m.group(1).strip() if m else ""
 
 
-def parse_skill_md(text: str, source: str = "<string>") -> SkillSpec:
-    """Parse SKILL.md text; any problem becomes one ``SkillFormatError`` naming ``source``."""
+def _unknown_keys(meta: dict[str, Any], allowed: tuple[str, ...], source: str) -> None:
+    for key in meta:
+        if key not in allowed:
+            raise SkillFormatError(f"{source}: unknown key {key!r} (allowed: {', '.join(allowed)})")
+    for pname, phase in (meta.get("phases") or {}).items():
+        for key in phase if isinstance(phase, dict) else ():
+            if key not in PhaseSpec.model_fields:
+                raise SkillFormatError(f"{source}: unknown key {key!r} in phases.{pname} "
+                                       f"(allowed: {', '.join(PhaseSpec.model_fields)})")
+
+
+def _build(meta: dict[str, Any], body: str, source: str) -> SkillSpec:
+    try:
+        return SkillSpec(**meta, body=body)
+    except (ValidationError, TypeError) as e:
+        msgs = (e.errors() if isinstance(e, ValidationError) else [{"loc": (), "msg": str(e)}])
+        raise SkillFormatError(f"{source}: " + "; ".join(
+            f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in msgs)) from e
+
+
+def _frontmatter(text: str, source: str) -> tuple[dict[str, Any], str]:
     try:
         post = frontmatter.loads(text)
     except (yaml.YAMLError, ValueError) as e:
@@ -87,28 +141,74 @@ def parse_skill_md(text: str, source: str = "<string>") -> SkillSpec:
     meta: dict[str, Any] = dict(post.metadata)
     if not meta:
         raise SkillFormatError(f"{source}: missing YAML frontmatter (--- ... ---)")
+    return meta, post.content
+
+
+def parse_skill_md(text: str, source: str = "<string>") -> SkillSpec:
+    """A candidate SKILL.md whose frontmatter carries both key sets (the student's format)."""
+    meta, body = _frontmatter(text, source)
+    _unknown_keys(meta, AGENT_SKILLS_KEYS + HASP_KEYS, source)
     if "skill_id" not in meta:
         raise SkillFormatError(f"{source}: frontmatter has no skill_id")
-    meta.setdefault("name", str(meta["skill_id"]).replace("_", "-"))
+    meta.setdefault("name", kebab(str(meta["skill_id"])))
     meta.setdefault("description", str(meta.get("system_summary", "")).strip())
-    try:
-        return SkillSpec(**meta, body=post.content)
-    except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors())
-        raise SkillFormatError(f"{source}: {msgs}") from e
+    return _build(meta, body, source)
 
 
-def load_skill_md(path: Path) -> SkillSpec:
+def load_skill(folder: Path) -> SkillSpec:
+    """The skill in ``folder``: SKILL.md (Agent Skills keys only) merged with hasp.yaml (HASP keys only)."""
+    md_path, hasp_path = folder / SKILL_FILE, folder / HASP_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        md_text = md_path.read_text(encoding="utf-8")
+        hasp_text = hasp_path.read_text(encoding="utf-8")
     except OSError as e:
-        raise SkillFormatError(f"{path}: cannot read: {e}") from e
-    return parse_skill_md(text, str(path))
+        raise SkillFormatError(f"{e.filename}: cannot read: {e.strerror}") from e
+    md_meta, body = _frontmatter(md_text, str(md_path))
+    _unknown_keys(md_meta, AGENT_SKILLS_KEYS, str(md_path))
+    try:
+        hasp_meta = yaml.safe_load(hasp_text) or {}
+    except yaml.YAMLError as e:
+        raise SkillFormatError(f"{hasp_path}: invalid YAML: {e}") from e
+    if not isinstance(hasp_meta, dict):
+        raise SkillFormatError(f"{hasp_path}: must be a YAML mapping")
+    _unknown_keys(hasp_meta, HASP_KEYS, str(hasp_path))
+    if "skill_id" not in hasp_meta:
+        raise SkillFormatError(f"{hasp_path}: no skill_id")
+    return _build({**hasp_meta, **md_meta}, body, str(folder))
+
+
+def _dump(meta: dict[str, Any]) -> str:
+    return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100)
+
+
+def _hasp_meta(spec: SkillSpec) -> dict[str, Any]:
+    meta = spec.model_dump(include=set(HASP_KEYS))
+    meta["phases"] = {k: {kk: vv for kk, vv in v.items() if vv not in ("", [], 0.0)}
+                      for k, v in meta["phases"].items()}
+    return {k: meta[k] for k in HASP_KEYS}
+
+
+def _agent_skills_meta(spec: SkillSpec, name: str) -> dict[str, Any]:
+    meta = spec.model_dump(include={"description", "license", "allowed_tools", "metadata", "compatibility"},
+                           by_alias=True)
+    return {"name": name, **{k: meta[k] for k in AGENT_SKILLS_KEYS[1:] if meta[k]}}
 
 
 def render_skill_md(spec: SkillSpec) -> str:
-    """Write a SkillSpec back as SKILL.md text (frontmatter + body)."""
-    meta = spec.model_dump(exclude={"body"}, exclude_defaults=False)
-    meta["phases"] = {k: {kk: vv for kk, vv in v.items() if vv not in ("", [], 0.0)}
-                      for k, v in meta["phases"].items()}
-    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n\n" + spec.body.strip() + "\n"
+    """The candidate format: one frontmatter with both key sets, then the body."""
+    meta = {**_agent_skills_meta(spec, spec.name or kebab(spec.skill_id)), **_hasp_meta(spec)}
+    return "---\n" + _dump(meta) + "---\n\n" + spec.body.strip() + "\n"
+
+
+def render_skill_folder(spec: SkillSpec, name: str) -> dict[str, str]:
+    """File name -> text of a skill folder named ``name`` (SKILL.md and hasp.yaml)."""
+    md = "---\n" + _dump(_agent_skills_meta(spec, name)) + "---\n\n" + spec.body.strip() + "\n"
+    return {SKILL_FILE: md, HASP_FILE: _dump(_hasp_meta(spec))}
+
+
+def write_skill_folder(folder: Path, spec: SkillSpec) -> Path:
+    """Write ``spec`` as a skill folder (SKILL.md + hasp.yaml) named ``folder``; its name becomes SKILL.md's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for file_name, text in render_skill_folder(spec, folder.name).items():
+        (folder / file_name).write_text(text, encoding="utf-8")
+    return folder

@@ -52,3 +52,14 @@ def teacher_objection(teacher: Teacher | None, prompt: str, *, who: str = "pf",
         return None
     why = " ".join(m.group("why").split())[:200]
     return why or default_reason
+
+
+_DIRECTIVE = re.compile(r"^\s*(ANSWER|SEARCH)\s*:\s*(.+)$", re.I | re.M)
+
+
+def teacher_directive(reply: str | None) -> tuple[str, str] | None:
+    """``("ANSWER" | "SEARCH", value)`` from the first ``ANSWER: ...`` / ``SEARCH: ...`` line of a
+    reply (value without quotes or brackets), or None: one reading of the repair replies
+    that teacher-assisted PFs ask for."""
+    m = _DIRECTIVE.search(reply or "")
+    return (m.group(1).upper(), m.group(2).strip().strip("'\"[]")) if m else None

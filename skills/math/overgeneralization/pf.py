@@ -4,8 +4,8 @@ condition (INJECT_CONTEXT)."""
 import re
 
 from hasp.domains.math.answers import parse_number
-from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.math.pf_bases import MathFindingsPF
+from hasp.pf import register_pf
 
 _PATTERN = re.compile(r"\b(pattern|it seems|seems to|appears to|presumably|conjecture|i guess|in general|"
                       r"this continues)\b", re.I)
@@ -75,16 +75,8 @@ def findings(ctx, arg):
 
 
 @register_pf("overgeneralization")
-class OvergeneralizationPF(ProgramFunction):
-    max_fires = 2
-
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not game24_numbers(ctx) and bool(findings(ctx, arg))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        found = findings(ctx, arg)
-        if not found:
-            return Intervention(type=InterventionType.NOOP, reason="no overgeneralization found")
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text="[PRECONDITION CHECK] " + " ".join(found),
-                            reason=f"{len(found)} unjustified generalization(s)")
+class OvergeneralizationPF(MathFindingsPF):
+    label = "[PRECONDITION CHECK]"
+    noun, quiet = "unjustified generalization(s)", "no overgeneralization found"
+    on_game24 = False
+    scan = staticmethod(findings)

@@ -1,0 +1,126 @@
+"""Check one skill folder the way a user needs before adding it to a library.
+
+Four checks, each reported separately so a failure says where to look:
+
+* ``agent_skills``: the Agent Skills rules, by the reference validator (``skills-ref``),
+  so the folder loads in other agent tools;
+* ``hasp``: HASP's closed schema (SKILL.md + hasp.yaml), the folder name that fits the
+  skill id and version, and phase conditions the skill's domain can evaluate;
+* ``pf_load``: the PF class registered under the skill id can be found and loaded;
+* ``exec``: Phase D's execution checks on mock step contexts. A folder under
+  ``generated/`` runs in the sandbox, as the library would run it; a seed folder is
+  trusted project code that the library imports in-process, so it is exercised
+  in-process unless the sandbox is asked for.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skills_ref import validate as agent_skills_errors
+
+from hasp.evolve.validate import SEARCH_ACTIONS, ExecReport, validate_candidate, validate_trusted
+from hasp.pf.conditions import invalid_phases
+from hasp.pf.layout import GENERATED_DIR, VERSION_DIR, folder_refusal
+from hasp.pf.library import import_trusted_pf
+from hasp.pf.pf_source import find_pf_class
+from hasp.pf.skill_md import SKILL_FILE, SkillFormatError, SkillSpec, load_skill
+
+CHECKS = ("agent_skills", "hasp", "pf_load", "exec")
+#: action types a domain's PFs are asked about (math and code answer in one FINAL step)
+DOMAIN_ACTIONS = {"search": SEARCH_ACTIONS}
+SINGLE_STEP_ACTIONS = ("FINAL",)
+
+
+@dataclass
+class FolderReport:
+    """Per check: "ok", "fail" or "skip"; the errors name the check they come from."""
+
+    path: str
+    skill_id: str = ""
+    mode: str = "-"  # how the PF was executed: sandbox / trusted / -
+    checks: dict[str, str] = field(default_factory=lambda: dict.fromkeys(CHECKS, "skip"))
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return "fail" not in self.checks.values()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    def _set(self, check: str, errors: list[str]) -> bool:
+        self.checks[check] = "fail" if errors else "ok"
+        self.errors += [f"{check}: {e}" for e in errors]
+        return not errors
+
+
+def skill_folders(path: Path) -> list[Path]:
+    """``path`` itself when it holds a SKILL.md, else every skill folder in it (a library)."""
+    if (path / SKILL_FILE).exists() or not path.is_dir():
+        return [path]
+    seeds = sorted(p for p in path.iterdir() if (p / SKILL_FILE).exists())
+    gen = path / GENERATED_DIR
+    return seeds + (sorted(p for p in gen.iterdir() if (p / SKILL_FILE).exists()) if gen.is_dir() else [])
+
+
+def _schema_errors(folder: Path, generated: bool) -> tuple[SkillSpec | None, list[str]]:
+    try:
+        spec = load_skill(folder)
+    except SkillFormatError as e:
+        return None, [str(e)]
+    errs = []
+    m = VERSION_DIR.match(folder.name)
+    version = int(m["n"]) if generated and m else spec.version
+    why = folder_refusal(folder, spec.skill_id, version, generated)
+    if why:
+        errs.append(why)
+    if generated and spec.version != version:
+        errs.append(f"hasp.yaml version {spec.version} != folder version {version}")
+    errs += list(invalid_phases(spec, spec.domain, f"{folder}/hasp.yaml").values())
+    return spec, errs
+
+
+def _exec_report(pf_path: Path, spec: SkillSpec, sandbox: bool, rep: FolderReport,
+                 timeout_s: float) -> ExecReport | None:
+    actions = DOMAIN_ACTIONS.get(spec.domain, SINGLE_STEP_ACTIONS)
+    source = pf_path.read_text(encoding="utf-8")
+    if sandbox:
+        rep.mode = "sandbox"
+        try:
+            found = find_pf_class(ast.parse(source), spec.skill_id)
+        except SyntaxError as e:
+            rep._set("pf_load", [f"{pf_path}: {e.msg} (line {e.lineno})"])
+            return None
+        rep._set("pf_load", [] if found else [f"{pf_path}: no @register_pf({spec.skill_id!r}) class"])
+        return validate_candidate(source, spec.skill_id, timeout_s=timeout_s, action_types=actions)
+    rep.mode = "trusted"
+    try:
+        pf = import_trusted_pf(pf_path, spec.skill_id)
+    except Exception as e:  # noqa: BLE001 - any import failure is the finding
+        rep._set("pf_load", [f"{type(e).__name__}: {e}"])
+        return None
+    rep._set("pf_load", [])
+    return validate_trusted(pf, action_types=actions)
+
+
+def check_folder(folder: Path, *, sandbox: bool | None = None, timeout_s: float = 10.0) -> FolderReport:
+    """All four checks for one folder; ``sandbox=None`` picks the library's rule (generated -> sandbox)."""
+    rep = FolderReport(path=str(folder))
+    generated = folder.parent.name == GENERATED_DIR
+    rep._set("agent_skills", agent_skills_errors(folder))
+    spec, errs = _schema_errors(folder, generated)
+    rep._set("hasp", errs)
+    if spec is None:
+        return rep
+    rep.skill_id = spec.skill_id
+    pf_path = folder / "pf.py"
+    if not pf_path.exists():
+        return rep  # a prompt-only skill: nothing to load or run
+    ex = _exec_report(pf_path, spec, generated if sandbox is None else sandbox, rep, timeout_s)
+    if ex is not None:
+        rep._set("exec", [] if ex.passed else ex.errors or [f"Q_exec {ex.q_exec}"])
+    return rep

@@ -1,0 +1,118 @@
+"""Shared PF shapes: a subclass says what to look for and what to say; the base does the rest.
+
+Why: most seed PFs are one of three shapes, and writing the shape out in every pf.py made
+the files differ only where they should not. The static analyses (``hasp.pf.equivalence``)
+read these bases as part of each subclass, so a ``HintPF`` whose ``hint`` is a literal is
+prompt-equivalent (A+B) exactly as if it had written ``intervene`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.teacher_ask import teacher_objection
+
+
+class HintPF(ProgramFunction):
+    """Fires on a condition (``should_activate``) and injects one fixed ``hint``."""
+
+    hint: ClassVar[str] = ""
+    #: the event's reason, shown in traces
+    why: ClassVar[str] = ""
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.hint, reason=self.why)
+
+
+class FindingsPF(ProgramFunction):
+    """Scans the ``trigger`` action; when ``scan`` lists problems, injects them as one text.
+
+    By default the text is ``label``, the findings and ``closing`` joined by spaces;
+    ``render`` builds it otherwise. ``applies`` rules out contexts the scan is not meant for.
+    """
+
+    trigger: ClassVar[str] = "FINAL"
+    label: ClassVar[str] = ""
+    closing: ClassVar[str] = ""
+    #: what one finding is, for the event's reason ("3 sign problem(s)")
+    noun: ClassVar[str] = "finding(s)"
+    #: the reason when asked to intervene with nothing found
+    quiet: ClassVar[str] = "nothing found"
+
+    def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+        raise NotImplementedError
+
+    def applies(self, ctx: dict[str, Any]) -> bool:
+        return True
+
+    def render(self, ctx: dict[str, Any], arg: str, found: list[Any]) -> str:
+        return " ".join(part for part in (self.label, *found, self.closing) if part)
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return action_type == self.trigger and self.applies(ctx) and bool(self.scan(ctx, arg))
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        found = self.scan(ctx, arg)
+        if not found:
+            return Intervention(type=InterventionType.NOOP, reason=self.quiet)
+        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.render(ctx, arg, found),
+                            reason=f"{len(found)} {self.noun}")
+
+
+class FinalCheckPF(ProgramFunction):
+    """One check of a proposed answer that serves both the FINAL hook and the handler vote.
+
+    ``problem`` returns what is wrong with an answer (None when nothing is); the PF fires on
+    FINAL when there is a problem, and ``check_final`` votes with ``objection(problem)``.
+    """
+
+    watches: ClassVar[tuple[str, ...]] = ("FINAL",)
+    max_fires: ClassVar[int | None] = 1
+    handler_kind: ClassVar[str | None] = "code"
+
+    def problem(self, ctx: dict[str, Any], answer: str) -> Any:
+        raise NotImplementedError
+
+    def objection(self, problem: Any) -> str:
+        return str(problem)
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return action_type == "FINAL" and self.problem(ctx, arg) is not None
+
+    def check_final(self, ctx: dict[str, Any], answer: str, teacher: Teacher | None = None) -> str | None:
+        found = self.problem(ctx, answer)
+        return None if found is None else self.objection(found)
+
+
+class TeacherVotePF(ProgramFunction):
+    """Fires on a FINAL when ``fires``; its handler vote asks the teacher to confirm ("llm" handler).
+
+    ``fires(ctx, answer)`` decides both; the vote asks the teacher ``teacher_question`` and
+    objects only when the teacher does, so a cheap heuristic never overrides an answer alone.
+    """
+
+    watches: ClassVar[tuple[str, ...]] = ("FINAL",)
+    max_fires: ClassVar[int | None] = 1
+    handler_kind: ClassVar[str | None] = "llm"
+
+    def fires(self, ctx: dict[str, Any], answer: str) -> bool:
+        raise NotImplementedError
+
+    def teacher_question(self, ctx: dict[str, Any], answer: str) -> str:
+        raise NotImplementedError
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return action_type == "FINAL" and bool(self.fires(ctx, arg))
+
+    def check_final(self, ctx: dict[str, Any], answer: str, teacher: Teacher | None = None) -> str | None:
+        if teacher is None or not self.fires(ctx, answer):
+            return None
+        return teacher_objection(teacher, self.teacher_question(ctx, answer), who=self.skill_id)
+
+
+class FinalHintPF(TeacherVotePF, HintPF):
+    """A ``TeacherVotePF`` whose intervention is one fixed ``hint``."""

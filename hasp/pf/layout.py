@@ -1,0 +1,77 @@
+"""Where a library keeps its skill versions on disk, and which version of each skill is active.
+
+Layout (per domain)::
+
+    skills/<domain>/<name>/SKILL.md + hasp.yaml + pf.py              seed skills (project code)
+    skills/<domain>/generated/<name>-v<N>/SKILL.md + hasp.yaml + ...  admitted versions
+    skills/<domain>/library_history.json                             every admission decision
+
+``<name>`` is the kebab form of the snake_case skill id, so every folder name equals its
+SKILL.md ``name`` as the Agent Skills spec requires. It is its own module because both the
+loader and the static analyses walk versions, and neither should import the other for it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hasp.pf.skill_md import SKILL_FILE, SkillFormatError, kebab, load_skill, snake
+
+GENERATED_DIR = "generated"
+#: an admitted version's folder: ``<name>-v<N>`` (``<name>`` itself may end in ``-v2``)
+VERSION_DIR = re.compile(r"^(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)-v(?P<n>\d+)$")
+SEED_DIR = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+
+Version = tuple[int, Path, bool]  # (version, folder, generated)
+
+
+def version_name(skill_id: str, version: int) -> str:
+    """Folder name (= SKILL.md name) of an admitted version."""
+    return f"{kebab(skill_id)}-v{version}"
+
+
+def _seed_version(folder: Path) -> int:
+    try:
+        return load_skill(folder).version
+    except SkillFormatError:
+        return 1
+
+
+def scan_versions(root: Path) -> dict[str, list[Version]]:
+    """All versions per skill id: (version, folder, generated)."""
+    out: dict[str, list[Version]] = {}
+    if not root.exists():
+        return out
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / SKILL_FILE).exists()):
+        if SEED_DIR.match(d.name):
+            out.setdefault(snake(d.name), []).append((_seed_version(d), d, False))
+    gen = root / GENERATED_DIR
+    if gen.exists():
+        for d in sorted(p for p in gen.iterdir() if p.is_dir()):
+            m = VERSION_DIR.match(d.name)
+            if m and (d / SKILL_FILE).exists():
+                out.setdefault(snake(m["name"]), []).append((int(m["n"]), d, True))
+    return out
+
+
+def active_versions(root: Path, include_generated: bool = True) -> dict[str, Version]:
+    """The version of each skill id that the loader activates: (version, folder, generated).
+
+    Highest version wins; a generated version beats a seed with the same number.
+    """
+    out: dict[str, Version] = {}
+    for base, versions in scan_versions(root).items():
+        if not include_generated:
+            versions = [v for v in versions if not v[2]]
+        if versions:
+            out[base] = max(versions, key=lambda t: (t[0], t[2]))
+    return out
+
+
+def folder_refusal(folder: Path, skill_id: str, version: int, generated: bool) -> str | None:
+    """Why ``folder``'s name does not fit the skill it holds (None when it does)."""
+    want = version_name(skill_id, version) if generated else kebab(skill_id)
+    if folder.name != want:
+        return f"{folder}: folder name {folder.name!r} != {want!r} (from skill_id {skill_id!r})"
+    return None
