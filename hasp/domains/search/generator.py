@@ -26,6 +26,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from hasp.domains.jsonl import json_objects
+
 __all__ = [
     "DEFAULT_FRACTIONS",
     "Benchmark",
@@ -569,15 +571,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | Path, *, seed: int | None =
 def _iter_jsonl(path: str | Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     p = Path(path)
     with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BenchmarkFormatError(f"{p}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise BenchmarkFormatError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        for lineno, row in json_objects(fh, p, BenchmarkFormatError):
             yield p, lineno, row
 
 
