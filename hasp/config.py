@@ -62,17 +62,20 @@ class LLMParams(EndpointParams):
 
 
 class AgentParams(_Strict):
+    # episode budgets
     max_steps: int = Field(5, ge=1, description="steps per episode before the budget ends it")
+    final_on_budget: bool = Field(True, description="out of steps without FINAL: one more turn that may "
+                                                    "only answer (no tools, no PFs)")
     max_search_calls: int = Field(3, ge=0, description="SEARCH actions allowed per episode")
     max_read_calls: int = Field(3, ge=0, description="READ actions allowed per episode")
+    max_modify_fires: int = Field(2, ge=0, description="per-PF MODIFY_ACTION limit per episode")
+    # policy sampling
     temperature: float = Field(0.0, ge=0, description="policy sampling temperature")
     max_tokens: int = Field(64, ge=8, description="policy reply budget per step")
+    # what the tools show
     top_k: int = Field(3, ge=1, description="search results shown per SEARCH")
     snippet_chars: int = Field(120, ge=20, description="characters of each search result shown")
     read_chars: int = Field(400, ge=50, description="characters of a READ document shown")
-    max_modify_fires: int = Field(2, ge=0, description="per-PF MODIFY_ACTION limit per episode")
-    final_on_budget: bool = Field(True, description="out of steps without FINAL: one more turn that may "
-                                                    "only answer (no tools, no PFs)")
 
 
 class HarnessParams(_Strict):
@@ -126,6 +129,8 @@ class EvolveParams(_Strict):
     # --- evolution modes and ablations (App. D.5, G.3); see hasp/evolve/gate.py for the gate table
     mode: Literal["lite", "full"] = Field("full", description="lite: sampled failures, <=3 proposals, "
                                           "compile check + id dedup only (no clustering/review/teacher)")
+    prefilter: bool = Field(False, description="Phase A in two stages: a cheap no-skills pass finds the failing "
+                                              "seed questions, the PF-aware rollout runs on those only")
     filtering: Literal["none", "exec", "teacher", "full"] = Field(
         "full", description="which phases gate admission: none (parse only), exec (Phase D), "
                             "teacher (Phase E), full (D + E + val gate)")
@@ -141,8 +146,6 @@ class EvolveParams(_Strict):
     summarizer_max_failures: int = Field(0, ge=0, description="failed trajectories summarized (0 = all)")
     lite_failures: int = Field(20, ge=1, description="lite mode: failed trajectories sampled")
     lite_max_candidates: int = Field(3, ge=0, description="lite mode: proposals per epoch")
-    prefilter: bool = Field(False, description="Phase A in two stages: a cheap no-skills pass finds the failing "
-                                              "seed questions, the PF-aware rollout runs on those only")
 
 
 class SignalParams(_Strict):

@@ -1,4 +1,4 @@
-"""Small text helpers shared by PFs, detectors and clustering (one copy of each)."""
+"""Small text helpers shared by PFs, detectors, clustering and the action and answer parsers (one copy of each)."""
 
 from __future__ import annotations
 
@@ -98,3 +98,19 @@ def _keyword_query(text: str, max_words: int) -> str:
     pairs = list(compress(zip(lows, words), map(not_, map(_QUERY_STOP.__contains__, lows))))
     spelling = dict(reversed(pairs))  # lower-case word -> its first spelling
     return " ".join(map(spelling.__getitem__, islice(dict.fromkeys(map(itemgetter(0), pairs)), max_words)))
+
+
+def balanced(text: str, start: int, open_ch: str, close_ch: str) -> tuple[str, int] | None:
+    """Content between ``text[start] == open_ch`` and its matching ``close_ch`` (and that closer's
+    index), or None when it never closes: nested pairs stay inside, so ``FINAL[(1+1+1)*8]`` and
+    ``\\boxed{\\frac{1}{2}}`` keep their inner brackets."""
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == open_ch:
+            depth += 1
+        elif c == close_ch:
+            depth -= 1
+            if depth == 0:
+                return text[start + 1:i], i
+    return None

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hasp.textutil import balanced
+
 ACTIONS = ("SEARCH", "READ", "FINAL")
 _ALIASES = {"ANSWER": "FINAL", "FINISH": "FINAL", "FINAL ANSWER": "FINAL", "FINAL_ANSWER": "FINAL",
             "LOOKUP": "SEARCH", "QUERY": "SEARCH", "OPEN": "READ"}
@@ -41,15 +43,9 @@ def _bracketed(text: str) -> _Match | None:
     """First NAME[...] with *balanced* brackets, so FINAL[(1+1+1)*8] keeps its parentheses."""
     for m in _OPEN.finditer(text):
         opener = m.group(2)
-        closer, depth = _CLOSE[opener], 0
-        for j in range(m.end() - 1, len(text)):
-            ch = text[j]
-            if ch == opener:
-                depth += 1
-            elif ch == closer:
-                depth -= 1
-                if depth == 0:
-                    return _Match(m.start(), m.group(1), text[m.end():j])
+        closed = balanced(text, m.end() - 1, opener, _CLOSE[opener])
+        if closed is not None:
+            return _Match(m.start(), m.group(1), closed[0])
         line_end = text.find("\n", m.end())  # unclosed: take the rest of the line
         arg = text[m.end(): line_end if line_end >= 0 else len(text)]
         return _Match(m.start(), m.group(1), arg)

@@ -108,6 +108,14 @@ def _task_id(path: Path, n: int, row: dict[str, Any]) -> str:
     return str(v)
 
 
+def _problems(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """(row number, record, task id) for every record: every format is a JSON object per problem
+    keyed by ``task_id``, so each loader starts from a checked record."""
+    for n, row in _rows(path):
+        row = _need_dict(path, n, row)
+        yield n, row, _task_id(path, n, row)
+
+
 def _parse_quietly(src: str) -> ast.Module:
     """``ast.parse`` without the SyntaxWarnings/DeprecationWarnings old dataset code triggers."""
     with warnings.catch_warnings():
@@ -142,9 +150,7 @@ def load_humaneval(path: str | Path | None = None) -> list[CodeItem]:
     """HumanEval (164 problems) from the package, or a file in the same format."""
     path = Path(path) if path is not None else humaneval_path()
     items: list[CodeItem] = []
-    for n, row in _rows(path):
-        row = _need_dict(path, n, row)
-        tid = _task_id(path, n, row)
+    for n, row, tid in _problems(path):
         prompt = _need_str(path, n, row, "prompt")
         entry = _need_str(path, n, row, "entry_point")
         body = _need_str(path, n, row, "canonical_solution", empty_ok=True)
@@ -194,9 +200,7 @@ def load_mbpp(path: str | Path, *, include_challenge: bool = False) -> list[Code
     """MBPP in its original jsonl format (``text, code, task_id, test_setup_code, test_list``)."""
     path = Path(path)
     items: list[CodeItem] = []
-    for n, row in _rows(path):
-        row = _need_dict(path, n, row)
-        tid = _task_id(path, n, row)
+    for n, row, tid in _problems(path):
         text = _need_str(path, n, row, "text")
         code = _need_str(path, n, row, "code").replace("\r\n", "\n")
         setup = row.get("test_setup_code", "") or ""
@@ -394,9 +398,7 @@ def load_evalplus(path: str | Path, *, include_plus: bool = False) -> list[CodeI
     ``base_input`` (and ``plus_input`` with ``include_plus``)."""
     path = Path(path)
     items: list[CodeItem] = []
-    for n, row in _rows(path):
-        row = _need_dict(path, n, row)
-        tid = _task_id(path, n, row)
+    for n, row, tid in _problems(path):
         prompt = _need_str(path, n, row, "prompt")
         entry = _need_str(path, n, row, "entry_point")
         if not entry.isidentifier():

@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from hasp.domains.math.game24 import evaluate_arithmetic
+from hasp.textutil import balanced
 
 __all__ = [
     "ArithmeticClaim", "answers_equivalent", "arithmetic_claims", "clean_answer", "extract_final_answer",
@@ -38,25 +39,11 @@ _MAX_SYMPY_CHARS = 120
 # ----------------------------------------------------------------------------- extraction
 
 
-def _balanced(text: str, start: int, open_ch: str, close_ch: str) -> tuple[str, int] | None:
-    """Content between ``text[start] == open_ch`` and its matching ``close_ch`` (and end index)."""
-    depth = 0
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == open_ch:
-            depth += 1
-        elif c == close_ch:
-            depth -= 1
-            if depth == 0:
-                return text[start + 1:i], i
-    return None
-
-
 def _last_command(text: str, command: str) -> str | None:
     """Argument of the last ``\\command{…}`` (balanced braces), or None."""
     found = None
     for m in re.finditer(re.escape(command) + r"\s*\{", text):
-        got = _balanced(text, m.end() - 1, "{", "}")
+        got = balanced(text, m.end() - 1, "{", "}")
         if got is not None:
             found = got[0]
     return found
@@ -89,7 +76,7 @@ def extract_final_answer(text: str | None) -> str | None:
     text = text or ""
     found = None
     for m in _FINAL.finditer(text):
-        got = _balanced(text, m.end() - 1, "[", "]")
+        got = balanced(text, m.end() - 1, "[", "]")
         if got is not None:
             found = got[0]
         else:  # unbalanced: take the rest of the line
@@ -341,7 +328,7 @@ def _as_list(s: str) -> tuple[list[str], bool] | None:
     body = s[2:-2] if unordered else s
     if not unordered and len(body) >= 2 and body[0] + body[-1] in ("()", "[]"):
         inner = body[1:-1]
-        if _balanced(body, 0, body[0], body[-1]) == (inner, len(body) - 1):
+        if balanced(body, 0, body[0], body[-1]) == (inner, len(body) - 1):
             body = inner
     if _GROUPED.match(body.replace(" ", "")):
         return None

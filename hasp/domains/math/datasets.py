@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hasp.domains.jsonl import json_objects
 from hasp.domains.math.game24 import TARGET, solvable_tuples
 
 __all__ = [
@@ -153,16 +154,7 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     except OSError as e:
         raise MathDataError(f"{path}: cannot read: {e}") from None
     with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise MathDataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise MathDataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            yield lineno, row
+        yield from json_objects(fh, path, MathDataError)
 
 
 def _row_error(path: Path, row_no: int, exc: Exception) -> MathDataError:

@@ -18,6 +18,9 @@ from .generator import (
 from .metrics import exact_match, f1, normalize_answer
 
 __all__ = [
-    "DEFAULT_FRACTIONS", "Benchmark", "BenchmarkFormatError", "QAItem", "exact_match", "f1",
-    "generate_benchmark", "load_corpus", "load_questions", "normalize_answer", "split", "write_benchmark",
+    # the generated benchmark: its types, how it is made, split and written, and how files are read back
+    "DEFAULT_FRACTIONS", "Benchmark", "BenchmarkFormatError", "QAItem",
+    "generate_benchmark", "split", "write_benchmark", "load_corpus", "load_questions",
+    # answer scoring
+    "exact_match", "f1", "normalize_answer",
 ]

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hasp.domains.jsonl import json_objects
+
 from .generator import BenchmarkFormatError, QAItem
 
 __all__ = [
@@ -137,17 +139,8 @@ def _iter_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield where, row
         return
     with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BenchmarkFormatError(f"{where}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise BenchmarkFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield where, row
+        for lineno, row in json_objects(fh, p, BenchmarkFormatError):
+            yield f"{p}:{lineno}", row
 
 
 def _require_str(row: Mapping[str, Any], key: str, where: str) -> str:

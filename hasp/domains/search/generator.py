@@ -26,6 +26,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from hasp.domains.jsonl import json_objects
+
 __all__ = [
     "DEFAULT_FRACTIONS",
     "Benchmark",
@@ -223,6 +225,14 @@ def _counts(n: int) -> dict[str, int]:
             "company": n_company, "band": n_band, "person": n_person}
 
 
+# kind led by one person -> (the leader's role, which is also the relation to them; home-city
+# relation; founding-year attribute; the leader's age range at founding; category attribute and values)
+_LED: dict[str, tuple[str, str, str, tuple[int, int], str, Sequence[str]]] = {
+    "company": ("founder", "hq", "founded", (22, 45), "industry", _INDUSTRIES),
+    "band": ("lead_singer", "origin", "formed", (17, 30), "genre", _GENRES),
+}
+
+
 def _build_world(rng: random.Random, n_entities: int, lookalike_rate: float = 0.25) -> _World:
     w = _World(rng)
     for kind, count in _counts(n_entities).items():
@@ -267,18 +277,14 @@ def _build_world(rng: random.Random, n_entities: int, lookalike_rate: float = 0.
                 p.attrs["birth_year"] = rng.randrange(1900, 1990)
             while len(cities) > 1 and p.rels["birthplace"] == q.rels["birthplace"]:
                 p.rels["birthplace"] = rng.choice(cities).key
-    for co in companies:
-        f = pool.pop()
-        co.rels["founder"], f.attrs["role"] = f.key, ("founder", co.key)
-        co.rels["hq"] = rng.choice(cities).key
-        co.attrs["founded"] = rng.randrange(f.attrs["birth_year"] + 22, min(f.attrs["birth_year"] + 45, 2024))
-        co.attrs["industry"] = rng.choice(_INDUSTRIES)
-    for b in bands:
-        s = pool.pop()
-        b.rels["lead_singer"], s.attrs["role"] = s.key, ("lead_singer", b.key)
-        b.rels["origin"] = rng.choice(cities).key
-        b.attrs["formed"] = rng.randrange(s.attrs["birth_year"] + 17, min(s.attrs["birth_year"] + 30, 2024))
-        b.attrs["genre"] = rng.choice(_GENRES)
+    for org in companies + bands:
+        role, place, year, (young, old), category, values = _LED[org.kind]
+        lead = pool.pop()
+        org.rels[role], lead.attrs["role"] = lead.key, (role, org.key)
+        org.rels[place] = rng.choice(cities).key
+        born = lead.attrs["birth_year"]
+        org.attrs[year] = rng.randrange(born + young, min(born + old, 2024))
+        org.attrs[category] = rng.choice(values)
     for c in cities:
         if pool and rng.random() < 0.5:
             m = pool.pop()
@@ -317,12 +323,49 @@ def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
+# kind -> (relation whose wrong value a document denies, that denial, the look-alike warning);
+# only these kinds have look-alikes
+_CONTRASTS: dict[str, tuple[str | None, str, str]] = {
+    "person": ("birthplace", "Contrary to some accounts, {n} was not born in {wrong}.",
+               "{n} should not be confused with {look}."),
+    "company": ("hq", "{n} is not headquartered in {wrong}, although it runs an office there.",
+                "It is unrelated to {look}."),
+    "band": ("origin", "The band was not formed in {wrong}, where it recorded its debut album.",
+             "{n} is often mistaken for {look}."),
+    "city": (None, "", "{n} is not to be confused with {look}."),
+}
+
+
+def _contrast(w: _World, e: _Entity) -> list[str]:
+    """The sentences a confused reader trips on: a denied wrong city (the look-alike's own when
+    there is one) and a warning naming the look-alike."""
+    if e.kind not in _CONTRASTS:
+        return []
+    rel, denial, warning = _CONTRASTS[e.kind]
+    look = w.entities[e.lookalike] if e.lookalike is not None else None
+    out: list[str] = []
+    if rel is not None:
+        wrong = _other(w.rng, w.by_kind("city"), e.rels[rel], prefer=look.rels[rel] if look else None)
+        if wrong is not None:
+            out.append(denial.format(n=e.name, wrong=wrong.name))
+    if look is not None:
+        out.append(warning.format(n=e.name, look=look.name))
+    return out
+
+
+def _stated(w: _World, e: _Entity, rel: str, says: str, otherwise: str | None = None) -> list[str]:
+    """The sentence for a relation an entity may lack: ``says`` with ``{x}`` the related name, else
+    ``otherwise`` (nothing when None); ``{n}`` is the entity's name and ``{pr}`` a person's pronoun."""
+    fill = {"n": e.name, "pr": e.attrs.get("pronoun", "")}
+    if rel in e.rels:
+        return [says.format(x=w.entities[e.rels[rel]].name, **fill)]
+    return [otherwise.format(**fill)] if otherwise is not None else []
+
+
 def _render(w: _World, e: _Entity) -> str:
     """Intro sentence first (what the snippet shows), remaining sentences in seeded order."""
     rng, E = w.rng, w.entities
     n = e.name
-    cities = w.by_kind("city")
-    look = E[e.lookalike] if e.lookalike is not None else None
     intro: str
     body: list[str] = []
     if e.kind == "person":
@@ -331,12 +374,8 @@ def _render(w: _World, e: _Entity) -> str:
         intro = (f"{n} (born {a['birth_day']} {a['birth_month']} {a['birth_year']} in {bp.name}) "
                  f"is {_article(a['occupation'])} {a['occupation']}.")
         body.append(f"{pr} is a citizen of {E[e.rels['nationality']].name}.")
-        if "spouse" in e.rels:
-            body.append(f"{pr} is married to {E[e.rels['spouse']].name}.")
-        else:
-            body.append(f"{pr} has never married.")
-        if "employer" in e.rels:
-            body.append(f"{pr} works for {E[e.rels['employer']].name}.")
+        body += _stated(w, e, "spouse", "{pr} is married to {x}.", otherwise="{pr} has never married.")
+        body += _stated(w, e, "employer", "{pr} works for {x}.")
         role = a.get("role")
         if role and role[0] == "founder":
             body.append(f"In {E[role[1]].attrs['founded']}, {n} founded {E[role[1]].name}.")
@@ -344,43 +383,23 @@ def _render(w: _World, e: _Entity) -> str:
             body.append(f"{n} is the lead singer of the band {E[role[1]].name}.")
         elif role and role[0] == "mayor":
             body.append(f"{n} serves as the mayor of {E[role[1]].name}.")
-        wrong = _other(rng, cities, bp.key, prefer=look.rels["birthplace"] if look else None)
-        if wrong is not None:
-            body.append(f"Contrary to some accounts, {n} was not born in {wrong.name}.")
-        if look is not None:
-            body.append(f"{n} should not be confused with {look.name}.")
     elif e.kind == "company":
         f, hq = E[e.rels["founder"]], E[e.rels["hq"]]
         intro = f"{n} is {e.attrs['industry']} founded in {e.attrs['founded']} by {f.name}."
         body.append(f"The company is headquartered in {hq.name}.")
-        wrong = _other(rng, cities, hq.key, prefer=look.rels["hq"] if look else None)
-        if wrong is not None:
-            body.append(f"{n} is not headquartered in {wrong.name}, although it runs an office there.")
-        if look is not None:
-            body.append(f"It is unrelated to {look.name}.")
     elif e.kind == "band":
         s, o = E[e.rels["lead_singer"]], E[e.rels["origin"]]
         genre = e.attrs["genre"]
         intro = f"{n} is {_article(genre)} {genre} band formed in {o.name} in {e.attrs['formed']}."
         body.append(f"The lead singer of {n} is {s.name}.")
-        wrong = _other(rng, cities, o.key, prefer=look.rels["origin"] if look else None)
-        if wrong is not None:
-            body.append(f"The band was not formed in {wrong.name}, where it recorded its debut album.")
-        if look is not None:
-            body.append(f"{n} is often mistaken for {look.name}.")
     elif e.kind == "city":
         co = E[e.rels["country"]]
         intro = f"{n} is a city located in {co.name}, founded in {e.attrs['founded']}."
-        if "river" in e.rels:
-            body.append(f"The {E[e.rels['river']].name} flows through {n}.")
-        else:
-            body.append(f"No major river flows through {n}.")
-        if "mayor" in e.rels:
-            body.append(f"The current mayor of {n} is {E[e.rels['mayor']].name}.")
+        body += _stated(w, e, "river", "The {x} flows through {n}.",
+                        otherwise="No major river flows through {n}.")
+        body += _stated(w, e, "mayor", "The current mayor of {n} is {x}.")
         if co.rels.get("capital") == e.key:
             body.append(f"{n} is the capital of {co.name}.")
-        if look is not None:
-            body.append(f"{n} is not to be confused with {look.name}.")
     elif e.kind == "country":
         cap = E[e.rels["capital"]]
         intro = f"{n} is a country whose capital is {cap.name}."
@@ -393,6 +412,7 @@ def _render(w: _World, e: _Entity) -> str:
         intro = f"The {n} is a river, {e.attrs['length']} kilometres long, which rises in {src.name}."
         through = [c.name for c in w.by_kind("city") if c.rels.get("river") == e.key]
         body.append(f"It flows through {_join(through)}." if through else "It flows through no major city.")
+    body += _contrast(w, e)
     rng.shuffle(body)
     return " ".join([intro, *body])
 
@@ -569,15 +589,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | Path, *, seed: int | None =
 def _iter_jsonl(path: str | Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     p = Path(path)
     with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BenchmarkFormatError(f"{p}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise BenchmarkFormatError(f"{p}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        for lineno, row in json_objects(fh, p, BenchmarkFormatError):
             yield p, lineno, row
 
 
