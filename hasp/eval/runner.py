@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hasp.agent.loop import Policy
 from hasp.agent.rollout import run_many, write_trajectories
@@ -38,9 +38,9 @@ from hasp.records import Trajectory
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One column of the comparison: ``variant`` run by ``policy`` (None: the evaluation's policy)."""
+class Arm(NamedTuple):
+    """One column of the comparison: ``variant`` run by ``policy`` (None: the evaluation's policy).
+    A named tuple: built positionally at every call site, compared and hashed by value."""
 
     label: str
     variant: Variant
