@@ -18,7 +18,7 @@ PKG = ROOT / "hasp"
 
 #: top to bottom; a package imports only from its own layer or below
 LAYERS: dict[str, tuple[str, ...]] = {
-    "cli": ("hasp.cli", "hasp.skills_cli", "hasp.evolve_cli"),
+    "cli": ("hasp.cli",),
     "apps": ("hasp.evolve", "hasp.train", "hasp.eval"),
     "domains": ("hasp.domains",),
     "agent": ("hasp.agent",),

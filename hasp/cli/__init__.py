@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from hasp.skills_cli import skills_app
+from hasp.cli.skills import skills_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -32,7 +32,7 @@ for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve
                   (track_app, "track"), (skills_app, "skills")):
     app.add_typer(sub, name=name)
 
-from hasp.evolve_cli import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
+from hasp.cli.evolve import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
 
 _register_evolve_commands(evolve_app)
 
@@ -256,7 +256,7 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
     """Run one full evolution epoch (Prefect flow) on the embedded model and print the results."""
     import time
 
-    from hasp.evolve_cli import run_epoch_flow
+    from hasp.cli.evolve import run_epoch_flow
     from hasp.track.mlflow_run import tracking_uri
 
     t0 = time.perf_counter()
