@@ -154,18 +154,26 @@ class Progress:
 
 
 def summary_line(summary: object, *, limit: int = 6) -> str:
-    """The scalar fields of a phase summary as ``key=value`` pairs: the one-line result a user
-    reads between phases (floats to three digits; nested values are left to the summary file)."""
+    """The scalar fields of a phase summary as ``key=value`` pairs, one level of nesting flattened
+    (``counts.train=4``): the one-line result a user reads between phases (floats to three digits;
+    anything deeper is left to the summary file)."""
     if not isinstance(summary, dict):
         return str(summary)
+
+    def scalars(d: dict, prefix: str = ""):  # noqa: ANN202
+        for k, v in d.items():
+            if isinstance(v, dict) and not prefix:
+                yield from scalars(v, f"{k}.")
+            elif isinstance(v, float) and not isinstance(v, bool):
+                yield f"{prefix}{k}={v:.3f}"
+            elif isinstance(v, (int, str)) and not isinstance(v, bool) and len(str(v)) <= 40:
+                yield f"{prefix}{k}={v}"
+            elif isinstance(v, bool) and v:
+                yield f"{prefix}{k}"
+
     parts = []
-    for k, v in summary.items():
-        if isinstance(v, bool) or v is None:
-            continue
-        if isinstance(v, float):
-            parts.append(f"{k}={v:.3f}")
-        elif isinstance(v, (int, str)) and len(str(v)) <= 40:
-            parts.append(f"{k}={v}")
+    for part in scalars(summary):
+        parts.append(part)
         if len(parts) >= limit:
             break
     return ", ".join(parts) if parts else "done"

@@ -94,3 +94,11 @@ def test_run_many_counts_episodes_as_they_finish_and_keeps_input_order(capsys) -
     t.join()
     assert out == [0, 10, 20]
     assert "1/3 episodes" in "".join(seen_counts)
+
+
+def test_summary_line_flattens_one_level_and_formats_numbers() -> None:
+    from hasp.progress import summary_line
+
+    assert summary_line({"counts": {"train": 4, "test": 4}, "hops": {2: 7}}) == "counts.train=4, counts.test=4, hops.2=7"
+    assert summary_line({"em": 0.25, "skipped": True, "nested": {"deep": {"x": 1}}}) == "em=0.250, skipped"
+    assert summary_line({}) == "done" and summary_line("abc123") == "abc123"
