@@ -28,7 +28,7 @@ from hasp.evolve.gate import epoch_phases, static_exec
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
-from hasp.progress import Pipeline
+from hasp.progress import Pipeline, phase_result
 from tasks import phases
 from tasks.cache import content_hash, key_of, module_closure
 
@@ -308,10 +308,10 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
         for i in ran:
             ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0), pipe=pipe)
             per_epoch.append(ph)
-            print(f"epoch {i}: proposed {ph['propose']['proposed']}, admitted {ph['admit']['admitted']}, "
-                  f"library {ph['admit']['library_size']}, val EM {ph['val_after']['em']:.3f}"
-                  + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
-                     if ph["frontier"]["rolled_back_to"] is not None else ""))
+            phase_result(f"epoch {i}", f"proposed {ph['propose']['proposed']}, admitted {ph['admit']['admitted']}, "
+                         f"library {ph['admit']['library_size']}, val EM {ph['val_after']['em']:.3f}"
+                         + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
+                            if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
             k = key_of(code, keys.data_h, content_hash(lib), p.section_hash("agent", "llm", "harness"), *keys_model)
             eval_res = pipe.run("evaluate", phases.evaluate.with_options(

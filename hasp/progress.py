@@ -24,6 +24,14 @@ from typing import TextIO
 __all__ = ["Pipeline", "Progress", "format_duration", "phase_result", "progress_enabled", "summary_line"]
 
 
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Write one line straight to the stream. Not ``print``: a Prefect flow with ``log_prints``
+    turns prints into log records, which its logging level (WARNING by default here) then drops."""
+    out = stream or sys.stderr
+    out.write(text + "\n")
+    out.flush()
+
+
 def progress_enabled() -> bool:
     return os.environ.get("HASP_PROGRESS", "1").strip().lower() not in ("0", "false", "no", "off")
 
@@ -42,7 +50,7 @@ def phase_result(name: str, result: str, *, elapsed_s: float | None = None,
     if not progress_enabled():
         return
     took = f" [{format_duration(elapsed_s)}]" if elapsed_s is not None else ""
-    print(f"✓ {name}: {result}{took}", file=stream or sys.stderr, flush=True)
+    _say(f"✓ {name}: {result}{took}", stream)
 
 
 class Progress:
@@ -97,7 +105,7 @@ class Progress:
     def start(self) -> Progress:
         if not self._enabled:
             return self
-        print(f"▶ {self.name}: {self.total} {self.unit}", file=self._stream, flush=True)
+        _say(f"▶ {self.name}: {self.total} {self.unit}", self._stream)
         self._thread = threading.Thread(target=self._beat, name=f"progress:{self.name}", daemon=True)
         self._thread.start()
         return self
@@ -130,8 +138,8 @@ class Progress:
             return
         self._stop.set()
         if self._enabled:
-            print(f"✗ {self.name}: stopped after {self.done}/{self.total} {self.unit} "
-                  f"[{format_duration(self.elapsed())}]: {type(exc).__name__}", file=self._stream, flush=True)
+            _say(f"✗ {self.name}: stopped after {self.done}/{self.total} {self.unit} "
+                 f"[{format_duration(self.elapsed())}]: {type(exc).__name__}", self._stream)
 
     # ----------------------------------------------------------------------------- output
     def _emit(self, *, force: bool = False) -> None:
@@ -143,7 +151,7 @@ class Progress:
             self._stream.flush()
             self._last_print = now
         elif force or now - self._last_print >= self._min_interval_s:
-            print(self.line(), file=self._stream, flush=True)
+            _say(self.line(), self._stream)
             self._last_print = now
 
     def _beat(self) -> None:
@@ -196,8 +204,7 @@ class Pipeline:
         self.index += 1
         label = f"[{self.index}/{self.total}] {self.title}: {name}"
         if progress_enabled():
-            print(f"▶ {label} (run elapsed {format_duration(self._clock() - self._start)})",
-                  file=self._stream or sys.stderr, flush=True)
+            _say(f"▶ {label} (run elapsed {format_duration(self._clock() - self._start)})", self._stream)
         t0 = self._clock()
         result = fn(*args, **kwargs)
         phase_result(label, describe(result), elapsed_s=self._clock() - t0, stream=self._stream)
