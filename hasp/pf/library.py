@@ -62,6 +62,11 @@ class SkillLibrary:
         """Active PFs, highest priority first (the dispatcher's evaluation order)."""
         return [s.pf for s in self.skills if s.pf is not None]
 
+    def known_ids(self) -> set[str]:
+        """Loaded skill ids plus those present on disk: a skill that failed to load is already in
+        ``load_errors``, so a reference to it is not also reported as an unknown id."""
+        return set(self.ids) | set(scan_versions(self.root))
+
     def content_hash(self) -> str:
         return library_hash(self.root)
 
