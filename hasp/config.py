@@ -27,8 +27,14 @@ def default_of(model: type[BaseModel], name: str) -> Any:
     return model.model_fields[name].get_default(call_default_factory=True)
 
 
+#: largest seed every RNG in the stack accepts (numpy's legacy seeding is 32-bit unsigned); a
+#: negative seed is refused here rather than deep inside a run, where numpy would reject it
+SEED_MAX = 2**32 - 1
+
+
 class DataParams(_Strict):
-    seed: int = Field(7, description="generator seed for the multi-hop benchmark")
+    seed: int = Field(7, ge=0, le=SEED_MAX, description="generator seed for the multi-hop benchmark "
+                                                        "(0..2^32-1, the range numpy and torch accept)")
     n_questions: int = Field(30, ge=6, description="questions generated (split into train/val/test)")
     fractions: tuple[float, float, float] = Field(
         (0.4, 0.2, 0.4), description="train (evolution seed split) / val / test")
@@ -149,7 +155,9 @@ class EvolveParams(_Strict):
 
 
 class SignalParams(_Strict):
-    reward_floor: float = Field(0.25, description="training rows below this reward are dropped")
+    reward_floor: float = Field(0.25, ge=-1, le=1, description="training rows whose step reward A_t is below "
+                                "this are dropped; A_t is a weighted mean of coarse signals in [-1, 1], so "
+                                "-1 keeps every row and a floor outside [-1, 1] would keep all or none")
 
 
 class SFTParams(_Strict):
@@ -173,7 +181,8 @@ class SFTParams(_Strict):
     gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
     max_length: int = Field(512, ge=64, description="max tokens of prompt+target; older history turns are "
                                                     "dropped to fit")
-    seed: int = Field(0, description="seed for LoRA init, data order and dropout")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for LoRA init, data order and dropout "
+                                                       "(0..2^32-1)")
     weighting: Literal["loss", "oversample", "none"] = Field(
         "loss", description="how the step advantage A_t is honoured: per-row loss weight, oversampling, "
                             "or ignored")
@@ -208,7 +217,8 @@ class EvalParams(_Strict):
     n_test: int = Field(200, ge=1, description="first N rows of a benchmark file are its test set")
     n_seed: int = Field(50, ge=0, description="seed pool drawn from the shuffled tail")
     n_val: int = Field(50, ge=0, description="val pool drawn from the shuffled tail")
-    split_seed: int = Field(42, description="shuffle seed of the tail")
+    split_seed: int = Field(42, ge=0, le=SEED_MAX, description="shuffle seed of the tail (0..2^32-1; "
+                                                              "a negative seed is almost always a typo)")
     teacher_snippets: bool = Field(False, description="SEARCH returns a teacher-written snippet, READ is "
                                                       "disabled")
     snippet_max_tokens: int = Field(200, ge=16, description="reply budget of a teacher snippet")

@@ -31,6 +31,25 @@ def test_a_bad_params_file_is_one_error_line_and_exit_2(tmp_path, capsys, text, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("key, value, bound", [
+    ("signals.reward_floor", -5, "greater than or equal to -1"),
+    ("signals.reward_floor", 1.5, "less than or equal to 1"),
+    ("eval.split_seed", -3, "greater than or equal to 0"),
+    ("data.seed", -1, "greater than or equal to 0"),
+    ("train.seed", 2**32, "less than or equal to 4294967295"),
+])
+def test_out_of_range_reward_floor_and_seeds_are_refused_naming_the_key(key, value, bound):
+    with pytest.raises(ParamsError) as e:
+        load_params(ROOT / "params.yaml", {key: value})
+    assert f"{key}: Input should be {bound}" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [("signals.reward_floor", -1), ("signals.reward_floor", 1),
+                                        ("eval.split_seed", 0), ("train.seed", 2**32 - 1)])
+def test_reward_floor_and_seed_bounds_are_inclusive(key, value):
+    load_params(ROOT / "params.yaml", {key: value})
+
+
 def test_an_empty_params_file_means_the_schema_defaults(tmp_path):
     (tmp_path / "p.yaml").write_text("")
     assert load_params(tmp_path / "p.yaml") == Params() == load_params(None)

@@ -41,6 +41,24 @@ def test_bad_harness_values_fail_naming_the_key(key, value):
         load_params(ROOT / "params.yaml", {key: value})
 
 
+@pytest.mark.parametrize("key", ["mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs"])
+def test_an_unknown_pf_id_in_params_is_an_error_naming_the_key(key):
+    from hasp.agent.harness import Harness
+    from hasp.agent.variants import get_variant
+
+    lib = load_library(ROOT / "skills" / "search")
+    try:
+        hp = load_params(ROOT / "params.yaml", {f"harness.{key}": ["premature_final", "no_such_skill"]}).harness
+        with pytest.raises(ParamsError, match=rf"^harness\.{key}: unknown skill id\(s\) no_such_skill \(not in the "
+                                              r"search library at .*skills/search\)$"):
+            Harness(lib, get_variant("pf"), hp)
+        Harness(lib, get_variant("pf"), load_params(ROOT / "params.yaml").harness)  # the shipped ids all exist
+        Harness(library(skill("premature_final", VotingPFDouble("x"))), get_variant("pf"),
+                HarnessParams())  # schema defaults are not checked: a small library lacks them by design
+    finally:
+        lib.close()
+
+
 # ----------------------------------------------------------------------------- question cues
 def test_question_kinds():
     assert QuestionFeatures.of(MULTI).kind == "multi_hop"
@@ -205,7 +223,7 @@ def test_invalid_conditions_are_format_errors(cond, msg):
 def test_unknown_condition_is_reported_at_library_load(tmp_path):
     root = tmp_path / "search"
     write_skill_folder(root / "bad-skill", parse_skill_md(
-        "---\nskill_id: bad_skill\nphases:\n  pre_final:\n    conditions: [no_raed_yet]\n"
+        "---\nskill_id: bad_skill\ndescription: d\nphases:\n  pre_final:\n    conditions: [no_raed_yet]\n"
         "    text: read first\n---\nbody\n"))
     lib = load_library(root, "search")
     assert lib.ids == [] and "unknown condition 'no_raed_yet'" in lib.load_errors[0]
@@ -217,7 +235,7 @@ def test_unknown_condition_is_reported_at_library_load(tmp_path):
 def test_generated_skill_with_unknown_condition_loses_only_that_phase(tmp_path):
     root = tmp_path / "search"
     write_skill_folder(root / "generated" / "gen-skill-v1", parse_skill_md(
-        "---\nskill_id: gen_skill\nphases:\n  pre_final:\n    conditions: [invented_cond]\n"
+        "---\nskill_id: gen_skill\ndescription: d\nphases:\n  pre_final:\n    conditions: [invented_cond]\n"
         "    text: x\n  post_search:\n    conditions: [has_results]\n    text: y\n---\n"))
     lib = load_library(root, "search")
     assert lib.ids == ["gen_skill"] and set(lib.skills[0].spec.phases) == {"post_search"}

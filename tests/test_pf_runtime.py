@@ -227,3 +227,48 @@ def test_a_typo_key_is_refused_with_one_line_naming_file_and_key(tmp_path):
         load_skill(folder)
     lib = load_library(folder.parent)
     assert lib.ids == [] and f"{md}: unknown key 'version'" in lib.load_errors[0]
+
+
+@pytest.mark.parametrize("file_name", ["SKILL.md", "hasp.yaml"])
+def test_a_binary_skill_file_is_one_load_error_naming_it(tmp_path, file_name):
+    root = tmp_path / "search"
+    shutil.copytree(SEED, root)
+    bad = root / "premature-final" / file_name
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary")
+    with pytest.raises(SkillFormatError, match=rf"^{bad}: not UTF-8 text"):
+        load_skill(bad.parent)
+    lib = load_library(root)
+    try:
+        errors = [e for e in lib.load_errors if str(bad) in e]
+        assert len(errors) == 1 and "\n" not in errors[0] and "not UTF-8 text" in errors[0]
+        assert "premature_final" not in lib.ids and "retrieval_failure" in lib.ids
+    finally:
+        lib.close()
+
+
+def test_a_broken_generated_version_falls_back_to_the_working_one(tmp_path):
+    root = tmp_path / "search"
+    shutil.copytree(SEED, root)
+    gen = write_skill_folder(root / "generated" / "premature-final-v2",
+                             load_skill(SEED / "premature-final").model_copy(update={"version": 2}))
+    (gen / "hasp.yaml").write_text("skill_id: premature_final\nversion: 2\npriorty: 1\n")
+    lib = load_library(root)
+    try:
+        s = lib.get("premature_final")
+        assert s is not None and (s.version, s.generated, s.path.name) == (1, False, "premature-final")
+        assert any(str(gen) in e and "unknown key 'priorty'" in e for e in lib.load_errors)
+        assert any("premature-final (v1)" in e and "newer version is broken" in e for e in lib.load_errors)
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("key", ["name", "description"])
+def test_skill_md_without_name_or_description_is_refused(tmp_path, key):
+    folder = shutil.copytree(SEED / "premature-final", tmp_path / "premature-final")
+    md = folder / "SKILL.md"
+    lines = md.read_text().splitlines(keepends=True)
+    md.write_text("".join(line for line in lines if not line.startswith(f"{key}:")))
+    with pytest.raises(SkillFormatError, match=rf"^{md}: required key '{key}' must be a non-empty string \(missing\)"):
+        load_skill(folder)
+    lib = load_library(folder.parent)
+    assert lib.ids == [] and len(lib.load_errors) == 1 and f"required key '{key}'" in lib.load_errors[0]

@@ -264,6 +264,62 @@ def test_other_malformed_rows(tmp_path: Path) -> None:
         load_musique(_write_jsonl(tmp_path / "m.jsonl", [musique]))
 
 
+@pytest.mark.parametrize(("loader", "good"), [(load_hotpotqa, _hotpot_row("q1")), (load_2wiki, _hotpot_row("q1")),
+                                              (load_musique, _MUSIQUE_ROW), (load_questions, None)])
+def test_binary_line_names_file_and_line(tmp_path: Path, loader, good: dict | None) -> None:
+    good = good or QAItem(id="q1", question="Q?", answers=["A"], hops=1, support=[]).to_dict()
+    path = tmp_path / "bin.jsonl"
+    path.write_bytes(json.dumps(good).encode() + b"\n\n\xff\xfe\x00binary\x89PNG\n")
+    with pytest.raises(BenchmarkFormatError, match=r"bin.jsonl:3: not UTF-8 text") as err:
+        loader(path)
+    assert "codec" not in str(err.value)
+
+
+def test_binary_json_array_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "arr.json"
+    path.write_bytes(b'[\n{"query": "Q", "answer": "A", "pid": 1},\n{"query": "\xff"}]')
+    with pytest.raises(BenchmarkFormatError, match=r"arr.json:3: not UTF-8 text"):
+        load_agentflow(path)
+
+
+@pytest.mark.parametrize("alias", [1, None, {"a": 1}])
+def test_musique_non_string_alias_is_an_error(tmp_path: Path, alias) -> None:
+    row = {**_MUSIQUE_ROW, "answer_aliases": ["B", alias]}
+    path = _write_jsonl(tmp_path / "m.jsonl", [_MUSIQUE_ROW | {"id": "2hop__0"}, row])
+    with pytest.raises(BenchmarkFormatError, match=r"m.jsonl:2: field 'answer_aliases\[1\]' must be a string"):
+        load_musique(path)
+
+
+def test_musique_is_supporting_must_be_boolean(tmp_path: Path) -> None:
+    para = {"idx": 0, "title": "T", "paragraph_text": "Text.", "is_supporting": "false"}
+    path = _write_jsonl(tmp_path / "m.jsonl", [{**_MUSIQUE_ROW, "paragraphs": [para]}])
+    with pytest.raises(BenchmarkFormatError, match=r"m.jsonl:1: field 'paragraphs\[0\].is_supporting'"):
+        load_musique(path)
+
+
+def test_musique_unanswerable_rows_are_skipped_and_counted(tmp_path: Path) -> None:
+    rows = [_MUSIQUE_ROW, {**_MUSIQUE_ROW, "id": "2hop__9", "answerable": False},
+            {**_MUSIQUE_ROW, "id": "2hop__8", "answerable": True}]
+    ds = load_dataset(_write_jsonl(tmp_path / "m.jsonl", rows), "musique")
+    assert [q.id for q in ds.questions] == ["2hop__1_2", "2hop__8"]
+    assert (ds.report.loaded, ds.report.skipped) == (2, 1)
+    assert "1 row marked answerable: false" in ds.report.summary()
+    with pytest.raises(BenchmarkFormatError, match=r"x.jsonl:1: field 'answerable'"):
+        load_musique(_write_jsonl(tmp_path / "x.jsonl", [{**_MUSIQUE_ROW, "answerable": "no"}]))
+
+
+def test_hotpotqa_rows_without_their_support_are_skipped_and_counted(tmp_path: Path) -> None:
+    lost = _hotpot_row("q2", supporting_facts=[["Alpha", 0], ["Nowhere", 0]])
+    none = _hotpot_row("q3", supporting_facts=[])
+    path = _write_jsonl(tmp_path / "h.jsonl", [_hotpot_row("q1"), lost, none])
+    ds = load_dataset(path, "hotpotqa")
+    assert [q.id for q in ds.questions] == ["q1"] and ds.questions[0].hops == 2
+    assert (ds.report.loaded, ds.report.skipped) == (1, 2)
+    assert "2 rows unanswerable from their context" in ds.report.summary()
+    questions, _ = load_hotpotqa(path)
+    assert [q.id for q in questions] == ["q1"]
+
+
 def test_agentflow_formats_and_errors(tmp_path: Path) -> None:
     folder = tmp_path / "mytask"
     folder.mkdir()

@@ -23,7 +23,7 @@ from hasp.agent.context import EpisodeState
 from hasp.agent.postprocess import postprocess_final
 from hasp.records import Action, AuditEvent, HarnessRecord, Trajectory
 from hasp.agent.variants import Variant
-from hasp.config import AgentParams, HarnessParams, default_of
+from hasp.config import AgentParams, HarnessParams, ParamsError, default_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.conditions import ConditionEnv
 from hasp.pf.difficulty import assess_difficulty
@@ -62,6 +62,25 @@ class Surfaces:
         return self.pfs or self.system_skills or self.phases
 
 
+#: HarnessParams keys that list PF skill ids for the selector
+PF_ID_KEYS = ("mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs")
+
+
+def check_pf_ids(hp: HarnessParams, library: SkillLibrary) -> None:
+    """An id written in params that ``library`` has never heard of is a typo: the selector would
+    drop it silently and the run would go without that PF. Only lists set explicitly are checked:
+    the schema defaults name the search seed skills, which a smaller library (an ablation, a
+    fixture) may lack by design."""
+    known = library.known_ids()
+    for key in PF_ID_KEYS:
+        if key not in hp.model_fields_set:
+            continue
+        unknown = [x for x in getattr(hp, key) if x not in known]
+        if unknown:
+            raise ParamsError(f"harness.{key}: unknown skill id(s) {', '.join(unknown)} "
+                              f"(not in the {library.domain} library at {library.root})")
+
+
 class Harness:
     """Everything about a (library, variant, params) that does not depend on the question."""
 
@@ -70,6 +89,8 @@ class Harness:
         self.variant, self.hp = variant, params or HarnessParams()
         self.max_modify_fires = max_modify_fires
         self.surfaces = Surfaces.of(variant, self.hp, library is not None)
+        if library is not None:
+            check_pf_ids(self.hp, library)
         skills: list[Skill] = list(library.skills) if library is not None else []
         # prompt-only skills (no pf.py) add text only when enabled
         self.text_skills = [s for s in skills if s.pf is not None or self.hp.enable_prompt_only_skills]

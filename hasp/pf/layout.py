@@ -69,6 +69,18 @@ def active_versions(root: Path, include_generated: bool = True) -> dict[str, Ver
     return out
 
 
+def candidate_versions(root: Path, include_generated: bool = True) -> dict[str, list[Version]]:
+    """Every version of each skill id, best first (the order of :func:`active_versions`), so a
+    loader can fall back to the next version when the best one is broken."""
+    out: dict[str, list[Version]] = {}
+    for base, versions in scan_versions(root).items():
+        if not include_generated:
+            versions = [v for v in versions if not v[2]]
+        if versions:
+            out[base] = sorted(versions, key=lambda t: (t[0], t[2]), reverse=True)
+    return out
+
+
 def folder_refusal(folder: Path, skill_id: str, version: int, generated: bool) -> str | None:
     """Why ``folder``'s name does not fit the skill it holds (None when it does)."""
     want = version_name(skill_id, version) if generated else kebab(skill_id)

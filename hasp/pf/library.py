@@ -17,7 +17,7 @@ from pathlib import Path
 from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
 from hasp.pf.equivalence import only_modifies
-from hasp.pf.layout import VERSION_DIR, active_versions, folder_refusal, scan_versions
+from hasp.pf.layout import VERSION_DIR, Version, active_versions, candidate_versions, folder_refusal, scan_versions
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
 
@@ -61,6 +61,11 @@ class SkillLibrary:
     def pfs(self) -> list[ProgramFunction]:
         """Active PFs, highest priority first (the dispatcher's evaluation order)."""
         return [s.pf for s in self.skills if s.pf is not None]
+
+    def known_ids(self) -> set[str]:
+        """Loaded skill ids plus those present on disk: a skill that failed to load is already in
+        ``load_errors``, so a reference to it is not also reported as an unknown id."""
+        return set(self.ids) | set(scan_versions(self.root))
 
     def content_hash(self) -> str:
         return library_hash(self.root)
@@ -120,34 +125,49 @@ def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool,
     return spec.model_copy(update={"phases": {k: v for k, v in spec.phases.items() if k not in bad}})
 
 
+def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> Skill:
+    version, folder, generated = found
+    spec = load_skill(folder)
+    why = folder_refusal(folder, spec.skill_id, version if generated else spec.version, generated)
+    if why or spec.name != folder.name:
+        raise SkillFormatError(why or f"{folder}/{SKILL_FILE}: name {spec.name!r} != folder name")
+    if generated and spec.version != version:
+        raise SkillFormatError(f"{folder}/{HASP_FILE}: version {spec.version} != folder version {version}")
+    spec = _checked_phases(spec, domain, folder, generated, errors)
+    pf_path = folder / "pf.py"
+    pf = None
+    if pf_path.exists():
+        pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
+        pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
+    return Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf)
+
+
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
                  include_generated: bool = True) -> SkillLibrary:
-    """Load the highest version of every skill under ``root``.
+    """Load the highest working version of every skill under ``root``.
 
-    A broken skill folder never stops the load: it is skipped and reported in
-    ``load_errors`` (and the log), so one bad SKILL.md cannot take a rollout down.
+    A broken skill folder never stops the load: it is skipped and reported in ``load_errors``
+    (and the log), so one bad SKILL.md cannot take a rollout down. When the highest version is
+    broken the next one down is tried, so a bad admitted version degrades the skill to its last
+    working version instead of removing it; the fallback is reported too.
     """
     domain = domain or root.name
     lib = SkillLibrary(domain=domain, root=root)
-    for base, (version, folder, generated) in active_versions(root, include_generated).items():
-        try:
-            spec = load_skill(folder)
-            why = folder_refusal(folder, spec.skill_id, version if generated else spec.version, generated)
-            if why or spec.name != folder.name:
-                raise SkillFormatError(why or f"{folder}/{SKILL_FILE}: name {spec.name!r} != folder name")
-            if generated and spec.version != version:
-                raise SkillFormatError(f"{folder}/{HASP_FILE}: version {spec.version} != folder version {version}")
-            spec = _checked_phases(spec, domain, folder, generated, lib.load_errors)
-            pf_path = folder / "pf.py"
-            pf = None
-            if pf_path.exists():
-                pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
-                pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
-            lib.skills.append(Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf))
-        except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal
-            msg = f"skipped skill {folder}: {e}"
-            log.warning(msg)
-            lib.load_errors.append(msg)
+    for base, versions in candidate_versions(root, include_generated).items():
+        for i, found in enumerate(versions):
+            try:
+                skill = _load_version(base, domain, found, lib.load_errors)
+            except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal
+                msg = f"skipped skill {found[1]}: {e}"
+                log.warning(msg)
+                lib.load_errors.append(msg)
+                continue
+            if i:
+                msg = f"skill {base}: using {skill.path} (v{skill.version}) because a newer version is broken"
+                log.warning(msg)
+                lib.load_errors.append(msg)
+            lib.skills.append(skill)
+            break
     lib.skills.sort(key=lambda s: (-s.spec.priority, s.skill_id))
     if len(lib.skills) > max_size:
         dropped = [s.skill_id for s in lib.skills[max_size:]]

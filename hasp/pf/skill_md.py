@@ -155,16 +155,37 @@ def parse_skill_md(text: str, source: str = "<string>") -> SkillSpec:
     return _build(meta, body, source)
 
 
+def _read_text(path: Path) -> str:
+    """``path`` as UTF-8 text; an unreadable or binary file is one line naming it, because a bare
+    ``UnicodeDecodeError`` names no file and would escape the loader's per-skill error handling."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SkillFormatError(f"{path}: cannot read: {e.strerror}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SkillFormatError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+
+
+def _required_agent_keys(meta: dict[str, Any], source: str) -> None:
+    """The Agent Skills spec requires ``name`` and ``description``; other tools refuse a folder
+    without them, so HASP refuses it too instead of defaulting them to empty strings."""
+    for key in ("name", "description"):
+        value = meta.get(key)
+        if not isinstance(value, str) or not value.strip():
+            got = "missing" if key not in meta else f"got {value!r}"
+            raise SkillFormatError(f"{source}: required key {key!r} must be a non-empty string ({got})")
+
+
 def load_skill(folder: Path) -> SkillSpec:
     """The skill in ``folder``: SKILL.md (Agent Skills keys only) merged with hasp.yaml (HASP keys only)."""
     md_path, hasp_path = folder / SKILL_FILE, folder / HASP_FILE
-    try:
-        md_text = md_path.read_text(encoding="utf-8")
-        hasp_text = hasp_path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SkillFormatError(f"{e.filename}: cannot read: {e.strerror}") from e
+    md_text = _read_text(md_path)
+    hasp_text = _read_text(hasp_path)
     md_meta, body = _frontmatter(md_text, str(md_path))
     _unknown_keys(md_meta, AGENT_SKILLS_KEYS, str(md_path))
+    _required_agent_keys(md_meta, str(md_path))
     try:
         hasp_meta = yaml.safe_load(hasp_text) or {}
     except yaml.YAMLError as e:

@@ -150,7 +150,7 @@ def _id(row: dict[str, Any], keys: tuple[str, ...], fallback: int | None) -> str
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")
     except OSError as e:
         raise MathDataError(f"{path}: cannot read: {e}") from None
     with fh:

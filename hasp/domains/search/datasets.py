@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hasp.domains.jsonl import json_objects
+from hasp.domains.jsonl import decode_text, json_file_objects
 
 from .generator import BenchmarkFormatError, QAItem
 
@@ -90,7 +90,7 @@ class LoadReport:
     def summary(self) -> str:
         if not self.skipped:
             return f"loaded {self.loaded}, skipped 0"
-        why = ", ".join(f"{n}× {r}" for r, n in self.reasons.most_common())
+        why = ", ".join(f"{n} {'row' if n == 1 else 'rows'} {r}" for r, n in self.reasons.most_common())
         return f"loaded {self.loaded}, skipped {self.skipped} ({why})"
 
 
@@ -107,14 +107,16 @@ class Dataset(NamedTuple):
 # Reading records
 # --------------------------------------------------------------------------------------------
 def _first_char(path: Path) -> str:
-    with path.open(encoding="utf-8") as fh:
+    """First non-whitespace character, read as bytes so a binary file is left to the line reader
+    (which names the bad line) instead of failing here with a bare codec error."""
+    with path.open("rb") as fh:
         while True:
             chunk = fh.read(4096)
             if not chunk:
                 return ""
             stripped = chunk.lstrip()
             if stripped:
-                return stripped[0]
+                return chr(stripped[0])
 
 
 def _iter_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -127,7 +129,7 @@ def _iter_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
         raise FileNotFoundError(f"{p}: no such file")
     if _first_char(p) == "[":
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(decode_text(p.read_bytes(), p, BenchmarkFormatError))
         except json.JSONDecodeError as exc:
             raise BenchmarkFormatError(f"{p}:{exc.lineno}: invalid JSON ({exc.msg})") from None
         if not isinstance(data, list):  # pragma: no cover - '[' always parses to a list
@@ -138,9 +140,8 @@ def _iter_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 raise BenchmarkFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
             yield where, row
         return
-    with p.open(encoding="utf-8") as fh:
-        for lineno, row in json_objects(fh, p, BenchmarkFormatError):
-            yield f"{p}:{lineno}", row
+    for lineno, row in json_file_objects(p, BenchmarkFormatError):
+        yield f"{p}:{lineno}", row
 
 
 def _require_str(row: Mapping[str, Any], key: str, where: str) -> str:
@@ -253,31 +254,57 @@ def _support_titles(facts: Any) -> list[str]:
     return _unique([f[0] for f in facts if isinstance(f, (list, tuple)) and f and isinstance(f[0], str)])
 
 
+UNANSWERABLE = "unanswerable from their context"
+
+
 def _context_item(row: Mapping[str, Any], where: str, ids: _Ids, builder: _CorpusBuilder,
-                  facts: Any) -> QAItem:
+                  facts: Any, report: LoadReport) -> QAItem | None:
+    """The question of a context-style row, or None (skipped and counted in ``report``) when its
+    supporting titles are missing from its own context: such a row would otherwise load as an
+    answerable question with no support, and count as a policy failure when it is not one."""
     qid = ids.check(_require_id(row, "_id", where), where)
     question = _require_str(row, "question", where)
     answer = _require_str(row, "answer", where)
-    by_title: dict[str, list[str]] = {}
-    for title, text in _context_paragraphs(row.get("context"), where):
-        by_title.setdefault(title.strip(), []).append(builder.add(title, text))
+    paragraphs = _context_paragraphs(row.get("context"), where)
     titles = _support_titles(facts)
+    present = {title.strip() for title, _ in paragraphs}
+    missing = [t for t in titles if t.strip() not in present]
+    if not titles or missing:
+        report.skip(where, UNANSWERABLE)
+        return None
+    by_title: dict[str, list[str]] = {}
+    for title, text in paragraphs:
+        by_title.setdefault(title.strip(), []).append(builder.add(title, text))
     support = _unique([d for t in titles for d in by_title.get(t.strip(), [])])
-    return QAItem(id=qid, question=question, answers=[answer], hops=max(1, len(titles)), support=support)
+    return QAItem(id=qid, question=question, answers=[answer], hops=len(titles), support=support)
+
+
+def _finish(path: str | Path, items: list[QAItem], report: LoadReport) -> LoadReport:
+    report.loaded = len(items)
+    if report.skipped:
+        log.warning("%s: %s", path, report.summary())
+    return report
 
 
 # --------------------------------------------------------------------------------------------
 # Loaders
 # --------------------------------------------------------------------------------------------
-def load_hotpotqa(path: str | Path, *, id_prefix: str = "hotpot") -> tuple[list[QAItem], Corpus]:
+def load_hotpotqa(path: str | Path, *, id_prefix: str = "hotpot",
+                  report: LoadReport | None = None) -> tuple[list[QAItem], Corpus]:
     """HotpotQA distractor format. ``support`` = paragraphs named in ``supporting_facts``;
-    ``hops`` = number of distinct supporting titles (2 for HotpotQA)."""
+    ``hops`` = number of distinct supporting titles (2 for HotpotQA). Rows whose supporting
+    titles are not in their own context are skipped and counted in ``report`` (when given) as
+    "unanswerable from their context"; :func:`load_dataset` always passes one."""
     builder, ids, items = _CorpusBuilder(id_prefix), _Ids(), []
+    report = report if report is not None else LoadReport()
     for where, row in _iter_records(path):
         if "context" not in row:
             raise BenchmarkFormatError(f"{where}: field 'context' is missing (is this the fullwiki "
                                        "test set? only the distractor format carries paragraphs)")
-        items.append(_context_item(row, where, ids, builder, row.get("supporting_facts")))
+        item = _context_item(row, where, ids, builder, row.get("supporting_facts"), report)
+        if item is not None:
+            items.append(item)
+    _finish(path, items, report)
     return items, builder.corpus()
 
 
@@ -298,24 +325,55 @@ def load_2wiki(path: str | Path, *, id_prefix: str = "2wiki") -> tuple[list[QAIt
         if facts is None:
             report.skip(where, "supporting_facts is an unparsable string")
             continue
-        items.append(_context_item(row, where, ids, builder, facts))
-    report.loaded = len(items)
-    if report.skipped:
-        log.warning("%s: %s", path, report.summary())
+        item = _context_item(row, where, ids, builder, facts, report)
+        if item is not None:
+            items.append(item)
+    _finish(path, items, report)
     return items, builder.corpus(), report
 
 
-def load_musique(path: str | Path, *, id_prefix: str = "musique") -> tuple[list[QAItem], Corpus]:
+def _musique_aliases(row: Mapping[str, Any], where: str) -> list[str]:
+    """``answer_aliases`` as strings. A non-string alias is an error, not ``str()``-ed: ``1``,
+    ``None`` or ``{"a": 1}`` would otherwise become gold answers "1", "None", "{'a': 1}"."""
+    aliases = _literal_list(row.get("answer_aliases") or [])
+    if not isinstance(aliases, list):
+        raise BenchmarkFormatError(f"{where}: field 'answer_aliases' must be a list of strings")
+    for k, alias in enumerate(aliases):
+        if not isinstance(alias, str):
+            raise BenchmarkFormatError(f"{where}: field 'answer_aliases[{k}]' must be a string "
+                                       f"(got {type(alias).__name__} {str(alias)[:40]!r})")
+    return [a.strip() for a in aliases]
+
+
+def _musique_flag(para: Mapping[str, Any], where: str, j: int) -> bool:
+    """``is_supporting`` must be a JSON boolean: the string "false" is truthy in Python."""
+    value = para.get("is_supporting", False)
+    if not isinstance(value, bool):
+        raise BenchmarkFormatError(f"{where}: field 'paragraphs[{j}].is_supporting' must be true or false "
+                                   f"(got {type(value).__name__} {str(value)[:40]!r})")
+    return value
+
+
+def load_musique(path: str | Path, *, id_prefix: str = "musique",
+                 report: LoadReport | None = None) -> tuple[list[QAItem], Corpus]:
     """MuSiQue. ``answers`` = answer + aliases; ``support`` = supporting paragraphs in hop order
-    (from ``question_decomposition`` when present); ``hops`` from the id (``3hop1__...``)."""
+    (from ``question_decomposition`` when present); ``hops`` from the id (``3hop1__...``).
+    Rows marked ``answerable: false`` (the MuSiQue-Full distractors) are skipped and counted in
+    ``report`` (when given): scoring them as normal questions would punish a correct abstention."""
     builder, ids, items = _CorpusBuilder(id_prefix), _Ids(), []
+    report = report if report is not None else LoadReport()
     for where, row in _iter_records(path):
         qid = ids.check(_require_id(row, "id", where), where)
+        answerable = row.get("answerable", True)
+        if not isinstance(answerable, bool):
+            raise BenchmarkFormatError(f"{where}: field 'answerable' must be true or false "
+                                       f"(got {type(answerable).__name__} {str(answerable)[:40]!r})")
+        if not answerable:
+            report.skip(where, "marked answerable: false")
+            continue
         question = _require_str(row, "question", where)
         answer = _require_str(row, "answer", where)
-        aliases = _literal_list(row.get("answer_aliases") or [])
-        if not isinstance(aliases, list):
-            raise BenchmarkFormatError(f"{where}: field 'answer_aliases' must be a list of strings")
+        aliases = _musique_aliases(row, where)
         paragraphs = row.get("paragraphs")
         if not isinstance(paragraphs, list):
             raise BenchmarkFormatError(f"{where}: field 'paragraphs' must be a list")
@@ -328,7 +386,7 @@ def load_musique(path: str | Path, *, id_prefix: str = "musique") -> tuple[list[
             idx = para.get("idx", j)
             idx = idx if isinstance(idx, int) else j
             doc_by_idx[idx] = builder.add(para["title"], para["paragraph_text"])
-            if para.get("is_supporting"):
+            if _musique_flag(para, where, j):
                 supporting.append(idx)
         decomposition = _literal_list(row.get("question_decomposition") or [])
         order = [s.get("paragraph_support_idx") for s in decomposition or [] if isinstance(s, dict)]
@@ -336,8 +394,9 @@ def load_musique(path: str | Path, *, id_prefix: str = "musique") -> tuple[list[
         support = _unique([doc_by_idx[i] for i in ordered])
         m = _MUSIQUE_HOPS.match(qid)
         hops = int(m.group(1)) if m else max(1, len(support))
-        answers = _unique([answer, *(str(a).strip() for a in aliases)])
+        answers = _unique([answer, *aliases])
         items.append(QAItem(id=qid, question=question, answers=answers, hops=hops, support=support))
+    _finish(path, items, report)
     return items, builder.corpus()
 
 
@@ -416,10 +475,14 @@ def load_dataset(path: str | Path, kind: str | None = None, **kwargs: Any) -> Da
     if kind == "2wiki":
         questions, corpus, report = load_2wiki(path, **kwargs)
         return Dataset(kind, questions, corpus, report)
-    loaders = {"hotpotqa": load_hotpotqa, "musique": load_musique, "agentflow": load_agentflow}
-    if kind not in loaders:
+    if kind in ("hotpotqa", "musique"):
+        report = LoadReport()
+        loader = load_hotpotqa if kind == "hotpotqa" else load_musique
+        questions, corpus = loader(path, report=report, **kwargs)
+        return Dataset(kind, questions, corpus, report)
+    if kind != "agentflow":
         raise ValueError(f"unknown dataset kind {kind!r}; expected one of {', '.join(DATASET_KINDS)}")
-    questions, corpus = loaders[kind](path, **kwargs)
+    questions, corpus = load_agentflow(path, **kwargs)
     return Dataset(kind, questions, corpus, LoadReport(loaded=len(questions)))
 
 

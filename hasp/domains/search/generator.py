@@ -26,7 +26,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from hasp.domains.jsonl import json_objects
+from hasp.domains.jsonl import json_file_objects
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -588,9 +588,8 @@ def write_benchmark(bench: Benchmark, out_dir: str | Path, *, seed: int | None =
 
 def _iter_jsonl(path: str | Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
     p = Path(path)
-    with p.open(encoding="utf-8") as fh:
-        for lineno, row in json_objects(fh, p, BenchmarkFormatError):
-            yield p, lineno, row
+    for lineno, row in json_file_objects(p, BenchmarkFormatError):
+        yield p, lineno, row
 
 
 def load_questions(path: str | Path) -> list[QAItem]:
