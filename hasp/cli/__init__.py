@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp.cli.params import params_or_exit
 from hasp.cli.skills import skills_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,13 +43,7 @@ Library = Annotated[Path, typer.Option("--library", help="Skill library folder (
 
 
 def _params(path: Path) -> Any:
-    from hasp.config import ParamsError, load_params
-
-    try:
-        return load_params(path)
-    except ParamsError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    return params_or_exit(path)
 
 
 def _save_summary(epoch_dir: Path, phase: str, summary: dict[str, Any]) -> None:

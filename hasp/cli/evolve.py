@@ -14,21 +14,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from hasp.cli.params import params_or_exit
+
 
 def register(evolve_app: typer.Typer) -> None:
     evolve_app.command("run")(run)
     evolve_app.command("gate")(gate)
     evolve_app.command("rollback")(rollback)
-
-
-def _params(path: Path):  # noqa: ANN202 - same contract as hasp.cli._params
-    from hasp.config import ParamsError, load_params
-
-    try:
-        return load_params(path)
-    except ParamsError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
 
 
 def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to run.")] = 1,
@@ -46,15 +38,9 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
             "--val-gate/--no-val-gate", help="Override evolve.val_gate (full filtering's held-out check).")] = None,
         ) -> None:
     """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
-    from hasp.config import ParamsError, load_params
-
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
                                    ("evolve.val_gate", val_gate)) if v is not None}
-    try:
-        load_params(params, overrides)  # fail here, with the key named, before Prefect starts
-    except ParamsError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
     prefect_env()
     from flows.evolve import evolve_flow
 
@@ -96,7 +82,7 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
     from hasp.evolve.gate import epoch_phases
     from hasp.llm.endpoints import policy_client, teacher_client
 
-    p = _params(params)
+    p = params_or_exit(params)
     if "gate" not in epoch_phases(p.evolve):
         write_json([], epoch_dir / "gate.json")
         summary: dict = {"skipped": f"val gate off (mode {p.evolve.mode}, filtering {p.evolve.filtering}, "
