@@ -221,34 +221,39 @@ _ASKS_NUMBER = re.compile(r"\bhow (many|much|old|long|far|tall|high)\b", re.I)
 def answer_span(question: str, text: str) -> str | None:
     """A short span of ``text`` that answers ``question``, or None when no sentence is about it.
 
-    The sentence sharing most content words with the question is taken (at least one, names
-    counted twice); from it a year for a when/what-year question, a number for a how-many one,
-    otherwise the first name the question does not already contain. Deterministic and cheap: it
-    runs inside a PF's trigger.
+    Sentences are ranked by the question words they share — a relation word ("mayor",
+    "founded") counts twice, a name once, since a document repeats its entity's name in
+    every sentence. From the best sentence that has one, the span is a year for a
+    when/what-year question, a number for a how-many one, otherwise the first name the
+    question does not already contain. Deterministic and cheap: it runs inside a PF's trigger.
     """
     q_tokens = content_token_set(question or "")
     if not q_tokens or not text:
         return None
     q_names = {n.lower() for n in names(question)}
     q_name_tokens = {t for n in q_names for t in content_token_set(n)}
-    best, best_score = "", 0
-    for sent, toks in sentence_tokens(text):
-        shared = toks & q_tokens
-        score = len(shared) + len(shared & q_name_tokens)
-        if score > best_score:
-            best, best_score = sent, score
-    if not best:
-        return None
+    ranked = sorted(((2 * len((toks & q_tokens) - q_name_tokens) + len(toks & q_name_tokens), -i, sent)
+                     for i, (sent, toks) in enumerate(sentence_tokens(text))), reverse=True)
+    for score, _, sent in ranked:
+        if score <= 0:
+            break
+        span = _span_in(question, sent, q_names, q_tokens)
+        if span:
+            return span
+    return None
+
+
+def _span_in(question: str, sent: str, q_names: set[str], q_tokens: frozenset[str]) -> str | None:
     if _ASKS_YEAR.search(question):
-        years = _YEAR.findall(best)
+        years = _YEAR.findall(sent)
         if years:
             return years[-1]
     if _ASKS_NUMBER.search(question):
-        nums = [n for n in _NUMBER.findall(best) if n.lower() not in question.lower()]
-        if nums:
-            return nums[0]
-    for name in names(best):
-        low = name.lower()
-        if low not in q_names and not content_token_set(name) <= q_tokens:
+        nums = [n for n in _NUMBER.findall(sent) if n.lower() not in question.lower()]
+        counts = [n for n in nums if not _YEAR.fullmatch(n)]  # "In 1903 ... had 111 people"
+        if counts or nums:
+            return (counts or nums)[0]
+    for name in names(sent):
+        if name.lower() not in q_names and not content_token_set(name) <= q_tokens:
             return name
     return None
