@@ -160,9 +160,14 @@ def history_before(history_path: Path, epoch: int) -> Any:
 
 
 def propose(clusters_path: Path, library_root: Path, params: Params, out_path: Path, *,
-            student: Any, epoch: int, history_path: Path | None = None) -> dict[str, Any]:
-    """Phase C: the student writes at most ``max_candidates`` SKILL.md + PF code candidates."""
+            student: Any, epoch: int, history_path: Path | None = None,
+            rollout_path: Path | None = None) -> dict[str, Any]:
+    """Phase C: the student writes at most ``max_candidates`` candidates, as code (SKILL.md + pf.py)
+    or as declared PFs (``evolve.proposal_format``). Declarations are proposed from menus ranked on
+    the cluster's failing steps, replayed from ``rollout_path`` (default: the rollout next to
+    ``clusters_path``)."""
     from hasp.evolve.cluster import clusters_from_json
+    from hasp.evolve.declarative import choose_format, propose_declarative, structured_for
     from hasp.evolve.propose import propose_candidates
 
     clusters = clusters_from_json(read_json(clusters_path))
@@ -172,14 +177,28 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
-    # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
+    fmt = choose_format(e.proposal_format, history)
     with Progress("C propose", min(cap, len(clusters)), unit="proposals") as bar:
-        cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
-                                   max_candidates=cap, temperature=e.proposal_temperature,
-                                   max_tokens=e.proposal_max_tokens, seed=epoch)
-        bar.advance(len(cands))
+        if fmt == "declarative":
+            from hasp.agent.replay import replay
+
+            rollout_path = rollout_path or clusters_path.parent / "rollout.jsonl"
+            trajs = read_trajectories(rollout_path) if rollout_path.exists() else []
+            replayed = {t.qid: list(replay(t, params.agent.max_steps)) for t in trajs}
+            cands = propose_declarative(
+                clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
+                max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
+                seed=epoch, structured=structured_for(e.structured_output, params.llm.base_url is None),
+                on_done=bar.advance)
+        else:
+            # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
+            cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
+                                       max_candidates=cap, temperature=e.proposal_temperature,
+                                       max_tokens=e.proposal_max_tokens, seed=epoch)
+            bar.advance(len(cands))
     write_json([c.to_dict() for c in cands], out_path)
-    return {"proposed": len(cands), "with_code": sum(1 for c in cands if c.code.strip()),
+    return {"proposed": len(cands), "format": fmt, "with_code": sum(1 for c in cands if c.code.strip()),
+            "declared": sum(1 for c in cands if c.declared),
             "parse_errors": sum(1 for c in cands if c.parse_error)}
 
 
@@ -189,6 +208,7 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
 
     ``static=True`` (filtering ``teacher``: executable validation is ablated) reads the
     code without running it, so Phase E still gets an executability estimate."""
+    from hasp.evolve.declarative import validate_declared
     from hasp.evolve.gate import static_exec_report
     from hasp.evolve.propose import Candidate
     from hasp.evolve.validate import validate_candidate
@@ -197,7 +217,9 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
     cands = [Candidate.from_dict(d) for d in read_json(candidates_path)]
     with Progress("D validate", len(cands), unit="candidates") as bar:
         for c in cands:
-            if static:
+            if c.declared:
+                reports.append({"skill_id": c.skill_id, **validate_declared(c).to_dict()})
+            elif static:
                 reports.append(static_exec_report(c.code, c.skill_id))
             else:
                 reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id).to_dict()})
@@ -216,6 +238,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     executed in the sandbox (candidate code is untrusted)."""
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.propose import Candidate
+    from hasp.evolve.declarative import compiled_pf
     from hasp.evolve.review import review_candidate, trigger_hit_rate
     from hasp.pf.sandboxed import SandboxedPF
 
@@ -233,14 +256,14 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
         cluster = clusters.get(c.cluster_category)
         hit_rate = None
         if rep.get("passed") and cluster is not None:
-            pf = SandboxedPF(c.code, skill_id=c.skill_id)
+            pf = compiled_pf(c) if c.declared else SandboxedPF(c.code, skill_id=c.skill_id)
             try:
                 hit_rate = trigger_hit_rate(pf, [t for t in trajs if t.qid in set(cluster.qids)])
             except Exception as e:  # noqa: BLE001 - a broken candidate scores 0 here, it never stops the epoch
                 log.warning("trigger replay failed for %s: %s", c.skill_id, e)
                 hit_rate = 0.0
             finally:
-                pf.close()
+                getattr(pf, "close", lambda: None)()  # a sandboxed PF owns a worker process
         if cluster is None:
             log.warning("candidate %s names unknown cluster %s", c.skill_id, c.cluster_category)
             from hasp.evolve.cluster import Cluster
