@@ -88,7 +88,7 @@ def _rate(test: Callable[[Step], Any], steps: Sequence[ReplayedStep]) -> float:
 def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep]) -> Menus:
     """Menus for a cluster: its steps' action types by frequency; conditions true on at least half of
     them, ranked by how much more often they hold there than on the background steps; sources that
-    yield a value on at least half of them."""
+    yield a value on at least half of them (documents, then answers, then queries)."""
     watches = [a for a, _ in Counter(s.action for s in focus).most_common() if a in ACTIONS] or list(ACTIONS)
     scored = []
     for name, (test, _) in CONDITIONS.items():
@@ -98,8 +98,10 @@ def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep]
         if here >= 0.5:
             scored.append((here - _rate(test, background), here, name))
     conditions = [n for _, _, n in sorted(scored, key=lambda x: (-x[0], -x[1], x[2]))][:MAX_MENU]
-    yields = [(-_rate(src.get, focus), name) for name, src in SOURCES.items() if name != "shown_results"]
-    sources = [n for r, n in sorted(yields) if -r >= 0.5][:MAX_MENU]
+    kinds = {"doc": 0, "answer": 1, "query": 2}
+    yields = [(-_rate(src.get, focus), kinds.get(src.kind, 3), name) for name, src in SOURCES.items()
+              if name not in ("shown_results", "arg")]
+    sources = [n for r, _, n in sorted(yields) if -r >= 0.5]
     return Menus(watches=watches, conditions=conditions, sources=sources)
 
 
