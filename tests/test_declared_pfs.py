@@ -9,6 +9,7 @@ Contexts come from the real ``EpisodeState.to_ctx``, so the vocabulary sees the 
 from __future__ import annotations
 
 import copy
+import json
 import itertools
 import shutil
 from pathlib import Path
@@ -358,3 +359,25 @@ def test_a_ported_seed_skill_decides_as_its_original_code(skill_id):
                 if action == "FINAL" and original.handler_kind:
                     assert (declared.check_final(dict(ctx), arg) is None) == (original.check_final(dict(ctx), arg) is None)
     assert 0 < fired < checked, f"the bank must make {skill_id} fire sometimes and not always ({fired}/{checked})"
+
+
+def test_skills_show_prints_the_declaration_and_its_compiled_form_and_validate_checks_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from hasp.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["skills", "show", "redundant_read", "--library", str(SEARCH_LIB)])
+    assert r.exit_code == 0, r.output
+    assert "pf:" in r.stdout and "arg_already_read" in r.stdout  # the hasp.yaml declaration
+    assert "compiled" in r.stdout and "def should_activate" in r.stdout and "best_unread_result(step)" in r.stdout
+    folder = shutil.copytree(SEARCH_LIB / "redundant-read", tmp_path / "search" / "redundant-read")
+    r = runner.invoke(app, ["skills", "validate", str(folder), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["folders"][0]["mode"] == "declared"
+    meta = yaml.safe_load((folder / "hasp.yaml").read_text())
+    meta["pf"]["when"] = ["arg_already_red"]
+    (folder / "hasp.yaml").write_text(yaml.safe_dump(meta))
+    r = runner.invoke(app, ["skills", "validate", str(folder), "--json"])
+    rep = json.loads(r.stdout)["folders"][0]
+    assert r.exit_code == 1 and rep["checks"]["pf_load"] == "fail"
+    assert any("hasp.yaml: pf: when: unknown condition 'arg_already_red'" in e for e in rep["errors"])

@@ -551,17 +551,24 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
 
 # ----------------------------------------------------------------------------- evaluation
 def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, *, policy: Any,
-             trained_policy: Any | None, teacher: Any = None, split: str = "test") -> dict[str, Any]:
+             trained_policy: Any | None, teacher: Any = None, split: str = "test",
+             library_before: Path | None = None) -> dict[str, Any]:
     """Baseline ReAct vs PF agent vs trained PF agent on the generated benchmark's ``split``
-    (same library, same data), through the evaluation runner every ``hasp eval`` uses.
+    (same library, same data), through the evaluation runner every ``hasp eval`` uses. With
+    ``library_before`` (the epoch's input library) the PF agent also runs with it, labelled
+    ``<pf>_before``, so the epoch's effect on the same questions is in the table.
 
     Labels say what ran: ``pf_teacher`` / ``trained_pf_teacher`` when a teacher is configured.
     Writes the runner's files under ``out_dir`` and returns ``{label: summary}``."""
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
-    from hasp.eval.runner import run_eval
+    from hasp.eval.runner import Arm, run_eval
 
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
-    res = run_eval(params, [ds], epoch_arms(teacher, trained_policy), policy=policy, library_root=library_root,
+    arms = epoch_arms(teacher, trained_policy)
+    if library_before is not None:
+        pf = get_variant(pipeline_variant("pf", teacher))
+        arms.insert(1, Arm(f"{pf.name}_before", pf, None, library_before))
+    res = run_eval(params, [ds], arms, policy=policy, library_root=library_root,
                    out_dir=out_dir, teacher=teacher, teacher_snippets=False)
     return res.metrics()[ds.name]
 
