@@ -49,7 +49,7 @@ from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.registry import collecting, register_pf
 from hasp.sandbox.lockdown import cpu_used
-from hasp.sandbox.policy import ALLOWED_MODULES, UNSAFE_ATTRS, check_policy
+from hasp.sandbox.policy import ALLOWED_MODULES, FORMAT_METHODS, UNSAFE_ATTRS, check_policy
 from hasp.sandbox.probe import probe_protections
 
 # Pre-import the allow-list: after setup the process may not be able to read the
@@ -95,6 +95,8 @@ def _attr_allowed(obj: object, name: object) -> str:
         raise TypeError("attribute name must be str")
     if name in UNSAFE_ATTRS or (_is_dunder(name) and name != "__init__"):
         raise AttributeError(f"access to {name!r} is not allowed in the sandbox")
+    if name in FORMAT_METHODS:  # a template chosen at run time walks attributes of its arguments
+        raise AttributeError(f"{name!r} through getattr is not allowed in the sandbox")
     if name.startswith("_") and not _is_dunder(name):
         owner = obj if isinstance(obj, type) else type(obj)
         if type.__getattribute__(owner, "__module__") != CANDIDATE_MODULE:
