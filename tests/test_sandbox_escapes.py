@@ -148,3 +148,127 @@ def test_node_types_are_an_allow_list():
         async def helper():
             return 1
     """)))
+
+
+# --------------------------------------------------------------------------- OS layer
+
+def _os_only(code_body: str, sid: str = "cand") -> SandboxedPF:
+    """The candidate with policy and restricted runtime switched off: only the OS layer stands."""
+    return SandboxedPF(make_pf(code_body, sid=sid), sid, _skip_policy_for_tests=True,
+                       _unrestricted_for_tests=True)
+
+
+def test_tgkill_of_a_sibling_worker_is_refused(secret, logs):
+    path, token = secret
+    quiet = make_pf("return False", sid="sibling")
+    with SandboxedPF(quiet, "sibling") as sibling:
+        victim = sibling.protections["pid"]
+        attack = f"""
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            hits = [libc.syscall(234, {victim}, {victim}, 9), libc.syscall(200, {victim}, 9),
+                    libc.syscall(62, {victim}, 9)]
+            try:
+                open({str(path)!r}).read()
+                hits.append(0)
+            except OSError:
+                pass
+            return any(h == 0 for h in hits)
+        """
+        with _os_only(attack) as pf:
+            assert pf.protections["seccomp"]
+            assert pf.should_activate({}, "SEARCH", "q") is False
+        os.kill(victim, 0)  # still alive
+        assert sibling.should_activate({}, "SEARCH", "q") is False
+    _nowhere(token, logs.text)
+
+
+_NOBODY_SCRIPT = r'''
+import json, os, sys
+from hasp.evolve.validate import validate_candidate
+from hasp.pf.sandboxed import SandboxedPF
+code = sys.stdin.read()
+if sys.argv[1] == "strict":
+    print(json.dumps(validate_candidate(code, "cand").to_dict(), default=str))
+else:  # the OS layer alone, in the weaker mode the user allowed
+    with SandboxedPF(code, "cand", allow_weaker=True, _skip_policy_for_tests=True,
+                     _unrestricted_for_tests=True) as pf:
+        fired = pf.should_activate({}, "SEARCH", "q")
+        print(json.dumps({"fired": fired, "weaker": pf.weaker, "host": os.getpid()}))
+'''
+
+
+def _venv_for_nobody(tmp: Path) -> str:
+    """An interpreter an unprivileged user can start that sees this venv's packages: the venv's
+    own python may live below a directory only root can enter (e.g. /root/.pyenv)."""
+    import sys
+    import sysconfig
+
+    base = os.path.realpath(sys._base_executable)
+    if os.access(base, os.X_OK) and all(os.stat(p).st_mode & 0o005 for p in Path(base).parents):
+        return sys.executable
+    system = "/usr/bin/python" + sysconfig.get_python_version()
+    if not os.path.exists(system):
+        pytest.skip("no interpreter an unprivileged user can run")
+    venv = tmp / "venv"
+    site = venv / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages"
+    site.mkdir(parents=True)
+    (venv / "bin").mkdir()
+    os.symlink(system, venv / "bin" / "python")
+    (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(system)}\ninclude-system-site-packages = false\n")
+    (site / "project_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    for p in (venv, *venv.rglob("*")):
+        os.lchown(p, 65534, 65534)
+    return str(venv / "bin" / "python")
+
+
+def _as_nobody(code: str, mode: str, tmp: Path) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "HOME": str(tmp), "TMPDIR": str(tmp)}
+    python = _venv_for_nobody(tmp) if not (tmp / "venv").exists() else str(tmp / "venv" / "bin" / "python")
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python,
+                           "-c", _NOBODY_SCRIPT, mode], input=code, capture_output=True, text=True,
+                          env=env, cwd=str(tmp), timeout=120)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("setpriv"),
+                    reason="needs root to become an unprivileged user with setpriv")
+def test_validator_run_by_an_unprivileged_user_refuses_instead_of_running_as_that_user(tmp_path):
+    import shutil
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="hasp_nobody_"))
+    try:
+        os.chown(home, 65534, 65534)
+        token = "SECRET-" + secrets.token_hex(12)
+        secret_file = home / "secret.txt"
+        secret_file.write_text(token)
+        os.chown(secret_file, 65534, 65534)
+        os.chmod(secret_file, 0o600)
+        code = make_pf("return True", intervene="""
+            return Intervention(InterventionType.INJECT_CONTEXT, context_text=str(ctx.get("question")))
+        """)
+        r = _as_nobody(code, "strict", home)
+        assert r.returncode == 0, r.stderr[-2000:]
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        assert not rep["passed"] and rep["mock_exec"] == 0.0
+        refused = [e for e in rep["errors"] if "hasp sandbox refused" in e]
+        assert refused and "identity other than the host user" in refused[0], rep["errors"]
+        _nowhere(token, r.stdout, r.stderr)
+        # the explicit opt-in runs it, records the weaker mode, and the host still cannot be signalled
+        kill = make_pf("""
+            import ctypes, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            host = os.getppid()
+            hits = [libc.syscall(234, host, host, 9), libc.syscall(200, host, 9), libc.syscall(62, host, 9)]
+            return any(h == 0 for h in hits)
+        """)
+        r2 = _as_nobody(kill, "weaker", home)
+        assert r2.returncode == 0, (r2.returncode, r2.stderr[-2000:])
+        rep2 = json.loads(r2.stdout.strip().splitlines()[-1])
+        assert rep2["fired"] is False and any("identity" in w for w in rep2["weaker"]), rep2
+        _nowhere(token, r2.stdout, r2.stderr)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import EpisodeState
+from hasp.config import SandboxParams, default_of
 from hasp.pf.base import ProgramFunction, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.sandboxed import SandboxedPF
@@ -74,6 +75,7 @@ class ExecReport:
     needs_teacher: bool | None = None
     max_fires: int | None = None
     protections: dict[str, Any] = field(default_factory=dict)
+    weaker: list[str] = field(default_factory=list)  # isolation layers missing (the user allowed it)
     elapsed_s: float = 0.0
 
     @property
@@ -301,7 +303,8 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
                        call_timeout_s: float = 1.0, memory_mb: int = 512,
                        action_types: tuple[str, ...] = SEARCH_ACTIONS,
                        contexts: list[tuple[str, dict[str, Any]]] | None = None,
-                       args: dict[str, dict[str, str]] | None = None) -> ExecReport:
+                       args: dict[str, dict[str, str]] | None = None,
+                       allow_weaker: bool = default_of(SandboxParams, "allow_weaker")) -> ExecReport:
     """Phase D for one candidate. ``timeout_s`` bounds the whole sandboxed part (worker
     start, load and all 18 calls); ``call_timeout_s`` bounds each call. Never raises for
     anything the candidate does."""
@@ -310,7 +313,7 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
     try:
         _validate(rep, code, skill_id, timeout_s=timeout_s, call_timeout_s=call_timeout_s,
                   memory_mb=memory_mb, action_types=tuple(a.upper() for a in action_types),
-                  contexts=contexts, args=args)
+                  contexts=contexts, args=args, allow_weaker=allow_weaker)
     finally:
         rep._score()
         rep.elapsed_s = round(time.perf_counter() - t0, 4)
@@ -320,7 +323,7 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
 def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: float, call_timeout_s: float,
               memory_mb: int, action_types: tuple[str, ...],
               contexts: list[tuple[str, dict[str, Any]]] | None,
-              args: dict[str, dict[str, str]] | None) -> None:
+              args: dict[str, dict[str, str]] | None, allow_weaker: bool = False) -> None:
     # 1. syntax
     if not isinstance(code, str) or not code.strip():
         rep._error("syntax: empty code")
@@ -347,7 +350,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
     # 3. interface (on the loaded class), 4./5. mock execution and return types
     deadline = time.monotonic() + timeout_s
     pf = SandboxedPF(code, skill_id, timeout_s=call_timeout_s, memory_mb=memory_mb,
-                     load_timeout_s=max(1.0, timeout_s), max_restarts=9)
+                     load_timeout_s=max(1.0, timeout_s), max_restarts=9, allow_weaker=allow_weaker)
     try:
         try:
             pf._ensure()
@@ -359,6 +362,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
             return
         info = pf.load_info or {}
         rep.protections = dict((pf.hello or {}).get("protections", {}))
+        rep.weaker = list(rep.protections.get("weaker") or [])
         rep.skill_id = rep.skill_id or info.get("skill_id")
         rep.class_name = str(info.get("class_name", ""))
         rep.needs_teacher = info.get("needs_teacher")

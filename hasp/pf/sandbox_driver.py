@@ -64,6 +64,7 @@ CANDIDATE_MODULE = "hasp_candidate"
 CANDIDATE_FILE = "<candidate>"
 MAX_PRINT_CHARS = 4000
 MAX_ERROR_CHARS = 2000
+MAX_PRIVATE_BYTES = 256 * 1024  # private ctx state a PF may change per call (it rides along every step)
 
 # ---------------------------------------------------------------------------- restricted runtime
 
@@ -275,6 +276,10 @@ class Worker:
         self.call_cpu_s = int(job["call_cpu_s"])
         self.total_cpu_s = max(int(job["total_cpu_s"]), self.call_cpu_s)
         self.restricted = not job.get("unsafe_unrestricted_runtime")
+        # text longer than the caps is cut here, one character over, so the host sees (and records)
+        # the cut without a megabyte crossing the pipe
+        self.max_arg = int(job.get("max_arg_chars") or 1 << 20) + 1
+        self.max_text = int(job.get("max_context_chars") or 1 << 20) + 1
         self.builtins = _safe_builtins() if self.restricted else builtins.__dict__
         self._armed_at = -10.0
 
@@ -385,6 +390,7 @@ class Worker:
         at, arg = req.get("action_type", ""), req.get("arg", "")
         before = {k: _snapshot(v) for k, v in ctx.items() if k[:1] == "_"}
         self._arm_cpu()
+        c0 = time.process_time()
         try:
             if method == "should_activate":
                 r = self.pf.should_activate(ctx, at, arg)
@@ -392,9 +398,10 @@ class Worker:
                 resp = {"ok": True, "result": r if type(r) is bool else bool(r), "result_type": rtype}
             else:
                 r = self.pf.intervene(ctx, at, arg, None)
-                resp = self._intervention(r)
+                resp = self._intervention(r, self.max_arg, self.max_text)
         except BaseException as e:  # noqa: BLE001 - SystemExit / KeyboardInterrupt from the PF too
             resp = _err(e)
+        resp["cpu_s"] = round(time.process_time() - c0, 6)
         # private ctx keys the PF changed, added or removed
         try:
             changed, deleted = {}, [k for k in before if k not in ctx]
@@ -403,6 +410,8 @@ class Worker:
                     snap = _snapshot(v)
                     if before.get(k) != snap:
                         changed[k] = json.loads(snap[1]) if snap[0] is list else v
+            if changed and len(_ENC.encode(changed)) > MAX_PRIVATE_BYTES:
+                raise ValueError(f"more than {MAX_PRIVATE_BYTES} bytes of private state")
             resp["ctx_private"], resp["ctx_deleted"] = changed, deleted
         except BaseException as e:  # noqa: BLE001
             resp = {"ok": False, "error": f"TypeError: private ctx value cannot leave the sandbox ({e})"}
@@ -412,7 +421,7 @@ class Worker:
         return resp
 
     @staticmethod
-    def _intervention(r: object) -> dict:
+    def _intervention(r: object, max_arg: int = 1 << 30, max_text: int = 1 << 30) -> dict:
         if not isinstance(r, Intervention):
             return {"ok": True, "result": None, "result_type": type(r).__name__}
         t = r.type
@@ -424,6 +433,10 @@ class Worker:
             if v is not None and type(v) is not str:
                 issues.append(f"Intervention.{k} is {type(v).__name__}")
                 fields[k] = None
+            elif v is not None:
+                cap = max_arg if k in ("new_action_type", "new_action_arg") else max_text
+                if len(v) > cap:
+                    fields[k] = v[:cap]
         out = {"ok": True, "result": fields, "result_type": "Intervention"}
         if issues:
             out["issues"] = issues
