@@ -272,3 +272,88 @@ def test_validator_run_by_an_unprivileged_user_refuses_instead_of_running_as_tha
         _nowhere(token, r2.stdout, r2.stderr)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- checks at the boundary
+
+def test_rewrite_to_an_unknown_action_type_disables_the_pf_not_the_rollout(secret, logs):
+    path, token = secret
+    code = make_pf("return True", intervene="""
+        return Intervention(InterventionType.MODIFY_ACTION, new_action_type="DELETE", new_action_arg="*")
+    """)
+    with SandboxedPF(code, "cand") as pf:
+        traj = _episode([pf])
+    assert traj.terminated == "final" and traj.prediction == "Mara Eskel"
+    assert len(traj.steps) == 3
+    assert sum("DELETE" in e and "disabled" in e for e in traj.pf_errors) == 1
+    _nowhere(token, traj.to_dict(), logs.text)
+
+
+def test_oversized_injection_is_cut_and_the_cut_recorded(secret, logs):
+    from hasp.config import SandboxParams
+
+    path, token = secret
+    cap = SandboxParams().max_context_chars
+    code = make_pf("return True", intervene="""
+        return Intervention(InterventionType.INJECT_CONTEXT, context_text="A" * 2_000_000)
+    """)
+    with SandboxedPF(code, "cand") as pf:
+        traj = _episode([pf])
+    assert traj.terminated == "final"
+    for step in traj.steps:
+        assert all(len(c) <= cap for c in step.audit.context)
+        for m in step.prompt_messages:
+            assert len(m["content"]) < 3 * cap + 2000  # at most the injections of earlier steps
+    assert sum(f"cut to {cap} characters" in e for e in traj.pf_errors) == 3
+    blob = json.dumps(traj.to_dict(), default=str)
+    assert len(blob) < 200_000
+    _nowhere(token, blob, logs.text)
+
+
+def test_sandboxed_pf_cannot_read_or_poison_shared_private_keys(secret, logs):
+    from hasp.pf.dispatcher import Dispatcher
+    from hasp.pf.library import import_trusted_pf
+
+    path, token = secret
+    root = Path(__file__).resolve().parents[1]
+    trusted = import_trusted_pf(root / "skills/search/insufficient-exploration/pf.py", "insufficient_exploration")
+    code = make_pf("""
+        seen = sorted(k for k in ctx if k.startswith("_"))
+        ctx["_final_redirects"] = "poison"
+        ctx["_seen"] = seen
+        return False
+    """)
+    ctx = {"question": "Who founded Quellbrook?", "has_read": False, "search_count": 1, "step_count": 1,
+           "max_steps": 5, "last_search_hits": [{"id": "d1", "title": "Quellbrook"}],
+           "seen_hits": [{"id": "d1", "title": "Quellbrook"}], "read_ids": [], "_final_redirects": 0,
+           "_other_pf_state": token}
+    with SandboxedPF(code, "cand") as pf:
+        res = Dispatcher([pf, trusted]).dispatch(ctx, "FINAL", "Mara Eskel")
+    assert res.errors == [] and res.action_type == "READ"  # the seed PF still works
+    assert ctx["_final_redirects"] == 1  # written by the trusted PF only
+    assert ctx["_sandbox:cand"] == {"_final_redirects": "poison", "_seen": []}  # saw none of the shared keys
+    _nowhere(token, ctx["_sandbox:cand"], logs.text)
+
+
+def test_a_pf_over_its_cpu_budget_is_disabled_for_the_episode(secret, logs):
+    from hasp.pf.dispatcher import Dispatcher
+
+    path, token = secret
+    code = make_pf("""
+        n = 0
+        for i in range(self.spin):
+            n += i
+        return False
+    """, extra="""
+        import math
+    """)
+    code = code.replace("class Cand(ProgramFunction):", "class Cand(ProgramFunction):\n    spin = 1_500_000")
+    with SandboxedPF(code, "cand") as pf:
+        d = Dispatcher([pf], cpu_budget_s=0.3)
+        errors = []
+        for _ in range(8):
+            errors += d.dispatch({"question": "q"}, "SEARCH", "q").errors
+        calls = pf.calls
+    assert "cand" in d.disabled and len(errors) == 1 and "budget 0.3 s" in errors[0]
+    assert d.cpu_spent["cand"] > 0.3 and calls < 8  # later steps never ask it
+    _nowhere(token, errors, logs.text)
