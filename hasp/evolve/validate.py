@@ -30,8 +30,16 @@ such code is never executed, and Phase E's hard reject (``Q_exec < 0.3``) must
 catch it however tidy the rest looks.
 
 The mock contexts are built with ``hasp.agent.context.EpisodeState.to_ctx`` so
-they carry exactly the keys the runtime passes. The candidate code is never
-imported into this process.
+they carry exactly the keys the runtime passes. So that a candidate cannot behave on
+one fixed question and misbehave on real ones, ``phase_d_contexts`` adds step contexts
+replayed from the real trajectories of the candidate's failure cluster and from other
+recent steps (varied questions, every action type the agent proposed); the epoch passes
+them as ``contexts``/``args``. Returned text over the ``sandbox`` caps is a return-type
+error. The candidate code is never imported into this process.
+
+``lite_exec_refusals`` is the cheap form lite admission uses: the same sandboxed run,
+stopped at the first failure, so code that loops, exhausts memory or returns oversized
+values never enters the library even without a review.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from typing import Any
 
 from hasp.agent.context import EpisodeState
 from hasp.config import SandboxParams, default_of
+from hasp.evolve.detectors import replay_contexts
+from hasp.records import Trajectory
 from hasp.pf.base import ProgramFunction, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.sandboxed import SandboxedPF
@@ -177,6 +187,70 @@ MOCK_ARGS: dict[str, dict[str, str]] = {
 }
 
 
+# --------------------------------------------------------------------------- real step contexts
+
+def _other_args(ctx: dict[str, Any]) -> dict[str, str]:
+    """Plausible arguments for the action types the agent did not propose at this step."""
+    hits = ctx.get("last_search_hits") or []
+    queries = ctx.get("queries") or []
+    return {"SEARCH": str(queries[-1] if queries else ctx.get("question", ""))[:200],
+            "READ": str(hits[0].get("id", "1")) if hits and isinstance(hits[0], dict) else "1",
+            "FINAL": str(ctx.get("thought", ""))[:80] or "unknown"}
+
+
+def _round_robin(groups: list[list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    queues = [list(g) for g in groups if g]
+    while queues:
+        for q in queues:
+            out.append(q.pop(0))
+        queues = [q for q in queues if q]
+    return out
+
+
+def _spread(steps: list[tuple[str, dict[str, Any], str, str]], n: int) -> list[tuple[str, dict[str, Any], str, str]]:
+    """Up to ``n`` steps, alternating over questions first and proposed action types second."""
+    by_q: dict[str, dict[str, list]] = {}
+    for st in steps:
+        by_q.setdefault(st[1].get("question", ""), {}).setdefault(st[2], []).append(st)
+    per_question = [_round_robin(list(types.values())) for types in by_q.values()]
+    return _round_robin(per_question)[:n]
+
+
+def phase_d_contexts(trajs: list[Trajectory], cluster_qids: Any = (), *, n_cluster: int = 6,
+                     n_other: int = 3, with_mock: bool = True
+                     ) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, dict[str, str]]]:
+    """The contexts and arguments Phase D runs a candidate on: the mock regimes, then up to
+    ``n_cluster`` steps replayed from the cluster's trajectories and ``n_other`` from the
+    other (most recent) ones, spread over questions and proposed action types. At each
+    replayed step the proposed action keeps its real argument; the other types get
+    plausible ones from the same context."""
+    qids = set(cluster_qids)
+    cluster: list = []
+    other: list = []
+    for t in trajs:
+        bucket = cluster if t.qid in qids else other
+        for i, (ctx, at, arg) in enumerate(replay_contexts(t)):
+            bucket.append((f"{'cluster' if bucket is cluster else 'recent'}:{t.qid}#{i}", ctx, at, arg))
+    other = other[-max(50, 10 * n_other):]  # the most recent steps of the rollout
+    contexts = mock_contexts() if with_mock else []
+    args = dict(MOCK_ARGS) if with_mock else {}
+    for name, ctx, at, arg in _spread(cluster, n_cluster) + _spread(other, n_other):
+        contexts.append((name, ctx))
+        args[name] = {**_other_args(ctx), at: arg}
+    return contexts, args
+
+
+def lite_exec_refusals(code: str, skill_id: str | None) -> list[str]:
+    """Why lite admission must refuse ``code``: the sandboxed execution check, stopped at the
+    first failure (empty = it loads, runs clean on the mock regimes and returns legal values)."""
+    rep = validate_candidate(code, skill_id, timeout_s=5.0, call_timeout_s=0.5, stop_on_error=True)
+    if rep.passed:
+        return []
+    failed = [k for k, ok in rep.checks.items() if not ok]
+    return [f"sandboxed execution check failed ({', '.join(failed)})"] + rep.errors[:3]
+
+
 # --------------------------------------------------------------------------- static interface
 
 def _name_of(node: ast.AST) -> str:
@@ -290,6 +364,11 @@ def _intervention_errors(resp: dict[str, Any], action_types: tuple[str, ...]) ->
     for k in ("new_action_type", "new_action_arg"):
         if r.get(k) is not None and not isinstance(r.get(k), str):
             errs.append(f"Intervention.{k} must be str or None")
+    caps = {"new_action_arg": default_of(SandboxParams, "max_action_arg_chars"),
+            "context_text": default_of(SandboxParams, "max_context_chars")}
+    for k, cap in caps.items():
+        if isinstance(r.get(k), str) and len(r[k]) > cap:
+            errs.append(f"Intervention.{k} longer than {cap} characters (it would be cut at run time)")
     if r.get("type") == InterventionType.MODIFY_ACTION.value:
         nat = r.get("new_action_type")
         if not isinstance(nat, str) or nat.upper() not in action_types:
@@ -304,7 +383,8 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
                        action_types: tuple[str, ...] = SEARCH_ACTIONS,
                        contexts: list[tuple[str, dict[str, Any]]] | None = None,
                        args: dict[str, dict[str, str]] | None = None,
-                       allow_weaker: bool = default_of(SandboxParams, "allow_weaker")) -> ExecReport:
+                       allow_weaker: bool = default_of(SandboxParams, "allow_weaker"),
+                       stop_on_error: bool = False) -> ExecReport:
     """Phase D for one candidate. ``timeout_s`` bounds the whole sandboxed part (worker
     start, load and all 18 calls); ``call_timeout_s`` bounds each call. Never raises for
     anything the candidate does."""
@@ -313,7 +393,7 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
     try:
         _validate(rep, code, skill_id, timeout_s=timeout_s, call_timeout_s=call_timeout_s,
                   memory_mb=memory_mb, action_types=tuple(a.upper() for a in action_types),
-                  contexts=contexts, args=args, allow_weaker=allow_weaker)
+                  contexts=contexts, args=args, allow_weaker=allow_weaker, stop_on_error=stop_on_error)
     finally:
         rep._score()
         rep.elapsed_s = round(time.perf_counter() - t0, 4)
@@ -323,7 +403,8 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
 def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: float, call_timeout_s: float,
               memory_mb: int, action_types: tuple[str, ...],
               contexts: list[tuple[str, dict[str, Any]]] | None,
-              args: dict[str, dict[str, str]] | None, allow_weaker: bool = False) -> None:
+              args: dict[str, dict[str, str]] | None, allow_weaker: bool = False,
+              stop_on_error: bool = False) -> None:
     # 1. syntax
     if not isinstance(code, str) or not code.strip():
         rep._error("syntax: empty code")
@@ -375,7 +456,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
         rep.interface = not ierrs and not info.get("warnings")
         for e in ierrs:
             rep._error(e)
-        _mock_exec(rep, pf, deadline, call_timeout_s, action_types, contexts, args)
+        _mock_exec(rep, pf, deadline, call_timeout_s, action_types, contexts, args, stop_on_error=stop_on_error)
         _check_watches(rep, info.get("watches"))
     finally:
         pf.close()
@@ -393,7 +474,7 @@ def _check_watches(rep: ExecReport, watches: list[str] | None) -> None:
 
 def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s: float,
                action_types: tuple[str, ...], contexts: list[tuple[str, dict[str, Any]]] | None,
-               args: dict[str, dict[str, str]] | None) -> None:
+               args: dict[str, dict[str, str]] | None, *, stop_on_error: bool = False) -> None:
     ctxs = contexts if contexts is not None else mock_contexts()
     argmap = args if args is not None else MOCK_ARGS
     n_inv = len(ctxs) * len(action_types)
@@ -407,6 +488,8 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                                    "intervention": None, "error": None}
             ok_calls = 0
             for method in ("should_activate", "intervene"):
+                if stop_on_error and rec["error"]:
+                    break
                 # intervene always runs (a PF must not crash when called), but its private-state
                 # changes only carry over when the PF activated, as in a real episode
                 call_ctx = ctx if method == "should_activate" or rec["should_activate"] else dict(ctx)
@@ -449,6 +532,10 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                 clean += 1
             private = {k: v for k, v in ctx.items() if k.startswith("_")}
             rep.calls.append(rec)
+            if stop_on_error and (ok_calls < 2 or rep.errors):
+                break
+        if stop_on_error and rep.calls and (rep.calls[-1]["error"] or rep.errors):
+            break
     rep.mock_exec = round(clean / n_inv, 4) if n_inv else 0.0
     rep.return_types = round(typed / (2 * n_inv), 4) if n_inv else 0.0
 
