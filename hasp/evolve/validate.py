@@ -64,6 +64,9 @@ WEIGHTS: dict[str, float] = {"syntax": 0.20, "policy": 0.20, "interface": 0.20,
                              "mock_exec": 0.25, "return_types": 0.15}
 SEARCH_ACTIONS: tuple[str, ...] = ("SEARCH", "READ", "FINAL")
 MAX_ERRORS = 30
+#: timeouts after which the remaining invocations are not run (and count as failed): a
+#: candidate that loops would otherwise spend the whole time budget one call at a time
+MAX_TIMEOUTS = 2
 
 
 @dataclass
@@ -480,7 +483,11 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
     n_inv = len(ctxs) * len(action_types)
     clean = typed = 0
     private: dict[str, Any] = {}  # carried across invocations like one episode
+    timeouts = 0
     for name, base in ctxs:
+        if timeouts >= MAX_TIMEOUTS:
+            rep._error(f"mock_exec: stopped after {timeouts} timeouts; the remaining invocations count as failed")
+            break
         for at in action_types:
             ctx = {**base, **private}
             arg = argmap.get(name, {}).get(at, "x")
@@ -501,6 +508,7 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                 try:
                     resp = pf.call_raw(method, call_ctx, at, arg, timeout_s=min(call_timeout_s, left))
                 except SandboxTimeout:
+                    timeouts += 1
                     rec["error"] = rec["error"] or f"{method} timed out"
                     rep._error(f"mock_exec: {method} timed out (> {call_timeout_s}s) on {name}/{at}")
                     continue
