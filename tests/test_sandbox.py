@@ -558,7 +558,10 @@ def test_probe_reports_measured_protections():
     hello = probe()
     prot, pr = hello["protections"], hello["probe"]
     assert prot["rlimit_fsize"] == 0 and prot["rlimit_nproc"] == 0 and prot["rlimit_as"]
-    assert set(pr) == {"fork", "socket_connect", "write_outside_workdir", "write_workdir", "alloc_2GB"}
+    assert set(pr) == {"fork", "socket_connect", "write_outside_workdir", "write_workdir", "alloc_2GB",
+                       "read_world_readable_file"}
+    if prot.get("landlock_files") == "none":
+        assert pr["read_world_readable_file"].startswith("blocked")
     assert pr["alloc_2GB"].startswith("blocked")
     assert pr["write_outside_workdir"].startswith("blocked")
     if prot["seccomp"] or (prot["uid_dropped"]):

@@ -190,6 +190,9 @@ from hasp.pf.sandboxed import SandboxedPF
 code = sys.stdin.read()
 if sys.argv[1] == "strict":
     print(json.dumps(validate_candidate(code, "cand").to_dict(), default=str))
+elif sys.argv[1] == "program":
+    from hasp.sandbox.program import run_program
+    print(json.dumps(run_program(code, "assert True").to_dict(), default=str))
 else:  # the OS layer alone, in the weaker mode the user allowed
     with SandboxedPF(code, "cand", allow_weaker=True, _skip_policy_for_tests=True,
                      _unrestricted_for_tests=True) as pf:
@@ -258,11 +261,15 @@ def test_validator_run_by_an_unprivileged_user_refuses_instead_of_running_as_tha
         assert refused and "identity other than the host user" in refused[0], rep["errors"]
         _nowhere(token, r.stdout, r.stderr)
         # the explicit opt-in runs it, records the weaker mode, and the host still cannot be signalled
-        kill = make_pf("""
+        kill = make_pf(f"""
             import ctypes, os
             libc = ctypes.CDLL(None, use_errno=True)
             host = os.getppid()
             hits = [libc.syscall(234, host, host, 9), libc.syscall(200, host, 9), libc.syscall(62, host, 9)]
+            try:
+                hits.append(0 if {token!r} in open({str(secret_file)!r}).read() else 1)
+            except OSError:
+                pass
             return any(h == 0 for h in hits)
         """)
         r2 = _as_nobody(kill, "weaker", home)
@@ -270,6 +277,11 @@ def test_validator_run_by_an_unprivileged_user_refuses_instead_of_running_as_tha
         rep2 = json.loads(r2.stdout.strip().splitlines()[-1])
         assert rep2["fired"] is False and any("identity" in w for w in rep2["weaker"]), rep2
         _nowhere(token, r2.stdout, r2.stderr)
+        # the program sandbox (HumanEval/MBPP) refuses the same way
+        r3 = _as_nobody(f"print(open({str(secret_file)!r}).read())", "program", home)
+        res = json.loads(r3.stdout.strip().splitlines()[-1])
+        assert res["status"] == "error" and res["detail"].startswith("hasp sandbox refused"), res
+        _nowhere(token, r3.stdout, r3.stderr)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -421,3 +433,36 @@ def test_phase_d_runs_on_real_cluster_steps_not_only_the_mock_question(secret, l
     assert not rep.passed and rep.return_types < 1.0
     assert any("DELETE" in e for e in rep.errors)
     _nowhere(token, rep.to_dict(), logs.text)
+
+
+def test_policy_bypass_still_cannot_read_a_world_readable_file(logs):
+    """Defence in depth: with the static policy and the restricted runtime both off (as after a
+    policy bypass like the match-pattern one), the worker cannot open any file."""
+    import shutil
+    import tempfile
+
+    from hasp.sandbox import landlock
+
+    if landlock.abi() < 1:
+        pytest.skip("Landlock not available on this kernel")
+    d = Path(tempfile.mkdtemp(prefix="hasp_world_"))
+    try:
+        os.chmod(d, 0o755)
+        token = "SECRET-" + secrets.token_hex(12)
+        (d / "secret.txt").write_text(token)
+        os.chmod(d / "secret.txt", 0o644)
+        code = make_pf("return True", intervene=f"""
+            try:
+                text = open({str(d / "secret.txt")!r}).read()
+            except OSError as e:
+                text = type(e).__name__
+            return Intervention(InterventionType.INJECT_CONTEXT, context_text=text)
+        """)
+        with SandboxedPF(code, "cand", _skip_policy_for_tests=True, _unrestricted_for_tests=True) as pf:
+            assert pf.protections["landlock_files"] == "none"
+            iv = pf.intervene({}, "SEARCH", "q")
+            traj = _episode([pf]).to_dict()
+        assert iv.context_text == "PermissionError"
+        _nowhere(token, iv.to_dict(), traj, logs.text)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -204,7 +204,8 @@ def apply(spec: dict) -> dict:
     prot["landlock"] = False
     if spec.get("landlock"):
         try:
-            prot["landlock"] = landlock.restrict_writes_to(spec["workdir"], prot)
+            prot["landlock"] = (landlock.deny_all_files(prot) if spec["landlock"] == "no_files"
+                                else landlock.restrict_writes_to(spec["workdir"], prot))
         except OSError as e:
             _error(prot, "landlock", e)
     _seccomp(spec, prot)

@@ -8,8 +8,10 @@ This is the first of three layers that keep a candidate PF contained:
 2. **the restricted runtime** in ``hasp.pf.sandbox_driver`` — a safe builtins
    dict, an ``__import__`` that only hands out trimmed proxy modules, and a
    guarded ``getattr``;
-3. **the OS boundary** (``hasp.sandbox.lockdown``) — the worker is a separate process with rlimits, no
-   network namespace, no privileges and a seccomp filter.
+3. **the OS boundary** (``hasp.sandbox.lockdown``) — a separate process under another uid, with
+   rlimits, its own network namespace, a seccomp allow-list and (where the kernel has it) Landlock
+   denying every file; a layer that cannot be installed is a refusal unless the user opted into
+   a weaker mode.
 
 Layers 1 and 2 are Python-level and can have holes; layer 3 is what actually
 contains a candidate. Layer 1 mainly exists to reject hostile or sloppy code

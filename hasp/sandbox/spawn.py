@@ -36,7 +36,7 @@ def _b64(profile: seccomp.Profile) -> str:
 
 def lockdown_spec(workdir: str, *, memory_mb: int, cpu_s: tuple[int, int], fsize_bytes: int, nofile: int,
                   cpu_from_now: bool = False, netns: bool = True, setuid: bool = True,
-                  landlock: bool = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
+                  landlock: bool | str = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
                   seccomp_profile: seccomp.Profile | None = None,
                   seccomp_with_landlock: seccomp.Profile | None = None,
                   allow_weaker: bool = False) -> dict[str, Any]:
