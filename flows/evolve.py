@@ -255,12 +255,12 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
             train_key, ep_dir / "sft.jsonl", p, out / "train")
         has_trained = (trained_dir / "config.json").exists()
 
-        k = key_of(code, keys.data_h, content_hash(carry), p.section_hash("agent", "llm", "harness"), model_id,
-                   train_key if has_trained else None, teacher_id)
+        k = key_of(code, keys.data_h, content_hash(carry), content_hash(lib), p.section_hash("agent", "llm", "harness"),
+                   model_id, train_key if has_trained else None, teacher_id)
         eval_res = pipe.run(
             "evaluate", phases.evaluate.with_options(refresh_cache=_fresh(out / "eval" / "metrics.json")),
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
-            trained_policy=clients.trained if has_trained else None, teacher=clients.teacher)
+            trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib)
     finally:
         servers_started = clients.started
         clients.close()
@@ -298,6 +298,7 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
         if prev is None:
             raise FileNotFoundError(f"{out}/epoch_{start_epoch - 1}/carry.json missing: run the earlier epochs first")
         lib = Path(prev["library"])
+    start_lib = lib  # the library the run starts from: the final evaluation's "before" arm
     per_epoch: list[dict[str, Any]] = []
     eval_res: dict[str, Any] = {}
     ran = list(range(start_epoch, start_epoch + epochs))
@@ -313,11 +314,12 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                          + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
                             if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
-            k = key_of(code, keys.data_h, content_hash(lib), p.section_hash("agent", "llm", "harness"), *keys_model)
+            k = key_of(code, keys.data_h, content_hash(lib), content_hash(start_lib),
+                       p.section_hash("agent", "llm", "harness"), *keys_model)
             eval_res = pipe.run("evaluate", phases.evaluate.with_options(
                 refresh_cache=_fresh(out / "eval_evolution" / "metrics.json")),
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
-                teacher=clients.teacher)
+                teacher=clients.teacher, library_before=start_lib)
     finally:
         servers_started = clients.started
         clients.close()

@@ -38,6 +38,17 @@ class DataParams(_Strict):
     n_questions: int = Field(30, ge=6, description="questions generated (split into train/val/test)")
     fractions: tuple[float, float, float] = Field(
         (0.4, 0.2, 0.4), description="train (evolution seed split) / val / test")
+    hop_weights: dict[int, float] = Field(
+        default_factory=lambda: {2: 0.7, 3: 0.3},
+        description="hop count (1-4) -> weight of generated questions; one-hop questions are the ones a "
+                    "small policy can answer, multi-hop ones need chained lookups")
+
+    @field_validator("hop_weights")
+    @classmethod
+    def _hops(cls, v: dict[int, float]) -> dict[int, float]:
+        if not v or not set(v) <= {1, 2, 3, 4} or min(v.values()) < 0 or not sum(v.values()):
+            raise ValueError("data.hop_weights maps hop counts 1-4 to non-negative weights, not all zero")
+        return v
 
     @model_validator(mode="after")
     def _fractions(self) -> "DataParams":
@@ -128,6 +139,14 @@ class EvolveParams(_Strict):
     max_candidates: int = Field(5, ge=0)
     proposal_temperature: float = Field(0.7, ge=0)
     proposal_max_tokens: int = Field(600, ge=32)
+    proposal_format: Literal["code", "declarative", "auto"] = Field(
+        "auto", description="what the student writes: code (a pf.py), declarative (a PF declared from the "
+                            "vocabulary, compiled by the project) or auto (declarative until the student's code "
+                            "proposals have passed review at least twice)")
+    declarative_max_tokens: int = Field(160, ge=32, description="reply budget of one declarative proposal")
+    structured_output: Literal["auto", "json_schema", "lines"] = Field(
+        "auto", description="declarative replies as JSON through response_format (json_schema) or as KEY: value "
+                            "lines; auto = lines for the embedded server (it rejects response_format), else JSON")
     exec_threshold: float = Field(0.3, ge=0, le=1, description="hard reject below this Q_exec")
     new_group_threshold: float = Field(0.75, ge=0, le=1)
     same_group_threshold: float = Field(0.60, ge=0, le=1)

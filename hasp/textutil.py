@@ -114,3 +114,9 @@ def balanced(text: str, start: int, open_ch: str, close_ch: str) -> tuple[str, i
             if depth == 0:
                 return text[start + 1:i], i
     return None
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis when it was longer."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"

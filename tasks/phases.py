@@ -99,9 +99,9 @@ def train(cache_key: str, sft_path: Path, params: Params, out_dir: Path) -> dict
 
 @task(name="evaluate", **_opts)
 def evaluate(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
-             policy: Any, trained_policy: Any, teacher: Any = None) -> dict[str, Any]:
+             policy: Any, trained_policy: Any, teacher: Any = None, library_before: Path | None = None) -> dict[str, Any]:
     return ep.evaluate(params, data_dir, library, out_dir, policy=policy, trained_policy=trained_policy,
-                       teacher=teacher)
+                       teacher=teacher, library_before=library_before)
 
 
 @task(name="track-mlflow", **_opts)

@@ -176,7 +176,11 @@ class StudentDouble:
             return ReplyDouble(json.dumps({"category": "unverified_answer", "abstraction": "Answers without reading.",
                                            "trigger": "FINAL before any READ.", "intervention_hint": "Read first."}),
                                1, 1)
-        sid = re.search(r"Use skill_id: (\S+)", messages[-1]["content"]).group(1)
+        sid = re.search(r"Use (?:skill_id|SKILL_ID): (\S+)", messages[-1]["content"]).group(1)
+        if "WHEN options" in messages[-1]["content"]:  # the declarative proposal format
+            return ReplyDouble(f"SKILL_ID: {sid}\nDESCRIPTION: Read a shown document before answering.\n"
+                               "WATCHES: FINAL\nWHEN: has_searched, no_read_yet\nREWRITE: READ best_unread_result\n"
+                               "MAX_FIRES: 1\n", 1, 1)
         md = f"---\nskill_id: {sid}\nname: {sid.replace('_', '-')}\ndescription: Read before answering.\n---\nBody.\n"
         return ReplyDouble(f"```markdown\n{md}```\n```python\n{_GENERATED_PF.format(sid=sid)}```", 1, 1)
 

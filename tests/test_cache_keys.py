@@ -22,7 +22,7 @@ def test_module_closure_follows_function_level_imports():
 def test_code_version_does_not_depend_on_what_is_imported():
     # The regression: the key came from sys.modules, so a second identical flow run in the same
     # interpreter (after more hasp modules had been imported lazily) missed the whole cache.
-    probe = ("import flows.evolve as fe; a = fe.code_version(); import hasp.eval.cli, hasp.domains.search.pf_support;"
+    probe = ("import flows.evolve as fe; a = fe.code_version(); import hasp.eval.cli, hasp.pf.search_support;"
              " print(a == fe.code_version(), a)")
     outs = [subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
             .stdout.split() for _ in range(2)]

@@ -180,7 +180,7 @@ def test_highest_version_wins_and_broken_skill_is_skipped(tmp_path):
     root = tmp_path / "search"
     shutil.copytree(SEED, root)
     gen = root / "generated" / "premature-final-v2"
-    write_skill_folder(gen, load_skill(SEED / "premature-final").model_copy(update={"version": 2, "priority": 0.95}))
+    write_skill_folder(gen, load_skill(SEED / "premature-final").model_copy(update={"version": 2, "priority": 0.95, "pf": None}))
     (gen / "pf.py").write_text(
         "from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf\n\n"
         "@register_pf('premature_final')\nclass P(ProgramFunction):\n"

@@ -14,7 +14,7 @@ import pytest
 from doubles import FailingTeacherDouble, ScriptedTeacherDouble
 
 from hasp.agent.context import EpisodeState
-from hasp.domains.search.pf_support import FINAL_REDIRECT_KEY, MAX_FINAL_REDIRECTS, hop_count, is_multi_hop
+from hasp.pf.search_support import FINAL_REDIRECT_KEY, MAX_FINAL_REDIRECTS, hop_count, is_multi_hop
 from hasp.pf import InterventionType
 from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.library import load_library
@@ -423,7 +423,7 @@ def test_pfs_fire_the_same_through_the_dispatcher_and_called_apart(pf):
 
 def _reference_names(text):
     """names() as first written: a Python loop over the matches (the C-level version must agree)."""
-    from hasp.domains.search.pf_support import _LEADING_FUNCTION, _NAME
+    from hasp.pf.search_support import _LEADING_FUNCTION, _NAME
 
     out = []
     for m in _NAME.finditer(text):
@@ -455,7 +455,7 @@ def _texts_to_compare():
 
 
 def test_names_and_sentence_tokens_match_their_reference_loops():
-    from hasp.domains.search.pf_support import _SENTENCE, names, sentence_tokens
+    from hasp.pf.search_support import _SENTENCE, names, sentence_tokens
     from hasp.textutil import content_tokens
 
     for text in _texts_to_compare():
@@ -611,7 +611,7 @@ def test_every_seed_pf_keeps_its_watches_promise(lib):
                     else:
                         assert not active, f"{p.skill_id} fired on {at}[{arg}] but watches {sorted(watches)}"
         assert fired_on_watched, f"the bank never makes {p.skill_id} fire: extend it"
-    assert declared == 23  # the three always-on/just-read PFs watch every type
+    assert declared == 24  # relevant_content_extractor and language_barrier watch every type
 
 
 def test_dispatch_skips_pfs_that_do_not_watch_the_action_and_gives_the_same_result(lib):
@@ -663,7 +663,7 @@ def test_modify_only_is_derived_from_the_source():
 def test_derived_step_keys_agree_with_the_history_they_come_from():
     """``last_action`` / ``last_read`` are what PFs used to parse out of ``action_history`` and
     ``all_read_contents``; contexts built without them (older callers) get the same answers."""
-    from hasp.domains.search.pf_support import just_read, last_read_text
+    from hasp.pf.search_support import just_read, last_read_text
 
     for ctx in _context_bank(n=120, seed=3):
         legacy = {k: v for k, v in ctx.items() if k not in ("last_action", "last_read")}

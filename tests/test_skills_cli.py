@@ -48,7 +48,7 @@ def library(tmp_path: Path) -> Path:
     gen = root / "generated" / "iterative-refinement-v2"
     spec = load_skill(SEED / "iterative-refinement")
     write_skill_folder(gen, spec.model_copy(update={
-        "version": 2, "title": "Vary Repeated Searches (names the repeated query)"}))
+        "version": 2, "title": "Vary Repeated Searches (names the repeated query)", "pf": None}))
     # generated code runs in the sandbox, whose policy allows no hasp helpers: v2 is self-contained
     (gen / "pf.py").write_text(GENERATED_V2)
     return root
@@ -100,7 +100,7 @@ def test_diff_seed_v1_against_generated_v2(library):
     assert "+++ iterative_refinement v2 (generated)/pf.py" in out
     assert "-version: 1" in out and "+version: 2" in out
     assert '+            context_text=f"[SEARCH REFINEMENT] {arg!r}' in out
-    assert "-from hasp.textutil import jaccard" in out
+    assert "-pf:" in out and "-  watches:" in out  # v1 declares its PF; v2 replaces it with code
     explicit = invoke("diff", "iterative_refinement", "--from", "1", "--to", "2", "--library", str(library))
     assert explicit.exit_code == 0 and explicit.stdout == out
 
@@ -146,7 +146,7 @@ def test_validate_passes_every_seed_skill():
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["ok"] == out["total"] >= 49
-    assert {f["mode"] for f in out["folders"]} == {"trusted"}
+    assert {f["mode"] for f in out["folders"]} == {"trusted", "declared"}
 
 
 def test_validate_runs_a_generated_version_in_the_sandbox(library):
@@ -165,7 +165,7 @@ def test_validate_refuses_a_typo_with_one_line_and_exit_1(library):
     assert folder["checks"]["hasp"] == "fail" and folder["checks"]["agent_skills"] == "ok"
     assert folder["errors"] == [f"hasp: {hasp_yaml}: unknown key 'priorty' (allowed: skill_id, title, version, "
                                 "priority, error_category, domain, applicable_modes, applicable_phases, "
-                                "trigger_keywords, always_on, system_summary, phases)"]
+                                "trigger_keywords, always_on, system_summary, phases, pf)"]
     table = invoke("validate", str(library / "premature-final"))
     assert table.exit_code == 1 and "fail" in table.stdout and "0 of 1 skill folders pass" in table.stdout
 

@@ -23,6 +23,12 @@ class EpisodeState:
     seen_hits: list[dict[str, str]] = field(default_factory=list)
     read_ids: list[str] = field(default_factory=list)
     read_contents: list[str] = field(default_factory=list)
+    #: did the last executed action fail (a READ that found no document, a SEARCH with no results,
+    #: a tool budget used up), and how many executed actions in a row failed
+    last_failed: bool = False
+    failed_streak: int = 0
+    #: model replies so far that named no action (they never reach the PFs, so PFs learn of them here)
+    parse_failures: int = 0
     private: dict[str, Any] = field(default_factory=dict)  # PF counters ("_"-prefixed keys)
 
     @property
@@ -55,8 +61,16 @@ class EpisodeState:
             "last_search_hits": [dict(h) for h in self.last_search_hits],
             "seen_hits": [dict(h) for h in self.seen_hits],
             "read_ids": list(self.read_ids),
+            "last_action_failed": self.last_failed,
+            "failed_streak": self.failed_streak,
+            "parse_failures": self.parse_failures,
             **self.private,
         }
+
+    def note_outcome(self, failed: bool) -> None:
+        """Record whether the action just executed failed (see ``last_failed``)."""
+        self.last_failed = failed
+        self.failed_streak = self.failed_streak + 1 if failed else 0
 
     def absorb(self, ctx: dict[str, Any]) -> None:
         self.private.update({k: v for k, v in ctx.items() if k.startswith("_")})

@@ -129,6 +129,7 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
         parsed = parse_action(reply.text)
         if isinstance(parsed, ParseFailure):
             step.parse_error, step.thought = parsed.reason, parsed.thought
+            state.parse_failures += 1
             step.observation = p["parse_error"].format(reason=parsed.reason)
             messages += step.to_messages(p)
             step.step_s = time.perf_counter() - ts
@@ -141,6 +142,7 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
         harness_s = time.perf_counter() - th
         traj.pf_errors += audit.errors
         obs, done = _execute(audit.a_final, state, env, cfg, audit, p)
+        state.note_outcome(_failed(audit.feedback))
         if audit.context:
             obs = obs + "\n" + "\n".join(audit.context)
         step.audit, step.observation = audit, obs
@@ -221,6 +223,11 @@ def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
         audit.feedback = {"found": doc is not None, "doc_id": (doc or {}).get("id")}
         return obs, False
     raise ValueError(f"unknown action type {a.type!r}")  # the parser/dispatcher only emit the three
+
+
+def _failed(feedback: dict[str, Any]) -> bool:
+    """Did the executed action fail, by its feedback Δ_t (``_execute``)?"""
+    return bool(feedback.get("budget_exhausted")) or feedback.get("n_hits") == 0 or feedback.get("found") is False
 
 
 def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, variant: Variant,

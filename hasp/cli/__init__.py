@@ -254,11 +254,15 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
     from hasp.cli.evolve import run_epoch_flow
     from hasp.track.mlflow_run import tracking_uri
 
+    from hasp.evolve.story import epoch_story
+
     t0 = time.perf_counter()
     res = run_epoch_flow(params, out, library)
     print_results(res["eval"])
-    typer.echo(json.dumps({k: res["phases"][k] for k in res["phases"]}, default=str)[:3000])
-    typer.echo(f"wall time {time.perf_counter() - t0:.0f}s; MLflow run {res['run_id']}")
+    for line in epoch_story(out / "epoch_0", res["eval"], out / "eval"):
+        typer.echo(line)
+    typer.echo(f"wall time {time.perf_counter() - t0:.0f}s; MLflow run {res['run_id']}; "
+               f"every phase's files are in {out}/epoch_0")
     typer.echo(f"Open the UI: .venv/bin/mlflow ui --backend-store-uri {tracking_uri()}")
 
 

@@ -21,6 +21,7 @@ def register(evolve_app: typer.Typer) -> None:
     evolve_app.command("run")(run)
     evolve_app.command("gate")(gate)
     evolve_app.command("rollback")(rollback)
+    evolve_app.command("sage")(sage)
 
 
 def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to run.")] = 1,
@@ -110,3 +111,25 @@ def rollback(to: Annotated[int, typer.Option("--to", help="Epoch whose library s
 
     path = rollback_to(out, to, dest)
     typer.echo(f"restored the epoch-{to} library into {path}")
+
+
+def sage(params: Annotated[Path, typer.Option("--params")] = Path("params.yaml"),
+         data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
+         library: Annotated[Path, typer.Option("--library", help="Starting library (copied per chain).")] = Path(
+             "skills/search"),
+         out: Annotated[Path, typer.Option("--out")] = Path("outputs/sage"),
+         split: Annotated[str, typer.Option(help="Split whose questions form the chains.")] = "train",
+         chain_length: Annotated[int, typer.Option("--chain-length", min=2, help="Tasks per chain.")] = 3,
+         limit: Annotated[Optional[int], typer.Option(help="First N questions of the split.")] = None) -> None:
+    """SAGE's sequential rollout: chains of same-template questions, skills admitted after a failed task serve
+    the next ones; compared with plain rollouts of the same questions (writes sequential.json)."""
+    from hasp.evolve.sequential import sage_run
+    from hasp.llm.endpoints import policy_client
+
+    p = params_or_exit(params)
+    with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, \
+            policy_client(p.llm, port=p.llm.port + 1, max_tokens=p.evolve.declarative_max_tokens,
+                          temperature=p.evolve.proposal_temperature) as student:
+        summary = sage_run(p, data, library, out, policy=pol, student=student, split=split,
+                           chain_length=chain_length, limit=limit)
+    typer.echo(json.dumps(summary, indent=1))

@@ -72,6 +72,16 @@ def _read(path: Path) -> str:
         raise  # unreachable: _fail exits
 
 
+def _declaration(folder: Path) -> Any:
+    """The skill's declared PF (None when it has none or its files do not load)."""
+    from hasp.pf.skill_md import SkillFormatError, load_skill
+
+    try:
+        return load_skill(folder).pf
+    except SkillFormatError:
+        return None
+
+
 def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
     """handler kind / teacher / watched action types / A+B of a skill folder's pf.py, from its source."""
     from hasp.pf.base import watched_types
@@ -79,6 +89,14 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
     from hasp.pf.pf_source import pf_attrs
 
     pf_path = folder / "pf.py"
+    decl = _declaration(folder)
+    if decl is not None:
+        from hasp.pf.equivalence import analyse_declaration
+
+        rep = analyse_declaration(decl, skill_id)
+        return {"handler": "code" if decl.vote else "-", "teacher": "-", "watches": ",".join(sorted(decl.watches)),
+                "rewrite_only": "yes" if decl.rewrite is not None else "-",
+                "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
     if not pf_path.exists():
         return {"handler": "-", "teacher": "-", "watches": "-", "rewrite_only": "-", "ab": "no pf",
                 "reasons": ["no pf.py"]}
@@ -152,6 +170,16 @@ def skills_show(skill_id: str,
     con.print(Panel(Syntax(md_text.split("---", 2)[1].strip(), "yaml"), title=f"{SKILL_FILE} frontmatter"))
     con.print(Panel(Syntax(_read(folder / HASP_FILE).strip(), "yaml"), title=HASP_FILE))
     con.print(Panel(Markdown(meta.content), title="SKILL.md body"))
+    decl = _declaration(folder)
+    if decl is not None:
+        from hasp.pf.declared import compile_declaration
+
+        try:
+            compiled = compile_declaration(skill_id, decl, f"{folder}/{HASP_FILE}: pf").compiled()
+        except SkillFormatError as e:
+            _fail(str(e))
+        con.print(Panel(Syntax(compiled, "python"), title="declared PF (hasp.yaml pf:), compiled"))
+        return
     source = _read(folder / "pf.py")
     con.print(Panel(Syntax(source, "python", line_numbers=True) if source else "(no pf.py: prompt-only skill)",
                     title="pf.py"))

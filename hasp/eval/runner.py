@@ -39,12 +39,14 @@ log = logging.getLogger(__name__)
 
 
 class Arm(NamedTuple):
-    """One column of the comparison: ``variant`` run by ``policy`` (None: the evaluation's policy).
-    A named tuple: built positionally at every call site, compared and hashed by value."""
+    """One column of the comparison: ``variant`` run by ``policy`` (None: the evaluation's policy)
+    with the skills of ``library`` (None: the evaluation's library), e.g. the PF agent before and
+    after an evolution epoch. A named tuple: compared and hashed by value."""
 
     label: str
     variant: Variant
     policy: Policy | None = None
+    library: Path | None = None
 
 
 @dataclass
@@ -139,10 +141,19 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         log.warning("skill library: %s", err)
     out_dir = Path(out_dir)
     cells: list[CellResult] = []
+    own_libs: dict[Path, Any] = {}  # arms with a library of their own
+
+    def lib_of(arm: Arm) -> Any:
+        if arm.library is None:
+            return lib
+        if arm.library not in own_libs:
+            own_libs[arm.library] = load_library(arm.library, domain)
+        return own_libs[arm.library]
+
     try:
         for ds in datasets:
             for arm in arms:
-                cells.append(_run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib, teacher=teacher,
+                cells.append(_run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm), teacher=teacher,
                                        judge=judge, snippets=snippets, out_dir=out_dir, progress=progress))
         if lib is not None:
             for c in cells:
@@ -152,8 +163,9 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                             library_size=len(lib.skills) if lib is not None else 0,
                             settings={"teacher_snippets": snippets, "judge": judge, "teacher": teacher is not None})
     finally:
-        if lib is not None:
-            lib.close()
+        for one in (lib, *own_libs.values()):
+            if one is not None:
+                one.close()
     write_json(result.metrics(), out_dir / "metrics.json")
     return result
 

@@ -174,11 +174,22 @@ def review_refusals(candidate: Candidate, review: Review, cluster: Cluster) -> l
     if review.q_skill < bar:
         why.append(f"Q_skill {review.q_skill:.3f} below the "
                    f"{'new-group' if cluster.is_new_category else 'same-group'} bar {bar:.2f}")
-    if not candidate.code.strip():
+    if candidate.declared:
+        from hasp.evolve.declarative import declaration_errors
+
+        why += [f"declaration does not compile: {e}" for e in declaration_errors(candidate)]
+    elif not candidate.code.strip():
         why.append("candidate has no PF code")
     elif registered_id(candidate.code) != candidate.skill_id:
         why.append(f"@register_pf id {registered_id(candidate.code)!r} != skill_id {candidate.skill_id!r}")
     return why
+
+
+def _pf_text(candidate: Candidate) -> str:
+    """What the admitted PF is made of: its code, or its declaration as canonical JSON."""
+    if candidate.declared:
+        return json.dumps(candidate.declaration, sort_keys=True)
+    return candidate.code
 
 
 def structural_refusals(root: Path, candidate: Candidate, max_library_size: int) -> list[str]:
@@ -211,7 +222,7 @@ def _entry(candidate: Candidate, review: Review, cluster: Cluster, *, epoch: int
         "q_skill": review.q_skill, "review": review.scores(),
         "admission_bar": admission_bar(cluster.is_new_category), "is_new_category": cluster.is_new_category,
         "cluster_support": cluster.support, "reasons": list(reasons), "feedback": review.feedback[:500],
-        "parse_error": candidate.parse_error, "path": path,
+        "parse_error": candidate.parse_error, "path": path, "proposal_format": candidate.proposal_format,
     }
 
 
@@ -257,14 +268,16 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
             "admission_bar": entry["admission_bar"], "cluster": _cluster_summary(cluster),
             "candidate": {"parse_error": candidate.parse_error, "notes": list(candidate.notes),
                           "cluster_category": candidate.cluster_category},
-            "code_sha256": hashlib.sha256(candidate.code.encode()).hexdigest(),
+            "proposal_format": candidate.proposal_format,
+            "code_sha256": hashlib.sha256(_pf_text(candidate).encode()).hexdigest(),
             "gate": dict(extra or {}),
         }
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{candidate.skill_id}-", dir=gen))
         try:
             for name, text in render_skill_folder(spec, final.name).items():
                 _write(tmp / name, text)
-            _write(tmp / "pf.py", candidate.code)
+            if not candidate.declared:  # a declared PF lives in hasp.yaml (``pf:``)
+                _write(tmp / "pf.py", candidate.code)
             _write(tmp / "metadata.json", json.dumps(meta, indent=1, ensure_ascii=False, default=str) + "\n")
             os.chmod(tmp, default_mode(is_dir=True))  # mkdtemp's 0700 would stay on the skill folder
             _fsync_dir(tmp)

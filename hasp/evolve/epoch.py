@@ -160,9 +160,14 @@ def history_before(history_path: Path, epoch: int) -> Any:
 
 
 def propose(clusters_path: Path, library_root: Path, params: Params, out_path: Path, *,
-            student: Any, epoch: int, history_path: Path | None = None) -> dict[str, Any]:
-    """Phase C: the student writes at most ``max_candidates`` SKILL.md + PF code candidates."""
+            student: Any, epoch: int, history_path: Path | None = None,
+            rollout_path: Path | None = None) -> dict[str, Any]:
+    """Phase C: the student writes at most ``max_candidates`` candidates, as code (SKILL.md + pf.py)
+    or as declared PFs (``evolve.proposal_format``). Declarations are proposed from menus ranked on
+    the cluster's failing steps, replayed from ``rollout_path`` (default: the rollout next to
+    ``clusters_path``)."""
     from hasp.evolve.cluster import clusters_from_json
+    from hasp.evolve.declarative import choose_format, propose_declarative, structured_for
     from hasp.evolve.propose import propose_candidates
 
     clusters = clusters_from_json(read_json(clusters_path))
@@ -172,14 +177,28 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
-    # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
+    fmt = choose_format(e.proposal_format, history)
     with Progress("C propose", min(cap, len(clusters)), unit="proposals") as bar:
-        cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
-                                   max_candidates=cap, temperature=e.proposal_temperature,
-                                   max_tokens=e.proposal_max_tokens, seed=epoch)
-        bar.advance(len(cands))
+        if fmt == "declarative":
+            from hasp.agent.replay import replay
+
+            rollout_path = rollout_path or clusters_path.parent / "rollout.jsonl"
+            trajs = read_trajectories(rollout_path) if rollout_path.exists() else []
+            replayed = {t.qid: list(replay(t, params.agent.max_steps)) for t in trajs}
+            cands = propose_declarative(
+                clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
+                max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
+                seed=epoch, structured=structured_for(e.structured_output, params.llm.base_url is None),
+                on_done=bar.advance)
+        else:
+            # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
+            cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
+                                       max_candidates=cap, temperature=e.proposal_temperature,
+                                       max_tokens=e.proposal_max_tokens, seed=epoch)
+            bar.advance(len(cands))
     write_json([c.to_dict() for c in cands], out_path)
-    return {"proposed": len(cands), "with_code": sum(1 for c in cands if c.code.strip()),
+    return {"proposed": len(cands), "format": fmt, "with_code": sum(1 for c in cands if c.code.strip()),
+            "declared": sum(1 for c in cands if c.declared),
             "parse_errors": sum(1 for c in cands if c.parse_error)}
 
 
@@ -191,6 +210,7 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
     ``static=True`` (filtering ``teacher``: executable validation is ablated) reads the
     code without running it, so Phase E still gets an executability estimate."""
     from hasp.evolve.cluster import clusters_from_json
+    from hasp.evolve.declarative import validate_declared
     from hasp.evolve.gate import static_exec_report
     from hasp.evolve.propose import Candidate
     from hasp.evolve.validate import phase_d_contexts, validate_candidate
@@ -202,7 +222,9 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
     qids = {c.category: c.qids for c in clusters_from_json(_load_list(epoch_dir / "clusters.json"))}
     with Progress("D validate", len(cands), unit="candidates") as bar:
         for c in cands:
-            if static:
+            if c.declared:
+                reports.append({"skill_id": c.skill_id, **validate_declared(c).to_dict()})
+            elif static:
                 reports.append(static_exec_report(c.code, c.skill_id))
             else:
                 ctxs, args = phase_d_contexts(trajs, qids.get(c.cluster_category, ()))
@@ -223,6 +245,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     executed in the sandbox (candidate code is untrusted)."""
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.propose import Candidate
+    from hasp.evolve.declarative import compiled_pf
     from hasp.evolve.review import review_candidate, trigger_hit_rate
     from hasp.pf.sandboxed import SandboxedPF
 
@@ -240,14 +263,14 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
         cluster = clusters.get(c.cluster_category)
         hit_rate = None
         if rep.get("passed") and cluster is not None:
-            pf = SandboxedPF(c.code, skill_id=c.skill_id)
+            pf = compiled_pf(c) if c.declared else SandboxedPF(c.code, skill_id=c.skill_id)
             try:
                 hit_rate = trigger_hit_rate(pf, [t for t in trajs if t.qid in set(cluster.qids)])
             except Exception as e:  # noqa: BLE001 - a broken candidate scores 0 here, it never stops the epoch
                 log.warning("trigger replay failed for %s: %s", c.skill_id, e)
                 hit_rate = 0.0
             finally:
-                pf.close()
+                getattr(pf, "close", lambda: None)()  # a sandboxed PF owns a worker process
         if cluster is None:
             log.warning("candidate %s names unknown cluster %s", c.skill_id, c.cluster_category)
             from hasp.evolve.cluster import Cluster
@@ -535,17 +558,24 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
 
 # ----------------------------------------------------------------------------- evaluation
 def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, *, policy: Any,
-             trained_policy: Any | None, teacher: Any = None, split: str = "test") -> dict[str, Any]:
+             trained_policy: Any | None, teacher: Any = None, split: str = "test",
+             library_before: Path | None = None) -> dict[str, Any]:
     """Baseline ReAct vs PF agent vs trained PF agent on the generated benchmark's ``split``
-    (same library, same data), through the evaluation runner every ``hasp eval`` uses.
+    (same library, same data), through the evaluation runner every ``hasp eval`` uses. With
+    ``library_before`` (the epoch's input library) the PF agent also runs with it, labelled
+    ``<pf>_before``, so the epoch's effect on the same questions is in the table.
 
     Labels say what ran: ``pf_teacher`` / ``trained_pf_teacher`` when a teacher is configured.
     Writes the runner's files under ``out_dir`` and returns ``{label: summary}``."""
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
-    from hasp.eval.runner import run_eval
+    from hasp.eval.runner import Arm, run_eval
 
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
-    res = run_eval(params, [ds], epoch_arms(teacher, trained_policy), policy=policy, library_root=library_root,
+    arms = epoch_arms(teacher, trained_policy)
+    if library_before is not None:
+        pf = get_variant(pipeline_variant("pf", teacher))
+        arms.insert(1, Arm(f"{pf.name}_before", pf, None, library_before))
+    res = run_eval(params, [ds], arms, policy=policy, library_root=library_root,
                    out_dir=out_dir, teacher=teacher, teacher_snippets=False)
     return res.metrics()[ds.name]
 

@@ -97,7 +97,15 @@ class Evidence:
 GateFn = Callable[[Evidence], list[str]]
 
 
+def _declared(ev: Evidence) -> list[str]:
+    from hasp.evolve.declarative import declaration_errors
+
+    return [f"declaration does not compile: {e}" for e in declaration_errors(ev.candidate)]
+
+
 def _parse(ev: Evidence) -> list[str]:
+    if ev.candidate.declared:
+        return _declared(ev)
     code = ev.candidate.code
     if not code.strip():
         return [f"no PF code ({ev.candidate.parse_error or 'empty'})"]
@@ -116,7 +124,7 @@ def _exec(ev: Evidence) -> list[str]:
     if not rep.get("passed"):
         failed = [k for k, ok in (rep.get("checks") or {}).items() if not ok]
         why.append(f"Phase D failed ({', '.join(failed) or 'checks'}; Q_exec {float(rep.get('q_exec', 0)):.2f})")
-    if registered_id(ev.candidate.code) != ev.candidate.skill_id:
+    if not ev.candidate.declared and registered_id(ev.candidate.code) != ev.candidate.skill_id:
         why.append(f"@register_pf id {registered_id(ev.candidate.code)!r} != skill_id {ev.candidate.skill_id!r}")
     return why
 
@@ -147,6 +155,8 @@ def _val(ev: Evidence) -> list[str]:
 
 
 def _loadable(ev: Evidence) -> list[str]:
+    if ev.candidate.declared:
+        return _declared(ev)
     code = ev.candidate.code
     why = [f"static policy: {v}" for v in check_policy(code)]
     rid = registered_id(code)
@@ -160,6 +170,8 @@ def _loadable(ev: Evidence) -> list[str]:
 def _sandbox_exec(ev: Evidence) -> list[str]:
     from hasp.evolve.validate import lite_exec_refusals
 
+    if ev.candidate.declared:  # compiled from vetted templates, never run as student code
+        return []
     if check_policy(ev.candidate.code):  # never run code the policy refuses (``loadable`` says why)
         return ["not run: the static policy refuses it"]
     return lite_exec_refusals(ev.candidate.code, ev.candidate.skill_id)

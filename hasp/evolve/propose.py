@@ -110,6 +110,7 @@ class FeedbackEntry:
     decision: str  # admitted | rejected | revise | ...
     q_skill: float
     reasons: list[str] = field(default_factory=list)
+    proposal_format: str = "code"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "FeedbackEntry":
@@ -121,7 +122,8 @@ class FeedbackEntry:
         q = d.get("q_skill", review.get("q_skill", 0.0))
         return cls(epoch=int(d.get("epoch", 0)), skill_id=str(d.get("skill_id", "")),
                    category=str(d.get("category", "")), decision=str(d.get("decision", "")),
-                   q_skill=float(q or 0.0), reasons=[str(r) for r in reasons])
+                   q_skill=float(q or 0.0), reasons=[str(r) for r in reasons],
+                   proposal_format=str(d.get("proposal_format") or "code"))
 
 
 class FeedbackHistory:
@@ -266,6 +268,13 @@ class Candidate:
     notes: list[str] = field(default_factory=list)  # repairs made to the documentation part
     epoch: int = 0
     prompt_messages: list[dict[str, str]] = field(default_factory=list)  # what the student saw (Objective B)
+    #: "code" (``code`` holds pf.py) or "declarative" (``declaration`` holds the PF as data, no code)
+    proposal_format: str = "code"
+    declaration: dict[str, Any] | None = None
+
+    @property
+    def declared(self) -> bool:
+        return self.declaration is not None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

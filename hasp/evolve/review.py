@@ -181,6 +181,36 @@ class CodeFacts:
     intervene_src: str = ""
 
 
+_ARG_CONDITIONS = ("arg_", "same_action_repeated", "query_drifted", "answer_")
+
+
+def declared_facts(declaration: dict[str, Any]) -> CodeFacts:
+    """The reviewer's facts read off a declared PF (``hasp.pf.declaration``) instead of code: each
+    condition counts as one signal the trigger reads, ``watches`` is its action check."""
+    from hasp.pf.declaration import PFDeclaration
+
+    try:
+        d = PFDeclaration(**declaration)
+    except Exception as e:  # noqa: BLE001 - an invalid declaration is a finding, not a crash
+        return CodeFacts(error=f"invalid declaration: {e}")
+    names = [c.lstrip("!") if isinstance(c, str) else (c.get("field") or "") for c in d.when]
+    rewrite = d.rewrite is not None
+    return CodeFacts(
+        parses=True, class_name="DeclaredPF", has_should_activate=True, has_intervene=True,
+        trigger_fields=[n for n in names if n and not n.startswith(_ARG_CONDITIONS)],
+        trigger_constant=not [n for n in names if n and n != "always"],
+        trigger_action_types=list(d.watches), trigger_checks_action=True, trigger_has_condition=bool(d.when),
+        trigger_uses_arg=any(n.startswith(_ARG_CONDITIONS) for n in names),
+        iv_types=["MODIFY_ACTION" if rewrite else "INJECT_CONTEXT"],
+        iv_new_action_types=[d.rewrite.action] if d.rewrite else [], iv_has_new_arg=rewrite,
+        iv_has_context=not rewrite, iv_has_reason=True)
+
+
+def candidate_facts(candidate: Candidate) -> CodeFacts:
+    """Facts of a candidate's PF, from its code or its declaration."""
+    return declared_facts(candidate.declaration) if candidate.declared else code_facts(candidate.code)
+
+
 def _param(fn: ast.FunctionDef, i: int) -> str | None:
     args = fn.args.posonlyargs + fn.args.args
     return args[i].arg if len(args) > i else None
@@ -358,8 +388,8 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
     if desc_ok < 1.0:
         reasons.append("no authored description")
 
-    f = code_facts(candidate.code)
-    if not candidate.code.strip():
+    f = candidate_facts(candidate)
+    if not candidate.code.strip() and not candidate.declared:
         reasons.append("no code")
     elif not f.parses or f.class_name is None:
         reasons.append(f.error or "code unusable")
@@ -468,7 +498,13 @@ def _review_system() -> str:
 
 def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: float,
                             existing_skill_ids: Iterable[str] = ()) -> list[dict[str, str]]:
-    f = code_facts(candidate.code)
+    f = candidate_facts(candidate)
+    code = candidate.code
+    if candidate.declared:
+        from hasp.evolve.declarative import compiled_source
+
+        code = compiled_source(candidate)
+        f.trigger_src = f.intervene_src = code
     rep = cluster.representative
     user = "\n".join([
         f"## Candidate {candidate.skill_id} for failure '{cluster.category}'",
@@ -480,7 +516,7 @@ def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: floa
         "", "## Trigger", "```python", (f.trigger_src or "(missing)")[:1500], "```",
         "", "## Intervention", "```python", (f.intervene_src or "(missing)")[:1500], "```",
         "", "## SKILL.md", candidate.skill_md[:2000],
-        "", "## Full code", "```python", (candidate.code or "(none)")[:4000], "```",
+        "", "## Full code", "```python", (code or "(none)")[:4000], "```",
         "", prompt("hasp.evolve", "review", "format"),
     ])
     return [{"role": "system", "content": _review_system()}, {"role": "user", "content": user}]

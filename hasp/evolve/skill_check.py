@@ -27,7 +27,8 @@ from hasp.pf.conditions import invalid_phases
 from hasp.pf.layout import GENERATED_DIR, VERSION_DIR, folder_refusal
 from hasp.pf.library import import_trusted_pf
 from hasp.pf.pf_source import find_pf_class
-from hasp.pf.skill_md import SKILL_FILE, SkillFormatError, SkillSpec, load_skill
+from hasp.pf.declared import compile_declaration
+from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
 
 CHECKS = ("agent_skills", "hasp", "pf_load", "exec")
 #: action types a domain's PFs are asked about (math and code answer in one FINAL step)
@@ -41,7 +42,7 @@ class FolderReport:
 
     path: str
     skill_id: str = ""
-    mode: str = "-"  # how the PF was executed: sandbox / trusted / -
+    mode: str = "-"  # how the PF was executed: sandbox / trusted / declared / -
     checks: dict[str, str] = field(default_factory=lambda: dict.fromkeys(CHECKS, "skip"))
     errors: list[str] = field(default_factory=list)
 
@@ -107,6 +108,24 @@ def _exec_report(pf_path: Path, spec: SkillSpec, sandbox: bool, rep: FolderRepor
     return validate_trusted(pf, action_types=actions)
 
 
+def _check_declared(folder: Path, spec: SkillSpec, rep: FolderReport) -> None:
+    """A declared PF: it compiles from the vocabulary (the load check) and passes the execution
+    checks in-process — compiled declarations run no student code, so no sandbox is needed."""
+    rep.mode = "declared"
+    where = f"{folder}/{HASP_FILE}: pf"
+    if (folder / "pf.py").exists():
+        rep._set("pf_load", [f"{where}: a skill declares its PF under pf: or in pf.py, not both"])
+        return
+    try:
+        pf = compile_declaration(spec.skill_id, spec.pf, where, spec.domain)
+    except SkillFormatError as e:
+        rep._set("pf_load", [str(e)])
+        return
+    rep._set("pf_load", [])
+    ex = validate_trusted(pf, action_types=DOMAIN_ACTIONS.get(spec.domain, SINGLE_STEP_ACTIONS))
+    rep._set("exec", [] if ex.passed else ex.errors or [f"Q_exec {ex.q_exec}"])
+
+
 def check_folder(folder: Path, *, sandbox: bool | None = None, timeout_s: float = 10.0) -> FolderReport:
     """All four checks for one folder; ``sandbox=None`` picks the library's rule (generated -> sandbox)."""
     rep = FolderReport(path=str(folder))
@@ -118,6 +137,9 @@ def check_folder(folder: Path, *, sandbox: bool | None = None, timeout_s: float 
         return rep
     rep.skill_id = spec.skill_id
     pf_path = folder / "pf.py"
+    if spec.pf is not None:
+        _check_declared(folder, spec, rep)
+        return rep
     if not pf_path.exists():
         return rep  # a prompt-only skill: nothing to load or run
     ex = _exec_report(pf_path, spec, generated if sandbox is None else sandbox, rep, timeout_s)

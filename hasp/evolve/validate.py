@@ -52,7 +52,7 @@ from typing import Any
 
 from hasp.agent.context import EpisodeState
 from hasp.config import SandboxParams, default_of
-from hasp.evolve.detectors import replay_contexts
+from hasp.agent.replay import replay
 from hasp.records import Trajectory
 from hasp.pf.base import ProgramFunction, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
@@ -233,8 +233,9 @@ def phase_d_contexts(trajs: list[Trajectory], cluster_qids: Any = (), *, n_clust
     other: list = []
     for t in trajs:
         bucket = cluster if t.qid in qids else other
-        for i, (ctx, at, arg) in enumerate(replay_contexts(t)):
-            bucket.append((f"{'cluster' if bucket is cluster else 'recent'}:{t.qid}#{i}", ctx, at, arg))
+        for st in replay(t):
+            bucket.append((f"{'cluster' if bucket is cluster else 'recent'}:{t.qid}#{st.index}", st.ctx,
+                           st.action, st.arg))
     other = other[-max(50, 10 * n_other):]  # the most recent steps of the rollout
     contexts = mock_contexts() if with_mock else []
     args = dict(MOCK_ARGS) if with_mock else {}

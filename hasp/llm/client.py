@@ -97,8 +97,10 @@ class LLMClient:
             return self._usage
 
     def chat(self, messages: Messages, *, temperature: float | None = None, max_tokens: int | None = None,
-             stop: list[str] | None = None, seed: int | None = None) -> ChatResult:
-        """Send one chat completion; ``None`` arguments fall back to the config's defaults."""
+             stop: list[str] | None = None, seed: int | None = None,
+             response_format: dict[str, Any] | None = None) -> ChatResult:
+        """Send one chat completion; ``None`` arguments fall back to the config's defaults.
+        ``response_format`` (structured output, e.g. a JSON schema) is passed through as given."""
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": cfg.model,
@@ -110,6 +112,8 @@ class LLMClient:
             kwargs["stop"] = list(stop)
         if seed is not None:
             kwargs["seed"] = seed
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         t0 = time.perf_counter()
         with self._sem:
             try:

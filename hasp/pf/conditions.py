@@ -21,7 +21,7 @@ import difflib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hasp.pf.question import QuestionFeatures
 from hasp.config import HarnessParams, default_of
@@ -39,6 +39,7 @@ class ConditionEnv:
 
 
 Condition = Callable[[ConditionEnv], bool]
+E = TypeVar("E")
 
 
 def _similar_titles(env: ConditionEnv) -> bool:
@@ -87,13 +88,21 @@ SEARCH_CONDITIONS: dict[str, Condition] = {
 DOMAIN_CONDITIONS: dict[str, dict[str, Condition]] = {"search": SEARCH_CONDITIONS}
 
 _FIELDS = ("step_count", "search_count", "read_count", "max_steps", "empty_results", "has_read")
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
+#: the comparison fields phases may use: attributes of the episode state
+STATE_FIELDS: dict[str, Callable[[ConditionEnv], Any]] = {
+    f: (lambda e, f=f: getattr(e.state, f)) for f in _FIELDS}
+OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
 }
 
 
-def compile_condition(cond: Any, names: dict[str, Condition], where: str) -> Condition:
-    """One condition → a closure; raises ``SkillFormatError`` (prefixed with ``where``) if invalid."""
+def compile_condition(cond: Any, names: dict[str, Callable[[E], bool]], where: str,
+                      fields: dict[str, Callable[[E], Any]] | None = None) -> Callable[[E], bool]:
+    """One condition → a closure; raises ``SkillFormatError`` (prefixed with ``where``) if invalid.
+
+    ``names`` and ``fields`` are the vocabulary: phase conditions evaluate over a ``ConditionEnv``,
+    declared PFs (``hasp.pf.declared``) over their step view, with the same grammar."""
+    fields = STATE_FIELDS if fields is None else fields
     if isinstance(cond, str):
         neg = cond.startswith("!")
         name = cond[1:].strip() if neg else cond.strip()
@@ -101,20 +110,22 @@ def compile_condition(cond: Any, names: dict[str, Condition], where: str) -> Con
         if fn is None:
             raise SkillFormatError(f"{where}: unknown condition {name!r}; known: {sorted(names)}")
         return (lambda e: not fn(e)) if neg else fn
-    if isinstance(cond, dict) and set(cond) == {"any"} and isinstance(cond["any"], list):
-        parts = [compile_condition(c, names, where) for c in cond["any"]]
+    if isinstance(cond, dict) and set(cond) == {"any"} and isinstance(cond["any"], list) and cond["any"]:
+        parts = [compile_condition(c, names, where, fields) for c in cond["any"]]
         return lambda e: any(p(e) for p in parts)
     if isinstance(cond, dict) and set(cond) == {"not"}:
-        inner = compile_condition(cond["not"], names, where)
+        inner = compile_condition(cond["not"], names, where, fields)
         return lambda e: not inner(e)
     if isinstance(cond, dict) and set(cond) == {"field", "op", "value"}:
-        fld, op = cond["field"], _OPS.get(str(cond["op"]))
-        if fld not in _FIELDS:
-            raise SkillFormatError(f"{where}: unknown field {fld!r}; known: {list(_FIELDS)}")
+        get, op = fields.get(str(cond["field"])), OPS.get(str(cond["op"]))
+        if get is None:
+            raise SkillFormatError(f"{where}: unknown field {cond['field']!r}; known: {sorted(fields)}")
         if op is None:
-            raise SkillFormatError(f"{where}: unknown operator {cond['op']!r}; known: {list(_OPS)}")
+            raise SkillFormatError(f"{where}: unknown operator {cond['op']!r}; known: {list(OPS)}")
         value = cond["value"]
-        return lambda e: bool(op(getattr(e.state, fld), value))
+        if not isinstance(value, (int, float)):  # bool is an int: ``empty_results == true`` is fine
+            raise SkillFormatError(f"{where}: field {cond['field']!r} is compared with a number, not {value!r}")
+        return lambda e: bool(op(get(e), value))
     raise SkillFormatError(f"{where}: a condition is a name, {{field, op, value}}, {{any: [...]}} or "
                            f"{{not: ...}}; got {cond!r}")
 

@@ -21,10 +21,13 @@ analysed the same way as seed code.
 from __future__ import annotations
 
 import ast
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hasp.pf.declaration import PFDeclaration
 from hasp.pf.layout import active_versions
+from hasp.pf.skill_md import HASP_FILE, SkillFormatError, load_skill
 from hasp.pf.pf_source import PFClass, assignments, find_definition, find_pf_class, module_name
 
 ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
@@ -367,6 +370,13 @@ def _returns_only_modify(fn: Func, scope: _Scope, seen: set[int]) -> bool:
     return True
 
 
+def _declared(folder: Path) -> PFDeclaration | None:
+    try:
+        return load_skill(folder).pf
+    except SkillFormatError:
+        return None
+
+
 def analyse_file(pf_path: Path, skill_id: str | None = None) -> EquivalenceReport:
     try:
         source = pf_path.read_text(encoding="utf-8")
@@ -376,14 +386,34 @@ def analyse_file(pf_path: Path, skill_id: str | None = None) -> EquivalenceRepor
     return analyse_source(source, skill_id, str(pf_path))
 
 
+def analyse_declaration(decl: PFDeclaration, skill_id: str, path: str = "") -> EquivalenceReport:
+    """A+B of a declared PF (``hasp.pf.declaration``), read off its fields: (A) it injects rather
+    than rewrites; (B) its text has no ``{source}`` placeholder, so it is a constant."""
+    rep = EquivalenceReport(skill_id=skill_id, path=path)
+    if decl.rewrite is not None:
+        rep.types, rep.b = ["MODIFY_ACTION"], True  # B holds vacuously: no text is injected
+        rep.reasons.append(f"constructs MODIFY_ACTION (declared rewrite to {decl.rewrite.action})")
+        return rep
+    rep.types, rep.a = ["INJECT_CONTEXT"], True
+    fields = [name for _, name, _, _ in string.Formatter().parse(decl.inject or "") if name is not None]
+    rep.b = not fields
+    if fields:
+        rep.reasons.append(f"injected text fills {{{'}, {'.join(fields)}}} at run time")
+    return rep
+
+
 def analyse_library(root: Path, *, include_generated: bool = True) -> list[EquivalenceReport]:
     """A+B for the active version of every skill under ``root`` (sorted by skill id).
 
-    A skill without ``pf.py`` is reported as not A+B (it is a prompt-only skill, not a PF).
+    A skill without ``pf.py`` or a declared PF is reported as not A+B (a prompt-only skill, not a PF).
     """
     out = []
     for base, (_version, folder, _generated) in sorted(active_versions(root, include_generated).items()):
         pf_path = folder / "pf.py"
+        decl = _declared(folder)
+        if decl is not None:
+            out.append(analyse_declaration(decl, base, f"{folder}/{HASP_FILE}"))
+            continue
         if not pf_path.exists():
             out.append(EquivalenceReport(skill_id=base, path=str(folder), reasons=["no pf.py (prompt-only skill)"]))
             continue

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
+from hasp.pf.declared import compile_declaration
 from hasp.pf.equivalence import only_modifies
 from hasp.pf.layout import VERSION_DIR, Version, active_versions, candidate_versions, folder_refusal, scan_versions
 from hasp.pf.registry import collecting
@@ -135,8 +136,12 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> 
         raise SkillFormatError(f"{folder}/{HASP_FILE}: version {spec.version} != folder version {version}")
     spec = _checked_phases(spec, domain, folder, generated, errors)
     pf_path = folder / "pf.py"
-    pf = None
-    if pf_path.exists():
+    pf: ProgramFunction | None = None
+    if spec.pf is not None:
+        if pf_path.exists():
+            raise SkillFormatError(f"{folder}/{HASP_FILE}: pf: a skill declares its PF under pf: or in pf.py, not both")
+        pf = compile_declaration(base, spec.pf, f"{folder}/{HASP_FILE}: pf", domain)
+    elif pf_path.exists():
         pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
         pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
     return Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf)

@@ -22,6 +22,8 @@ import frontmatter
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hasp.pf.declaration import PFDeclaration
+
 PHASES = ("post_search", "post_read", "pre_final")
 SKILL_FILE = "SKILL.md"
 HASP_FILE = "hasp.yaml"
@@ -30,7 +32,7 @@ HASP_FILE = "hasp.yaml"
 AGENT_SKILLS_KEYS = ("name", "description", "license", "allowed-tools", "metadata", "compatibility")
 #: HASP's own keys, kept in hasp.yaml
 HASP_KEYS = ("skill_id", "title", "version", "priority", "error_category", "domain", "applicable_modes",
-             "applicable_phases", "trigger_keywords", "always_on", "system_summary", "phases")
+             "applicable_phases", "trigger_keywords", "always_on", "system_summary", "phases", "pf")
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 #: snake_case with single underscores, so its kebab form is a valid Agent Skills name (and back)
@@ -85,6 +87,8 @@ class SkillSpec(BaseModel):
     always_on: bool = False
     system_summary: str = ""
     phases: dict[str, PhaseSpec] = Field(default_factory=dict)
+    #: the PF declared as data (``hasp.pf.declaration``) instead of a pf.py
+    pf: PFDeclaration | None = None
     body: str = ""
 
     @field_validator("skill_id")
@@ -206,7 +210,9 @@ def _hasp_meta(spec: SkillSpec) -> dict[str, Any]:
     meta = spec.model_dump(include=set(HASP_KEYS))
     meta["phases"] = {k: {kk: vv for kk, vv in v.items() if vv not in ("", [], 0.0)}
                       for k, v in meta["phases"].items()}
-    return {k: meta[k] for k in HASP_KEYS}
+    if spec.pf is not None:
+        meta["pf"] = spec.pf.model_dump(exclude_defaults=True)
+    return {k: meta[k] for k in HASP_KEYS if k != "pf" or spec.pf is not None}
 
 
 def _agent_skills_meta(spec: SkillSpec, name: str) -> dict[str, Any]:

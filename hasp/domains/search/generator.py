@@ -500,13 +500,14 @@ def _check_chain(w: _World, docs: dict[str, str], chain: list[_Entity], answers:
 def generate_benchmark(seed: int, n_questions: int, n_entities: int | None = None,
                        *, hop_weights: Mapping[int, float] | None = None) -> Benchmark:
     """Build the world, render one document per entity, and compose ``n_questions`` unique
-    2-4 hop questions. Same arguments → identical output (one ``random.Random(seed)``)."""
+    1-4 hop questions (``hop_weights``: hop count -> weight). Same arguments → identical output (one ``random.Random(seed)``)."""
     if n_questions < 0:
         raise ValueError("n_questions must be >= 0")
     n_entities = n_entities if n_entities is not None else max(120, 3 * n_questions)
     weights = dict(hop_weights or DEFAULT_HOP_WEIGHTS)
-    if not weights or min(weights) < 2 or any(v < 0 for v in weights.values()):
-        raise ValueError("hop_weights must map hop counts >= 2 to non-negative weights")
+    if not weights or min(weights) < 1 or max(weights) > 4 or any(v < 0 for v in weights.values()) \
+            or not sum(weights.values()):
+        raise ValueError("hop_weights must map hop counts 1-4 to non-negative weights, not all zero")
     rng = random.Random(seed)
     w = _build_world(rng, n_entities)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hasp.domains.search.pf_support import can_redirect_final, note_final_redirect
+from hasp.pf.search_support import can_redirect_final, note_final_redirect
 from hasp.pf.base import Teacher
 from hasp.pf.bases import FinalCheckPF
 from hasp.pf.intervention import Intervention, InterventionType

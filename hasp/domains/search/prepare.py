@@ -15,9 +15,10 @@ from hasp.domains.search.generator import generate_benchmark, write_benchmark
 
 
 def prepare_data(params: Params, out_dir: Path) -> dict[str, Any]:
-    """Generate the benchmark (2–3 hops) and write corpus + splits; returns counts per split and hop."""
+    """Generate the benchmark (hop mix ``data.hop_weights``) and write corpus + splits; returns counts
+    per split and hop."""
     d = params.data
-    bench = generate_benchmark(d.seed, d.n_questions, hop_weights={2: 0.7, 3: 0.3})
+    bench = generate_benchmark(d.seed, d.n_questions, hop_weights=d.hop_weights)
     paths = write_benchmark(bench, out_dir, seed=d.seed, fractions=tuple(d.fractions))
     counts = {k: sum(1 for _ in open(p, encoding="utf-8")) for k, p in paths.items()}
     return {"counts": counts, "hops": dict(Counter(q.hops for q in bench.questions))}

@@ -8,7 +8,7 @@ last_search_hits, seen_hits, read_ids, step_count, max_steps, _final_redirects.
 import re
 
 from hasp.domains.search.pf_bases import teacher_repair
-from hasp.domains.search.pf_support import (can_redirect_final, names, note_final_redirect, unread_hits,
+from hasp.pf.search_support import (can_redirect_final, names, note_final_redirect, unread_hits,
                                             used_query)
 from hasp.pf import Intervention, InterventionType, register_pf
 from hasp.pf.bases import TeacherVotePF

@@ -4,7 +4,7 @@
 Reads ctx keys: has_read, all_read_contents, last_search_results_text.
 """
 
-from hasp.domains.search.pf_support import names
+from hasp.pf.search_support import names
 from hasp.pf import Intervention, InterventionType, register_pf
 from hasp.pf.bases import FinalCheckPF
 

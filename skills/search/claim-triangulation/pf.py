@@ -7,7 +7,7 @@ all_read_contents, question.
 
 import re
 
-from hasp.domains.search.pf_support import steps_left, unread_hits
+from hasp.pf.search_support import steps_left, unread_hits
 from hasp.pf import register_pf
 from hasp.pf.bases import FinalHintPF
 

@@ -7,7 +7,7 @@ Reads ctx keys: action_history, read_count, all_read_contents.
 import re
 import unicodedata
 
-from hasp.domains.search.pf_support import just_read, last_read_text
+from hasp.pf.search_support import just_read, last_read_text
 from hasp.pf import register_pf
 from hasp.pf.bases import HintPF
 

@@ -5,7 +5,7 @@ _final_redirects. Code handler with the same test.
 """
 
 from hasp.domains.search.pf_bases import FinalRedirectPF
-from hasp.domains.search.pf_support import hop_count, is_multi_hop, names
+from hasp.pf.search_support import hop_count, is_multi_hop, names
 from hasp.pf import register_pf
 
 

@@ -6,7 +6,7 @@ Reads ctx keys: question, thought, all_read_contents.
 
 import re
 
-from hasp.domains.search.pf_support import sentences
+from hasp.pf.search_support import sentences
 from hasp.pf import register_pf
 from hasp.pf.bases import FinalHintPF
 

@@ -7,7 +7,7 @@ step_count, max_steps, _final_redirects.
 import re
 
 from hasp.domains.search.pf_bases import FinalRedirectPF
-from hasp.domains.search.pf_support import evidence_text, grounded_fraction, names, used_query
+from hasp.pf.search_support import evidence_text, grounded_fraction, names, used_query
 from hasp.pf import register_pf
 from hasp.textutil import content_tokens, keyword_query
 

@@ -7,7 +7,7 @@ Reads ctx keys: question, thought, action_history, read_count, all_read_contents
 
 from functools import lru_cache
 
-from hasp.domains.search.pf_support import just_read, last_read_text, sentence_tokens
+from hasp.pf.search_support import just_read, last_read_text, sentence_tokens
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.textutil import content_tokens
 

@@ -8,7 +8,7 @@ Reads ctx keys: question, queries, empty_results.
 
 import re
 
-from hasp.domains.search.pf_support import names
+from hasp.pf.search_support import names
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
 from hasp.pf.teacher_ask import ask_teacher
 from hasp.textutil import jaccard, keyword_query

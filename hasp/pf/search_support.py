@@ -178,3 +178,82 @@ def used_query(ctx: dict[str, Any], query: str) -> bool:
 def is_question(text: str) -> bool:
     """Does the text open like a question (wh-word)? Used to spot echoed questions."""
     return bool(_WH_START.match(text or ""))
+
+
+_RANK = re.compile(r"^\s*(?:#|no\.?|result|doc(?:ument)?)?\s*#?\s*(\d{1,2})\.?\s*$", re.I)
+_BRACKETED = re.compile(r"\[([^\[\]]+)\]")
+
+
+def read_target(ctx: dict[str, Any], arg: str) -> str | None:
+    """The doc id a READ argument points to, as far as the context can tell; the raw argument
+    when it matches nothing shown (None for an empty one).
+
+    Follows the environment's order (``SearchEnvironment.resolve``): an id among the last
+    results is that document even when it reads like a rank ("doc2"); only then is a small
+    number a rank; then ids and titles of everything shown so far."""
+    raw = (arg or "").strip().strip("\"'`")
+    m = _BRACKETED.search(raw)
+    if m:
+        raw = m.group(1).strip()
+    hits = list(ctx.get("last_search_hits") or [])
+    if any(raw == hit.get("id") for hit in hits):
+        return raw
+    rank = _RANK.match(raw)
+    if rank and 1 <= int(rank.group(1)) <= len(hits):
+        return str(hits[int(rank.group(1)) - 1].get("id", ""))
+    for hit in hits + list(ctx.get("seen_hits") or []):
+        if raw == hit.get("id") or raw.lower() == str(hit.get("title", "")).lower():
+            return str(hit.get("id"))
+    return raw or None
+
+
+def shown_ids(ctx: dict[str, Any]) -> set[str]:
+    """Doc ids the tools have shown in this episode (last results and every earlier one)."""
+    return {str(h.get("id", "")) for h in list(ctx.get("last_search_hits") or []) + list(ctx.get("seen_hits") or [])}
+
+
+_YEAR = re.compile(r"\b(1\d{3}|20\d{2})\b")
+_NUMBER = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+_ASKS_YEAR = re.compile(r"\b(when|what year|which year|in what year|founded|born|established)\b", re.I)
+_ASKS_NUMBER = re.compile(r"\bhow (many|much|old|long|far|tall|high)\b", re.I)
+
+
+def answer_span(question: str, text: str) -> str | None:
+    """A short span of ``text`` that answers ``question``, or None when no sentence is about it.
+
+    Sentences are ranked by the question words they share — a relation word ("mayor",
+    "founded") counts twice, a name once, since a document repeats its entity's name in
+    every sentence. From the best sentence that has one, the span is a year for a
+    when/what-year question, a number for a how-many one, otherwise the first name the
+    question does not already contain. Deterministic and cheap: it runs inside a PF's trigger.
+    """
+    q_tokens = content_token_set(question or "")
+    if not q_tokens or not text:
+        return None
+    q_names = {n.lower() for n in names(question)}
+    q_name_tokens = {t for n in q_names for t in content_token_set(n)}
+    ranked = sorted(((2 * len((toks & q_tokens) - q_name_tokens) + len(toks & q_name_tokens), -i, sent)
+                     for i, (sent, toks) in enumerate(sentence_tokens(text))), reverse=True)
+    for score, _, sent in ranked:
+        if score <= 0:
+            break
+        span = _span_in(question, sent, q_names, q_tokens)
+        if span:
+            return span
+    return None
+
+
+def _span_in(question: str, sent: str, q_names: set[str], q_tokens: frozenset[str]) -> str | None:
+    if _ASKS_YEAR.search(question):
+        years = _YEAR.findall(sent)
+        if years:
+            return years[-1]
+    if _ASKS_NUMBER.search(question):
+        nums = [n for n in _NUMBER.findall(sent) if n.lower() not in question.lower()]
+        counts = [n for n in nums if not _YEAR.fullmatch(n)]  # "In 1903 ... had 111 people"
+        if counts or nums:
+            return (counts or nums)[0]
+    for name in names(sent):
+        if name.lower() not in q_names and not content_token_set(name) <= q_tokens:
+            return name
+    return None

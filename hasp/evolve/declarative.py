@@ -1,0 +1,371 @@
+"""Phase C for declared PFs: the student fills a declaration from menus instead of writing code.
+
+Why: a small student cannot write a working Python class, but it can pick a trigger and a repair
+from a short list. The lists (menus) are ranked from the cluster's own failing steps, rebuilt from
+the rollout (``hasp.agent.replay``): the conditions that hold there and rarely elsewhere come first,
+and only sources that have a value there are offered. The student still chooses; a choice that does
+not compile gets one retry with the error shown, then a logged refusal that keeps the reply.
+
+Two reply formats, one parser: a JSON object (the endpoint's structured output, ``response_format``
+with a JSON schema, where the server supports it) or short ``KEY: value`` lines (lenient about case,
+bullets and markdown), for servers that reject ``response_format`` such as ``transformers serve``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from hasp.agent.replay import ReplayedStep
+from hasp.evolve.cluster import Cluster
+from hasp.evolve.propose import Candidate, ChatModel, FeedbackHistory, _suggested_id
+from hasp.pf.declaration import PFDeclaration
+from hasp.pf.declared import compile_declaration
+from hasp.pf.skill_md import MAX_DESCRIPTION, SKILL_ID, SkillFormatError, SkillSpec, render_skill_md
+from hasp.pf.vocabulary import ACTIONS, CONDITIONS, FIELDS, SOURCES, Step
+from hasp.prompts import prompt, render
+from hasp.textutil import truncate
+
+log = logging.getLogger(__name__)
+
+_KEYS = ("skill_id", "description", "watches", "when", "rewrite", "inject", "max_fires", "reason")
+_LINE = re.compile(r"^[\s>*#\-`]*(skill[ _]?id|description|watches|when|rewrite|inject|max[ _]?fires|reason)"
+                   r"[\s*`]*[:=]\s*(.*?)\s*$", re.I)
+_TEST = re.compile(r"^\s*([a-z_]+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?)\s*$")
+_NOT = re.compile(r"^\s*(?:not\s+|!)\s*([a-z_]+)\s*$", re.I)
+_SPLIT = re.compile(r"\s*(?:,|;|\band\b)\s*", re.I)
+MAX_MENU = 8
+
+#: JSON schema of a reply, for endpoints with structured output
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "skill_id": {"type": "string"}, "description": {"type": "string"},
+        "watches": {"type": "array", "items": {"type": "string", "enum": list(ACTIONS)}, "minItems": 1},
+        "when": {"type": "array", "items": {"type": "string"}},
+        "rewrite": {"type": "string"}, "inject": {"type": "string"},
+        "max_fires": {"type": "integer", "minimum": 1, "maximum": 3},
+    },
+    "required": ["skill_id", "description", "watches", "when", "max_fires"],
+}
+
+
+def _p(key: str, **fields: object) -> str:
+    return render("hasp.evolve", "propose_declarative", key, **fields) if fields else \
+        prompt("hasp.evolve", "propose_declarative", key)
+
+
+# --------------------------------------------------------------------------- menus from the failing steps
+
+@dataclass(frozen=True)
+class Menus:
+    """What the student may pick from, most relevant first."""
+
+    watches: list[str]
+    conditions: list[str]
+    sources: list[str]
+
+
+def _rate(test: Callable[[Step], Any], steps: Sequence[ReplayedStep]) -> float:
+    if not steps:
+        return 0.0
+    hits = 0
+    for s in steps:
+        try:
+            hits += bool(test(Step(s.ctx, s.action, s.arg)))
+        except Exception:  # noqa: BLE001 - a vocabulary item that cannot read a step counts as "no"
+            pass
+    return hits / len(steps)
+
+
+def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep]) -> Menus:
+    """Menus for a cluster: its steps' action types by frequency; conditions true on at least half of
+    them, ranked by how much more often they hold there than on the background steps; sources that
+    yield a value on at least half of them (documents, then answers, then queries)."""
+    watches = [a for a, _ in Counter(s.action for s in focus).most_common() if a in ACTIONS] or list(ACTIONS)
+    scored = []
+    for name, (test, _) in CONDITIONS.items():
+        if name == "always":
+            continue
+        here = _rate(test, focus)
+        if here >= 0.5:
+            scored.append((here - _rate(test, background), here, name))
+    conditions = [n for _, _, n in sorted(scored, key=lambda x: (-x[0], -x[1], x[2]))][:MAX_MENU]
+    kinds = {"doc": 0, "answer": 1, "query": 2}
+    yields = [(-_rate(src.get, focus), kinds.get(src.kind, 3), name) for name, src in SOURCES.items()
+              if name not in ("shown_results", "arg")]
+    sources = [n for r, _, n in sorted(yields) if -r >= 0.5]
+    return Menus(watches=watches, conditions=conditions, sources=sources)
+
+
+def focus_steps(cluster: Cluster, replayed: dict[str, list[ReplayedStep]]) -> list[ReplayedStep]:
+    """The cluster's failing steps: those its patterns point at (an evidence key ``step``/``steps``/
+    ``*_step``), else every parsed step of its episodes."""
+    out: list[ReplayedStep] = []
+    for p in cluster.patterns:
+        steps = replayed.get(p.qid, [])
+        marked: set[int] = set()
+        for k, v in (p.evidence or {}).items():
+            if k == "steps" or k == "step" or k.endswith("_step") or k.endswith("_steps"):
+                marked |= {int(x) for x in (v if isinstance(v, list) else [v]) if isinstance(x, int)}
+        out += [s for s in steps if s.index in marked] or steps
+    return out
+
+
+def _step_line(s: ReplayedStep) -> str:
+    results = truncate(str(s.ctx.get("last_search_results_text") or ""), 160)
+    last = (s.ctx.get("action_history") or ["(none)"])[-1]
+    failed = " (it failed)" if s.ctx.get("last_action_failed") else ""
+    return (f"- question: {truncate(str(s.ctx.get('question', '')), 120)} | previous action: {last}{failed} | "
+            f"last results: {results or '(none)'} | the agent now proposes {s.action}[{truncate(s.arg, 60)}]")
+
+
+# --------------------------------------------------------------------------- the reply
+
+def _items(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(x).strip() for x in value if str(x).strip()]
+    return [x for x in (t.strip(" .`'\"") for t in _SPLIT.split(str(value or ""))) if x]
+
+
+def _condition(item: str) -> str | dict[str, Any]:
+    m = _TEST.match(item)
+    if m:
+        value = float(m.group(3))
+        return {"field": m.group(1), "op": m.group(2), "value": int(value) if value.is_integer() else value}
+    m = _NOT.match(item)
+    return f"!{m.group(1).lower()}" if m else item.strip().lower().replace(" ", "_")
+
+
+def _rewrite(value: str) -> dict[str, Any]:
+    words = [w for w in re.split(r"[\s:\[\]()]+", value.strip()) if w and w.lower() != "or"]
+    if not words:
+        raise ValueError("REWRITE needs an action type and a source, e.g. 'READ top_result'")
+    return {"action": words[0].upper(), "arg": [w.lower() for w in words[1:]] or ["arg"]}
+
+
+def reply_fields(text: str) -> dict[str, Any]:
+    """The reply's fields (JSON object or ``KEY: value`` lines), keys normalised; {} when none."""
+    stripped = (text or "").strip().strip("`").removeprefix("json").strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped[: stripped.rfind("}") + 1])
+            if isinstance(data, dict):
+                return {k: data[k] for k in _KEYS if k in data}
+        except json.JSONDecodeError:
+            pass
+    out: dict[str, Any] = {}
+    for line in (text or "").splitlines():
+        m = _LINE.match(line)
+        if m:
+            key = re.sub(r"[\s_]+", "_", m.group(1).lower())
+            out.setdefault(key, m.group(2).strip().strip("`"))
+    return out
+
+
+def declaration_of(fields: dict[str, Any]) -> PFDeclaration:
+    """The declaration the fields describe; raises ``ValueError`` / ``ValidationError`` naming the field."""
+    decl: dict[str, Any] = {"watches": [w.upper() for w in _items(fields.get("watches"))],
+                            "when": [_condition(c) for c in _items(fields.get("when"))]}
+    if fields.get("rewrite") and not fields.get("inject"):
+        decl["rewrite"] = _rewrite(str(fields["rewrite"]))
+    if fields.get("inject"):
+        decl["inject"] = str(fields["inject"]).strip().strip("\"'")
+    if fields.get("max_fires") not in (None, ""):
+        m = re.search(r"\d+", str(fields["max_fires"]))
+        decl["max_fires"] = min(3, max(1, int(m.group(0)))) if m else None
+    if fields.get("reason"):
+        decl["reason"] = str(fields["reason"])[:200]
+    return PFDeclaration(**decl)
+
+
+def _example_copy(fields: dict[str, Any]) -> bool:
+    return str(fields.get("skill_id", "")).strip() == "empty_result_rephrase" or \
+        str(fields.get("rewrite", "")).strip().lower() == "search arg_shortened"
+
+
+def check_reply(text: str, cluster: Cluster, existing: Sequence[str]) -> tuple[dict[str, Any], PFDeclaration, str]:
+    """(fields, declaration, skill id) of a usable reply; raises ``ValueError`` with one line saying
+    which field is wrong, so the retry can show it to the student."""
+    fields = reply_fields(text)
+    if not fields:
+        raise ValueError("no 'KEY: value' lines found (SKILL_ID, DESCRIPTION, WATCHES, WHEN, REWRITE or INJECT)")
+    if _example_copy(fields):
+        raise ValueError("it repeats the example; write a repair for the failure shown")
+    try:
+        decl = declaration_of(fields)
+    except ValidationError as e:
+        er = e.errors()[0]
+        raise ValueError(f"{'.'.join(map(str, er['loc'])) or 'declaration'}: {er['msg']}") from None
+    sid = str(fields.get("skill_id", "")).strip().lower().replace("-", "_").replace(" ", "_")
+    if not SKILL_ID.fullmatch(sid) or sid in existing or len(sid) < 3:
+        sid = _suggested_id(cluster, existing)
+    try:
+        compile_declaration(sid, decl, "reply")
+    except SkillFormatError as e:
+        raise ValueError(str(e).removeprefix("reply: ")) from None
+    return fields, decl, sid
+
+
+def _candidate(cluster: Cluster, fields: dict[str, Any], decl: PFDeclaration, sid: str, reply: str,
+               notes: list[str], epoch: int) -> Candidate:
+    rep = cluster.representative
+    description = str(fields.get("description") or "").strip() or rep.abstraction
+    if not str(fields.get("description") or "").strip():
+        notes.append("description synthesized from the cluster")
+    if sid != str(fields.get("skill_id", "")).strip():
+        notes.append(f"skill_id {fields.get('skill_id')!r} replaced by {sid!r}")
+    body = (f"## Failure pattern\n{rep.abstraction}\n\n## When it fires\n{rep.trigger}\n\n"
+            "## Repair\nDeclared in hasp.yaml (`pf:`), compiled from the project's templates.\n")
+    spec = SkillSpec(skill_id=sid, name=sid.replace("_", "-"), description=description[:MAX_DESCRIPTION],
+                     error_category=cluster.category, version=1, priority=0.5, domain="search", pf=decl, body=body)
+    return Candidate(skill_id=sid, skill_md=render_skill_md(spec), code="", cluster_category=cluster.category,
+                     raw_reply=reply, notes=notes, epoch=epoch, declaration=decl.model_dump(exclude_defaults=True))
+
+
+# --------------------------------------------------------------------------- the proposal loop
+
+def choose_format(setting: str, history: FeedbackHistory | None) -> str:
+    """``evolve.proposal_format`` resolved: ``auto`` asks for code only once the student's code
+    proposals have passed review (admitted or ACCEPT) at least twice, declarations until then."""
+    if setting != "auto":
+        return setting
+    code = [e for e in (history.entries if history is not None else []) if e.proposal_format == "code"]
+    passed = sum(1 for e in code if e.decision in ("admitted", "ACCEPT"))
+    return "code" if passed >= 2 else "declarative"
+
+
+def structured_for(setting: str, embedded: bool) -> bool:
+    """``evolve.structured_output`` resolved (``auto``: JSON unless the student is the embedded server)."""
+    return setting == "json_schema" or (setting == "auto" and not embedded)
+
+
+def build_messages(cluster: Cluster, menus: Menus, steps: Sequence[ReplayedStep], existing: Sequence[str],
+                   history: FeedbackHistory | None) -> list[dict[str, str]]:
+    """System + user messages asking the student for one declaration for ``cluster``."""
+    rep = cluster.representative
+    hist = history.render(cluster.category, 4) if history is not None else ""
+    user = _p("user", category=cluster.category, abstraction=rep.abstraction, trigger=rep.trigger,
+              support=cluster.support, steps="\n".join(_step_line(s) for s in steps[:3]) or _p("no_steps"),
+              watches=", ".join(menus.watches), conditions=", ".join(menus.conditions) or "(none)",
+              fields=", ".join(FIELDS), sources=", ".join(menus.sources) or "(none)",
+              existing=", ".join(existing) or "(none)", history=_p("history", lines=hist) if hist else "",
+              skill_id=_suggested_id(cluster, existing))
+    return [{"role": "system", "content": _p("system", example=_p("example"))}, {"role": "user", "content": user}]
+
+
+def _ask(student: ChatModel, convo: list[dict[str, str]], kw: dict[str, Any], notes: list[str]) -> str:
+    """One reply; when the endpoint refuses structured output, ask once more in the line format
+    (and keep doing so for this candidate)."""
+    try:
+        return str(getattr(student.chat(convo, **kw), "text", "") or "")
+    except Exception as e:  # noqa: BLE001
+        if "response_format" not in kw:
+            raise
+        kw.pop("response_format")
+        notes.append(f"structured output refused ({type(e).__name__}); asked for lines instead")
+        log.info("endpoint refused response_format (%s); using the line format", e)
+        return str(getattr(student.chat(convo, **kw), "text", "") or "")
+
+
+def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
+                        replayed: dict[str, list[ReplayedStep]], history: FeedbackHistory | None = None,
+                        epoch: int = 0, max_candidates: int = 5, temperature: float = 0.7, max_tokens: int = 200,
+                        seed: int | None = None, structured: bool = False,
+                        on_done: Callable[[], None] | None = None) -> list[Candidate]:
+    """One declared candidate per cluster (the first ``max_candidates``); each gets one retry.
+
+    ``replayed`` maps qid -> its replayed steps (the rollout). ``structured`` asks the endpoint for
+    JSON through ``response_format``; an endpoint that refuses it is asked again in the line format.
+    A failed call or a reply that stays invalid is a candidate with ``parse_error`` set and the
+    reply kept, so the epoch's record shows it.
+    """
+    background = [s for steps in replayed.values() for s in steps]
+    existing = list(existing_skill_ids)
+    out = []
+    for cluster in list(clusters)[: max(0, max_candidates)]:
+        focus = focus_steps(cluster, replayed)
+        msgs = build_messages(cluster, rank_menus(focus, background), focus, existing, history)
+        kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+        if structured:
+            kw["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "pf_declaration", "schema": REPLY_SCHEMA}}
+        notes: list[str] = []
+        replies: list[str] = []
+        cand: Candidate | None = None
+        error = ""
+        convo = list(msgs)
+        for attempt in range(2):
+            try:
+                reply = _ask(student, convo, kw, notes)
+            except Exception as e:  # noqa: BLE001 - recorded on the candidate
+                error = f"LLM call failed: {type(e).__name__}: {e}"
+                break
+            replies.append(reply)
+            try:
+                fields, decl, sid = check_reply(reply, cluster, existing)
+            except ValueError as e:
+                error = str(e)
+                notes.append(f"attempt {attempt + 1}: {error}")
+                convo = [*msgs, {"role": "assistant", "content": reply}, {"role": "user", "content": _p("retry", error=error)}]
+                continue
+            cand = _candidate(cluster, fields, decl, sid, reply, notes, epoch)
+            break
+        if cand is None:
+            log.warning("declared proposal for %s refused: %s", cluster.category, error)
+            cand = Candidate(skill_id=_suggested_id(cluster, existing), skill_md="", code="",
+                             cluster_category=cluster.category, raw_reply="\n---\n".join(replies),
+                             parse_error=f"declaration refused: {error}" if replies else error,
+                             notes=notes, epoch=epoch)
+        cand.prompt_messages = [dict(m) for m in msgs]
+        cand.proposal_format = "declarative"
+        existing.append(cand.skill_id)
+        out.append(cand)
+        if on_done is not None:
+            on_done()
+    return out
+
+
+# --------------------------------------------------------------------------- Phases D-F for declared candidates
+
+def declaration_errors(candidate: Candidate) -> list[str]:
+    """Why a declared candidate's PF cannot be built (empty when it compiles)."""
+    try:
+        compile_declaration(candidate.skill_id, PFDeclaration(**(candidate.declaration or {})), "declaration")
+    except (ValidationError, SkillFormatError, TypeError) as e:
+        return [str(e).splitlines()[0]]
+    return []
+
+
+def compiled_source(candidate: Candidate) -> str:
+    """The compiled form of a declared candidate (what a reviewer reads instead of code)."""
+    try:
+        return compile_declaration(candidate.skill_id, PFDeclaration(**(candidate.declaration or {})),
+                                   "declaration").compiled()
+    except (ValidationError, SkillFormatError, TypeError) as e:
+        return f"# declaration does not compile: {str(e).splitlines()[0]}"
+
+
+def compiled_pf(candidate: Candidate) -> Any:
+    """The in-process PF of a declared candidate (raises ``SkillFormatError`` when it does not compile)."""
+    return compile_declaration(candidate.skill_id, PFDeclaration(**(candidate.declaration or {})), "declaration")
+
+
+def validate_declared(candidate: Candidate) -> Any:
+    """Phase D for a declared candidate: it compiles, then the execution checks run in-process
+    (compiled declarations run no student code, so they need no sandbox)."""
+    from hasp.evolve.validate import SEARCH_ACTIONS, ExecReport, validate_trusted
+
+    errors = declaration_errors(candidate)
+    if errors:
+        rep = ExecReport(skill_id=candidate.skill_id)
+        rep.errors = [f"declaration: {e}" for e in errors]
+        return rep
+    return validate_trusted(compiled_pf(candidate), action_types=SEARCH_ACTIONS)

@@ -1,0 +1,249 @@
+"""Sequential rollout over chains of similar tasks, with the skill-integrated reward (SAGE, seed 001 §3).
+
+Why: whether a generated skill is any good shows only on a later task it applies to. A chain holds
+tasks that share a question template (same relation in the generated benchmark; same question type
+in real files). The tasks of a chain run in order against the chain's own copy of the library; after
+each failed task the student proposes a declared repair from that episode's failing steps, and a
+repair that passes Phase D is admitted at once, so the next task of the chain runs with it.
+
+Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
+
+    R_k = r_k + max_{i>k} 1[r_i = 1]·used(i, k)  +  1[r_k = 1]·used(k, <k)
+
+``used(i, k)``: a PF admitted after task k fired in task i. The second term rewards generating a
+skill a later task succeeds with, the third using earlier skills to succeed. SAGE also asks
+``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not.
+The reward is written per trajectory, for rejection sampling to rank by.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hasp.records import Trajectory
+from hasp.stats import paired_difference, rate
+
+_NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+def template_key(question: str) -> str:
+    """The question with its names and numbers masked: questions of one relation share it
+    ("In what year was X founded?")."""
+    q = question.strip()
+    head, rest = q[:1], q[1:]  # the capitalised first word is the question's own, not a name
+    return head + _NUMBER.sub("N", _NAME.sub("X", rest))
+
+
+def build_chains(items: Sequence[Any], length: int, seed: int = 0, key: Callable[[Any], str] | None = None
+                 ) -> list[list[Any]]:
+    """Chains of ``length`` items sharing ``key`` (default: the question template), shuffled with
+    ``seed`` inside each group; leftovers shorter than two tasks are dropped (nothing to carry)."""
+    if length < 2:
+        raise ValueError("a chain needs at least two tasks")
+    key = key or (lambda it: template_key(it.question))
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for it in items:
+        groups[key(it)].append(it)
+    rng = random.Random(seed)
+    chains = []
+    for k in sorted(groups):
+        g = sorted(groups[k], key=lambda it: it.id)
+        rng.shuffle(g)
+        chains += [g[i:i + length] for i in range(0, len(g), length) if len(g[i:i + length]) >= 2]
+    return chains
+
+
+def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[set[int]]) -> list[float]:
+    """R_k for one chain; ``used[i]`` = positions k < i whose admitted skills fired in task i."""
+    out = []
+    for k, r in enumerate(outcomes):
+        generated = max((1.0 for i in range(k + 1, len(outcomes)) if outcomes[i] >= 1 and k in used[i]), default=0.0)
+        uses = 1.0 if r >= 1 and used[k] else 0.0
+        out.append(float(r) + generated + uses)
+    return out
+
+
+@dataclass
+class ChainTask:
+    """One task of a chain: its outcome, the skills it created and the earlier ones it used."""
+
+    chain: int
+    position: int
+    qid: str
+    em: float
+    created: list[str] = field(default_factory=list)
+    used_from: list[int] = field(default_factory=list)  # positions whose skills fired here
+    used_skills: list[str] = field(default_factory=list)
+    reward: float = 0.0
+    plain_em: float | None = None
+
+
+@dataclass
+class SequentialResult:
+    tasks: list[ChainTask]
+    refusals: list[str]
+
+    def summary(self) -> dict[str, Any]:
+        seq = [t.em for t in self.tasks]
+        plain = [t.plain_em for t in self.tasks if t.plain_em is not None]
+        created = [s for t in self.tasks for s in t.created]
+        reused = {s for t in self.tasks for s in t.used_skills}
+        out: dict[str, Any] = {
+            "chains": len({t.chain for t in self.tasks}), "tasks": len(self.tasks),
+            "skills_created": len(created), "skills_reused_later": len(reused & set(created)),
+            "tasks_using_earlier_skills": sum(1 for t in self.tasks if t.used_from),
+            "em_sequential": rate(seq).to_dict(),
+            "mean_reward": round(sum(t.reward for t in self.tasks) / max(1, len(self.tasks)), 4),
+            "proposal_refusals": len(self.refusals),
+        }
+        if len(plain) == len(seq):
+            out["em_plain"] = rate(plain).to_dict()
+            out["em_difference"] = paired_difference(plain, seq).to_dict()
+        by_pos: dict[int, list[float]] = defaultdict(list)
+        for t in self.tasks:
+            by_pos[t.position].append(t.em)
+        out["em_by_position"] = {str(p): rate(v).to_dict() for p, v in sorted(by_pos.items())}
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "tasks": [asdict(t) for t in self.tasks], "refusals": self.refusals}
+
+
+def _fired(traj: Trajectory) -> set[str]:
+    return {str(f.get("skill_id")) for s in traj.steps if s.audit for f in s.audit.fired if f.get("applied", True)}
+
+
+#: (item, library folder) -> trajectory of that task
+RunTask = Callable[[Any, Path], Trajectory]
+#: (failed trajectory, library folder) -> (admitted skill ids, refusal reasons)
+GrowLibrary = Callable[[Trajectory, Path], tuple[list[str], list[str]]]
+
+
+def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, work_dir: Path, run_task: RunTask,
+                       grow: GrowLibrary, plain: dict[str, Trajectory] | None = None,
+                       on_task: Callable[[], None] | None = None) -> tuple[SequentialResult, list[Trajectory]]:
+    """Run every chain in order, growing a per-chain copy of ``base_library`` after each failed task.
+
+    ``plain`` (qid -> trajectory with the base library) adds the comparison columns. Returns the
+    result and every sequential trajectory (the skill-integrated reward in ``harness.postprocess``).
+    """
+    tasks: list[ChainTask] = []
+    trajs: list[Trajectory] = []
+    refusals: list[str] = []
+    for c, chain in enumerate(chains):
+        lib = work_dir / f"chain_{c:03d}" / "library"
+        if lib.exists():
+            shutil.rmtree(lib)
+        shutil.copytree(base_library, lib, ignore=shutil.ignore_patterns("snapshots", ".*"))
+        owner: dict[str, int] = {}  # admitted skill id -> position that created it
+        row: list[ChainTask] = []
+        chain_trajs = []
+        for pos, item in enumerate(chain):
+            traj = run_task(item, lib)
+            fired = _fired(traj)
+            used = sorted({owner[s] for s in fired if s in owner})
+            task = ChainTask(chain=c, position=pos, qid=item.id, em=float(traj.em), used_from=used,
+                             used_skills=sorted(s for s in fired if s in owner),
+                             plain_em=float(plain[item.id].em) if plain and item.id in plain else None)
+            if not traj.em and pos < len(chain) - 1:  # a skill from the last task has no later task to help
+                admitted, why = grow(traj, lib)
+                task.created = admitted
+                refusals += [f"chain {c} task {pos} ({item.id}): {w}" for w in why]
+                owner.update({s: pos for s in admitted})
+            row.append(task)
+            chain_trajs.append(traj)
+            if on_task is not None:
+                on_task()
+        rewards = skill_integrated_rewards([t.em for t in row], [set(t.used_from) for t in row])
+        for t, r, traj in zip(row, rewards, chain_trajs):
+            t.reward = r
+            if traj.harness is not None:
+                traj.harness.postprocess["skill_integrated_reward"] = r
+        tasks += row
+        trajs += chain_trajs
+    return SequentialResult(tasks=tasks, refusals=refusals), trajs
+
+
+# --------------------------------------------------------------------------- the run, on real components
+
+def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, policy: Any, student: Any,
+             split: str = "train", chain_length: int = 3, limit: int | None = None) -> dict[str, Any]:
+    """Plain rollouts and sequential rollouts on the same chained questions of ``split``; writes
+    ``sequential.json``, ``sequential.jsonl`` (trajectories with their reward) and ``plain.jsonl``."""
+    from hasp.agent.loop import agent_config
+    from hasp.agent.replay import replay
+    from hasp.agent.rollout import run_many, write_trajectories
+    from hasp.agent.variants import get_variant
+    from hasp.atomic import write_json
+    from hasp.domains.search.task import SearchTask
+    from hasp.evolve.admit import admit
+    from hasp.evolve.cluster import cluster_patterns, existing_from_library
+    from hasp.evolve.declarative import compiled_pf, propose_declarative, structured_for, validate_declared
+    from hasp.evolve.detectors import detect_failures
+    from hasp.evolve.review import heuristic_review, trigger_hit_rate
+    from hasp.pf.library import load_library
+    from hasp.progress import Progress
+
+    task = SearchTask.load(data_dir)
+    chains = build_chains(task.questions(split, limit), chain_length, seed=params.data.seed)
+    items = [it for chain in chains for it in chain]
+    cfg, a, e = agent_config(params), params.agent, params.evolve
+
+    def episode(lib: Any) -> Callable[[Any], Trajectory]:
+        return task.episode_fn(policy=policy, library=lib, cfg=cfg, variant=get_variant("pf"), top_k=a.top_k,
+                               snippet_chars=a.snippet_chars, read_chars=a.read_chars, harness=params.harness)
+
+    base = load_library(library, "search")
+    try:
+        plain_trajs = run_many(items, episode(base), concurrency=params.llm.max_concurrency, desc="plain")
+    finally:
+        base.close()
+    plain = {t.qid: t for t in plain_trajs}
+
+    def run_task(item: Any, lib_dir: Path) -> Trajectory:
+        lib = load_library(lib_dir, "search")
+        try:
+            return episode(lib)(item)
+        finally:
+            lib.close()
+
+    def grow(traj: Trajectory, lib_dir: Path) -> tuple[list[str], list[str]]:
+        patterns = detect_failures([traj])
+        if not patterns:
+            return [], ["no failure pattern detected"]
+        lib = load_library(lib_dir, "search")
+        ids, existing = lib.ids, existing_from_library(lib)
+        lib.close()
+        cluster = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)[0]
+        (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
+                                      replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
+                                      temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
+                                      structured=structured_for(e.structured_output, params.llm.base_url is None))
+        if not cand.declared:
+            return [], [cand.parse_error]
+        rep = validate_declared(cand)
+        if not rep.passed:
+            return [], [f"{cand.skill_id}: Phase D failed ({'; '.join(rep.errors[:2])})"]
+        hit = trigger_hit_rate(compiled_pf(cand), [traj])
+        review = heuristic_review(cand, rep.q_exec, cluster, trigger_hit_rate=hit)
+        why = [] if hit > 0 else [f"{cand.skill_id}: its trigger never fires on the episode it repairs"]
+        res = admit(lib_dir, cand, review, epoch=0, cluster=cluster, refusals=why,
+                    accept_reason="sequential rollout: Phase D passed and the trigger fires on its episode")
+        return ([cand.skill_id], []) if res.admitted else ([], [res.reason])
+
+    with Progress("sequential", len(items), unit="tasks") as bar:
+        result, seq_trajs = sequential_rollout(chains, base_library=library, work_dir=out_dir, run_task=run_task,
+                                               grow=grow, plain=plain, on_task=bar.advance)
+    write_trajectories(seq_trajs, out_dir / "sequential.jsonl")
+    write_trajectories(plain_trajs, out_dir / "plain.jsonl")
+    out = {**result.to_dict(), "split": split, "chain_length": chain_length}
+    write_json(out, out_dir / "sequential.json")
+    return out["summary"]

@@ -1,0 +1,110 @@
+"""What one evolution epoch did, told from its files: the failures found, what the student proposed
+(as it wrote it), each candidate's Phase D / review / val-gate numbers and the admission decision,
+then the PF agent's test EM before and after — each rate with its n and 95 % interval.
+
+Why a module: ``hasp demo`` shows a new user this loop, and the same text belongs in a closing
+report; reading it off the epoch folder (not the flow's return value) also works for a cached or
+resumed run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hasp.stats import paired_difference, wilson
+from hasp.textutil import truncate
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _rate(em: float | None, n: int) -> str:
+    if em is None or not n:
+        return "n/a"
+    r = wilson(round(em * n), n)
+    return f"{r.p:.3f} [{r.lo:.2f}, {r.hi:.2f}]"
+
+
+def _em_by_qid(path: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    try:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                out[str(d.get("qid"))] = float(d.get("em") or 0.0)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eval_dir: Path | None = None
+                ) -> list[str]:
+    """Lines telling what happened in ``epoch_dir`` (missing files are skipped, never an error)."""
+    lines: list[str] = []
+    roll = _load(epoch_dir / "rollout_summary.json") or {}
+    clusters = _load(epoch_dir / "clusters.json") or []
+    failures = _load(epoch_dir / "failures.json") or []
+    lines.append(f"Failures found: {len(failures)} failure patterns"
+                 + (f" in {roll.get('failed')} failed of {roll.get('n')} episodes" if roll else "")
+                 + f"; {len(clusters)} cluster(s) to repair")
+    for c in clusters[:5]:
+        lines.append(f"  - {c.get('category')}: {c.get('support')} episode(s) — "
+                     f"{truncate(str((c.get('representative') or {}).get('abstraction', '')), 100)}")
+    cands = _load(epoch_dir / "candidates.json") or []
+    val = {r.get("skill_id"): r for r in (_load(epoch_dir / "validation.json") or [])}
+    rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
+    gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
+    adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
+    base_em = _em_by_qid(epoch_dir / "val_baseline.jsonl")
+    lines.append(f"Proposals: {len(cands)}")
+    for c in cands:
+        sid = c.get("skill_id")
+        fmt = c.get("proposal_format", "code")
+        lines.append(f"  * {sid} ({fmt}) for {c.get('cluster_category')}")
+        reply = str(c.get("raw_reply") or "").strip()
+        lines += [f"      | {truncate(x, 110)}" for x in reply.splitlines()[:8]] or ["      | (empty reply)"]
+        if c.get("parse_error"):
+            lines.append(f"      refused at parse: {truncate(c['parse_error'], 140)}")
+        if sid in val:
+            v = val[sid]
+            lines.append(f"      Phase D: Q_exec {float(v.get('q_exec', 0)):.2f} ({'passed' if v.get('passed') else 'failed'})")
+        if sid in rev:
+            r = rev[sid]
+            lines.append(f"      review: {r.get('decision')} Q_skill {float(r.get('q_skill', 0)):.3f} "
+                         f"({r.get('reviewer')}; trigger hit rate {r.get('trigger_hit_rate')})")
+        if sid in gate:
+            g = gate[sid]
+            n = int(g.get("n") or 0)
+            line = (f"      val gate: EM {_rate(g.get('base_em'), n)} -> {_rate(g.get('em_val'), n)} (n={n}), "
+                    f"dEM {g.get('delta_em')}")
+            after = _em_by_qid(epoch_dir / "val_runs" / f"val+{sid}.jsonl")
+            common = sorted(set(base_em) & set(after))
+            if common:
+                line += f", paired {paired_difference([base_em[q] for q in common], [after[q] for q in common])}"
+            lines.append(line + (f" — {g['error']}" if g.get("error") else ""))
+        if sid in adm:
+            a = adm[sid]
+            verdict = f"admitted as {a.get('path')}" if a.get("admitted") else \
+                f"rejected: {truncate('; '.join(a.get('reasons') or [str(a.get('reason', ''))]), 160)}"
+            lines.append(f"      decision: {verdict}")
+    if eval_metrics:
+        lines.append("Test split:")
+        for label, m in eval_metrics.items():
+            n = int(m.get("n") or 0)
+            lines.append(f"  {label:22s} EM {_rate(m.get('em'), n)} (n={n})")
+        before = next((k for k in eval_metrics if k.endswith("_before")), None)
+        if before and eval_dir is not None:
+            after_label = before.removesuffix("_before")
+            b = _em_by_qid(next(eval_dir.rglob(f"{before}.jsonl"), Path("-")))
+            a = _em_by_qid(next(eval_dir.rglob(f"{after_label}.jsonl"), Path("-")))
+            common = sorted(set(a) & set(b))
+            if common:
+                lines.append(f"  PF agent after - before (same questions): "
+                             f"{paired_difference([b[q] for q in common], [a[q] for q in common])}")
+    return lines

@@ -1,0 +1,201 @@
+"""Declarative proposals (Phase C): menus ranked on the cluster's replayed failing steps, the
+lenient line format and the JSON format, one retry with the error shown, a logged refusal that keeps
+the reply, structured output requested only where asked, and declared candidates through Phases D-F.
+
+The student is a scripted double; replies of the real embedded model are in
+``tests/fixtures/declarative_replies`` (see ``test_real_embedded_replies``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from doubles import ScriptedPolicyDouble
+
+from hasp.agent.replay import replay
+from hasp.evolve.cluster import Cluster
+from hasp.evolve.declarative import (check_reply, choose_format, declaration_of, propose_declarative,
+                                     rank_menus, reply_fields, structured_for, validate_declared)
+from hasp.evolve.detectors import FailurePattern
+from hasp.evolve.propose import FeedbackEntry, FeedbackHistory
+from hasp.pf.skill_md import parse_skill_md
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
+
+FIXTURES = Path(__file__).parent / "fixtures" / "declarative_replies"
+RESULTS = "1. [doc0003] Roholt: Roholt is a city located in Seirngeesh, founded in 1836."
+NOT_FOUND = "No document matches 'doc9999'. READ takes a doc id like [doc0012], a result number, or a title."
+
+
+def _step(i, action, arg, obs, feedback):
+    a = Action(action, arg)
+    return StepRecord(index=i, raw_output=f"{action}[{arg}]", observation=obs,
+                      audit=AuditEvent(state={}, a_orig=a, a_final=a, feedback=feedback))
+
+
+def invented_read_traj(qid="q1") -> Trajectory:
+    """The embedded model's loop: one SEARCH that shows the answer, then READs of an id it made up."""
+    return Trajectory(qid=qid, question="In what year was Roholt founded?", answers=["1836"], variant="pf", steps=[
+        _step(0, "SEARCH", "Roholt", RESULTS, {"n_hits": 1, "hit_ids": ["doc0003"]}),
+        _step(1, "READ", "doc9999", NOT_FOUND, {"found": False, "doc_id": None}),
+        _step(2, "READ", "doc9999", NOT_FOUND, {"found": False, "doc_id": None}),
+        StepRecord(index=3, raw_output="I think", parse_error="no action"),
+        _step(4, "READ", "doc9999", NOT_FOUND, {"found": False, "doc_id": None}),
+    ])
+
+
+def searching_traj(qid="q9") -> Trajectory:
+    return Trajectory(qid=qid, question="Who founded Bairduth Optics?", answers=["Lairnre Duthell"], variant="pf",
+                      steps=[_step(0, "SEARCH", "Bairduth Optics", "1. [doc0001] Bairduth Optics: a firm.",
+                                   {"n_hits": 1, "hit_ids": ["doc0001"]}),
+                             _step(1, "SEARCH", "Bairduth Optics founder", "1. [doc0001] Bairduth Optics: a firm.",
+                                   {"n_hits": 1, "hit_ids": ["doc0001"]})])
+
+
+def cluster_of(*qids: str, category="repeated_invalid_read") -> Cluster:
+    ps = [FailurePattern(category, "The agent keeps reading a document id no search showed.",
+                         "READ of an unknown id after a failed READ.", "Read a shown result instead.", qid=q,
+                         evidence={"steps": [1, 2, 4]}) for q in qids]
+    return Cluster(category=category, patterns=ps, support=len(ps), novelty=1.0, is_new_category=True,
+                   representative=ps[0], qids=list(qids))
+
+
+GOOD = ("SKILL_ID: read_shown_result\nDESCRIPTION: A READ of an id no search showed reads a shown result instead.\n"
+        "WATCHES: READ\nWHEN: last_action_failed, arg_not_in_results\nREWRITE: READ top_result\nMAX_FIRES: 2\n")
+
+
+def test_replay_rebuilds_what_the_loop_knew_at_each_step():
+    steps = list(replay(invented_read_traj(), max_steps=5))
+    assert [s.index for s in steps] == [0, 1, 2, 4]
+    second = steps[1].ctx
+    assert second["last_search_hits"] == [{"id": "doc0003", "title": "Roholt"}] and second["search_count"] == 1
+    assert steps[2].ctx["last_action_failed"] and steps[3].ctx["failed_streak"] == 2
+    assert steps[3].ctx["parse_failures"] == 1 and steps[3].ctx["step_count"] == 4
+
+
+def test_menus_put_what_is_special_about_the_failing_steps_first():
+    replayed = {t.qid: list(replay(t, 5)) for t in (invented_read_traj(), searching_traj())}
+    from hasp.evolve.declarative import focus_steps
+
+    focus = focus_steps(cluster_of("q1"), replayed)
+    menus = rank_menus(focus, [s for v in replayed.values() for s in v])
+    assert menus.watches == ["READ"]
+    assert menus.conditions[0] == "arg_not_in_results" and "last_action_failed" in menus.conditions
+    assert menus.sources[:2] == ["best_unread_result", "top_result"] and "answer_span_from_results" in menus.sources
+
+
+@pytest.mark.parametrize("reply", [
+    GOOD,
+    "**SKILL_ID**: read_shown_result\n- description: reads a shown result\n- Watches: READ\n"
+    "- When: last_action_failed and arg_not_in_results\n- Rewrite: READ[top_result]\n- max fires: 2",
+    json.dumps({"skill_id": "read_shown_result", "description": "reads a shown result", "watches": ["READ"],
+                "when": ["last_action_failed", "arg_not_in_results"], "rewrite": "READ top_result", "max_fires": 2}),
+])
+def test_lines_markdown_and_json_replies_give_the_same_declaration(reply):
+    fields, decl, sid = check_reply(reply, cluster_of("q1"), ["redundant_read"])
+    assert sid == "read_shown_result"
+    assert decl.watches == ["READ"] and decl.when == ["last_action_failed", "arg_not_in_results"]
+    assert decl.rewrite.action == "READ" and decl.rewrite.sources == ["top_result"] and decl.max_fires == 2
+
+
+def test_tests_negations_and_injections_are_read():
+    decl = declaration_of(reply_fields("WATCHES: READ, SEARCH\nWHEN: not has_read, failed_streak >= 2\n"
+                                       "INJECT: \"Read one of: {shown_results}\"\nMAX_FIRES: 9"))
+    assert decl.when == ["!has_read", {"field": "failed_streak", "op": ">=", "value": 2}]
+    assert decl.inject == "Read one of: {shown_results}" and decl.max_fires == 3
+
+
+@pytest.mark.parametrize("reply,error", [
+    ("I would make the agent better.", "no 'KEY: value' lines"),
+    ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: arg_never_shown\nREWRITE: READ top_result", "unknown condition 'arg_never_shown'"),
+    ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: has_read\nREWRITE: READ question", "yields a query, which READ cannot take"),
+    ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: has_read", "exactly one repair"),
+    ("SKILL_ID: empty_result_rephrase\nWATCHES: SEARCH\nWHEN: empty_results\nREWRITE: SEARCH arg_shortened",
+     "repeats the example"),
+])
+def test_an_unusable_reply_says_which_field_is_wrong(reply, error):
+    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace("[", r"\[")):
+        check_reply(reply, cluster_of("q1"), [])
+
+
+def test_a_bad_reply_gets_one_retry_with_the_error_shown_then_a_candidate():
+    student = ScriptedPolicyDouble(["WATCHES: READ\nWHEN: arg_never_shown\nREWRITE: READ top_result", GOOD])
+    (cand,) = propose_declarative([cluster_of("q1")], student, existing_skill_ids=["redundant_read"],
+                                  replayed={"q1": list(replay(invented_read_traj(), 5))})
+    assert len(student.seen) == 2 and "unknown condition 'arg_never_shown'" in student.seen[1][-1]["content"]
+    assert student.seen[1][-2] == {"role": "assistant", "content": student.seen[1][-2]["content"]}
+    assert cand.declared and not cand.parse_error and cand.code == "" and cand.proposal_format == "declarative"
+    spec = parse_skill_md(cand.skill_md)
+    assert spec.pf is not None and spec.pf.rewrite.sources == ["top_result"] and spec.error_category == cand.cluster_category
+    assert "attempt 1: when: unknown condition" in cand.notes[0]
+    assert "Failing steps" in student.seen[0][-1]["content"] and "doc9999" in student.seen[0][-1]["content"]
+
+
+def test_a_reply_that_stays_bad_is_a_logged_refusal_that_keeps_the_reply(caplog):
+    student = ScriptedPolicyDouble(["nonsense one", "nonsense two"])
+    (cand,) = propose_declarative([cluster_of("q1")], student, existing_skill_ids=[], replayed={})
+    assert cand.parse_error.startswith("declaration refused: no 'KEY: value' lines")
+    assert "nonsense one" in cand.raw_reply and "nonsense two" in cand.raw_reply and not cand.declared
+    assert any("declared proposal for repeated_invalid_read refused" in r.message for r in caplog.records)
+
+
+def test_structured_output_is_requested_only_where_asked_and_dropped_when_refused():
+    student = ScriptedPolicyDouble([RuntimeError("400: response_format is not supported"), GOOD])
+    (cand,) = propose_declarative([cluster_of("q1")], student, existing_skill_ids=[], replayed={}, structured=True)
+    assert "response_format" in student.calls[0] and "response_format" not in student.calls[1]
+    assert cand.declared and any("structured output refused" in n for n in cand.notes)
+    assert structured_for("auto", embedded=True) is False and structured_for("auto", embedded=False) is True
+    assert structured_for("json_schema", embedded=True) is True and structured_for("lines", embedded=False) is False
+
+
+def test_auto_asks_for_code_only_after_code_proposals_passed_review_twice():
+    e = lambda d, f="code": FeedbackEntry(epoch=0, skill_id="a", category="c", decision=d, q_skill=0.5,  # noqa: E731
+                                         proposal_format=f)
+    assert choose_format("auto", None) == "declarative"
+    assert choose_format("auto", FeedbackHistory(None, [e("admitted"), e("rejected")])) == "declarative"
+    assert choose_format("auto", FeedbackHistory(None, [e("admitted"), e("ACCEPT")])) == "code"
+    assert choose_format("code", None) == "code"
+
+
+def test_a_declared_candidate_passes_phase_d_in_process_and_is_admitted_without_pf_py(tmp_path):
+    import shutil
+
+    from hasp.evolve.admit import admit
+    from hasp.evolve.review import heuristic_review
+    from hasp.pf.library import load_library
+
+    (cand,) = propose_declarative([cluster_of("q1", "q2")], ScriptedPolicyDouble([GOOD]), existing_skill_ids=[],
+                                  replayed={"q1": list(replay(invented_read_traj(), 5))})
+    rep = validate_declared(cand)
+    assert rep.passed and rep.q_exec == 1.0, rep.errors
+    review = heuristic_review(cand, rep.q_exec, cluster_of("q1", "q2"), trigger_hit_rate=1.0)
+    assert "no code" not in review.reasons
+    root = tmp_path / "search"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / "search" / "redundant-read", root / "redundant-read")
+    res = admit(root, cand, review, epoch=0, cluster=cluster_of("q1", "q2"), refusals=[])
+    assert res.admitted, res.reason
+    folder = root / res.path
+    assert not (folder / "pf.py").exists() and "pf:" in (folder / "hasp.yaml").read_text()
+    lib = load_library(root)
+    assert lib.load_errors == [] and type(lib.get("read_shown_result").pf).__name__ == "DeclaredPF"
+    history = json.loads((root / "library_history.json").read_text())
+    assert history[-1]["proposal_format"] == "declarative"
+
+
+def test_real_embedded_replies():
+    """Replies the embedded 135M student gave to the declarative prompt: each one either yields a
+    declaration that compiles or a one-line error naming what is wrong — never a crash."""
+    files = sorted(FIXTURES.glob("*.txt"))
+    assert files, "no saved replies"
+    usable = 0
+    for f in files:
+        try:
+            check_reply(f.read_text(encoding="utf-8"), cluster_of("q1"), [])
+            usable += 1
+        except ValueError as e:
+            assert "\n" not in str(e) and str(e)
+    expected = json.loads((FIXTURES / "expected.json").read_text())
+    assert usable == expected["usable"], f"{usable} of {len(files)} replies usable"
+
+
