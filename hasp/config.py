@@ -247,6 +247,21 @@ class EvalParams(_Strict):
     traces: bool = Field(True, description="log each episode as an MLflow trace (PF events as spans)")
 
 
+class SandboxParams(_Strict):
+    """Untrusted (generated) PF code and programs under test: what the sandbox must have and
+    what a sandboxed PF may hand back."""
+
+    allow_weaker: bool = Field(False, description="run untrusted code even when an isolation layer "
+                               "(namespace, other uid, seccomp, rlimits) cannot be installed here; the "
+                               "missing layers are recorded on every run. Off = refuse")
+    max_action_arg_chars: int = Field(1000, ge=16, description="longest action argument a sandboxed PF "
+                                      "may return; longer ones are cut and the cut is recorded")
+    max_context_chars: int = Field(2000, ge=16, description="longest text a sandboxed PF may inject per "
+                                   "fire; longer text is cut and the cut is recorded")
+    pf_cpu_budget_s: float = Field(2.0, gt=0, description="CPU seconds one sandboxed PF may use in one "
+                                   "episode; past it the PF is disabled for the episode and logged")
+
+
 class TrackingParams(_Strict):
     experiment: str = Field("hasp-search", description="MLflow experiment name")
 
@@ -262,6 +277,7 @@ class Params(_Strict):
     train: TrainParams = TrainParams()
     tracking: TrackingParams = TrackingParams()
     eval: EvalParams = EvalParams()
+    sandbox: SandboxParams = SandboxParams()
 
     def section_hash(self, *names: str, exclude: Collection[str] = ()) -> str:
         """Content hash of some sections: the params part of a cache key. ``exclude`` names

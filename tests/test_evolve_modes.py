@@ -255,7 +255,7 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
     ed = tmp_path / "epoch_3"
     # the last two are the shapes a real lite run let through before the ``loadable`` gate:
     # a reply with imports outside the allow-list and no registered class, and a plain import of os
-    cands = [_cand("new_one", _code("new_one", "return 1 / 0")), _cand("new_one", _code("new_one")),
+    cands = [_cand("new_one", _code("new_one")), _cand("new_one", _code("new_one", "return 1 / 0")),
              _cand("seed_skill", _code("seed_skill")),
              _cand("no_class", "import re\nimport traceback\n\ndef f(x):\n    return x\n"),
              _cand("uses_os", "import os\n" + _code("uses_os"))]

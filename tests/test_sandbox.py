@@ -160,9 +160,9 @@ def test_sandboxed_results_equal_in_process():
             assert i1.to_dict() == i2.to_dict()
             priv_local = {k: v for k, v in c1.items() if k.startswith("_")}
             priv_remote = {k: v for k, v in c2.items() if k.startswith("_")}
-            assert priv_local == priv_remote
+            assert {"_sandbox:query_hygiene": priv_local} == priv_remote  # its own namespace
             assert {k for k in c2 if not k.startswith("_")} == set(ctx)  # public keys untouched
-        assert priv_remote["_qh_fires"] == len(ctx_sequence())
+        assert priv_remote["_sandbox:query_hygiene"]["_qh_fires"] == len(ctx_sequence())
 
 
 def test_sandboxed_pf_through_dispatcher_matches_in_process():
@@ -189,9 +189,12 @@ def test_private_ctx_keys_roundtrip_and_delete():
         ctx["question"] = "changed"
     """)
     with SandboxedPF(code, "cand") as pf:
-        ctx = {"question": "q", "_gone": 1, "_other": {"a": [1, 2]}, "_n": 4}
+        # the shared private keys are neither seen nor touched: the PF has its own namespace
+        ctx = {"question": "q", "_gone": 1, "_other": {"a": [1, 2]}, "_n": 4,
+               "_sandbox:cand": {"_n": 4, "_gone": 1}}
         assert pf.should_activate(ctx, "SEARCH", "x") is True
-        assert ctx == {"question": "q", "_other": {"a": [1, 2]}, "_n": 5, "_t": [1, 2]}
+        assert ctx == {"question": "q", "_gone": 1, "_other": {"a": [1, 2]}, "_n": 4,
+                       "_sandbox:cand": {"_n": 5, "_t": [1, 2]}}
 
 
 def test_print_is_captured_not_corrupting_protocol():
@@ -555,7 +558,10 @@ def test_probe_reports_measured_protections():
     hello = probe()
     prot, pr = hello["protections"], hello["probe"]
     assert prot["rlimit_fsize"] == 0 and prot["rlimit_nproc"] == 0 and prot["rlimit_as"]
-    assert set(pr) == {"fork", "socket_connect", "write_outside_workdir", "write_workdir", "alloc_2GB"}
+    assert set(pr) == {"fork", "socket_connect", "write_outside_workdir", "write_workdir", "alloc_2GB",
+                       "read_world_readable_file"}
+    if prot.get("landlock_files") == "none":
+        assert pr["read_world_readable_file"].startswith("blocked")
     assert pr["alloc_2GB"].startswith("blocked")
     assert pr["write_outside_workdir"].startswith("blocked")
     if prot["seccomp"] or (prot["uid_dropped"]):

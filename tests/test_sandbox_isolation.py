@@ -48,12 +48,15 @@ def test_only_the_builder_installs_seccomp():
 
 @pytest.mark.skipif(not seccomp.supported(), reason="seccomp profiles are x86_64 only")
 def test_profiles_deny_what_they_list():
-    pf = seccomp.describe(seccomp.PF_PROFILE)
-    for name in ("socket", "fork", "execve", "unlink", "openat2"):
-        assert f'"{name}"' in pf
-    assert '"openat"' in pf and "action KILL_PROCESS" in pf
+    pf = seccomp.describe(seccomp.PF_PROFILE)  # an allow-list: what is not named is refused
+    for name in ("socket", "fork", "clone", "execve", "unlink", "openat2", "kill", "tkill", "tgkill",
+                 "ptrace", "process_vm_readv", "process_vm_writev", "rt_tgsigqueueinfo"):
+        assert f'"{name}"' not in pf
+    assert '"openat"' in pf and '"read"' in pf and "action KILL_PROCESS" in pf and "action ERRNO(1)" in pf
     lenient = seccomp.describe(seccomp.PROGRAM_PROFILE)
-    assert '"tkill"' in lenient and '"unlink"' not in lenient and '"openat"' not in lenient
+    for name in ("kill", "tkill", "tgkill", "ptrace", "process_vm_writev"):
+        assert f'"{name}"' in lenient
+    assert '"unlink"' not in lenient and '"openat"' not in lenient
     assert '"unlink"' in seccomp.describe(seccomp.PROGRAM_STRICT_PROFILE)
 
 

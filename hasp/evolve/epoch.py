@@ -204,17 +204,22 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
 
 # ----------------------------------------------------------------------------- Phase D
 def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> dict[str, Any]:
-    """Phase D: syntax, policy, interface, 9 sandboxed mock executions, return types.
+    """Phase D: syntax, policy, interface, sandboxed executions on the mock regimes and on steps
+    replayed from the epoch's rollout (the candidate's cluster and recent others), return types.
 
     ``static=True`` (filtering ``teacher``: executable validation is ablated) reads the
     code without running it, so Phase E still gets an executability estimate."""
+    from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.declarative import validate_declared
     from hasp.evolve.gate import static_exec_report
     from hasp.evolve.propose import Candidate
-    from hasp.evolve.validate import validate_candidate
+    from hasp.evolve.validate import phase_d_contexts, validate_candidate
 
     reports = []
     cands = [Candidate.from_dict(d) for d in read_json(candidates_path)]
+    epoch_dir = Path(candidates_path).parent
+    trajs = read_trajectories(epoch_dir / "rollout.jsonl") if (epoch_dir / "rollout.jsonl").exists() else []
+    qids = {c.category: c.qids for c in clusters_from_json(_load_list(epoch_dir / "clusters.json"))}
     with Progress("D validate", len(cands), unit="candidates") as bar:
         for c in cands:
             if c.declared:
@@ -222,7 +227,9 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
             elif static:
                 reports.append(static_exec_report(c.code, c.skill_id))
             else:
-                reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id).to_dict()})
+                ctxs, args = phase_d_contexts(trajs, qids.get(c.cluster_category, ()))
+                reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id, contexts=ctxs,
+                                                                             args=args).to_dict()})
             bar.advance()
     write_json(reports, out_path)
     return {"validated": len(reports), "static": static, "exec_pass": sum(1 for r in reports if r["passed"]),

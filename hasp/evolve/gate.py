@@ -11,15 +11,18 @@ none       parse                       (every candidate whose code parses)
 exec       parse, exec                 (Phase D: all executable checks)
 teacher    parse, teacher              (Phase E: decision ACCEPT and Q_skill >= bar)
 full       parse, exec, teacher, val   (val dropped when ``val_gate`` is off)
-lite mode  parse, loadable, new_id     (App. D.5: compile check + skill-id dedup)
+lite mode  parse, loadable, sandbox_exec, new_id   (App. D.5: compile check + skill-id dedup)
 =========  =====================================================
 
-``loadable`` (lite only) is our addition to App. D.5: the paper's lite mode admits whatever
-``ast.parse`` accepts, which let a reply with no ``@register_pf`` class and disallowed imports
-into ``generated/`` (the loader then skipped it on every run). It reads the code without
-running it — the sandbox's static policy plus "a registered PF class whose id is the
-skill id" — so lite stays free of teacher calls and subprocesses. ``none`` keeps the paper's
-no-filtering ablation as it is; the loader's policy check still keeps such code from running.
+``loadable`` and ``sandbox_exec`` (lite only) are our additions to App. D.5: the paper's lite
+mode admits whatever ``ast.parse`` accepts, which let a reply with no ``@register_pf`` class and
+disallowed imports into ``generated/``, and code that loops, exhausts memory or returns
+megabytes into the library. ``loadable`` reads the code (the sandbox's static policy plus "a
+registered PF class whose id is the skill id"); ``sandbox_exec`` runs it once in the sandbox on
+the mock regimes, stopping at the first failure (``hasp.evolve.validate.lite_exec_refusals``,
+well under a second for code that behaves). Lite stays free of teacher calls. ``none`` keeps
+the paper's no-filtering ablation as it is; the loader's policy check and the sandbox still
+keep such code contained at run time.
 
 Structural checks that the library needs to store a skill at all (folder id,
 SKILL.md parses, size cap) are applied by ``hasp.evolve.admit`` in every mode.
@@ -164,6 +167,16 @@ def _loadable(ev: Evidence) -> list[str]:
     return why
 
 
+def _sandbox_exec(ev: Evidence) -> list[str]:
+    from hasp.evolve.validate import lite_exec_refusals
+
+    if ev.candidate.declared:  # compiled from vetted templates, never run as student code
+        return []
+    if check_policy(ev.candidate.code):  # never run code the policy refuses (``loadable`` says why)
+        return ["not run: the static policy refuses it"]
+    return lite_exec_refusals(ev.candidate.code, ev.candidate.skill_id)
+
+
 def _new_id(ev: Evidence) -> list[str]:
     sid = ev.candidate.skill_id
     if sid in ev.library_ids:
@@ -174,14 +187,14 @@ def _new_id(ev: Evidence) -> list[str]:
 
 
 GATES: dict[str, GateFn] = {"parse": _parse, "exec": _exec, "teacher": _teacher, "val": _val, "new_id": _new_id,
-                              "loadable": _loadable}
+                              "loadable": _loadable, "sandbox_exec": _sandbox_exec}
 FILTERING: dict[str, tuple[str, ...]] = {
     "none": ("parse",),
     "exec": ("parse", "exec"),
     "teacher": ("parse", "teacher"),
     "full": ("parse", "exec", "teacher", "val"),
 }
-LITE_GATES: tuple[str, ...] = ("parse", "loadable", "new_id")
+LITE_GATES: tuple[str, ...] = ("parse", "loadable", "sandbox_exec", "new_id")
 
 
 def active_gates(evolve: Any) -> tuple[str, ...]:

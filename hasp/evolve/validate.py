@@ -30,8 +30,16 @@ such code is never executed, and Phase E's hard reject (``Q_exec < 0.3``) must
 catch it however tidy the rest looks.
 
 The mock contexts are built with ``hasp.agent.context.EpisodeState.to_ctx`` so
-they carry exactly the keys the runtime passes. The candidate code is never
-imported into this process.
+they carry exactly the keys the runtime passes. So that a candidate cannot behave on
+one fixed question and misbehave on real ones, ``phase_d_contexts`` adds step contexts
+replayed from the real trajectories of the candidate's failure cluster and from other
+recent steps (varied questions, every action type the agent proposed); the epoch passes
+them as ``contexts``/``args``. Returned text over the ``sandbox`` caps is a return-type
+error. The candidate code is never imported into this process.
+
+``lite_exec_refusals`` is the cheap form lite admission uses: the same sandboxed run,
+stopped at the first failure, so code that loops, exhausts memory or returns oversized
+values never enters the library even without a review.
 """
 
 from __future__ import annotations
@@ -43,6 +51,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import EpisodeState
+from hasp.config import SandboxParams, default_of
+from hasp.agent.replay import replay
+from hasp.records import Trajectory
 from hasp.pf.base import ProgramFunction, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.sandboxed import SandboxedPF
@@ -53,6 +64,9 @@ WEIGHTS: dict[str, float] = {"syntax": 0.20, "policy": 0.20, "interface": 0.20,
                              "mock_exec": 0.25, "return_types": 0.15}
 SEARCH_ACTIONS: tuple[str, ...] = ("SEARCH", "READ", "FINAL")
 MAX_ERRORS = 30
+#: timeouts after which the remaining invocations are not run (and count as failed): a
+#: candidate that loops would otherwise spend the whole time budget one call at a time
+MAX_TIMEOUTS = 2
 
 
 @dataclass
@@ -74,6 +88,7 @@ class ExecReport:
     needs_teacher: bool | None = None
     max_fires: int | None = None
     protections: dict[str, Any] = field(default_factory=dict)
+    weaker: list[str] = field(default_factory=list)  # isolation layers missing (the user allowed it)
     elapsed_s: float = 0.0
 
     @property
@@ -173,6 +188,71 @@ MOCK_ARGS: dict[str, dict[str, str]] = {
                         "is said to have started after she left Varnholt Labs in Doruna"),
              "READ": "doc9999", "FINAL": "unknown"},
 }
+
+
+# --------------------------------------------------------------------------- real step contexts
+
+def _other_args(ctx: dict[str, Any]) -> dict[str, str]:
+    """Plausible arguments for the action types the agent did not propose at this step."""
+    hits = ctx.get("last_search_hits") or []
+    queries = ctx.get("queries") or []
+    return {"SEARCH": str(queries[-1] if queries else ctx.get("question", ""))[:200],
+            "READ": str(hits[0].get("id", "1")) if hits and isinstance(hits[0], dict) else "1",
+            "FINAL": str(ctx.get("thought", ""))[:80] or "unknown"}
+
+
+def _round_robin(groups: list[list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    queues = [list(g) for g in groups if g]
+    while queues:
+        for q in queues:
+            out.append(q.pop(0))
+        queues = [q for q in queues if q]
+    return out
+
+
+def _spread(steps: list[tuple[str, dict[str, Any], str, str]], n: int) -> list[tuple[str, dict[str, Any], str, str]]:
+    """Up to ``n`` steps, alternating over questions first and proposed action types second."""
+    by_q: dict[str, dict[str, list]] = {}
+    for st in steps:
+        by_q.setdefault(st[1].get("question", ""), {}).setdefault(st[2], []).append(st)
+    per_question = [_round_robin(list(types.values())) for types in by_q.values()]
+    return _round_robin(per_question)[:n]
+
+
+def phase_d_contexts(trajs: list[Trajectory], cluster_qids: Any = (), *, n_cluster: int = 6,
+                     n_other: int = 3, with_mock: bool = True
+                     ) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, dict[str, str]]]:
+    """The contexts and arguments Phase D runs a candidate on: the mock regimes, then up to
+    ``n_cluster`` steps replayed from the cluster's trajectories and ``n_other`` from the
+    other (most recent) ones, spread over questions and proposed action types. At each
+    replayed step the proposed action keeps its real argument; the other types get
+    plausible ones from the same context."""
+    qids = set(cluster_qids)
+    cluster: list = []
+    other: list = []
+    for t in trajs:
+        bucket = cluster if t.qid in qids else other
+        for st in replay(t):
+            bucket.append((f"{'cluster' if bucket is cluster else 'recent'}:{t.qid}#{st.index}", st.ctx,
+                           st.action, st.arg))
+    other = other[-max(50, 10 * n_other):]  # the most recent steps of the rollout
+    contexts = mock_contexts() if with_mock else []
+    args = dict(MOCK_ARGS) if with_mock else {}
+    for name, ctx, at, arg in _spread(cluster, n_cluster) + _spread(other, n_other):
+        contexts.append((name, ctx))
+        args[name] = {**_other_args(ctx), at: arg}
+    return contexts, args
+
+
+def lite_exec_refusals(code: str, skill_id: str | None) -> list[str]:
+    """Why lite admission must refuse ``code``: the sandboxed execution check, stopped at the
+    first failure (empty = it loads, runs clean on the mock regimes and returns legal values)."""
+    rep = validate_candidate(code, skill_id, timeout_s=5.0, call_timeout_s=0.5, stop_on_error=True)
+    if rep.passed:
+        return []
+    failed = [k for k, ok in rep.checks.items() if not ok]
+    return [f"sandboxed execution check failed ({', '.join(failed)})"] + rep.errors[:3]
 
 
 # --------------------------------------------------------------------------- static interface
@@ -288,6 +368,11 @@ def _intervention_errors(resp: dict[str, Any], action_types: tuple[str, ...]) ->
     for k in ("new_action_type", "new_action_arg"):
         if r.get(k) is not None and not isinstance(r.get(k), str):
             errs.append(f"Intervention.{k} must be str or None")
+    caps = {"new_action_arg": default_of(SandboxParams, "max_action_arg_chars"),
+            "context_text": default_of(SandboxParams, "max_context_chars")}
+    for k, cap in caps.items():
+        if isinstance(r.get(k), str) and len(r[k]) > cap:
+            errs.append(f"Intervention.{k} longer than {cap} characters (it would be cut at run time)")
     if r.get("type") == InterventionType.MODIFY_ACTION.value:
         nat = r.get("new_action_type")
         if not isinstance(nat, str) or nat.upper() not in action_types:
@@ -301,7 +386,9 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
                        call_timeout_s: float = 1.0, memory_mb: int = 512,
                        action_types: tuple[str, ...] = SEARCH_ACTIONS,
                        contexts: list[tuple[str, dict[str, Any]]] | None = None,
-                       args: dict[str, dict[str, str]] | None = None) -> ExecReport:
+                       args: dict[str, dict[str, str]] | None = None,
+                       allow_weaker: bool = default_of(SandboxParams, "allow_weaker"),
+                       stop_on_error: bool = False) -> ExecReport:
     """Phase D for one candidate. ``timeout_s`` bounds the whole sandboxed part (worker
     start, load and all 18 calls); ``call_timeout_s`` bounds each call. Never raises for
     anything the candidate does."""
@@ -310,7 +397,7 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
     try:
         _validate(rep, code, skill_id, timeout_s=timeout_s, call_timeout_s=call_timeout_s,
                   memory_mb=memory_mb, action_types=tuple(a.upper() for a in action_types),
-                  contexts=contexts, args=args)
+                  contexts=contexts, args=args, allow_weaker=allow_weaker, stop_on_error=stop_on_error)
     finally:
         rep._score()
         rep.elapsed_s = round(time.perf_counter() - t0, 4)
@@ -320,7 +407,8 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
 def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: float, call_timeout_s: float,
               memory_mb: int, action_types: tuple[str, ...],
               contexts: list[tuple[str, dict[str, Any]]] | None,
-              args: dict[str, dict[str, str]] | None) -> None:
+              args: dict[str, dict[str, str]] | None, allow_weaker: bool = False,
+              stop_on_error: bool = False) -> None:
     # 1. syntax
     if not isinstance(code, str) or not code.strip():
         rep._error("syntax: empty code")
@@ -347,7 +435,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
     # 3. interface (on the loaded class), 4./5. mock execution and return types
     deadline = time.monotonic() + timeout_s
     pf = SandboxedPF(code, skill_id, timeout_s=call_timeout_s, memory_mb=memory_mb,
-                     load_timeout_s=max(1.0, timeout_s), max_restarts=9)
+                     load_timeout_s=max(1.0, timeout_s), max_restarts=9, allow_weaker=allow_weaker)
     try:
         try:
             pf._ensure()
@@ -359,6 +447,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
             return
         info = pf.load_info or {}
         rep.protections = dict((pf.hello or {}).get("protections", {}))
+        rep.weaker = list(rep.protections.get("weaker") or [])
         rep.skill_id = rep.skill_id or info.get("skill_id")
         rep.class_name = str(info.get("class_name", ""))
         rep.needs_teacher = info.get("needs_teacher")
@@ -371,7 +460,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
         rep.interface = not ierrs and not info.get("warnings")
         for e in ierrs:
             rep._error(e)
-        _mock_exec(rep, pf, deadline, call_timeout_s, action_types, contexts, args)
+        _mock_exec(rep, pf, deadline, call_timeout_s, action_types, contexts, args, stop_on_error=stop_on_error)
         _check_watches(rep, info.get("watches"))
     finally:
         pf.close()
@@ -389,13 +478,17 @@ def _check_watches(rep: ExecReport, watches: list[str] | None) -> None:
 
 def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s: float,
                action_types: tuple[str, ...], contexts: list[tuple[str, dict[str, Any]]] | None,
-               args: dict[str, dict[str, str]] | None) -> None:
+               args: dict[str, dict[str, str]] | None, *, stop_on_error: bool = False) -> None:
     ctxs = contexts if contexts is not None else mock_contexts()
     argmap = args if args is not None else MOCK_ARGS
     n_inv = len(ctxs) * len(action_types)
     clean = typed = 0
     private: dict[str, Any] = {}  # carried across invocations like one episode
+    timeouts = 0
     for name, base in ctxs:
+        if timeouts >= MAX_TIMEOUTS:
+            rep._error(f"mock_exec: stopped after {timeouts} timeouts; the remaining invocations count as failed")
+            break
         for at in action_types:
             ctx = {**base, **private}
             arg = argmap.get(name, {}).get(at, "x")
@@ -403,6 +496,8 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                                    "intervention": None, "error": None}
             ok_calls = 0
             for method in ("should_activate", "intervene"):
+                if stop_on_error and rec["error"]:
+                    break
                 # intervene always runs (a PF must not crash when called), but its private-state
                 # changes only carry over when the PF activated, as in a real episode
                 call_ctx = ctx if method == "should_activate" or rec["should_activate"] else dict(ctx)
@@ -414,6 +509,7 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                 try:
                     resp = pf.call_raw(method, call_ctx, at, arg, timeout_s=min(call_timeout_s, left))
                 except SandboxTimeout:
+                    timeouts += 1
                     rec["error"] = rec["error"] or f"{method} timed out"
                     rep._error(f"mock_exec: {method} timed out (> {call_timeout_s}s) on {name}/{at}")
                     continue
@@ -445,6 +541,10 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                 clean += 1
             private = {k: v for k, v in ctx.items() if k.startswith("_")}
             rep.calls.append(rec)
+            if stop_on_error and (ok_calls < 2 or rep.errors):
+                break
+        if stop_on_error and rep.calls and (rep.calls[-1]["error"] or rep.errors):
+            break
     rep.mock_exec = round(clean / n_inv, 4) if n_inv else 0.0
     rep.return_types = round(typed / (2 * n_inv), 4) if n_inv else 0.0
 

@@ -6,6 +6,13 @@ B.1 (at most ``max_modify_fires`` MODIFY_ACTION fires per PF, the per-skill caps
 for the rest of the episode and the error is recorded, never propagated. A PF that
 raises because its *teacher* call failed is not at fault: it is re-run once without the
 teacher (its deterministic path, App. G "PF only") and stays enabled.
+
+Every value a PF hands back is checked here, at the boundary, before it can reach the
+loop: a rewrite must name an action type of the domain (``action_types``) with a string
+argument, else the PF is disabled for the episode (an unknown type would otherwise
+abort the rollout); an argument or injected text over its cap (``sandbox`` params) is
+cut and the cut recorded on the step; a PF that reports its CPU time (a sandboxed one)
+is disabled once it has spent its per-episode budget.
 """
 
 from __future__ import annotations
@@ -19,13 +26,15 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from hasp.pf.base import ProgramFunction, Teacher, watched_types
-from hasp.config import AgentParams, default_of
+from hasp.config import AgentParams, SandboxParams, default_of
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.teacher import teacher_errors
 
 log = logging.getLogger(__name__)
 _TYPE_NAME = {t: t.value for t in InterventionType}  # a dict read, not the Enum .value descriptor, per fire
 _MODIFY, _INJECT = InterventionType.MODIFY_ACTION, InterventionType.INJECT_CONTEXT
+#: the action vocabulary of the PF interface (a domain may pass a smaller set)
+ACTION_TYPES: frozenset[str] = frozenset({"SEARCH", "READ", "FINAL"})
 
 
 @dataclass(slots=True)
@@ -74,6 +83,7 @@ class _Entry(NamedTuple):
     intervene: Any
     needs_teacher: bool
     modify_only: bool  # skipped once a rewrite was applied on the step (``ProgramFunction.modify_only``)
+    cpu: Any  # ``last_call_cpu_s`` of a PF that reports its CPU time (a sandboxed one), else None
 
 
 _pos = attrgetter("pos")
@@ -99,7 +109,8 @@ class DispatchPlan:
         pfs = tuple(pfs)
         entries = tuple(_Entry(i, pf, pf.skill_id, pf.max_fires, pf.should_activate, pf.intervene,
                                bool(getattr(pf, "needs_teacher", False)),
-                               skip_unwatched and getattr(pf, "modify_only", False) is True)
+                               skip_unwatched and getattr(pf, "modify_only", False) is True,
+                               getattr(pf, "last_call_cpu_s", None))
                         for i, pf in enumerate(pfs))
         return cls(pfs, entries, tuple(_watches(pf) if skip_unwatched else None for pf in pfs))
 
@@ -121,7 +132,11 @@ class DispatchPlan:
 
 class Dispatcher:
     def __init__(self, pfs: Sequence[ProgramFunction] | DispatchPlan, *, teacher: Teacher | None = None,
-                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires"), skip_unwatched: bool = True) -> None:
+                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires"), skip_unwatched: bool = True,
+                 action_types: frozenset[str] | None = None,
+                 max_arg_chars: int = default_of(SandboxParams, "max_action_arg_chars"),
+                 max_context_chars: int = default_of(SandboxParams, "max_context_chars"),
+                 cpu_budget_s: float = default_of(SandboxParams, "pf_cpu_budget_s")) -> None:
         plan = pfs if isinstance(pfs, DispatchPlan) else DispatchPlan.of(pfs, skip_unwatched=skip_unwatched)
         self.pfs = list(plan.pfs)
         self._plan = plan
@@ -131,6 +146,33 @@ class Dispatcher:
         self.fire_counts: dict[str, int] = {}
         self.modify_counts: dict[str, int] = {}
         self.disabled: dict[str, str] = {}
+        self.action_types = frozenset(a.upper() for a in action_types) if action_types else ACTION_TYPES
+        self.max_arg_chars, self.max_context_chars = max_arg_chars, max_context_chars
+        self.cpu_budget_s = cpu_budget_s
+        self.cpu_spent: dict[str, float] = {}
+
+    def _charge(self, e: _Entry, res: DispatchResult) -> bool:
+        """Add the PF's last call to its episode CPU; False (and disabled) once over budget."""
+        spent = self.cpu_spent.get(e.skill_id, 0.0) + e.cpu()
+        self.cpu_spent[e.skill_id] = spent
+        if spent <= self.cpu_budget_s:
+            return True
+        msg = (f"{e.skill_id} used {spent:.2f} s of CPU in this episode (budget {self.cpu_budget_s:g} s); "
+               "disabled for the episode")
+        self.disabled[e.skill_id] = msg
+        res.errors.append(msg)
+        log.warning("PF disabled for this episode: %s", msg)
+        return False
+
+    def _refuse(self, e: _Entry, why: str, res: DispatchResult) -> None:
+        msg = f"{e.skill_id}.intervene returned {why}; disabled for the episode"
+        self.disabled[e.skill_id] = msg
+        res.errors.append(msg)
+        log.warning("PF disabled for this episode: %s", msg)
+
+    def _cut(self, e: _Entry, what: str, text: str, cap: int, res: DispatchResult) -> str:
+        res.errors.append(f"{e.skill_id}: {what} cut to {cap} characters (returned {len(text)}+)")
+        return text[:cap]
 
     def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
         msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {exc}"
@@ -159,10 +201,13 @@ class Dispatcher:
             if sid in disabled or (cap is not None and fires.get(sid, 0) >= cap) or (modified and e.modify_only):
                 continue
             try:
-                if not e.should_activate(ctx, res.action_type, res.arg):
-                    continue
+                active = e.should_activate(ctx, res.action_type, res.arg)
             except Exception as exc:  # noqa: BLE001 - fault isolation is the point
                 self._disable(e.pf, "should_activate", exc, res)
+                continue
+            if e.cpu is not None and not self._charge(e, res):
+                continue
+            if not active:
                 continue
             if teacher is not None and e.needs_teacher:
                 iv = self._intervene(e, ctx, res)
@@ -176,16 +221,34 @@ class Dispatcher:
                 except Exception as exc:  # noqa: BLE001
                     self._disable(e.pf, "intervene", exc, res)
                     continue
+            if e.cpu is not None and not self._charge(e, res):
+                continue
             kind, text = iv.type, iv.context_text
+            if kind.__class__ is not InterventionType:
+                self._refuse(e, f"an intervention of type {kind!r}", res)
+                continue
+            if text and len(text) > self.max_context_chars:
+                text = self._cut(e, "injected text", text, self.max_context_chars, res)
             applied, shown = True, ""
             if kind is _MODIFY:
                 if modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
                     applied = False
                 else:
+                    new_type = (iv.new_action_type or res.action_type)
+                    new_type = new_type.upper() if isinstance(new_type, str) else new_type
+                    new_arg = iv.new_action_arg
+                    if new_type not in self.action_types:
+                        self._refuse(e, f"a rewrite to action type {str(new_type)[:40]!r} "
+                                        f"(legal: {', '.join(sorted(self.action_types))})", res)
+                        continue
+                    if new_arg is not None and not isinstance(new_arg, str):
+                        self._refuse(e, f"a {type(new_arg).__name__} action argument", res)
+                        continue
+                    if new_arg is not None and len(new_arg) > self.max_arg_chars:
+                        new_arg = self._cut(e, "action argument", new_arg, self.max_arg_chars, res)
                     modified = True
                     self.modify_counts[sid] = self.modify_counts.get(sid, 0) + 1
-                    new_type = (iv.new_action_type or res.action_type).upper()
-                    res.arg = iv.new_action_arg if iv.new_action_arg is not None else res.arg
+                    res.arg = new_arg if new_arg is not None else res.arg
                     if text:
                         res.contexts.append(text)
                         shown = text

@@ -49,7 +49,7 @@ from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.registry import collecting, register_pf
 from hasp.sandbox.lockdown import cpu_used
-from hasp.sandbox.policy import ALLOWED_MODULES, UNSAFE_ATTRS, check_policy
+from hasp.sandbox.policy import ALLOWED_MODULES, FORMAT_METHODS, UNSAFE_ATTRS, check_policy
 from hasp.sandbox.probe import probe_protections
 
 # Pre-import the allow-list: after setup the process may not be able to read the
@@ -64,6 +64,7 @@ CANDIDATE_MODULE = "hasp_candidate"
 CANDIDATE_FILE = "<candidate>"
 MAX_PRINT_CHARS = 4000
 MAX_ERROR_CHARS = 2000
+MAX_PRIVATE_BYTES = 256 * 1024  # private ctx state a PF may change per call (it rides along every step)
 
 # ---------------------------------------------------------------------------- restricted runtime
 
@@ -95,6 +96,8 @@ def _attr_allowed(obj: object, name: object) -> str:
         raise TypeError("attribute name must be str")
     if name in UNSAFE_ATTRS or (_is_dunder(name) and name != "__init__"):
         raise AttributeError(f"access to {name!r} is not allowed in the sandbox")
+    if name in FORMAT_METHODS:  # a template chosen at run time walks attributes of its arguments
+        raise AttributeError(f"{name!r} through getattr is not allowed in the sandbox")
     if name.startswith("_") and not _is_dunder(name):
         owner = obj if isinstance(obj, type) else type(obj)
         if type.__getattribute__(owner, "__module__") != CANDIDATE_MODULE:
@@ -273,6 +276,10 @@ class Worker:
         self.call_cpu_s = int(job["call_cpu_s"])
         self.total_cpu_s = max(int(job["total_cpu_s"]), self.call_cpu_s)
         self.restricted = not job.get("unsafe_unrestricted_runtime")
+        # text longer than the caps is cut here, one character over, so the host sees (and records)
+        # the cut without a megabyte crossing the pipe
+        self.max_arg = int(job.get("max_arg_chars") or 1 << 20) + 1
+        self.max_text = int(job.get("max_context_chars") or 1 << 20) + 1
         self.builtins = _safe_builtins() if self.restricted else builtins.__dict__
         self._armed_at = -10.0
 
@@ -383,6 +390,7 @@ class Worker:
         at, arg = req.get("action_type", ""), req.get("arg", "")
         before = {k: _snapshot(v) for k, v in ctx.items() if k[:1] == "_"}
         self._arm_cpu()
+        c0 = time.process_time()
         try:
             if method == "should_activate":
                 r = self.pf.should_activate(ctx, at, arg)
@@ -390,9 +398,10 @@ class Worker:
                 resp = {"ok": True, "result": r if type(r) is bool else bool(r), "result_type": rtype}
             else:
                 r = self.pf.intervene(ctx, at, arg, None)
-                resp = self._intervention(r)
+                resp = self._intervention(r, self.max_arg, self.max_text)
         except BaseException as e:  # noqa: BLE001 - SystemExit / KeyboardInterrupt from the PF too
             resp = _err(e)
+        resp["cpu_s"] = round(time.process_time() - c0, 6)
         # private ctx keys the PF changed, added or removed
         try:
             changed, deleted = {}, [k for k in before if k not in ctx]
@@ -401,6 +410,8 @@ class Worker:
                     snap = _snapshot(v)
                     if before.get(k) != snap:
                         changed[k] = json.loads(snap[1]) if snap[0] is list else v
+            if changed and len(_ENC.encode(changed)) > MAX_PRIVATE_BYTES:
+                raise ValueError(f"more than {MAX_PRIVATE_BYTES} bytes of private state")
             resp["ctx_private"], resp["ctx_deleted"] = changed, deleted
         except BaseException as e:  # noqa: BLE001
             resp = {"ok": False, "error": f"TypeError: private ctx value cannot leave the sandbox ({e})"}
@@ -410,7 +421,7 @@ class Worker:
         return resp
 
     @staticmethod
-    def _intervention(r: object) -> dict:
+    def _intervention(r: object, max_arg: int = 1 << 30, max_text: int = 1 << 30) -> dict:
         if not isinstance(r, Intervention):
             return {"ok": True, "result": None, "result_type": type(r).__name__}
         t = r.type
@@ -422,6 +433,10 @@ class Worker:
             if v is not None and type(v) is not str:
                 issues.append(f"Intervention.{k} is {type(v).__name__}")
                 fields[k] = None
+            elif v is not None:
+                cap = max_arg if k in ("new_action_type", "new_action_arg") else max_text
+                if len(v) > cap:
+                    fields[k] = v[:cap]
         out = {"ok": True, "result": fields, "result_type": "Intervention"}
         if issues:
             out["issues"] = issues

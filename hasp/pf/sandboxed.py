@@ -20,15 +20,25 @@ After a timeout or crash the next call starts a fresh worker (the PF's
 in-worker state is lost), at most ``max_restarts`` times. The teacher is never
 passed into the sandbox: ``intervene`` runs with ``teacher=None``.
 
-Private ctx keys: the worker returns the ``_``-prefixed keys the PF added or
-changed (and the ones it deleted) and they are applied to the caller's ctx, so
-``EpisodeState.absorb`` carries them across steps as for an in-process PF.
-Values must be JSON-compatible (sets/tuples become lists).
+Private ctx keys: each sandboxed PF has its own namespace. The worker sees the
+public keys and only the ``_`` keys this PF wrote earlier; what it adds, changes or
+deletes is stored under ``ctx[namespace_key(skill_id)]`` (itself a ``_`` key, so
+``EpisodeState.absorb`` carries it across steps), never in the shared keys trusted
+PFs rely on (``_final_redirects``). Values must be JSON-compatible (sets/tuples
+become lists).
+
+Fail closed: a worker whose lockdown misses a required layer refuses to start
+(``SandboxRefused``, sticky) unless ``allow_weaker`` was chosen; the missing layers
+are then in ``protections["weaker"]`` and logged on every start. The worker cuts
+returned text to the configured caps (one character over, so the dispatcher sees and
+records the cut) and reports the CPU time of each call (``last_call_cpu_s``) for the
+dispatcher's per-episode budget.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -37,15 +47,23 @@ import time
 import weakref
 from typing import Any
 
+from hasp.config import SandboxParams, default_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
-from hasp.sandbox import seccomp
+from hasp.sandbox import landlock, seccomp
 from hasp.sandbox.policy import check_policy
-from hasp.sandbox.worker import SandboxError, Worker
+from hasp.sandbox.worker import SandboxError, SandboxRefused, Worker
 
+log = logging.getLogger(__name__)
 DRIVER = "hasp.pf.sandbox_driver"
+NS_PREFIX = "_sandbox:"
 NOFILE = 16
 _INTERVENTION_KEYS = ("type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id")
+
+
+def namespace_key(skill_id: str | None) -> str:
+    """The ctx key holding one sandboxed PF's private keys."""
+    return NS_PREFIX + (skill_id or "")
 
 
 class SandboxPolicyError(SandboxError):
@@ -79,6 +97,9 @@ class SandboxedPF(ProgramFunction):
     def __init__(self, code: str, skill_id: str | None = None, *, timeout_s: float = 2.0,
                  memory_mb: int = 512, load_timeout_s: float = 10.0, max_restarts: int = 3,
                  total_cpu_s: int = 3600, python: str | None = None, probe: bool = False,
+                 allow_weaker: bool = default_of(SandboxParams, "allow_weaker"),
+                 max_arg_chars: int = default_of(SandboxParams, "max_action_arg_chars"),
+                 max_context_chars: int = default_of(SandboxParams, "max_context_chars"),
                  _skip_policy_for_tests: bool = False, _unrestricted_for_tests: bool = False) -> None:
         self.code = code
         self._skill_id = skill_id or None
@@ -89,6 +110,9 @@ class SandboxedPF(ProgramFunction):
         self.total_cpu_s = int(total_cpu_s)
         self.python = python or sys.executable
         self.probe = probe
+        self.allow_weaker = bool(allow_weaker)
+        self.max_arg_chars = int(max_arg_chars)
+        self.max_context_chars = int(max_context_chars)
         self._skip_policy = _skip_policy_for_tests
         self._unrestricted = _unrestricted_for_tests
         if not _skip_policy_for_tests:
@@ -107,10 +131,12 @@ class SandboxedPF(ProgramFunction):
         self.hello: dict[str, Any] | None = None
         self.load_info: dict[str, Any] | None = None
         self.calls = 0
+        self._tls = threading.local()
 
     # ------------------------------------------------------------------ pickling (restart lazily)
     _OPTS = ("code", "_skill_id", "timeout_s", "memory_mb", "load_timeout_s", "max_restarts",
-             "total_cpu_s", "python", "probe", "_skip_policy", "_unrestricted")
+             "total_cpu_s", "python", "probe", "allow_weaker", "max_arg_chars", "max_context_chars",
+             "_skip_policy", "_unrestricted")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._OPTS}
@@ -150,6 +176,15 @@ class SandboxedPF(ProgramFunction):
         """What the OS boundary actually achieved in this worker (from its ``hello``)."""
         self._ensure()
         return dict((self.hello or {}).get("protections", {}))
+
+    @property
+    def weaker(self) -> list[str]:
+        """Isolation layers missing in this worker (only ever non-empty with ``allow_weaker``)."""
+        return list((self.hello or {}).get("protections", {}).get("weaker") or [])
+
+    def last_call_cpu_s(self) -> float:
+        """CPU seconds the worker spent on this thread's last call (0.0 before any)."""
+        return getattr(self._tls, "cpu_s", 0.0)
 
     def _info_or_none(self) -> dict[str, Any] | None:
         # Attribute reads must never raise (the dispatcher reads max_fires outside its
@@ -198,20 +233,31 @@ class SandboxedPF(ProgramFunction):
                                            f"{self._starts - 1} times; giving up")
                 raise self._fatal
             self._starts += 1
-            self._start()
+            try:
+                self._start()
+            except SandboxRefused as e:  # the machine will not grow the layer: do not retry
+                self._fatal = e
+                raise
 
     def _start(self) -> None:
         proc = self._proc
         call_cpu_s = math.ceil(self.timeout_s) + 1
         job = {"call_cpu_s": call_cpu_s, "total_cpu_s": self.total_cpu_s, "probe": self.probe,
+               "max_arg_chars": self.max_arg_chars, "max_context_chars": self.max_context_chars,
                "unsafe_skip_policy": self._skip_policy, "unsafe_unrestricted_runtime": self._unrestricted}
         deadline = time.monotonic() + self.load_timeout_s
         hello = proc.start(DRIVER, job, deadline, python=self.python, memory_mb=self.memory_mb,
                            cpu_s=(call_cpu_s, max(self.total_cpu_s, call_cpu_s)), cpu_from_now=True,
-                           fsize_bytes=0, nofile=NOFILE, seccomp_profile=seccomp.PF_PROFILE)
+                           fsize_bytes=0, nofile=NOFILE, seccomp_profile=seccomp.PF_PROFILE,
+                           landlock="no_files" if landlock.abi() >= 1 else False,
+                           allow_weaker=self.allow_weaker)
         if hello.get("op") != "hello":
             proc.die(f"unexpected first message {str(hello)[:200]}")
         self.hello = hello
+        weaker = (hello.get("protections") or {}).get("weaker")
+        if weaker:
+            log.warning("%s: sandbox running in the weaker mode the user allowed; missing: %s",
+                        self._skill_id or "PF", "; ".join(weaker))
         resp = self._roundtrip({"op": "load", "code": self.code, "skill_id": self._skill_id},
                                deadline, "load")
         if not resp.get("ok"):
@@ -237,20 +283,27 @@ class SandboxedPF(ProgramFunction):
 
         Raises only for sandbox failures (``SandboxTimeout``, ``SandboxError``), not when the
         PF itself raised (that is ``{"ok": False, "error": ...}``)."""
+        ns_key = namespace_key(self._skill_id)
+        own = ctx.get(ns_key)
+        own = own if isinstance(own, dict) else {}
+        sent = {k: v for k, v in ctx.items() if k[:1] != "_"}  # public keys + this PF's own only
+        sent.update(own)
         with self._lock:
             self._ensure()
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-            resp = self._roundtrip({"op": "call", "method": method, "ctx": ctx,
+            self._tls.cpu_s = 0.0
+            resp = self._roundtrip({"op": "call", "method": method, "ctx": sent,
                                     "action_type": action_type, "arg": arg}, deadline, method)
             self.calls += 1
-        for k in resp.get("ctx_deleted") or ():
-            if isinstance(k, str) and k.startswith("_"):
-                ctx.pop(k, None)
+        cpu = resp.get("cpu_s")
+        self._tls.cpu_s = float(cpu) if type(cpu) in (int, float) and cpu >= 0 else 0.0
+        deleted = [k for k in resp.get("ctx_deleted") or () if isinstance(k, str) and k in own]
         priv = resp.get("ctx_private")
-        if isinstance(priv, dict):
-            for k, v in priv.items():
-                if isinstance(k, str) and k.startswith("_"):  # the worker may never touch public keys
-                    ctx[k] = v
+        if deleted or (isinstance(priv, dict) and priv):
+            new = {k: v for k, v in own.items() if k not in deleted}
+            if isinstance(priv, dict):
+                new.update({k: v for k, v in priv.items() if isinstance(k, str) and k.startswith("_")})
+            ctx[ns_key] = new  # never the shared keys: only this PF's namespace
         return resp
 
     def _pf_error(self, where: str, resp: dict[str, Any]) -> SandboxPFError:

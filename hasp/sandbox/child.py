@@ -33,7 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     driver = importlib.import_module(argv[0])
     setup = json.loads(sys.stdin.buffer.readline())
     run = driver.prepare(setup["job"])
-    protections = lockdown.apply(setup["lockdown"])
+    spec = setup["lockdown"]
+    protections = lockdown.apply(spec)
+    missing = lockdown.missing_layers(spec, protections)
+    if missing:
+        if not spec.get("allow_weaker"):  # fail closed: nothing untrusted runs
+            os.write(2, (lockdown.refusal_line(missing) + "\n").encode())
+            os._exit(lockdown.REFUSED_EXIT)
+        protections["weaker"] = missing
     return int(run(protections) or 0)
 
 

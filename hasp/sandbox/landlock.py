@@ -6,6 +6,11 @@ else; from ABI 4 TCP bind/connect are refused and from ABI 6 signals and
 abstract unix sockets are scoped to the sandbox. The seccomp profile is then
 the lighter one (``PROGRAM_PROFILE``); without Landlock the strict profile
 makes even the temp dir read-only.
+
+A PF worker needs no file at all once it is set up, so ``deny_all_files`` handles every
+filesystem right (reading included) and grants none: even code that got past the static
+policy and the restricted runtime cannot open a file, and from ABI 6 cannot signal a
+process outside its own Landlock domain.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ _FS_WRITE_RIGHTS = {  # right -> first ABI that knows it
     1 << 14: 3,  # TRUNCATE
 }
 _FS_EXECUTE = 1 << 0
+_FS_READ_RIGHTS = {1 << 2: 1, 1 << 3: 1, 1 << 15: 5}  # READ_FILE, READ_DIR, IOCTL_DEV -> first ABI
 _FS_DEVNULL_RIGHTS = (1 << 1) | (1 << 14)    # WRITE_FILE | TRUNCATE on /dev/null
 _FS_DEVICE_RIGHTS = (1 << 6) | (1 << 11)     # no device nodes even in the temp dir
 _NET_TCP = (1 << 0) | (1 << 1)               # BIND_TCP | CONNECT_TCP (ABI 4)
@@ -65,6 +71,32 @@ class _Attr(ctypes.Structure):
 class _Beneath(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def deny_all_files(prot: dict) -> int:
+    """No filesystem access at all for the calling process; returns the ABI (raises OSError)."""
+    libc = _libc()
+    level = int(libc.syscall(_NR_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+    if level < 1:
+        _fail("landlock unsupported")
+    fs = _FS_EXECUTE
+    for right, since in {**_FS_WRITE_RIGHTS, **_FS_READ_RIGHTS}.items():
+        if level >= since:
+            fs |= right
+    attr = _Attr(fs, _NET_TCP if level >= 4 else 0, _SCOPES if level >= 6 else 0)
+    size = 8 if level < 4 else 16 if level < 6 else 24
+    rfd = libc.syscall(_NR_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if rfd < 0:
+        _fail("landlock_create_ruleset")
+    try:
+        if libc.syscall(_NR_RESTRICT, ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
+            _fail("landlock_restrict_self")
+    finally:
+        os.close(rfd)
+    prot["landlock_net"] = level >= 4
+    prot["landlock_scoped"] = level >= 6
+    prot["landlock_files"] = "none"
+    return level
 
 
 def restrict_writes_to(workdir: str, prot: dict) -> int:

@@ -1,8 +1,12 @@
 """Child side: the process locks itself down before it touches untrusted code.
 
 ``apply(spec)`` runs every layer the host asked for, in this order, and returns
-what each one actually achieved (each layer fails soft and says why under
-``errors``; the host decides what a missing layer means):
+what each one actually achieved (each layer records why it failed under
+``errors``); ``missing_layers(spec, prot)`` then names every layer that was asked
+for and is not in place, and the child refuses to run anything (exit
+``REFUSED_EXIT`` with one line on stderr) unless the spec carries the user's
+explicit ``allow_weaker`` opt-in — then the missing layers are recorded as
+``prot["weaker"]`` on every run:
 
 network namespace (``unshare(CLONE_NEWNET)``, user+net when not root) →
 rlimits (address space, CPU, file size, open files, CORE=0, NPROC=0) →
@@ -32,6 +36,9 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 NOBODY = 65534
+#: exit status of a child that refused to run because a required layer is missing
+REFUSED_EXIT = 3
+REFUSED_PREFIX = "hasp sandbox refused:"
 
 
 def _error(prot: dict, key: str, e: BaseException) -> None:
@@ -123,6 +130,11 @@ def _drop_uid(spec: dict, prot: dict) -> None:
     prot["uid"] = os.geteuid()
     prot["uid_dropped"] = was_root and prot["uid"] != 0
     prot["unprivileged"] = prot["uid"] != 0
+    # Inside a user namespace the uid we see is a mapped one; to the kernel (files, signals)
+    # the process is still the host user, so only a real setuid counts as another identity.
+    host = spec.get("host_uid")
+    prot["identity_distinct"] = (not prot.get("userns") and prot["uid"] != 0
+                                 and (host is None or prot["uid"] != host))
     if roots and prot["uid_dropped"]:
         _remap_imports(roots)
         prot["import_roots_via_fd"] = len(roots)
@@ -139,6 +151,40 @@ def _seccomp(spec: dict, prot: dict) -> None:
         prot["seccomp"] = progs.get(f"{key}_profile", True)
     except (OSError, ValueError) as e:
         _error(prot, "seccomp", e)
+
+
+def _errors_of(prot: dict, key: str) -> str:
+    errs = [e.split(": ", 1)[1] for e in prot.get("errors", []) if e.startswith(key + ":")]
+    return f" ({'; '.join(errs)})" if errs else ""
+
+
+def missing_layers(spec: dict, prot: dict) -> list[str]:
+    """The layers ``spec`` asked for that ``prot`` says are not in place, one phrase each."""
+    out: list[str] = []
+    if spec.get("netns") and not prot.get("netns"):
+        out.append("network namespace" + _errors_of(prot, "netns"))
+    for key in ("rlimit_as", "rlimit_cpu", "rlimit_fsize", "rlimit_core", "rlimit_nofile", "rlimit_nproc"):
+        if prot.get(key) is None:
+            out.append(key.replace("_", " ") + _errors_of(prot, key))
+    if spec.get("setuid") and not prot.get("identity_distinct"):
+        why = ("a user namespace only maps the id; the kernel still sees the host user"
+               if prot.get("userns") else f"uid {prot.get('uid')}")
+        out.append(f"an identity other than the host user's ({why})" + _errors_of(prot, "setuid"))
+    if not prot.get("no_new_privs"):
+        out.append("no_new_privs")
+    if spec.get("pdeathsig") and not prot.get("pdeathsig"):
+        out.append("parent-death signal")
+    if spec.get("landlock") and not prot.get("landlock"):
+        out.append("landlock" + _errors_of(prot, "landlock"))
+    if spec.get("require_seccomp") and not prot.get("seccomp"):
+        out.append("seccomp filter" + (_errors_of(prot, "seccomp") or " (no filter for this machine)"))
+    return out
+
+
+def refusal_line(missing: list[str]) -> str:
+    """The one line a refusal prints (and the host raises)."""
+    return (f"{REFUSED_PREFIX} required isolation layer(s) could not be installed: {'; '.join(missing)}. "
+            "Untrusted code was not run (set sandbox.allow_weaker: true to run it anyway, recorded)")
 
 
 def apply(spec: dict) -> dict:
@@ -158,7 +204,8 @@ def apply(spec: dict) -> dict:
     prot["landlock"] = False
     if spec.get("landlock"):
         try:
-            prot["landlock"] = landlock.restrict_writes_to(spec["workdir"], prot)
+            prot["landlock"] = (landlock.deny_all_files(prot) if spec["landlock"] == "no_files"
+                                else landlock.restrict_writes_to(spec["workdir"], prot))
         except OSError as e:
             _error(prot, "landlock", e)
     _seccomp(spec, prot)

@@ -8,14 +8,31 @@ This is the first of three layers that keep a candidate PF contained:
 2. **the restricted runtime** in ``hasp.pf.sandbox_driver`` — a safe builtins
    dict, an ``__import__`` that only hands out trimmed proxy modules, and a
    guarded ``getattr``;
-3. **the OS boundary** (``hasp.sandbox.lockdown``) — the worker is a separate process with rlimits, no
-   network namespace, no privileges and a seccomp filter.
+3. **the OS boundary** (``hasp.sandbox.lockdown``) — a separate process under another uid, with
+   rlimits, its own network namespace, a seccomp allow-list and (where the kernel has it) Landlock
+   denying every file; a layer that cannot be installed is a refusal unless the user opted into
+   a weaker mode.
 
 Layers 1 and 2 are Python-level and can have holes; layer 3 is what actually
 contains a candidate. Layer 1 mainly exists to reject hostile or sloppy code
 early, with a readable reason the proposer can act on.
 
 ``check_policy(code)`` returns a list of human-readable violations (empty = ok).
+
+It reads every node of the tree: node types are an allow-list (``ALLOWED_NODES``), so
+syntax added to the language later is refused until someone reads it here; names bound
+or read by ``match`` patterns go through the same rules as attributes and assignments;
+``str.format`` / ``format_map`` are only allowed on a literal template without
+attribute or index fields (a template built at run time can walk ``{0.__globals__}``).
+The tree's depth is measured iteratively and bounded before the recursive visitor runs,
+so no input can make the check itself crash.
+
+Why a hand-written checker rather than RestrictedPython: RestrictedPython compiles a
+rewritten tree with guard calls inserted (``_getattr_``, ``_getitem_``, ``_write_``) and
+its maintainers say it is not a sandbox; we do not rewrite candidate code (what is
+validated is what runs), we only need to refuse, and the OS layer is the real boundary.
+We take its design — an explicit visit per allowed node type, everything else refused,
+and its ``safer_getattr`` rule that ``str.format`` is unsafe — without the dependency.
 """
 
 from __future__ import annotations
@@ -61,7 +78,7 @@ UNSAFE_ATTRS: frozenset[str] = frozenset({
     "cr_origin", "ag_frame", "ag_code", "ag_await", "f_back", "f_builtins", "f_code",
     "f_globals", "f_locals", "f_trace", "f_lasti", "tb_frame", "tb_next", "tb_lasti",
     "co_code", "co_consts", "co_names", "func_globals", "func_code", "mro", "get_field",
-    "format_field", "get_type_hints", "ForwardRef", "_evaluate", "f_lineno",
+    "format_field", "get_type_hints", "ForwardRef", "_evaluate", "f_lineno", "Formatter", "vformat",
 })
 
 #: runtime objects that must never be patched or shadowed
@@ -83,6 +100,32 @@ ATTR_BUILTINS: frozenset[str] = frozenset({"getattr", "setattr", "delattr", "has
 
 MAX_CODE_CHARS = 100_000
 MAX_AST_NODES = 20_000
+#: deepest nesting of AST nodes accepted; real PF code stays far below it, and it keeps
+#: the recursive visitor (about two frames per level) well inside the interpreter's limit
+MAX_AST_DEPTH = 100
+
+#: the node types a PF may contain; anything else (async code, await, new syntax) is refused
+ALLOWED_NODES: frozenset[type] = frozenset({
+    ast.Module, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.While, ast.If,
+    ast.With, ast.withitem, ast.Raise, ast.Try, ast.ExceptHandler, ast.Assert, ast.Delete,
+    ast.Pass, ast.Break, ast.Continue, ast.Return, ast.FunctionDef, ast.ClassDef, ast.Lambda,
+    ast.arguments, ast.arg, ast.keyword, ast.Import, ast.ImportFrom, ast.alias, ast.Global,
+    ast.Nonlocal, ast.Yield, ast.YieldFrom,
+    ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Dict, ast.Set, ast.List, ast.Tuple,
+    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.comprehension, ast.Compare,
+    ast.Call, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.Starred, ast.Name,
+    ast.NamedExpr, ast.JoinedStr, ast.FormattedValue,
+    ast.Load, ast.Store, ast.Del,
+    ast.And, ast.Or, ast.Add, ast.Sub, ast.Mult, ast.MatMult, ast.Div, ast.Mod, ast.Pow,
+    ast.LShift, ast.RShift, ast.BitOr, ast.BitXor, ast.BitAnd, ast.FloorDiv,
+    ast.Invert, ast.Not, ast.UAdd, ast.USub,
+    ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot, ast.In, ast.NotIn,
+    ast.Match, ast.match_case, ast.MatchValue, ast.MatchSingleton, ast.MatchSequence,
+    ast.MatchMapping, ast.MatchClass, ast.MatchStar, ast.MatchAs, ast.MatchOr,
+}) | frozenset(getattr(ast, n) for n in ("TryStar",) if hasattr(ast, n))
+
+#: str methods that read attributes/items of their arguments as the template says
+FORMAT_METHODS: frozenset[str] = frozenset({"format", "format_map"})
 
 # "{0.__class__}" / "{x[__globals__]}": str.format walks attributes of its arguments
 _FORMAT_DUNDER = re.compile(r"\{[^{}]*(\.|\[)\s*_")
@@ -93,6 +136,36 @@ _HARMLESS_DUNDER_STR = frozenset({"__init__", "__name__", "__main__"})
 
 def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _template_walks(template: str) -> bool:
+    """True when a ``str.format`` template has a field with attribute or index access
+    (``{0.x}``, ``{a[k]}``) or cannot be parsed (then it is refused as well)."""
+    import string
+
+    try:
+        for _, field, spec, _ in string.Formatter().parse(template):
+            for part in (field, spec):
+                if part and ("." in part.split(":")[0] or "[" in part):
+                    return True
+            if spec and "{" in spec and _template_walks(spec):
+                return True
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
+def _tree_depth(tree: ast.AST) -> int:
+    """Deepest node nesting, measured without recursion."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        if d > deepest:
+            deepest = d
+            if d > MAX_AST_DEPTH:
+                return d
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(node))
+    return deepest
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -108,6 +181,7 @@ class _PolicyVisitor(ast.NodeVisitor):
         self.module_aliases: set[str] = set()  # names bound to imported modules
         self._class_depth = 0
         self._func_depth = 0
+        self._format_ok: set[int] = set()  # id() of ``"literal".format`` attributes that are calls
 
     # -------------------------------------------------------------- helpers
     def bad(self, node: ast.AST, msg: str) -> None:
@@ -182,6 +256,9 @@ class _PolicyVisitor(ast.NodeVisitor):
             ok = isinstance(base, ast.Name) and base.id in ("self", "cls")
             if not ok:
                 self.bad(node, f"private attribute {attr!r} may only be accessed on self/cls")
+        elif attr in FORMAT_METHODS and id(node) not in self._format_ok:
+            self.bad(node, f".{attr} is only allowed as a direct call on a string literal without "
+                           "attribute or index fields")
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             root = _root_name(node)
             if root in PROTECTED_NAMES:
@@ -226,8 +303,42 @@ class _PolicyVisitor(ast.NodeVisitor):
                     self.bad(node, f"{fn.id} on {_root_name(target)} is not allowed")
                 if fn.id in ("setattr", "delattr") and _root_name(target) in self.module_aliases:
                     self.bad(node, f"{fn.id} on module {_root_name(target)} is not allowed")
-        elif isinstance(fn, ast.Attribute) and fn.attr in ("format", "format_map"):
-            pass  # the constant receiver is checked by visit_Constant
+            if fn.id in ATTR_BUILTINS and len(node.args) >= 2:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) and name.value in FORMAT_METHODS:
+                    self.bad(node, f"{fn.id}(..., {name.value!r}) is not allowed")
+        elif isinstance(fn, ast.Attribute) and fn.attr in FORMAT_METHODS:
+            recv = fn.value
+            if isinstance(recv, ast.Constant) and isinstance(recv.value, str) and not _template_walks(recv.value):
+                self._format_ok.add(id(fn))
+        self.generic_visit(node)
+
+    # -------------------------------------------------------------- match patterns
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        # ``case C(attr=p)`` reads ``subject.attr``: the same rules as ``subject.attr``
+        for attr in node.kwd_attrs:
+            if _is_dunder(attr) or attr in UNSAFE_ATTRS or attr.startswith("_") or attr in FORMAT_METHODS:
+                self.bad(node, f"match pattern reads attribute {attr!r}, which is not allowed")
+        self.generic_visit(node)
+
+    def _pattern_name(self, node: ast.AST, name: str | None) -> None:
+        if name is None:
+            return
+        if name in FORBIDDEN_NAMES or _is_dunder(name):
+            self.bad(node, f"match pattern binds {name!r}, which is not allowed")
+        if not self._func_depth and not self._class_depth:
+            self._check_binding(node, name, "match pattern")
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> None:
+        self._pattern_name(node, node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> None:
+        self._pattern_name(node, node.name)
+        self.generic_visit(node)
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
+        self._pattern_name(node, node.rest)
         self.generic_visit(node)
 
     # -------------------------------------------------------------- scopes / statements
@@ -305,11 +416,25 @@ def check_policy(code: str) -> list[str]:
         return [f"syntax error: {e.msg} (line {e.lineno})"]
     except ValueError as e:  # null bytes
         return [f"syntax error: {e}"]
-    n_nodes = sum(1 for _ in ast.walk(tree))
+    except (RecursionError, MemoryError):
+        return [f"code nests too deeply to parse (limit {MAX_AST_DEPTH} levels)"]
+    n_nodes, odd = 0, set()
+    for node in ast.walk(tree):  # iterative
+        n_nodes += 1
+        if type(node) not in ALLOWED_NODES:
+            odd.add(type(node).__name__)
     if n_nodes > MAX_AST_NODES:
         return [f"code too large ({n_nodes} AST nodes > {MAX_AST_NODES})"]
+    depth = _tree_depth(tree)
+    if depth > MAX_AST_DEPTH:
+        return [f"code nests too deeply ({depth}+ levels > {MAX_AST_DEPTH})"]
     v = _PolicyVisitor()
-    v.visit(tree)
+    for name in sorted(odd):
+        v.violations.append(f"syntax {name} is not allowed in a PF")
+    try:
+        v.visit(tree)
+    except RecursionError:  # unreachable under the depth bound; refuse rather than crash
+        return [f"code nests too deeply (limit {MAX_AST_DEPTH} levels)"]
     # de-duplicate, keep order
     seen: set[str] = set()
     return [m for m in v.violations if not (m in seen or seen.add(m))]

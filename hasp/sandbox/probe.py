@@ -2,7 +2,7 @@
 
 Used by the PF probe (``hasp.pf.sandboxed.probe``) to show which layers hold on this
 machine (measured, not assumed): fork, a TCP connect, a write outside and inside
-the private directory, and a 2 GB allocation.
+the private directory, a read of a world-readable file, and a 2 GB allocation.
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ def probe_protections(workdir: str) -> dict[str, str]:
             f.write("x")
         return p
 
+    def read_file():
+        with open("/etc/passwd") as f:  # world-readable on every Linux host
+            return f"{len(f.read())} bytes"
+
     def big_alloc():
         b = bytearray(2 * 1024 ** 3)
         return len(b)
@@ -63,6 +67,7 @@ def probe_protections(workdir: str) -> dict[str, str]:
     attempt("socket_connect", sock)
     attempt("write_outside_workdir", write_outside)
     attempt("write_workdir", write_workdir)
+    attempt("read_world_readable_file", read_file)
     attempt("alloc_2GB", big_alloc)
     return out
 

@@ -39,6 +39,7 @@ from typing import IO, Any, Literal
 from hasp.sandbox import landlock as _landlock
 from hasp.sandbox import seccomp as _seccomp
 from hasp.sandbox import spawn
+from hasp.sandbox.lockdown import REFUSED_EXIT, REFUSED_PREFIX
 
 Status = Literal["passed", "failed", "timeout", "error", "killed"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "timeout", "error", "killed")
@@ -102,6 +103,10 @@ def _judge(verdict: dict[str, Any] | None, timed_out: bool, rc: int | None, time
         status = verdict["status"]
         return TestResult(status == "passed", status, str(verdict.get("detail", ""))[:MAX_DETAIL_CHARS],
                           elapsed, protections=verdict.get("protections") or {}, output=output)
+    if rc == REFUSED_EXIT:
+        line = next((x for x in output.splitlines() if x.startswith(REFUSED_PREFIX)), "")
+        if line:
+            return TestResult(False, "error", line, elapsed, output=output)
     if rc is not None and rc < 0:
         sig = -rc
         why = {signal.SIGXCPU: "CPU time limit", signal.SIGKILL: "killed (CPU hard limit)",
@@ -116,11 +121,14 @@ def _judge(verdict: dict[str, Any] | None, timed_out: bool, rc: int | None, time
 def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeout_s: float = 10.0,
                 memory_mb: int = 512, fsize_mb: int = 16, nofile: int = 64, netns: bool = True,
                 landlock: bool = True, seccomp: bool = True, setuid: bool = True,
-                python: str | None = None, _probe: bool = False) -> TestResult:
+                python: str | None = None, allow_weaker: bool = False, _probe: bool = False) -> TestResult:
     """Execute ``solution_code`` then ``tests`` (same namespace) in the sandbox.
 
     ``entry_point`` (optional) must be defined by the solution. The switches turn
-    single layers off (for tests that show the other layers hold); keep the defaults."""
+    single layers off (for tests that show the other layers hold); keep the defaults.
+    A layer that is switched on but cannot be installed is a refusal (status ``error``,
+    the detail one line naming it) unless ``allow_weaker``; the result's protections
+    then list the missing layers under ``weaker``."""
     t0 = time.perf_counter()
     workdir = spawn.make_workdir("hasp_code_", setuid=setuid)
     nonce = secrets.token_hex(16)
@@ -130,7 +138,7 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
         nofile=nofile, netns=netns, setuid=setuid, landlock=landlock and _landlock.abi() >= 1,
         pdeathsig=True, import_roots_via_fd=True,
         seccomp_profile=_seccomp.PROGRAM_STRICT_PROFILE if seccomp else None,
-        seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None)
+        seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None, allow_weaker=allow_weaker)
     timed_out = False
     rc: int | None = None
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as res:

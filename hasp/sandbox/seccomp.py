@@ -12,6 +12,14 @@ Every denied syscall fails with EPERM (code sees an ordinary ``PermissionError``
 a foreign architecture or an x32 syscall kills the process, ``prlimit64`` works
 only on the process itself, and a profile may refuse every ``open``/``openat``
 that asks to write, create, truncate or append.
+
+A PF worker gets an **allow-list** (``PF_ALLOW``): the syscalls a CPython
+interpreter answering JSON lines over pipes needs — memory, reading files it has
+open or may read, time, futexes — and nothing else, so no signal to anyone (not even
+itself), no ptrace, no ``process_vm_*``, no sockets, no process creation, and any
+syscall a later kernel adds is refused by default. A program under test keeps a
+deny-list (it runs arbitrary stdlib code), which now also covers every way of
+signalling another task (``kill``, ``tkill``, ``tgkill``, ``rt_*sigqueueinfo``, pidfds).
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from functools import lru_cache
 DENY_CORE: tuple[str, ...] = (
     "socket", "connect", "accept", "bind", "listen", "socketpair", "accept4",
     "clone", "fork", "vfork", "clone3", "execve", "execveat",
-    "kill", "ptrace", "process_vm_readv", "process_vm_writev",
+    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module",
@@ -35,6 +44,22 @@ DENY_CORE: tuple[str, ...] = (
     "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "mknod", "mknodat",
     "openat2",
 )
+#: what a PF worker may call at all (after its lockdown); everything else fails with EPERM
+PF_ALLOW: tuple[str, ...] = (
+    "read", "write", "readv", "writev", "pread64", "lseek", "close", "close_range", "dup", "dup2", "dup3",
+    "fcntl", "fstat", "newfstatat", "statx", "stat", "lstat", "fstatfs", "access", "faccessat", "faccessat2",
+    "getdents64", "readlink", "readlinkat", "getcwd",
+    "mmap", "munmap", "mremap", "mprotect", "madvise", "brk",
+    "futex", "set_robust_list", "get_robust_list", "rseq", "sched_yield", "sched_getaffinity",
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack",
+    "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time", "times",
+    "getrusage", "getrlimit", "getpid", "gettid", "getuid", "geteuid", "getgid", "getegid",
+    "uname", "sysinfo", "getrandom", "select", "pselect6", "poll", "ppoll",
+    "exit", "exit_group",
+)
+#: ioctl requests an interpreter makes on its pipes: TCGETS (isatty), FIONBIO, FIOCLEX, FIONCLEX
+PF_IOCTLS: tuple[int, ...] = (0x5401, 0x5421, 0x5451, 0x5450)
+
 #: creating, renaming, removing or shrinking files (denied when nothing else confines writes)
 DENY_FS_MODIFY: tuple[str, ...] = (
     "creat", "link", "symlink", "linkat", "symlinkat", "rename", "renameat", "renameat2",
@@ -52,13 +77,15 @@ class Profile:
     A plain class (not a dataclass) because the child imports this module and every
     program run pays for what it imports."""
 
-    __slots__ = ("name", "deny", "deny_open_for_write")
+    __slots__ = ("name", "deny", "deny_open_for_write", "allow")
 
-    def __init__(self, name: str, deny: tuple[str, ...], deny_open_for_write: bool) -> None:
+    def __init__(self, name: str, deny: tuple[str, ...], deny_open_for_write: bool,
+                 allow: tuple[str, ...] | None = None) -> None:
         self.name, self.deny, self.deny_open_for_write = name, tuple(deny), bool(deny_open_for_write)
+        self.allow = tuple(allow) if allow is not None else None  # set: an allow-list, ``deny`` unused
 
     def _key(self) -> tuple:
-        return (self.name, self.deny, self.deny_open_for_write)
+        return (self.name, self.deny, self.deny_open_for_write, self.allow)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Profile) and self._key() == other._key()
@@ -70,13 +97,12 @@ class Profile:
         return f"Profile({self.name!r})"
 
 
-#: a PF worker: no process, network or filesystem changes at all
-PF_PROFILE = Profile("pf", DENY_CORE + DENY_FS_MODIFY, deny_open_for_write=True)
+#: a PF worker: an allow-list; no process, signal, network or filesystem changes at all
+PF_PROFILE = Profile("pf", (), deny_open_for_write=True, allow=PF_ALLOW)
 #: a program under test whose writes Landlock confines to its private directory
-PROGRAM_PROFILE = Profile("program", DENY_CORE + ("tkill",), deny_open_for_write=False)
+PROGRAM_PROFILE = Profile("program", DENY_CORE, deny_open_for_write=False)
 #: a program under test without Landlock: its private directory is read-only too
-PROGRAM_STRICT_PROFILE = Profile("program-strict", DENY_CORE + ("tkill",) + DENY_FS_MODIFY,
-                                 deny_open_for_write=True)
+PROGRAM_STRICT_PROFILE = Profile("program-strict", DENY_CORE + DENY_FS_MODIFY, deny_open_for_write=True)
 
 
 def supported() -> bool:
@@ -84,9 +110,33 @@ def supported() -> bool:
     return os.uname().machine == "x86_64"
 
 
+def _allow_filter(profile: Profile):  # -> pyseccomp.SyscallFilter
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ERRNO(errno.EPERM))
+    f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    for name in sorted(set(profile.allow or ()) - {"open", "openat"}):
+        f.add_rule(sc.ALLOW, name)
+    for req in PF_IOCTLS:
+        f.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, req))
+    write_mask = 0
+    for bit in OPEN_WRITE_FLAGS:
+        write_mask |= bit
+    if profile.deny_open_for_write:
+        f.add_rule(sc.ALLOW, "open", sc.Arg(1, sc.MASKED_EQ, write_mask, 0))
+        f.add_rule(sc.ALLOW, "openat", sc.Arg(2, sc.MASKED_EQ, write_mask, 0))
+    else:
+        f.add_rule(sc.ALLOW, "open")
+        f.add_rule(sc.ALLOW, "openat")
+    f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0))
+    return f
+
+
 def _filter(profile: Profile):  # -> pyseccomp.SyscallFilter
     import pyseccomp as sc
 
+    if profile.allow is not None:
+        return _allow_filter(profile)
     deny = sc.ERRNO(errno.EPERM)
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)

@@ -36,12 +36,17 @@ def _b64(profile: seccomp.Profile) -> str:
 
 def lockdown_spec(workdir: str, *, memory_mb: int, cpu_s: tuple[int, int], fsize_bytes: int, nofile: int,
                   cpu_from_now: bool = False, netns: bool = True, setuid: bool = True,
-                  landlock: bool = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
+                  landlock: bool | str = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
                   seccomp_profile: seccomp.Profile | None = None,
-                  seccomp_with_landlock: seccomp.Profile | None = None) -> dict[str, Any]:
+                  seccomp_with_landlock: seccomp.Profile | None = None,
+                  allow_weaker: bool = False) -> dict[str, Any]:
     """The JSON the child's ``lockdown.apply`` reads. A layer left out is not applied;
-    ``seccomp_with_landlock`` replaces ``seccomp_profile`` once Landlock is active."""
+    ``seccomp_with_landlock`` replaces ``seccomp_profile`` once Landlock is active. Every
+    layer asked for is required: the child refuses to run when one cannot be installed,
+    unless ``allow_weaker`` (the user's explicit opt-in), which the child then records."""
     spec: dict[str, Any] = {
+        "host_uid": os.getuid(), "allow_weaker": bool(allow_weaker),
+        "require_seccomp": seccomp_profile is not None,
         "workdir": workdir, "netns": netns, "setuid": setuid, "landlock": landlock,
         "pdeathsig": pdeathsig, "import_roots_via_fd": import_roots_via_fd,
         "rlimits": {"as": memory_mb * 1024 * 1024, "cpu": list(cpu_s), "cpu_from_now": cpu_from_now,

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from hasp.sandbox import spawn
+from hasp.sandbox.lockdown import REFUSED_EXIT, REFUSED_PREFIX, missing_layers, refusal_line
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 STDERR_TAIL = 2000
@@ -28,6 +29,10 @@ STDERR_TAIL = 2000
 
 class SandboxError(RuntimeError):
     """The sandbox could not run the code (child died, protocol error, gave up restarting)."""
+
+
+class SandboxRefused(SandboxError):
+    """A required isolation layer could not be installed; no untrusted code ran."""
 
 
 class SandboxTimeout(SandboxError, TimeoutError):
@@ -43,6 +48,7 @@ class Worker:
         self.tmpdir: str | None = None
         self.rbuf = b""
         self.owner = os.getpid()
+        self.spec: dict[str, Any] | None = None
 
     @property
     def alive(self) -> bool:
@@ -67,7 +73,7 @@ class Worker:
         self.kill()
         self.owner = os.getpid()
         self.tmpdir = spawn.make_workdir("hasp_sbx_")
-        spec = spawn.lockdown_spec(self.tmpdir, **lockdown)
+        spec = self.spec = spawn.lockdown_spec(self.tmpdir, **lockdown)
         try:
             self.popen = spawn.start(driver, self.tmpdir, python=python, bufsize=0)
         except OSError as e:
@@ -76,7 +82,13 @@ class Worker:
         for f in (self.popen.stdin, self.popen.stderr):
             os.set_blocking(f.fileno(), False)
         self.write(spawn.first_line(spec, job), deadline, "startup")
-        return self.read(deadline, "startup")
+        hello = self.read(deadline, "startup")
+        # the child refuses by itself; checked here again so a child that did not is not used
+        missing = missing_layers(spec, hello.get("protections") or {})
+        if missing and not spec.get("allow_weaker"):
+            self.kill()
+            raise SandboxRefused(f"{self.label}: {refusal_line(missing)}")
+        return hello
 
     def roundtrip(self, line: bytes, deadline: float, what: str) -> dict[str, Any]:
         """Send one request line, return the one response object."""
@@ -109,6 +121,10 @@ class Worker:
                 rc = None
         tail = self.stderr_tail()
         self.kill()
+        if rc == REFUSED_EXIT:
+            line = next((x for x in tail.splitlines() if x.startswith(REFUSED_PREFIX)), "")
+            if line:
+                raise SandboxRefused(f"{self.label}: {line}")
         if rc is not None and rc < 0:
             try:
                 rc_s = f"killed by {signal.Signals(-rc).name}"
