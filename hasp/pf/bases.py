@@ -8,7 +8,7 @@ prompt-equivalent (A+B) exactly as if it had written ``intervene`` itself.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
@@ -30,8 +30,10 @@ class HintPF(ProgramFunction):
 class FindingsPF(ProgramFunction):
     """Scans the ``trigger`` action; when ``scan`` lists problems, injects them as one text.
 
+    ``scan`` may yield its findings; the base lists them and keeps the first ``limit``.
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
-    ``render`` builds it otherwise. ``applies`` rules out contexts the scan is not meant for.
+    ``render`` builds it otherwise, ``reason`` the event's reason. ``applies`` rules out
+    contexts the scan is not meant for.
     """
 
     trigger: ClassVar[str] = "FINAL"
@@ -41,9 +43,14 @@ class FindingsPF(ProgramFunction):
     noun: ClassVar[str] = "finding(s)"
     #: the reason when asked to intervene with nothing found
     quiet: ClassVar[str] = "nothing found"
+    #: at most this many findings are shown (None: all)
+    limit: ClassVar[int | None] = None
 
-    def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+    def scan(self, ctx: dict[str, Any], arg: str) -> Iterable[Any]:
         raise NotImplementedError
+
+    def collect(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+        return list(self.scan(ctx, arg))[:self.limit]
 
     def applies(self, ctx: dict[str, Any]) -> bool:
         return True
@@ -51,16 +58,19 @@ class FindingsPF(ProgramFunction):
     def render(self, ctx: dict[str, Any], arg: str, found: list[Any]) -> str:
         return " ".join(part for part in (self.label, *found, self.closing) if part)
 
+    def reason(self, ctx: dict[str, Any], arg: str, found: list[Any]) -> str:
+        return f"{len(found)} {self.noun}"
+
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
-        return action_type == self.trigger and self.applies(ctx) and bool(self.scan(ctx, arg))
+        return action_type == self.trigger and self.applies(ctx) and bool(self.collect(ctx, arg))
 
     def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
                   teacher: Teacher | None = None) -> Intervention:
-        found = self.scan(ctx, arg)
+        found = self.collect(ctx, arg)
         if not found:
             return Intervention(type=InterventionType.NOOP, reason=self.quiet)
         return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.render(ctx, arg, found),
-                            reason=f"{len(found)} {self.noun}")
+                            reason=self.reason(ctx, arg, found))
 
 
 class FinalCheckPF(ProgramFunction):
@@ -68,6 +78,7 @@ class FinalCheckPF(ProgramFunction):
 
     ``problem`` returns what is wrong with an answer (None when nothing is); the PF fires on
     FINAL when there is a problem, and ``check_final`` votes with ``objection(problem)``.
+    When it fires it injects ``warning(ctx, arg, problem)``, recorded with ``reason(problem)``.
     """
 
     watches: ClassVar[tuple[str, ...]] = ("FINAL",)
@@ -80,8 +91,20 @@ class FinalCheckPF(ProgramFunction):
     def objection(self, problem: Any) -> str:
         return str(problem)
 
+    def warning(self, ctx: dict[str, Any], arg: str, problem: Any) -> str:
+        raise NotImplementedError
+
+    def reason(self, problem: Any) -> str:
+        return self.objection(problem)
+
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         return action_type == "FINAL" and self.problem(ctx, arg) is not None
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        found = self.problem(ctx, arg)
+        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.warning(ctx, arg, found),
+                            reason=self.reason(found))
 
     def check_final(self, ctx: dict[str, Any], answer: str, teacher: Teacher | None = None) -> str | None:
         found = self.problem(ctx, answer)
@@ -93,6 +116,8 @@ class TeacherVotePF(ProgramFunction):
 
     ``fires(ctx, answer)`` decides both; the vote asks the teacher ``teacher_question`` and
     objects only when the teacher does, so a cheap heuristic never overrides an answer alone.
+    The question is laid out once here: the question, ``evidence`` (if any), the proposed
+    answer, then ``ask``.
     """
 
     watches: ClassVar[tuple[str, ...]] = ("FINAL",)
@@ -102,8 +127,16 @@ class TeacherVotePF(ProgramFunction):
     def fires(self, ctx: dict[str, Any], answer: str) -> bool:
         raise NotImplementedError
 
+    #: what the teacher is asked to confirm about the answer
+    ask: ClassVar[str] = ""
+
+    def evidence(self, ctx: dict[str, Any], answer: str) -> str:
+        """What the teacher reads before the answer, ending in a newline ("" for nothing)."""
+        return ""
+
     def teacher_question(self, ctx: dict[str, Any], answer: str) -> str:
-        raise NotImplementedError
+        return (f"Question: {ctx.get('question', '')}\n{self.evidence(ctx, answer)}"
+                f"Proposed answer: {answer[:200]}\n{self.ask}")
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         return action_type == "FINAL" and bool(self.fires(ctx, arg))
@@ -116,3 +149,24 @@ class TeacherVotePF(ProgramFunction):
 
 class FinalHintPF(TeacherVotePF, HintPF):
     """A ``TeacherVotePF`` whose intervention is one fixed ``hint``."""
+
+
+class AuditOnlyPF(ProgramFunction):
+    """Fires on a FINAL when ``fires``, and only records that it did: a NOOP with reason ``why``.
+
+    A prompt-equivalent skill changes behaviour through its SKILL.md text; its PF marks the
+    steps that text was meant for, so the audit trail shows where the reminder applied.
+    """
+
+    max_fires: ClassVar[int | None] = 1
+    why: ClassVar[str] = ""
+
+    def fires(self, ctx: dict[str, Any], arg: str) -> bool:
+        raise NotImplementedError
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return action_type == "FINAL" and bool(self.fires(ctx, arg))
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        return Intervention(type=InterventionType.NOOP, reason=self.why)
