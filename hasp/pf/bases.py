@@ -8,7 +8,7 @@ prompt-equivalent (A+B) exactly as if it had written ``intervene`` itself.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
@@ -30,7 +30,6 @@ class HintPF(ProgramFunction):
 class FindingsPF(ProgramFunction):
     """Scans the ``trigger`` action; when ``scan`` lists problems, injects them as one text.
 
-    ``scan`` may yield its findings; the base lists them and keeps the first ``limit``.
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
     ``render`` builds it otherwise, ``reason`` the event's reason. ``applies`` rules out
     contexts the scan is not meant for.
@@ -43,14 +42,9 @@ class FindingsPF(ProgramFunction):
     noun: ClassVar[str] = "finding(s)"
     #: the reason when asked to intervene with nothing found
     quiet: ClassVar[str] = "nothing found"
-    #: at most this many findings are shown (None: all)
-    limit: ClassVar[int | None] = None
 
-    def scan(self, ctx: dict[str, Any], arg: str) -> Iterable[Any]:
+    def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
         raise NotImplementedError
-
-    def collect(self, ctx: dict[str, Any], arg: str) -> list[Any]:
-        return list(self.scan(ctx, arg))[:self.limit]
 
     def applies(self, ctx: dict[str, Any]) -> bool:
         return True
@@ -62,11 +56,11 @@ class FindingsPF(ProgramFunction):
         return f"{len(found)} {self.noun}"
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
-        return action_type == self.trigger and self.applies(ctx) and bool(self.collect(ctx, arg))
+        return action_type == self.trigger and self.applies(ctx) and bool(self.scan(ctx, arg))
 
     def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
                   teacher: Teacher | None = None) -> Intervention:
-        found = self.collect(ctx, arg)
+        found = self.scan(ctx, arg)
         if not found:
             return Intervention(type=InterventionType.NOOP, reason=self.quiet)
         return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.render(ctx, arg, found),
