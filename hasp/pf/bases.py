@@ -31,7 +31,8 @@ class FindingsPF(ProgramFunction):
     """Scans the ``trigger`` action; when ``scan`` lists problems, injects them as one text.
 
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
-    ``render`` builds it otherwise. ``applies`` rules out contexts the scan is not meant for.
+    ``render`` builds it otherwise, ``reason`` the event's reason. ``applies`` rules out
+    contexts the scan is not meant for.
     """
 
     trigger: ClassVar[str] = "FINAL"
@@ -51,6 +52,9 @@ class FindingsPF(ProgramFunction):
     def render(self, ctx: dict[str, Any], arg: str, found: list[Any]) -> str:
         return " ".join(part for part in (self.label, *found, self.closing) if part)
 
+    def reason(self, ctx: dict[str, Any], arg: str, found: list[Any]) -> str:
+        return f"{len(found)} {self.noun}"
+
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         return action_type == self.trigger and self.applies(ctx) and bool(self.scan(ctx, arg))
 
@@ -60,7 +64,7 @@ class FindingsPF(ProgramFunction):
         if not found:
             return Intervention(type=InterventionType.NOOP, reason=self.quiet)
         return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.render(ctx, arg, found),
-                            reason=f"{len(found)} {self.noun}")
+                            reason=self.reason(ctx, arg, found))
 
 
 class FinalCheckPF(ProgramFunction):
@@ -68,6 +72,7 @@ class FinalCheckPF(ProgramFunction):
 
     ``problem`` returns what is wrong with an answer (None when nothing is); the PF fires on
     FINAL when there is a problem, and ``check_final`` votes with ``objection(problem)``.
+    When it fires it injects ``warning(ctx, arg, problem)``, recorded with ``reason(problem)``.
     """
 
     watches: ClassVar[tuple[str, ...]] = ("FINAL",)
@@ -80,8 +85,20 @@ class FinalCheckPF(ProgramFunction):
     def objection(self, problem: Any) -> str:
         return str(problem)
 
+    def warning(self, ctx: dict[str, Any], arg: str, problem: Any) -> str:
+        raise NotImplementedError
+
+    def reason(self, problem: Any) -> str:
+        return self.objection(problem)
+
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         return action_type == "FINAL" and self.problem(ctx, arg) is not None
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        found = self.problem(ctx, arg)
+        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text=self.warning(ctx, arg, found),
+                            reason=self.reason(found))
 
     def check_final(self, ctx: dict[str, Any], answer: str, teacher: Teacher | None = None) -> str | None:
         found = self.problem(ctx, answer)
@@ -93,6 +110,8 @@ class TeacherVotePF(ProgramFunction):
 
     ``fires(ctx, answer)`` decides both; the vote asks the teacher ``teacher_question`` and
     objects only when the teacher does, so a cheap heuristic never overrides an answer alone.
+    The question is laid out once here: the question, ``evidence`` (if any), the proposed
+    answer, then ``ask``.
     """
 
     watches: ClassVar[tuple[str, ...]] = ("FINAL",)
@@ -102,8 +121,16 @@ class TeacherVotePF(ProgramFunction):
     def fires(self, ctx: dict[str, Any], answer: str) -> bool:
         raise NotImplementedError
 
+    #: what the teacher is asked to confirm about the answer
+    ask: ClassVar[str] = ""
+
+    def evidence(self, ctx: dict[str, Any], answer: str) -> str:
+        """What the teacher reads before the answer, ending in a newline ("" for nothing)."""
+        return ""
+
     def teacher_question(self, ctx: dict[str, Any], answer: str) -> str:
-        raise NotImplementedError
+        return (f"Question: {ctx.get('question', '')}\n{self.evidence(ctx, answer)}"
+                f"Proposed answer: {answer[:200]}\n{self.ask}")
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         return action_type == "FINAL" and bool(self.fires(ctx, arg))
@@ -116,3 +143,24 @@ class TeacherVotePF(ProgramFunction):
 
 class FinalHintPF(TeacherVotePF, HintPF):
     """A ``TeacherVotePF`` whose intervention is one fixed ``hint``."""
+
+
+class AuditOnlyPF(ProgramFunction):
+    """Fires on a FINAL when ``fires``, and only records that it did: a NOOP with reason ``why``.
+
+    A prompt-equivalent skill changes behaviour through its SKILL.md text; its PF marks the
+    steps that text was meant for, so the audit trail shows where the reminder applied.
+    """
+
+    max_fires: ClassVar[int | None] = 1
+    why: ClassVar[str] = ""
+
+    def fires(self, ctx: dict[str, Any], arg: str) -> bool:
+        raise NotImplementedError
+
+    def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
+        return action_type == "FINAL" and bool(self.fires(ctx, arg))
+
+    def intervene(self, ctx: dict[str, Any], action_type: str, arg: str,
+                  teacher: Teacher | None = None) -> Intervention:
+        return Intervention(type=InterventionType.NOOP, reason=self.why)

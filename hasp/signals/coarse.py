@@ -35,17 +35,40 @@ the plain weighted sum ``Σ w·v``. Both are weighted sums within the family; on
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from typing import Any, Callable, Mapping
 
 from hasp.records import AuditEvent, Trajectory
 
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "timing": ("s1.tp", "s1.fp", "s1.fn", "s1.phase"),
-    "modality": ("s2.pre_action", "s2.post_obs", "s2.pre_reasoning", "s2.post_action"),
-    "correctness": ("s3.syntactic", "s3.semantic", "s3.domain"),
-    "outcome": ("s4.local", "s4.downstream", "s4.cost", "s4.side_effect"),
+# Every weight of the scorer, each written once (defaults: paper App. E, Table 15):
+# family -> (coarse weight λ, what it weighs, {sub-signal -> (weight, what it measures)}).
+# A negative weight makes the sub-signal a penalty; the values themselves stay in [0, 1].
+SIGNALS: dict[str, tuple[float, str, dict[str, tuple[float, str]]]] = {
+    "timing": (0.15, "λ_t: weight of the timing signal in A_t.", {
+        "s1.tp": (0.25, "risky proposed action and a PF activated."),
+        "s1.fp": (-0.10, "a PF activated on a non-risky step."),
+        "s1.fn": (-0.10, "risky step but no PF activated."),
+        "s1.phase": (0.05, "1 - index/(T-1) when a PF activated."),
+    }),
+    "modality": (0.10, "λ_m: weight of the modality signal in A_t.", {
+        "s2.pre_action": (0.35, "an applied MODIFY_ACTION."),
+        "s2.post_obs": (0.35, "an applied INJECT_CONTEXT."),
+        "s2.pre_reasoning": (0.15, "reserved slot (value always 0), weight kept registered."),
+        "s2.post_action": (0.15, "reserved slot (value always 0), weight kept registered."),
+    }),
+    "correctness": (0.25, "λ_q: weight of the correctness signal in A_t.", {
+        "s3.syntactic": (0.20, "executed action type valid, arg non-empty."),
+        "s3.semantic": (0.50, "teacher step score or heuristic fallback."),
+        "s3.domain": (0.30, "mean of domain quality functions (0 if none)."),
+    }),
+    "outcome": (0.50, "λ_o: weight of the outcome signal in A_t.", {
+        "s4.local": (0.40, "value of the action transition a_orig→a_final."),
+        "s4.downstream": (0.40, "episode exact match."),
+        "s4.cost": (-0.10, "clip((T-cost_free_steps)/cost_ramp_steps)."),
+        "s4.side_effect": (-0.10, "modified but episode failed."),
+    }),
 }
+FAMILIES: dict[str, tuple[str, ...]] = {family: tuple(subs) for family, (_, _, subs) in SIGNALS.items()}
 FINE_KEYS: tuple[str, ...] = tuple(k for keys in FAMILIES.values() for k in keys)  # the 15 dims
 VALID_ACTIONS: frozenset[str] = frozenset({"SEARCH", "READ", "FINAL"})
 
@@ -57,39 +80,26 @@ def _h(text: str) -> dict[str, str]:
     return {"help": text}
 
 
+def _weight_fields() -> list[tuple[str, type, Any]]:
+    """The dataclass fields of ``SIGNALS``: the coarse weights (``timing``…), then the fine ones (``s1_tp``…)."""
+    coarse = [(family, float, field(default=lam, metadata=_h(text))) for family, (lam, text, _) in SIGNALS.items()]
+    fine = [(key.replace(".", "_"), float,
+             field(default=w, metadata=_h(f"{key}{' (penalty)' if w < 0 else ''}: {text}")))
+            for _, _, subs in SIGNALS.values() for key, (w, text) in subs.items()]
+    return coarse + fine
+
+
+_Weights = make_dataclass("_Weights", _weight_fields(), frozen=True, namespace={"__module__": __name__})
+
+
 @dataclass(frozen=True)
-class SignalWeights:
+class SignalWeights(_Weights):
     """Every weight and heuristic constant of the four-signal scorer (defaults: paper App. E, Table 15).
 
-    Fine weights are named ``s<k>_<name>`` and map to the sub-signal key ``s<k>.<name>``.
+    The weights are the fields ``SIGNALS`` declares: the coarse ``timing`` … ``outcome`` and the fine
+    ``s<k>_<name>``, which map to the sub-signal key ``s<k>.<name>``.
     """
 
-    # coarse weights λ (Alg. 1 l.22)
-    timing: float = field(default=0.15, metadata=_h("λ_t: weight of the timing signal in A_t."))
-    modality: float = field(default=0.10, metadata=_h("λ_m: weight of the modality signal in A_t."))
-    correctness: float = field(default=0.25, metadata=_h("λ_q: weight of the correctness signal in A_t."))
-    outcome: float = field(default=0.50, metadata=_h("λ_o: weight of the outcome signal in A_t."))
-    # S1 timing
-    s1_tp: float = field(default=0.25, metadata=_h("s1.tp: risky proposed action and a PF activated."))
-    s1_fp: float = field(default=-0.10, metadata=_h("s1.fp (penalty): a PF activated on a non-risky step."))
-    s1_fn: float = field(default=-0.10, metadata=_h("s1.fn (penalty): risky step but no PF activated."))
-    s1_phase: float = field(default=0.05, metadata=_h("s1.phase: 1 - index/(T-1) when a PF activated."))
-    # S2 modality
-    s2_pre_action: float = field(default=0.35, metadata=_h("s2.pre_action: an applied MODIFY_ACTION."))
-    s2_post_obs: float = field(default=0.35, metadata=_h("s2.post_obs: an applied INJECT_CONTEXT."))
-    s2_pre_reasoning: float = field(
-        default=0.15, metadata=_h("s2.pre_reasoning: reserved slot (value always 0), weight kept registered."))
-    s2_post_action: float = field(
-        default=0.15, metadata=_h("s2.post_action: reserved slot (value always 0), weight kept registered."))
-    # S3 correctness
-    s3_syntactic: float = field(default=0.20, metadata=_h("s3.syntactic: executed action type valid, arg non-empty."))
-    s3_semantic: float = field(default=0.50, metadata=_h("s3.semantic: teacher step score or heuristic fallback."))
-    s3_domain: float = field(default=0.30, metadata=_h("s3.domain: mean of domain quality functions (0 if none)."))
-    # S4 outcome
-    s4_local: float = field(default=0.40, metadata=_h("s4.local: value of the action transition a_orig→a_final."))
-    s4_downstream: float = field(default=0.40, metadata=_h("s4.downstream: episode exact match."))
-    s4_cost: float = field(default=-0.10, metadata=_h("s4.cost (penalty): clip((T-cost_free_steps)/cost_ramp_steps)."))
-    s4_side_effect: float = field(default=-0.10, metadata=_h("s4.side_effect (penalty): modified but episode failed."))
     # reduction
     normalize_families: bool = field(
         default=True, metadata=_h("Coarse mode: divide each family's Σw·v by Σ|w| (paper App. E); else raw Σw·v."))

@@ -5,18 +5,15 @@ SKILL.md text in the system prompt. ``intervene`` returns a NOOP audit record.""
 
 import re
 
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import AuditOnlyPF
 
 _SIGNAL = re.compile(r"\b(negative|integers?)\b", re.I)
 
 
 @register_pf("code_negative_handling")
-class CodeNegativeHandlingPF(ProgramFunction):
-    max_fires = 1
+class CodeNegativeHandlingPF(AuditOnlyPF):
+    why = "audit: question mentions negative numbers / integers"
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and bool(_SIGNAL.search(str(ctx.get("question", ""))))
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(type=InterventionType.NOOP,
-                            reason="audit: question mentions negative numbers / integers")
+    def fires(self, ctx, arg):
+        return _SIGNAL.search(str(ctx.get("question", "")))

@@ -5,19 +5,16 @@ It only records that the reminder applied; the behaviour change comes from this 
 SKILL.md text in the system prompt. ``intervene`` returns a NOOP audit record."""
 
 from hasp.domains.code.task import code_view
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.pf import register_pf
+from hasp.pf.bases import AuditOnlyPF
+
+
+def contest_style(ctx, arg):
+    code = code_view(arg).code
+    return "class Solution" in code or "stdin" in code
 
 
 @register_pf("code_test_walkthrough")
-class CodeTestWalkthroughPF(ProgramFunction):
-    max_fires = 1
-
-    def should_activate(self, ctx, action_type, arg):
-        if action_type != "FINAL":
-            return False
-        code = code_view(arg).code
-        return "class Solution" in code or "stdin" in code
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        return Intervention(type=InterventionType.NOOP,
-                            reason="audit: class Solution / stdin style code")
+class CodeTestWalkthroughPF(AuditOnlyPF):
+    why = "audit: class Solution / stdin style code"
+    fires = staticmethod(contest_style)

@@ -4,8 +4,8 @@
 import re
 
 from hasp.domains.math.answers import UNIT_WORDS, clean_answer, format_number, parse_number
-from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.math.pf_bases import MathFindingsPF
+from hasp.pf import register_pf
 
 _REMAINDER = re.compile(r"remainder when .{1,200}? (?:is )?divided by \$?\s*(\d+)", re.I | re.S)
 _COUNT = re.compile(r"\b(how many|number of)\s+(\w+)", re.I)
@@ -55,20 +55,17 @@ def violation(ctx, arg):
 
 
 @register_pf("boundary_violation")
-class BoundaryViolationPF(ProgramFunction):
-    max_fires = 2
+class BoundaryViolationPF(MathFindingsPF):
+    quiet, on_game24 = "answer within implied range", False
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not game24_numbers(ctx) and violation(ctx, arg) is not None
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
+    def scan(self, ctx, arg):
         found = violation(ctx, arg)
-        if found is None:
-            return Intervention(type=InterventionType.NOOP, reason="answer within implied range")
-        bound, trigger = found
-        ans = clean_answer(arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=f"[RANGE CHECK] FINAL[{ans}] is out of range: {bound} "
-                                         f"(the problem says \"{trigger.strip()}\"). Find the step that "
-                                         f"left the allowed range.",
-                            reason=f"{ans} violates: {bound}")
+        return [] if found is None else [found]
+
+    def render(self, ctx, arg, found):
+        bound, trigger = found[0]
+        return (f"[RANGE CHECK] FINAL[{clean_answer(arg)}] is out of range: {bound} "
+                f"(the problem says \"{trigger.strip()}\"). Find the step that left the allowed range.")
+
+    def reason(self, ctx, arg, found):
+        return f"{clean_answer(arg)} violates: {found[0][0]}"

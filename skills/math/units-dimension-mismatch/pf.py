@@ -5,8 +5,8 @@ import re
 from fractions import Fraction
 
 from hasp.domains.math.answers import clean_answer, format_number, parse_number
-from hasp.domains.math.task import game24_numbers
-from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+from hasp.domains.math.pf_bases import MathFindingsPF
+from hasp.pf import register_pf
 
 # unit word -> (dimension, canonical name, size in the dimension's base unit; None = not exact)
 UNITS = {}
@@ -88,15 +88,12 @@ def mismatch(ctx, arg):
 
 
 @register_pf("units_dimension_mismatch")
-class UnitsDimensionMismatchPF(ProgramFunction):
-    max_fires = 2
+class UnitsDimensionMismatchPF(MathFindingsPF):
+    label, quiet, on_game24 = "[UNITS CHECK]", "units consistent", False
 
-    def should_activate(self, ctx, action_type, arg):
-        return action_type == "FINAL" and not game24_numbers(ctx) and mismatch(ctx, arg) is not None
-
-    def intervene(self, ctx, action_type, arg, teacher=None):
+    def scan(self, ctx, arg):
         text = mismatch(ctx, arg)
-        if text is None:
-            return Intervention(type=InterventionType.NOOP, reason="units consistent")
-        return Intervention(type=InterventionType.INJECT_CONTEXT, context_text="[UNITS CHECK] " + text,
-                            reason="answer unit differs from asked unit")
+        return [] if text is None else [text]
+
+    def reason(self, ctx, arg, found):
+        return "answer unit differs from asked unit"

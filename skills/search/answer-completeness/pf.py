@@ -22,10 +22,7 @@ class AnswerCompletenessPF(FinalHintPF):
     hint = ("[COMPLETENESS WARNING] The question asks for more than one thing, and your answer "
             "names only one. Give every requested part in FINAL.")
     why = "one-item answer to multi-part question"
+    ask = "Does the answer give every item the question asks for?"
 
     def fires(self, ctx, answer):
         return partial(str(ctx.get("question", "")), answer)
-
-    def teacher_question(self, ctx, answer):
-        return (f"Question: {ctx.get('question', '')}\nProposed answer: {answer[:200]}\n"
-                "Does the answer give every item the question asks for?")

@@ -6,7 +6,7 @@ Reads ctx keys: question.
 
 import re
 
-from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf import register_pf
 from hasp.pf.bases import FinalCheckPF
 
 _ASKS_YEAR = re.compile(r"\b(what|which) year\b|^\s*(in )?when\b|\bwhat date\b", re.I)
@@ -51,9 +51,9 @@ class AnswerTypeMismatchPF(FinalCheckPF):
     def objection(self, kind):
         return f"the question asks for {kind}"
 
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        kind = self.problem(ctx, arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=(f"[ANSWER TYPE] The question asks for {kind}, but '{arg[:60]}' is not "
-                                          f"{kind}. Find {kind} in the documents."),
-                            reason=f"expected {kind}")
+    def warning(self, ctx, arg, kind):
+        return (f"[ANSWER TYPE] The question asks for {kind}, but '{arg[:60]}' is not {kind}. "
+                f"Find {kind} in the documents.")
+
+    def reason(self, kind):
+        return f"expected {kind}"

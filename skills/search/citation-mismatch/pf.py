@@ -5,7 +5,7 @@ Reads ctx keys: has_read, all_read_contents, last_search_results_text.
 """
 
 from hasp.pf.search_support import names
-from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf import register_pf
 from hasp.pf.bases import FinalCheckPF
 
 
@@ -29,9 +29,9 @@ class CitationMismatchPF(FinalCheckPF):
     def objection(self, name):
         return f"'{name}' is only in search snippets"
 
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        name = snippet_only(ctx, arg)
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=(f"[SOURCE CHECK] '{name}' appears only in a search snippet, not in "
-                                          "a document you read. READ the document that mentions it first."),
-                            reason=f"'{name}' only in snippets")
+    def warning(self, ctx, arg, name):
+        return (f"[SOURCE CHECK] '{name}' appears only in a search snippet, not in "
+                "a document you read. READ the document that mentions it first.")
+
+    def reason(self, name):
+        return f"'{name}' only in snippets"

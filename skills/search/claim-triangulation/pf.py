@@ -25,8 +25,7 @@ class ClaimTriangulationPF(FinalHintPF):
             "If steps allow, READ one more relevant result to confirm it.")
     why = "numeric answer from one source"
     fires = staticmethod(single_source)
+    ask = "Does this document clearly state this answer for the entity in the question?"
 
-    def teacher_question(self, ctx, answer):
-        return (f"Question: {ctx.get('question', '')}\nThe only document read:\n"
-                f"{str(ctx.get('all_read_contents', ''))[:1200]}\nProposed answer: {answer[:200]}\n"
-                "Does this document clearly state this answer for the entity in the question?")
+    def evidence(self, ctx, answer):
+        return f"The only document read:\n{str(ctx.get('all_read_contents', ''))[:1200]}\n"

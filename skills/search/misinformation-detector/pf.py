@@ -23,12 +23,11 @@ class MisinformationDetectorPF(FinalHintPF):
     hint = ("[CROSS-CHECK WARNING] The documents you read disagree or deny some claims. Decide "
             "which document is about the exact entity in the question, and answer from that one.")
     why = "contradiction signals in read documents"
+    ask = ("The documents partly conflict. Does the answer follow from the document about the exact entity "
+           "in the question?")
 
     def fires(self, ctx, answer):
         return conflicting(ctx)
 
-    def teacher_question(self, ctx, answer):
-        return (f"Question: {ctx.get('question', '')}\n"
-                f"Documents read:\n{str(ctx.get('all_read_contents', ''))[-1500:]}\n"
-                f"Proposed answer: {answer[:200]}\nThe documents partly conflict. Does the answer follow from the "
-                "document about the exact entity in the question?")
+    def evidence(self, ctx, answer):
+        return f"Documents read:\n{str(ctx.get('all_read_contents', ''))[-1500:]}\n"

@@ -26,13 +26,11 @@ def bridge_answer(ctx, answer):
 
 @register_pf("multi_hop_reasoning_failure")
 class MultiHopReasoningFailurePF(FinalRedirectPF):
-    problem = staticmethod(bridge_answer)
+    # the intermediate entity the answer names is both what is wrong and what to search next
+    problem = target = staticmethod(bridge_answer)
 
     def objection(self, bridge):
         return f"'{bridge}' looks like an intermediate entity of a multi-hop question"
-
-    def target(self, ctx, arg):
-        return bridge_answer(ctx, arg)
 
     def why(self, ctx, arg):
         return f"'{bridge_answer(ctx, arg)}' is an intermediate entity after {ctx.get('read_count', 0)} read(s)"

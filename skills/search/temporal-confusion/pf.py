@@ -6,7 +6,7 @@ Reads ctx keys: has_read, all_read_contents.
 
 import re
 
-from hasp.pf import Intervention, InterventionType, register_pf
+from hasp.pf import register_pf
 from hasp.pf.bases import FinalCheckPF
 
 _YEAR = re.compile(r"\b(1\d{3}|20\d{2}|[1-9]\d{2})\b")
@@ -35,11 +35,10 @@ class TemporalConfusionPF(FinalCheckPF):
     def objection(self, bad):
         return f"year {', '.join(bad)} is not in the read documents"
 
-    def intervene(self, ctx, action_type, arg, teacher=None):
-        bad = ", ".join(unsupported_years(ctx, arg))
+    def warning(self, ctx, arg, bad):
         given = ", ".join(document_years(ctx)) or "none"
-        return Intervention(type=InterventionType.INJECT_CONTEXT,
-                            context_text=(f"[DATE CHECK] {bad} does not occur in any document you read "
-                                          f"(their years: {given}). Take the year from the sentence about the "
-                                          "event the question asks for."),
-                            reason=f"unsupported year(s) {bad}")
+        return (f"[DATE CHECK] {', '.join(bad or ())} does not occur in any document you read (their years: {given}). "
+                "Take the year from the sentence about the event the question asks for.")
+
+    def reason(self, bad):
+        return f"unsupported year(s) {', '.join(bad or ())}"
