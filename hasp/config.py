@@ -144,9 +144,10 @@ class EvolveParams(_Strict):
                             "vocabulary, compiled by the project) or auto (declarative until the student's code "
                             "proposals have passed review at least twice)")
     declarative_max_tokens: int = Field(160, ge=32, description="reply budget of one declarative proposal")
-    structured_output: Literal["auto", "json_schema", "lines"] = Field(
-        "auto", description="declarative replies as JSON through response_format (json_schema) or as KEY: value "
-                            "lines; auto = lines for the embedded server (it rejects response_format), else JSON")
+    structured_output: Literal["auto", "json_schema", "lines", "choices"] = Field(
+        "auto", description="how a declarative proposal is asked for: JSON through response_format (json_schema), "
+                            "KEY: value lines, or one short question per field (choices); auto = choices for the "
+                            "embedded 135M student (its server rejects response_format), else json_schema")
     exec_threshold: float = Field(0.3, ge=0, le=1, description="hard reject below this Q_exec")
     new_group_threshold: float = Field(0.75, ge=0, le=1)
     same_group_threshold: float = Field(0.60, ge=0, le=1)

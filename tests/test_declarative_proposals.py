@@ -17,7 +17,7 @@ from doubles import ScriptedPolicyDouble
 from hasp.agent.replay import replay
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.declarative import (check_reply, choose_format, declaration_of, propose_declarative,
-                                     rank_menus, reply_fields, structured_for, validate_declared)
+                                     rank_menus, reply_fields, reply_format_for, validate_declared)
 from hasp.evolve.detectors import FailurePattern
 from hasp.evolve.propose import FeedbackEntry, FeedbackHistory
 from hasp.pf.skill_md import parse_skill_md
@@ -110,7 +110,7 @@ def test_tests_negations_and_injections_are_read():
     ("I would make the agent better.", "no 'KEY: value' lines"),
     ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: arg_never_shown\nREWRITE: READ top_result", "unknown condition 'arg_never_shown'"),
     ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: has_read\nREWRITE: READ question", "yields a query, which READ cannot take"),
-    ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: has_read", "exactly one repair"),
+    ("SKILL_ID: x_y\nWATCHES: READ\nWHEN: has_read", "missing: rewrite or inject"),
     ("SKILL_ID: empty_result_rephrase\nWATCHES: SEARCH\nWHEN: empty_results\nREWRITE: SEARCH arg_shortened",
      "repeats the example"),
 ])
@@ -142,11 +142,44 @@ def test_a_reply_that_stays_bad_is_a_logged_refusal_that_keeps_the_reply(caplog)
 
 def test_structured_output_is_requested_only_where_asked_and_dropped_when_refused():
     student = ScriptedPolicyDouble([RuntimeError("400: response_format is not supported"), GOOD])
-    (cand,) = propose_declarative([cluster_of("q1")], student, existing_skill_ids=[], replayed={}, structured=True)
+    (cand,) = propose_declarative([cluster_of("q1")], student, existing_skill_ids=[], replayed={}, reply_format="json")
     assert "response_format" in student.calls[0] and "response_format" not in student.calls[1]
     assert cand.declared and any("structured output refused" in n for n in cand.notes)
-    assert structured_for("auto", embedded=True) is False and structured_for("auto", embedded=False) is True
-    assert structured_for("json_schema", embedded=True) is True and structured_for("lines", embedded=False) is False
+    assert reply_format_for("auto", embedded=True) == "choices" and reply_format_for("auto", embedded=False) == "json"
+    assert reply_format_for("json_schema", embedded=True) == "json" and reply_format_for("lines", embedded=False) == "lines"
+
+
+def test_the_choices_format_asks_one_question_per_field_and_reads_the_options_named():
+    replayed = {"q1": list(replay(invented_read_traj(), 5))}
+    student = ScriptedPolicyDouble(["arg_not_in_results, because it was never shown",
+                                    "2"])  # a bare number picks the second repair option
+    (cand,) = propose_declarative([cluster_of("q1")], student, existing_skill_ids=[], replayed=replayed,
+                                  reply_format="choices")
+    # every failing step is a READ: the one-option action menu is not asked
+    assert len(student.seen) == 2 and all(len(m) == 2 for m in student.seen)
+    assert "Options: 1) arg_not_in_results" in student.seen[0][-1]["content"]
+    assert "1) READ best_unread_result 2) READ top_result" in student.seen[1][-1]["content"]
+    assert cand.declared, cand.parse_error
+    assert cand.declaration["watches"] == ["READ"] and cand.declaration["when"] == ["arg_not_in_results"]
+    assert cand.declaration["rewrite"] == {"action": "READ", "arg": ["top_result"]}
+    assert "WATCH: READ (the only option; not asked)" in cand.raw_reply
+    mute = ScriptedPolicyDouble([], default="Hello there.")
+    (none,) = propose_declarative([cluster_of("q1")], mute, existing_skill_ids=[], replayed=replayed,
+                                  reply_format="choices")
+    assert none.parse_error.startswith("declaration refused: missing: when, rewrite or inject")
+    assert len(mute.seen) == 4  # one retry: a second interview
+
+
+def test_replies_are_read_leniently_by_verb_source_or_number():
+    from hasp.evolve.declarative import _action_named, _repair_named
+
+    opts = ["READ best_unread_result", "READ top_result", "FINAL answer_span_from_evidence"]
+    assert _repair_named("the agent should read the document best_unread_result", opts) == ["READ best_unread_result"]
+    assert _repair_named("answer with answer_span_from_evidence", opts) == ["FINAL answer_span_from_evidence"]
+    assert _repair_named("3", opts) == ["FINAL answer_span_from_evidence"]
+    assert _repair_named("Let's consider the options. 1. READ best_unread_result 2. READ top_result", opts)[0] == opts[0]
+    assert _action_named("It should search again", ["READ", "SEARCH"]) == ["SEARCH"]
+    assert _action_named("The document id", ["READ", "SEARCH"]) == []
 
 
 def test_auto_asks_for_code_only_after_code_proposals_passed_review_twice():

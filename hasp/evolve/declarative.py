@@ -191,12 +191,21 @@ def _example_copy(fields: dict[str, Any]) -> bool:
         str(fields.get("rewrite", "")).strip().lower() == "search arg_shortened"
 
 
-def check_reply(text: str, cluster: Cluster, existing: Sequence[str]) -> tuple[dict[str, Any], PFDeclaration, str]:
+def check_reply(text: str, cluster: Cluster, existing: Sequence[str], fields: dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], PFDeclaration, str]:
     """(fields, declaration, skill id) of a usable reply; raises ``ValueError`` with one line saying
-    which field is wrong, so the retry can show it to the student."""
-    fields = reply_fields(text)
+    which field is wrong, so the retry can show it to the student. ``fields`` given (the choices
+    format) are checked instead of parsing ``text``."""
+    fields = reply_fields(text) if fields is None else fields
     if not fields:
         raise ValueError("no 'KEY: value' lines found (SKILL_ID, DESCRIPTION, WATCHES, WHEN, REWRITE or INJECT)")
+    missing = [k for k in ("watches", "when") if not fields.get(k)]
+    if not (fields.get("rewrite") or fields.get("inject")):
+        missing.append("rewrite or inject")
+    if not any(fields.get(k) for k in ("watches", "when", "rewrite", "inject")):
+        raise ValueError("nothing chosen: no WATCHES, WHEN, REWRITE or INJECT given")
+    if missing:
+        raise ValueError(f"missing: {', '.join(missing)}")
     if _example_copy(fields):
         raise ValueError("it repeats the example; write a repair for the failure shown")
     try:
@@ -232,6 +241,105 @@ def _candidate(cluster: Cluster, fields: dict[str, Any], decl: PFDeclaration, si
 
 # --------------------------------------------------------------------------- the proposal loop
 
+_ACTION_WORDS = {"read": "READ", "search": "SEARCH", "final": "FINAL", "answer": "FINAL"}
+
+
+def _mentions(reply: str, options: Sequence[str]) -> list[str]:
+    """The options a reply names, in the order it names them; a bare number picks by position."""
+    low = (reply or "").lower()
+    found = []
+    for opt in options:
+        m = re.search(rf"(?<![a-z_]){re.escape(opt.lower())}(?![a-z_])", low)
+        if m:
+            found.append((m.start(), opt))
+    if not found:
+        num = re.match(r"\s*(?:option\s*)?\(?(\d+)\b", low)
+        if num and 1 <= int(num.group(1)) <= len(options):
+            return [options[int(num.group(1)) - 1]]
+    return [opt for _, opt in sorted(found)]
+
+
+def _action_named(reply: str, options: Sequence[str]) -> list[str]:
+    """An action type the reply names, also as a plain verb ("it should read ...")."""
+    named = _mentions(reply, options)
+    if named:
+        return named
+    low = (reply or "").lower()
+    hits = sorted((m.start(), _ACTION_WORDS[m.group(1)]) for m in re.finditer(r"\b(read|search|final|answer)\b", low))
+    return [a for _, a in hits if a in options][:1]
+
+
+def _repair_named(reply: str, options: Sequence[str]) -> list[str]:
+    """A repair option the reply names whole ("READ top_result"), or by its source with the action
+    taken from a verb in the reply (else the first option with that source)."""
+    named = _mentions(reply, options)
+    if named:
+        return named
+    low = (reply or "").lower()
+    sources = sorted((m.start(), src) for src in {o.split()[1] for o in options}
+                     if (m := re.search(rf"(?<![a-z_]){src}(?![a-z_])", low)))
+    for _, src in sources:
+        acts = _action_named(reply, list(ACTIONS))
+        with_src = [o for o in options if o.split()[1] == src]
+        pick = next((o for o in with_src if acts and o.split()[0] == acts[0]), with_src[0])
+        return [pick]
+    return []
+
+
+def _numbered(options: Sequence[str]) -> str:
+    return " ".join(f"{i}) {o}" for i, o in enumerate(options, 1))
+
+
+def repair_options(menus: Menus, watched: str) -> list[str]:
+    """``ACTION source`` pairs a rewrite may use, the watched action's own first."""
+    from hasp.pf.vocabulary import REWRITE_KINDS
+
+    order = [watched, *[a for a in ACTIONS if a != watched]]
+    return [f"{a} {s}" for a in order for s in menus.sources
+            if SOURCES[s].kind in REWRITE_KINDS[a] and not (a == watched and s == "arg")]
+
+
+def interview(student: ChatModel, cluster: Cluster, menus: Menus, steps: Sequence[ReplayedStep],
+              kw: dict[str, Any], notes: list[str]) -> tuple[str, dict[str, Any]]:
+    """The ``choices`` format: one short question per field (action, condition, repair), each answered
+    by naming a numbered menu option (leniently: a plain verb or a source name counts). A menu with a
+    single option is not asked. Returns (the transcript, the fields chosen) — a field the student
+    named nothing for is left out, so ``check_reply`` says which one is missing."""
+    rep = cluster.representative
+    s = steps[0] if steps else None
+    context = _p("choice_context", abstraction=rep.abstraction,
+                 question=truncate(str(s.ctx.get("question", "")), 90) if s else "?",
+                 action=f"{s.action}[{truncate(s.arg, 40)}]" if s else "?",
+                 previous=(s.ctx.get("action_history") or ["nothing"])[-1] if s else "?")
+    transcript: list[str] = []
+    fields: dict[str, Any] = {"skill_id": _suggested_id(cluster, []), "max_fires": 2}
+
+    def ask(key: str, options: list[str], read: Callable[[str, Sequence[str]], list[str]]) -> list[str]:
+        if len(options) == 1:
+            transcript.append(f"{key.removeprefix('ask_').upper()}: {options[0]} (the only option; not asked)")
+            return list(options)
+        q = _p(key, context=context, options=_numbered(options))
+        reply = _ask(student, [{"role": "system", "content": _p("choice_system")}, {"role": "user", "content": q}],
+                     kw, notes)
+        transcript.append(f"{key.removeprefix('ask_').upper()}? {truncate(reply, 300)}")
+        return read(reply, options)
+
+    watch = ask("ask_watch", menus.watches, _action_named)
+    if watch:
+        fields["watches"] = watch[:1]
+    when = ask("ask_when", menus.conditions, _mentions) if menus.conditions else []
+    if when:
+        fields["when"] = when[:2]
+    repair = ask("ask_repair", repair_options(menus, (watch or menus.watches)[0]), _repair_named)
+    if repair:
+        fields["rewrite"] = repair[0]
+    if watch and when and repair:
+        fields["description"] = (f"When the agent proposes {watch[0]} and {' and '.join(when[:2])}, "
+                                 f"it does {repair[0]} instead.")
+        notes.append("skill_id, description and max_fires set by the project (choices format)")
+    return "\n".join(transcript), fields
+
+
 def choose_format(setting: str, history: FeedbackHistory | None) -> str:
     """``evolve.proposal_format`` resolved: ``auto`` asks for code only once the student's code
     proposals have passed review (admitted or ACCEPT) at least twice, declarations until then."""
@@ -242,9 +350,14 @@ def choose_format(setting: str, history: FeedbackHistory | None) -> str:
     return "code" if passed >= 2 else "declarative"
 
 
-def structured_for(setting: str, embedded: bool) -> bool:
-    """``evolve.structured_output`` resolved (``auto``: JSON unless the student is the embedded server)."""
-    return setting == "json_schema" or (setting == "auto" and not embedded)
+def reply_format_for(setting: str, embedded: bool) -> str:
+    """``evolve.structured_output`` resolved to a reply format of ``propose_declarative``: ``auto`` is
+    JSON through ``response_format`` for a served model, and the one-question-per-field ``choices``
+    for the embedded 135M student (its server rejects ``response_format`` and the model does not
+    keep a multi-line format)."""
+    if setting == "auto":
+        return "choices" if embedded else "json"
+    return {"json_schema": "json"}.get(setting, setting)
 
 
 def build_messages(cluster: Cluster, menus: Menus, steps: Sequence[ReplayedStep], existing: Sequence[str],
@@ -278,23 +391,25 @@ def _ask(student: ChatModel, convo: list[dict[str, str]], kw: dict[str, Any], no
 def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
                         replayed: dict[str, list[ReplayedStep]], history: FeedbackHistory | None = None,
                         epoch: int = 0, max_candidates: int = 5, temperature: float = 0.7, max_tokens: int = 200,
-                        seed: int | None = None, structured: bool = False,
+                        seed: int | None = None, reply_format: str = "lines",
                         on_done: Callable[[], None] | None = None) -> list[Candidate]:
     """One declared candidate per cluster (the first ``max_candidates``); each gets one retry.
 
-    ``replayed`` maps qid -> its replayed steps (the rollout). ``structured`` asks the endpoint for
-    JSON through ``response_format``; an endpoint that refuses it is asked again in the line format.
-    A failed call or a reply that stays invalid is a candidate with ``parse_error`` set and the
-    reply kept, so the epoch's record shows it.
+    ``replayed`` maps qid -> its replayed steps (the rollout). ``reply_format``: ``json`` asks the
+    endpoint for JSON through ``response_format`` (an endpoint that refuses it is asked again for
+    lines); ``lines`` asks for ``KEY: value`` lines; ``choices`` asks one short question per field
+    (``interview``), for students too small to keep a format. A failed call or a reply that stays
+    invalid is a candidate with ``parse_error`` set and the reply kept, so the epoch's record shows it.
     """
     background = [s for steps in replayed.values() for s in steps]
     existing = list(existing_skill_ids)
     out = []
     for cluster in list(clusters)[: max(0, max_candidates)]:
         focus = focus_steps(cluster, replayed)
-        msgs = build_messages(cluster, rank_menus(focus, background), focus, existing, history)
+        menus = rank_menus(focus, background)
+        msgs = build_messages(cluster, menus, focus, existing, history)
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
-        if structured:
+        if reply_format == "json":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "pf_declaration", "schema": REPLY_SCHEMA}}
         notes: list[str] = []
@@ -303,18 +418,23 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
         error = ""
         convo = list(msgs)
         for attempt in range(2):
+            fields = None
             try:
-                reply = _ask(student, convo, kw, notes)
+                if reply_format == "choices":
+                    reply, fields = interview(student, cluster, menus, focus, kw, notes)
+                else:
+                    reply = _ask(student, convo, kw, notes)
             except Exception as e:  # noqa: BLE001 - recorded on the candidate
                 error = f"LLM call failed: {type(e).__name__}: {e}"
                 break
             replies.append(reply)
             try:
-                fields, decl, sid = check_reply(reply, cluster, existing)
+                fields, decl, sid = check_reply(reply, cluster, existing, fields)
             except ValueError as e:
                 error = str(e)
                 notes.append(f"attempt {attempt + 1}: {error}")
                 convo = [*msgs, {"role": "assistant", "content": reply}, {"role": "user", "content": _p("retry", error=error)}]
+                kw["seed"] = None if seed is None else seed + 1  # a second interview must not repeat the first
                 continue
             cand = _candidate(cluster, fields, decl, sid, reply, notes, epoch)
             break

@@ -167,7 +167,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     the cluster's failing steps, replayed from ``rollout_path`` (default: the rollout next to
     ``clusters_path``)."""
     from hasp.evolve.cluster import clusters_from_json
-    from hasp.evolve.declarative import choose_format, propose_declarative, structured_for
+    from hasp.evolve.declarative import choose_format, propose_declarative, reply_format_for
     from hasp.evolve.propose import propose_candidates
 
     clusters = clusters_from_json(read_json(clusters_path))
@@ -188,7 +188,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
             cands = propose_declarative(
                 clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
                 max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
-                seed=epoch, structured=structured_for(e.structured_output, params.llm.base_url is None),
+                seed=epoch, reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
                 on_done=bar.advance)
         else:
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns

@@ -186,7 +186,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     from hasp.domains.search.task import SearchTask
     from hasp.evolve.admit import admit
     from hasp.evolve.cluster import cluster_patterns, existing_from_library
-    from hasp.evolve.declarative import compiled_pf, propose_declarative, structured_for, validate_declared
+    from hasp.evolve.declarative import compiled_pf, propose_declarative, reply_format_for, validate_declared
     from hasp.evolve.detectors import detect_failures
     from hasp.evolve.review import heuristic_review, trigger_hit_rate
     from hasp.pf.library import load_library
@@ -226,7 +226,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
                                       replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
                                       temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
-                                      structured=structured_for(e.structured_output, params.llm.base_url is None))
+                                      reply_format=reply_format_for(e.structured_output, params.llm.base_url is None))
         if not cand.declared:
             return [], [cand.parse_error]
         rep = validate_declared(cand)
