@@ -196,3 +196,35 @@ def test_summarizer_trace_marks_failed_steps_and_llm_patterns_get_steps():
     out = summarize_failures([roholt()], ScriptedPolicyDouble([reply]))
     steps = out.patterns[0].evidence[EVIDENCE_KEY]
     assert out.patterns[0].category == "made_up_doc_ids" and steps[0]["action"] == "READ[roholt_history]"
+
+
+_READ_REPAIR = '''from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
+
+
+@register_pf("repeated_invalid_argument")
+class ReadListed(ProgramFunction):
+    def should_activate(self, ctx, action_type, arg):
+        return action_type == "{watch}" and bool(ctx.get("last_search_hits"))
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention(type=InterventionType.{kind}, new_action_type="READ",
+                            new_action_arg=ctx["last_search_hits"][0]["id"], context_text="Read a listed result.",
+                            reason="argument not among the shown results")
+'''
+
+
+def test_review_knows_which_repairs_fit_the_new_categories():
+    from hasp.evolve.propose import parse_proposal
+    from hasp.evolve.review import heuristic_review
+
+    cluster = next(c for c in cluster_patterns(detect_failures([roholt(f"q{i}") for i in range(3)]))
+                   if c.category == "repeated_invalid_argument")
+
+    def review(watch: str, kind: str):
+        code = _READ_REPAIR.replace("{watch}", watch).replace("{kind}", kind)
+        return heuristic_review(parse_proposal(f"```python\n{code}```", cluster), 1.0, cluster)
+
+    fits, watches_search = review("READ", "MODIFY_ACTION"), review("SEARCH", "MODIFY_ACTION")
+    only_note = review("READ", "INJECT_CONTEXT")
+    assert fits.q_trigger > watches_search.q_trigger  # the loop is in READs
+    assert fits.q_intervene > only_note.q_intervene  # a note alone does not stop a made-up READ

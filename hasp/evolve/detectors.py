@@ -156,7 +156,8 @@ _TEMPLATES: dict[str, tuple[str, str, str]] = {
     "repeated_unparseable_output": (
         "The agent's replies repeatedly contain no parseable SEARCH[...], READ[...] or FINAL[...] action.",
         "Two or more steps of one episode end in a parse error instead of an action.",
-        "After an unparseable reply, remind the agent of the exact action format, or choose the next action for it."),
+        "A PF never sees an unparseable reply, but step_count minus len(action_history) counts them: on the next "
+        "parsed action, inject the exact action format or choose the action (e.g. READ the top result)."),
     "answer_seen_not_given": (
         "The correct answer appears in a search result or a read document, but the agent never gives it as its final answer.",
         "A search result or read document contains the answer, and the agent keeps searching or reading, runs out of steps, or answers something else.",
