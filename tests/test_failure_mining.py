@@ -228,3 +228,13 @@ def test_review_knows_which_repairs_fit_the_new_categories():
     only_note = review("READ", "INJECT_CONTEXT")
     assert fits.q_trigger > watches_search.q_trigger  # the loop is in READs
     assert fits.q_intervene > only_note.q_intervene  # a note alone does not stop a made-up READ
+
+
+def test_a_pf_rewrite_is_the_failing_step_of_pf_override_harmful():
+    rewritten = act(1, "READ", "doc0031", "[doc0031] Roholt\nfounded in 1836")
+    rewritten.audit.a_orig = Action("FINAL", "Seirngeesh")
+    rewritten.audit.fired = [{"skill_id": "read_before_final", "type": "MODIFY_ACTION", "applied": True}]
+    t = episode([search(0), rewritten, act(2, "READ", "doc0077")])
+    (step,) = DETECTORS["pf_override_harmful"](t).evidence[EVIDENCE_KEY]
+    assert step["step"] == 1 and step["action"] == "FINAL[Seirngeesh] (a PF rewrote it to READ[doc0031])"
+    assert step["problem"].startswith("read_before_final rewrote FINAL[Seirngeesh] to READ[doc0031]")

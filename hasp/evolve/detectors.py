@@ -481,8 +481,14 @@ def pf_override_harmful(traj: Trajectory) -> FailurePattern | None:
         rewrites.append({"step": s.index, "skill_ids": sids, "from": au.a_orig.render(), "to": a.render()})
     if not rewrites:
         return None
-    return _pattern("pf_override_harmful", traj, rewrites=rewrites,
-                    skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}))
+    first = rewrites[0]
+    p = _pattern("pf_override_harmful", traj, rewrites=rewrites, step=first["step"],
+                 skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}))
+    pos = next(i for i, s in enumerate(traj.steps) if s.index == first["step"])
+    who = ", ".join(first["skill_ids"]) or "a PF"
+    p.evidence[EVIDENCE_KEY] = [failing_step(traj, pos, f"{who} rewrote {first['from']} to {first['to']}, "
+                                                        "and the episode still failed").to_dict()]
+    return p
 
 
 # --------------------------------------------------------------------------- loops of a small model
@@ -648,11 +654,10 @@ def answer_seen_not_given(traj: Trajectory) -> FailurePattern | None:
         answer = _prediction(traj)
         where = "search results" if s.audit.a_final.type == "SEARCH" else "read document"
         after = len(traj.steps) - pos - 1
-        then = (f"answered {shorten(answer, 60)!r} instead" if answer else
-                "never answered" + (" and the steps ran out" if traj.terminated == "max_steps" else ""))
+        then = (f"it answered {shorten(answer, 60)!r} instead" if answer else
+                "it never answered" + (" (the steps ran out)" if traj.terminated == "max_steps" else ""))
         nxt = min(pos + 1, len(traj.steps) - 1)
-        problem = (f"the {where} above contain the answer {gold!r}; the agent did not answer with it "
-                   f"and {then}")
+        problem = f"the {where} above contain the answer {gold!r}, but the agent did not give it: {then}"
         p = _pattern("answer_seen_not_given", traj, step=traj.steps[pos].index, where=where, gold=gold,
                      answer=answer, steps_after=after, terminated=traj.terminated)
         p.evidence[EVIDENCE_KEY] = [failing_step(traj, nxt, problem, focus=gold, seen=obs).to_dict()]
