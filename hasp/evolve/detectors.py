@@ -18,16 +18,23 @@ Design choices:
   needs at least one READ (an episode with no READ is ``no_read_before_final``),
   ``partial_answer`` / ``format_mismatch`` / ``wrong_entity_focus`` split the
   answer-vs-gold overlap into "subset", "superset" and "mostly disjoint".
+* Every pattern carries concrete failing steps (``evidence["failing_steps"]``,
+  see ``hasp.evolve.excerpts``): the rules for a small model's loops pick the
+  repeat and its first occurrence, the others get the step their evidence names.
+  The proposal prompt shows them, so the student sees a real step, not only the
+  abstract template.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import CONFLICT_WORDS, EpisodeState
+from hasp.evolve.excerpts import EVIDENCE_KEY, failing_step, shorten, step_problem, tool_observation
 from hasp.records import Action, StepRecord, Trajectory
 from hasp.textutil import content_tokens, jaccard, tokens
 
@@ -134,6 +141,27 @@ _TEMPLATES: dict[str, tuple[str, str, str]] = {
         "A Program Function rewrote the agent's action and the episode still failed.",
         "A step where a PF applied MODIFY_ACTION in an episode that ended wrong.",
         "Narrow the rewriting PF's trigger or downgrade it to INJECT_CONTEXT."),
+    "repeated_failed_read": (
+        "The agent asks again and again to READ documents that do not exist, instead of reading a listed result.",
+        "A READ proposed after an earlier READ in the episode opened nothing (document not found).",
+        "After a failed READ, rewrite the next READ to the best unread search result, or SEARCH for the question's entity."),
+    "repeated_empty_search": (
+        "The agent keeps issuing searches that return no results.",
+        "A SEARCH proposed after an earlier SEARCH in the episode returned no results (empty_results).",
+        "After an empty search, rewrite the query to the question's named entity or a shorter query."),
+    "repeated_invalid_argument": (
+        "The agent passes READ an argument that is not an id, number or title from the search results it was shown.",
+        "A READ whose argument matches none of the shown result ids, result numbers or titles, after such a READ already happened.",
+        "Rewrite a READ whose argument is not among the shown results to READ the top unread result."),
+    "repeated_unparseable_output": (
+        "The agent's replies repeatedly contain no parseable SEARCH[...], READ[...] or FINAL[...] action.",
+        "Two or more steps of one episode end in a parse error instead of an action.",
+        "A PF never sees an unparseable reply, but step_count minus len(action_history) counts them: on the next "
+        "parsed action, inject the exact action format or choose the action (e.g. READ the top result)."),
+    "answer_seen_not_given": (
+        "The correct answer appears in a search result or a read document, but the agent never gives it as its final answer.",
+        "A search result or read document contains the answer, and the agent keeps searching or reading, runs out of steps, or answers something else.",
+        "When the last observation answers the question, rewrite the next action to FINAL with the answer span from that observation."),
 }
 
 
@@ -141,6 +169,22 @@ def _pattern(category: str, traj: Trajectory, **evidence: Any) -> FailurePattern
     abstraction, trigger, hint = _TEMPLATES[category]
     return FailurePattern(category=category, abstraction=abstraction, trigger=trigger,
                           intervention_hint=hint, qid=traj.qid, source="heuristic", evidence=evidence)
+
+
+#: evidence keys that name the step a rule fired on, in order of preference
+_STEP_KEYS = ("step", "final_step", "conflict_step")
+
+
+def _with_failing_steps(p: FailurePattern, traj: Trajectory) -> FailurePattern:
+    """Give a pattern that did not pick its own failing steps one: the step its evidence names,
+    else the episode's last step, described by the category's abstraction."""
+    if EVIDENCE_KEY in p.evidence or not traj.steps:
+        return p
+    pos = {s.index: i for i, s in enumerate(traj.steps)}
+    at = next((pos[p.evidence[k]] for k in _STEP_KEYS if p.evidence.get(k) in pos), len(traj.steps) - 1)
+    problem = step_problem(traj.steps[at]) or p.abstraction
+    p.evidence[EVIDENCE_KEY] = [failing_step(traj, at, problem).to_dict()]
+    return p
 
 
 # --------------------------------------------------------------------------- trajectory views
@@ -164,17 +208,6 @@ def _prediction(traj: Trajectory) -> str:
         return traj.prediction
     fa = final_action(traj)
     return fa.arg if fa else ""
-
-
-def tool_observation(step: StepRecord) -> str:
-    """The observation the tool produced, without the context PFs appended to it."""
-    obs = step.observation or ""
-    ctx = step.audit.context if step.audit else []
-    if ctx:
-        tail = "\n" + "\n".join(ctx)
-        if obs.endswith(tail):
-            obs = obs[: -len(tail)]
-    return obs
 
 
 def _read_ok(step: StepRecord) -> bool:
@@ -248,7 +281,7 @@ def _conflict_count(text: str) -> int:
     return sum(low.count(f" {w} ") for w in CONFLICT_WORDS)
 
 
-# --------------------------------------------------------------------------- the twelve rules
+# --------------------------------------------------------------------------- answer and search rules
 
 @detector("premature_final")
 def premature_final(traj: Trajectory) -> FailurePattern | None:
@@ -448,8 +481,188 @@ def pf_override_harmful(traj: Trajectory) -> FailurePattern | None:
         rewrites.append({"step": s.index, "skill_ids": sids, "from": au.a_orig.render(), "to": a.render()})
     if not rewrites:
         return None
-    return _pattern("pf_override_harmful", traj, rewrites=rewrites,
-                    skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}))
+    first = rewrites[0]
+    p = _pattern("pf_override_harmful", traj, rewrites=rewrites, step=first["step"],
+                 skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}))
+    pos = next(i for i, s in enumerate(traj.steps) if s.index == first["step"])
+    who = ", ".join(first["skill_ids"]) or "a PF"
+    p.evidence[EVIDENCE_KEY] = [failing_step(traj, pos, f"{who} rewrote {first['from']} to {first['to']}, "
+                                                        "and the episode still failed").to_dict()]
+    return p
+
+
+# --------------------------------------------------------------------------- loops of a small model
+# A 135M policy fails less by reasoning wrongly than by getting stuck: the same failing action,
+# made-up READ arguments, unparseable replies, an answer in front of it that it never gives.
+# Each rule stores its failing steps (``hasp.evolve.excerpts``) with the repeat first: that is the
+# step a repair could have changed.
+
+_RESULT_LINE = re.compile(r"^\s*\d+\.\s*\[([^\]\n]+)\]\s*([^:\n]*)", re.M)
+_BRACKET = re.compile(r"\[([^\[\]\n]+)\]")
+
+
+def _ref(text: str) -> str:
+    """A READ argument or a title, compared the way a person would: case, quotes, brackets and
+    surrounding punctuation ignored."""
+    return " ".join(re.sub(r"[\"'`\[\]()<>.,;:!?]+", " ", text or "").lower().split())
+
+
+@dataclass
+class _Shown:
+    """What the search results had shown the agent before one of its READs."""
+
+    ids: dict[str, str] = field(default_factory=dict)  # normalised id -> id, every result so far
+    titles: dict[str, str] = field(default_factory=dict)  # normalised title -> id, every result so far
+    last: list[tuple[str, str]] = field(default_factory=list)  # (id, title) of the last results
+
+    def add(self, obs: str, hit_ids: list[str]) -> None:
+        titles = {i.strip(): t.strip() for i, t in _RESULT_LINE.findall(obs)}
+        self.last = [(i, titles.get(i, "")) for i in hit_ids] or list(titles.items())
+        for i, t in self.last:
+            self.ids[_ref(i)] = i
+            if t:
+                self.titles[_ref(t)] = i
+
+    def allows(self, arg: str, opened: str | None) -> bool:
+        """The argument names a shown result (id, number in the last list, title, a pasted result
+        line), or the environment resolved it to a shown result anyway."""
+        if opened is not None and _ref(opened) in self.ids:
+            return True
+        key = _ref(arg)
+        if key in self.ids or key in self.titles:
+            return True
+        if key.isdigit() and 1 <= int(key) <= len(self.last):
+            return True
+        if any(_ref(b) in self.ids for b in _BRACKET.findall(arg or "")):
+            return True
+        head = _ref((arg or "").split(":", 1)[0])
+        return bool(head) and head in self.titles
+
+    def describe(self, limit: int = 3) -> str:
+        if not self.last:
+            return "no search results had been shown"
+        shown = ", ".join(f"{n}=[{i}] {t}".strip() for n, (i, t) in enumerate(self.last[:limit], 1))
+        return f"shown: {shown}"
+
+
+def _invalid_reads(traj: Trajectory) -> list[tuple[int, Action, str]]:
+    """(position in steps, READ, why) for each executed READ whose argument names no shown result."""
+    shown, out = _Shown(), []
+    for pos, s in enumerate(traj.steps):
+        if s.audit is None:
+            continue
+        a, fb = s.audit.a_final, s.audit.feedback
+        if a.type == "SEARCH" and "budget_exhausted" not in fb:
+            shown.add(tool_observation(s), [str(x) for x in fb.get("hit_ids", [])])
+        elif a.type == "READ" and "budget_exhausted" not in fb:
+            opened = fb.get("doc_id") if fb.get("found", True) is not False else None
+            if not shown.allows(a.arg, str(opened) if opened else None):
+                outcome = (f"the environment opened the closest title [{opened}] instead" if opened else
+                           "it opened nothing")
+                out.append((pos, a, f"READ argument {shorten(a.arg, 60)!r} is not an id, number or title "
+                                    f"of the shown results ({shown.describe()}); {outcome}"))
+    return out
+
+
+def _repeat_pattern(category: str, traj: Trajectory, hits: list[tuple[int, str]], **evidence: Any
+                    ) -> FailurePattern:
+    """A pattern for a rule that fired on >= 2 steps: the repeat and the first step as excerpts."""
+    (first, why_first), (second, why_second) = hits[0], hits[1]
+    p = _pattern(category, traj, step=traj.steps[second].index, first_step=traj.steps[first].index,
+                 count=len(hits), **evidence)
+    p.evidence[EVIDENCE_KEY] = [failing_step(traj, second, why_second).to_dict(),
+                                failing_step(traj, first, why_first).to_dict()]
+    return p
+
+
+@detector("repeated_failed_read")
+def repeated_failed_read(traj: Trajectory) -> FailurePattern | None:
+    """Two or more executed READs opened nothing (``feedback.found`` False; budget refusals aside)."""
+    hits = [(pos, s.audit.a_final.arg) for pos, s in enumerate(traj.steps)
+            if s.audit is not None and s.audit.a_final.type == "READ"
+            and "budget_exhausted" not in s.audit.feedback and s.audit.feedback.get("found", True) is False]
+    if len(hits) < 2:
+        return None
+    args = [a for _, a in hits]
+    why = [(pos, f"READ[{shorten(a, 60)}] opened nothing (no such document)"
+                 + (", the same READ that had already failed" if a in args[:k] else ""))
+           for k, (pos, a) in enumerate(hits)]
+    return _repeat_pattern("repeated_failed_read", traj, why, args=args[:5], same_arg=len(set(args)) < len(args))
+
+
+@detector("repeated_empty_search")
+def repeated_empty_search(traj: Trajectory) -> FailurePattern | None:
+    """Two or more executed SEARCHes returned no results (``feedback.n_hits`` 0)."""
+    hits = [(pos, s.audit.a_final.arg) for pos, s in enumerate(traj.steps)
+            if s.audit is not None and s.audit.a_final.type == "SEARCH"
+            and "n_hits" in s.audit.feedback and int(s.audit.feedback["n_hits"]) == 0]
+    if len(hits) < 2:
+        return None
+    why = [(pos, f"SEARCH[{shorten(q, 80)}] returned no results") for pos, q in hits]
+    return _repeat_pattern("repeated_empty_search", traj, why, queries=[q for _, q in hits][:5])
+
+
+@detector("repeated_invalid_argument")
+def repeated_invalid_argument(traj: Trajectory) -> FailurePattern | None:
+    """Two or more READs whose argument is none of the ids or titles of the results shown so
+    far, nor a number of the last result list (and that the environment did not resolve to a
+    shown result). Overlaps ``repeated_failed_read`` when a made-up id opens nothing; this rule
+    also catches made-up titles the environment fuzzily resolved to some other document."""
+    bad = _invalid_reads(traj)
+    if len(bad) < 2:
+        return None
+    return _repeat_pattern("repeated_invalid_argument", traj, [(pos, why) for pos, _, why in bad],
+                           args=[a.arg for _, a, _ in bad][:5])
+
+
+@detector("repeated_unparseable_output")
+def repeated_unparseable_output(traj: Trajectory) -> FailurePattern | None:
+    """Two or more steps ended in a parse error instead of an action."""
+    hits = [(pos, f"the reply contains no parseable action ({shorten(s.parse_error, 80)})")
+            for pos, s in enumerate(traj.steps) if s.parse_error]
+    if len(hits) < 2:
+        return None
+    errors = list(dict.fromkeys(shorten(traj.steps[pos].parse_error, 80) for pos, _ in hits))
+    return _repeat_pattern("repeated_unparseable_output", traj, hits, n_steps=len(traj.steps),
+                           errors=errors[:3])
+
+
+def _contains(hay: list[str], needle: list[str]) -> bool:
+    n = len(needle)
+    return n > 0 and any(hay[i:i + n] == needle for i in range(len(hay) - n + 1))
+
+
+@detector("answer_seen_not_given")
+def answer_seen_not_given(traj: Trajectory) -> FailurePattern | None:
+    """A gold answer occurs (as a whole token sequence) in a search result list or a read
+    document, and the prediction does not contain it. Needs gold answers, so it is a
+    training-split rule: evolution mines the seed split, never the test split."""
+    golds = [(g, tokens(g)) for g in traj.answers if tokens(g)]
+    pred = tokens(_prediction(traj))
+    if not golds or any(_contains(pred, gt) for _, gt in golds):
+        return None
+    for pos, s in enumerate(traj.steps):
+        if s.audit is None or s.audit.a_final.type not in ("SEARCH", "READ"):
+            continue
+        if "budget_exhausted" in s.audit.feedback or (s.audit.a_final.type == "READ" and not _read_ok(s)):
+            continue
+        obs = tool_observation(s)
+        obs_t = tokens(obs)
+        gold = next((g for g, gt in golds if _contains(obs_t, gt)), None)
+        if gold is None:
+            continue
+        answer = _prediction(traj)
+        where = "search results" if s.audit.a_final.type == "SEARCH" else "read document"
+        after = len(traj.steps) - pos - 1
+        then = (f"it answered {shorten(answer, 60)!r} instead" if answer else
+                "it never answered" + (" (the steps ran out)" if traj.terminated == "max_steps" else ""))
+        nxt = min(pos + 1, len(traj.steps) - 1)
+        problem = f"the {where} above contain the answer {gold!r}, but the agent did not give it: {then}"
+        p = _pattern("answer_seen_not_given", traj, step=traj.steps[pos].index, where=where, gold=gold,
+                     answer=answer, steps_after=after, terminated=traj.terminated)
+        p.evidence[EVIDENCE_KEY] = [failing_step(traj, nxt, problem, focus=gold, seen=obs).to_dict()]
+        return p
+    return None
 
 
 # --------------------------------------------------------------------------- entry points
@@ -468,7 +681,7 @@ def run_detectors(traj: Trajectory, names: Iterable[str] | None = None) -> list[
             log.warning("detector %s failed on %s: %s: %s", name, traj.qid, type(e).__name__, e)
             continue
         if p is not None:
-            out.append(p)
+            out.append(_with_failing_steps(p, traj))
     return out
 
 

@@ -35,6 +35,7 @@ import yaml
 
 from hasp.agent.context import EpisodeState
 from hasp.evolve.cluster import Cluster
+from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.pf.skill_md import (MAX_DESCRIPTION, MAX_SKILL_ID, PHASES, SKILL_ID, SkillFormatError, SkillSpec,
                               parse_skill_md, render_skill_md)
 from hasp.prompts import prompt, render
@@ -217,7 +218,7 @@ def _suggested_id(cluster: Cluster, existing_ids: Sequence[str]) -> str:
 def _evidence_lines(cluster: Cluster, n: int = 2) -> list[str]:
     out = []
     for p in cluster.patterns[:n]:
-        ev = json.dumps(p.evidence, ensure_ascii=False, default=str)
+        ev = json.dumps({k: v for k, v in p.evidence.items() if k != EVIDENCE_KEY}, ensure_ascii=False, default=str)
         out.append(_p("user_evidence", qid=p.qid, evidence=ev[:300]))
     return out
 
@@ -238,6 +239,7 @@ def build_proposer_messages(cluster: Cluster, existing_skill_ids: Sequence[str],
         _p("user_hint", hint=rep.intervention_hint),
         _p("user_support", support=cluster.support),
         *_evidence_lines(cluster),
+        _p("user_failing_steps", steps=failing_steps_text(cluster)),
         "",
         _p("user_existing", existing=", ".join(existing) if existing else _p("none")),
     ]

@@ -145,12 +145,18 @@ _FIT: dict[str, set[str]] = {
     "partial_answer": {"INJECT_CONTEXT"},
     "contradictory_evidence_ignored": {"INJECT_CONTEXT", "MODIFY_ACTION"},
     "pf_override_harmful": {"INJECT_CONTEXT"},
+    "repeated_failed_read": {"MODIFY_ACTION", "INJECT_CONTEXT"},
+    "repeated_empty_search": {"MODIFY_ACTION"},
+    "repeated_invalid_argument": {"MODIFY_ACTION"},
+    "repeated_unparseable_output": {"INJECT_CONTEXT", "MODIFY_ACTION"},
+    "answer_seen_not_given": {"MODIFY_ACTION", "INJECT_CONTEXT"},
 }
 _TARGET_ACTION: dict[str, set[str]] = {
     **{c: {"FINAL"} for c in ("premature_final", "no_read_before_final", "reasoning_hallucination",
                               "wrong_entity_focus", "format_mismatch", "partial_answer",
                               "contradictory_evidence_ignored")},
-    **{c: {"SEARCH"} for c in ("repeated_search", "query_too_broad", "query_too_narrow")},
+    **{c: {"SEARCH"} for c in ("repeated_search", "query_too_broad", "query_too_narrow", "repeated_empty_search")},
+    **{c: {"READ"} for c in ("repeated_failed_read", "repeated_invalid_argument")},
 }
 
 

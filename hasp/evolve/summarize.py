@@ -1,6 +1,6 @@
 """Phase B, LLM half: abstract each failed trajectory into a reusable failure mode (paper App. C.2).
 
-The heuristic detectors only know twelve fixed categories; a model reading the
+The heuristic detectors only know their fixed categories; a model reading the
 trajectory can name failure modes no rule anticipated. Each failed trajectory is
 rendered compactly (question, gold, prediction, one line per step) and the model
 must answer with one JSON object ``{category, abstraction, trigger, intervention_hint}``.
@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from hasp.records import Trajectory
 from hasp.evolve.detectors import FailurePattern, final_action
+from hasp.evolve.excerpts import EVIDENCE_KEY, failing_step, step_problem
 from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,9 @@ class SummaryOutcome:
 # --------------------------------------------------------------------------- prompt
 
 def render_trace(traj: Trajectory, limit: int = 1800) -> str:
-    """One line per step: the executed action (and the proposed one if a PF changed it)."""
+    """One line per step: the executed action (and the proposed one if a PF changed it), its
+    observation, and what visibly went wrong (a READ that opened nothing, an empty SEARCH), so a
+    small summarizer can name a loop of failing actions without inferring it from raw text."""
     lines = []
     for s in traj.steps:
         if s.audit is None:
@@ -82,7 +85,8 @@ def render_trace(traj: Trajectory, limit: int = 1800) -> str:
         if s.audit.was_modified:
             line += f"  (agent proposed {o.render()}, a PF rewrote it)"
         obs = " ".join((s.observation or "").split())[:120]
-        lines.append(f"{line} -> {obs}")
+        problem = step_problem(s)
+        lines.append(f"{line} -> {obs}" + (f"  [FAILED: {problem}]" if problem else ""))
     text = "\n".join(lines)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -170,9 +174,19 @@ def _summarize_one(traj: Trajectory, model: ChatModel, known: Sequence[str], *, 
                              trigger=fields["trigger"], intervention_hint=fields["intervention_hint"],
                              qid=traj.qid, source="llm",
                              evidence={"answer": traj.prediction or (fa.arg if fa else ""),
-                                       "attempts": attempt + 1})
+                                       "attempts": attempt + 1, **_failing_steps(traj, fields["abstraction"])})
         return pat, "", attempt + 1
     return None, "; ".join(problems), retries + 1
+
+
+def _failing_steps(traj: Trajectory, abstraction: str) -> dict[str, Any]:
+    """The summarized episode's first step where something visibly went wrong (else its last
+    step, described by the model's own abstraction), so an LLM-found cluster also shows the
+    student a concrete step."""
+    if not traj.steps:
+        return {}
+    at = next((i for i, s in enumerate(traj.steps) if step_problem(s)), len(traj.steps) - 1)
+    return {EVIDENCE_KEY: [failing_step(traj, at, step_problem(traj.steps[at]) or abstraction).to_dict()]}
 
 
 def summarize_failures(trajs: Iterable[Trajectory], model: ChatModel, *, known_categories: Sequence[str] = (),
