@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from hasp.agent.replay import ReplayedStep
 from hasp.evolve.cluster import Cluster
+from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.evolve.propose import Candidate, ChatModel, FeedbackHistory, _suggested_id
 from hasp.pf.declaration import PFDeclaration
 from hasp.pf.declared import compile_declaration
@@ -106,25 +107,20 @@ def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep]
 
 
 def focus_steps(cluster: Cluster, replayed: dict[str, list[ReplayedStep]]) -> list[ReplayedStep]:
-    """The cluster's failing steps: those its patterns point at (an evidence key ``step``/``steps``/
-    ``*_step``), else every parsed step of its episodes."""
+    """The cluster's failing steps: those its patterns point at (``evidence["failing_steps"]`` of
+    ``hasp.evolve.excerpts``, or an evidence key ``step``/``steps``/``*_step``), else every parsed
+    step of its episodes."""
     out: list[ReplayedStep] = []
     for p in cluster.patterns:
         steps = replayed.get(p.qid, [])
         marked: set[int] = set()
         for k, v in (p.evidence or {}).items():
-            if k == "steps" or k == "step" or k.endswith("_step") or k.endswith("_steps"):
+            if k == EVIDENCE_KEY and isinstance(v, list):
+                marked |= {int(d["step"]) for d in v if isinstance(d, dict) and isinstance(d.get("step"), int)}
+            elif k == "steps" or k == "step" or k.endswith("_step") or k.endswith("_steps"):
                 marked |= {int(x) for x in (v if isinstance(v, list) else [v]) if isinstance(x, int)}
         out += [s for s in steps if s.index in marked] or steps
     return out
-
-
-def _step_line(s: ReplayedStep) -> str:
-    results = truncate(str(s.ctx.get("last_search_results_text") or ""), 160)
-    last = (s.ctx.get("action_history") or ["(none)"])[-1]
-    failed = " (it failed)" if s.ctx.get("last_action_failed") else ""
-    return (f"- question: {truncate(str(s.ctx.get('question', '')), 120)} | previous action: {last}{failed} | "
-            f"last results: {results or '(none)'} | the agent now proposes {s.action}[{truncate(s.arg, 60)}]")
 
 
 # --------------------------------------------------------------------------- the reply
@@ -366,7 +362,7 @@ def build_messages(cluster: Cluster, menus: Menus, steps: Sequence[ReplayedStep]
     rep = cluster.representative
     hist = history.render(cluster.category, 4) if history is not None else ""
     user = _p("user", category=cluster.category, abstraction=rep.abstraction, trigger=rep.trigger,
-              support=cluster.support, steps="\n".join(_step_line(s) for s in steps[:3]) or _p("no_steps"),
+              support=cluster.support, steps=failing_steps_text(cluster),
               watches=", ".join(menus.watches), conditions=", ".join(menus.conditions) or "(none)",
               fields=", ".join(FIELDS), sources=", ".join(menus.sources) or "(none)",
               existing=", ".join(existing) or "(none)", history=_p("history", lines=hist) if hist else "",

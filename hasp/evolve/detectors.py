@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hasp.agent.context import CONFLICT_WORDS, EpisodeState
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_step, shorten, step_problem, tool_observation
+from hasp.agent.replay import replay
 from hasp.records import Action, StepRecord, Trajectory
 from hasp.textutil import content_tokens, jaccard, tokens
 
@@ -231,37 +231,9 @@ def _searches(traj: Trajectory) -> list[tuple[StepRecord, str]]:
 
 
 def replay_contexts(traj: Trajectory) -> list[tuple[dict[str, Any], str, str]]:
-    """Rebuild the step context a PF saw at each executed step: ``[(ctx, action_type, arg)]``.
-
-    ``action_type``/``arg`` are the agent's *proposed* action (``a_orig``), which is what
-    ``should_activate`` receives. PF-private ``_`` counters are not stored in
-    trajectories, so they are absent. Used to measure how often a candidate's
-    trigger would have fired on a cluster's failed episodes.
-    """
-    state = EpisodeState(question=traj.question, max_steps=max(len(traj.steps), 1))
-    out: list[tuple[dict[str, Any], str, str]] = []
-    for i, s in enumerate(traj.steps):
-        state.step_count = i
-        if s.audit is None:
-            continue
-        a_orig, a = s.audit.a_orig, s.audit.a_final
-        out.append((state.to_ctx(s.thought), a_orig.type, a_orig.arg))
-        fb, obs = s.audit.feedback, tool_observation(s)
-        if a.type == "SEARCH" and "budget_exhausted" not in fb:
-            ids = [str(x) for x in fb.get("hit_ids", [])]
-            state.search_count += 1
-            state.queries.append(a.arg)
-            state.empty_results = int(fb.get("n_hits", len(ids))) == 0
-            state.last_search_results_text = obs
-            state.last_search_hits = [{"id": x, "title": ""} for x in ids]
-            known = {h["id"] for h in state.seen_hits}
-            state.seen_hits += [h for h in state.last_search_hits if h["id"] not in known]
-        elif a.type == "READ" and _read_ok(s):
-            state.read_count += 1
-            state.read_ids.append(str(fb.get("doc_id") or ""))
-            state.read_contents.append(obs)
-        state.action_history.append(a.render())
-    return out
+    """The step context a PF saw at each parsed step, ``[(ctx, proposed action type, arg)]``
+    (``hasp.agent.replay``): what a candidate's trigger is replayed on."""
+    return [(s.ctx, s.action, s.arg) for s in replay(traj)]
 
 
 def _gold_token_sets(traj: Trajectory) -> list[list[str]]:

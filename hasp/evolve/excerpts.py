@@ -14,7 +14,6 @@ so the detectors, the summarizer and the proposer can all use it.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
