@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hasp.agent.context import CONFLICT_WORDS
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_step, shorten, step_problem, tool_observation
 from hasp.agent.replay import replay
 from hasp.records import Action, StepRecord, Trajectory
