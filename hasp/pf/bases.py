@@ -18,6 +18,7 @@ from hasp.pf.teacher_ask import teacher_objection
 class HintPF(ProgramFunction):
     """Fires on a condition (``should_activate``) and injects one fixed ``hint``."""
 
+    text_attrs = ("hint", "why")
     hint: ClassVar[str] = ""
     #: the event's reason, shown in traces
     why: ClassVar[str] = ""
@@ -35,6 +36,7 @@ class FindingsPF(ProgramFunction):
     contexts the scan is not meant for.
     """
 
+    text_attrs = ("label", "closing", "noun", "quiet")
     trigger: ClassVar[str] = "FINAL"
     label: ClassVar[str] = ""
     closing: ClassVar[str] = ""
@@ -121,6 +123,7 @@ class TeacherVotePF(ProgramFunction):
     def fires(self, ctx: dict[str, Any], answer: str) -> bool:
         raise NotImplementedError
 
+    text_attrs = ("ask",)
     #: what the teacher is asked to confirm about the answer
     ask: ClassVar[str] = ""
 
@@ -153,6 +156,7 @@ class AuditOnlyPF(ProgramFunction):
     """
 
     max_fires: ClassVar[int | None] = 1
+    text_attrs = ("why",)
     why: ClassVar[str] = ""
 
     def fires(self, ctx: dict[str, Any], arg: str) -> bool:
