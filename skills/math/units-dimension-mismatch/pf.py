@@ -89,8 +89,6 @@ def mismatch(ctx, arg):
 
 @register_pf("units_dimension_mismatch")
 class UnitsDimensionMismatchPF(MathFindingsPF):
-    label, quiet, on_game24 = "[UNITS CHECK]", "units consistent", False
-
     def scan(self, ctx, arg):
         text = mismatch(ctx, arg)
         return [] if text is None else [text]
