@@ -33,7 +33,8 @@ class FindingsPF(ProgramFunction):
 
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
     ``render`` builds it otherwise, ``reason`` the event's reason. ``applies`` rules out
-    contexts the scan is not meant for.
+    contexts the scan is not meant for. A check that finds at most one problem defines
+    ``check`` (the finding or None) instead of ``scan``.
     """
 
     text_attrs = ("label", "closing", "noun", "quiet")
@@ -46,6 +47,11 @@ class FindingsPF(ProgramFunction):
     quiet: ClassVar[str] = "nothing found"
 
     def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+        found = self.check(ctx, arg)
+        return [] if found is None else [found]
+
+    def check(self, ctx: dict[str, Any], arg: str) -> Any:
+        """One finding or None: what a PF that finds at most one problem defines instead of ``scan``."""
         raise NotImplementedError
 
     def applies(self, ctx: dict[str, Any]) -> bool:
