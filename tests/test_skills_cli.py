@@ -165,7 +165,7 @@ def test_validate_refuses_a_typo_with_one_line_and_exit_1(library):
     assert folder["checks"]["hasp"] == "fail" and folder["checks"]["agent_skills"] == "ok"
     assert folder["errors"] == [f"hasp: {hasp_yaml}: unknown key 'priorty' (allowed: skill_id, title, version, "
                                 "priority, error_category, domain, applicable_modes, applicable_phases, "
-                                "trigger_keywords, always_on, system_summary, phases, pf)"]
+                                "trigger_keywords, always_on, system_summary, phases, texts, pf)"]
     table = invoke("validate", str(library / "premature-final"))
     assert table.exit_code == 1 and "fail" in table.stdout and "0 of 1 skill folders pass" in table.stdout
 

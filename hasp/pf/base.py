@@ -41,6 +41,9 @@ class ProgramFunction:
     #: ask such a PF: at most one rewrite applies per step, so its own could only be discarded
     #: (and asking would still spend time, teacher calls and ctx counters).
     modify_only: bool = False
+    #: the string class attributes that are user-facing text, which a seed skill's hasp.yaml
+    #: may set under ``texts:`` (``hasp.pf.texts``); each class lists its own, bases' add up
+    text_attrs: ClassVar[tuple[str, ...]] = ()
 
     def should_activate(self, ctx: dict[str, Any], action_type: str, arg: str) -> bool:
         raise NotImplementedError

@@ -18,6 +18,7 @@ from hasp.pf.teacher_ask import teacher_objection
 class HintPF(ProgramFunction):
     """Fires on a condition (``should_activate``) and injects one fixed ``hint``."""
 
+    text_attrs = ("hint", "why")
     hint: ClassVar[str] = ""
     #: the event's reason, shown in traces
     why: ClassVar[str] = ""
@@ -32,9 +33,11 @@ class FindingsPF(ProgramFunction):
 
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
     ``render`` builds it otherwise, ``reason`` the event's reason. ``applies`` rules out
-    contexts the scan is not meant for.
+    contexts the scan is not meant for. A check that finds at most one problem defines
+    ``check`` (the finding or None) instead of ``scan``.
     """
 
+    text_attrs = ("label", "closing", "noun", "quiet")
     trigger: ClassVar[str] = "FINAL"
     label: ClassVar[str] = ""
     closing: ClassVar[str] = ""
@@ -44,6 +47,11 @@ class FindingsPF(ProgramFunction):
     quiet: ClassVar[str] = "nothing found"
 
     def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+        found = self.check(ctx, arg)
+        return [] if found is None else [found]
+
+    def check(self, ctx: dict[str, Any], arg: str) -> Any:
+        """One finding or None: what a PF that finds at most one problem defines instead of ``scan``."""
         raise NotImplementedError
 
     def applies(self, ctx: dict[str, Any]) -> bool:
@@ -121,6 +129,7 @@ class TeacherVotePF(ProgramFunction):
     def fires(self, ctx: dict[str, Any], answer: str) -> bool:
         raise NotImplementedError
 
+    text_attrs = ("ask",)
     #: what the teacher is asked to confirm about the answer
     ask: ClassVar[str] = ""
 
@@ -153,6 +162,7 @@ class AuditOnlyPF(ProgramFunction):
     """
 
     max_fires: ClassVar[int | None] = 1
+    text_attrs = ("why",)
     why: ClassVar[str] = ""
 
     def fires(self, ctx: dict[str, Any], arg: str) -> bool:

@@ -21,6 +21,7 @@ from hasp.pf.equivalence import only_modifies
 from hasp.pf.layout import VERSION_DIR, Version, active_versions, candidate_versions, folder_refusal, scan_versions
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
+from hasp.pf.texts import apply_texts
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,17 @@ def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool,
     return spec.model_copy(update={"phases": {k: v for k, v in spec.phases.items() if k not in bad}})
 
 
+def _checked_texts(spec: SkillSpec, folder: Path, generated: bool, errors: list[str]) -> SkillSpec:
+    """``texts:`` reach an in-process PF only: a generated PF runs in the sandbox and says what its
+    own code says, so its texts are dropped and reported in ``errors``, not silently kept."""
+    if not (generated and spec.texts):
+        return spec
+    msg = f"{folder}/{HASP_FILE}: texts: a generated PF keeps its texts in its code ({', '.join(spec.texts)} dropped)"
+    errors.append(msg)
+    log.warning(msg)
+    return spec.model_copy(update={"texts": {}})
+
+
 def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> Skill:
     version, folder, generated = found
     spec = load_skill(folder)
@@ -134,7 +146,7 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> 
         raise SkillFormatError(why or f"{folder}/{SKILL_FILE}: name {spec.name!r} != folder name")
     if generated and spec.version != version:
         raise SkillFormatError(f"{folder}/{HASP_FILE}: version {spec.version} != folder version {version}")
-    spec = _checked_phases(spec, domain, folder, generated, errors)
+    spec = _checked_texts(_checked_phases(spec, domain, folder, generated, errors), folder, generated, errors)
     pf_path = folder / "pf.py"
     pf: ProgramFunction | None = None
     if spec.pf is not None:
@@ -144,6 +156,10 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> 
     elif pf_path.exists():
         pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
         pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
+    if spec.texts:
+        if pf is None:
+            raise SkillFormatError(f"{folder}/{HASP_FILE}: texts: the skill has no PF to set them on")
+        apply_texts(pf, spec.texts, f"{folder}/{HASP_FILE}")
     return Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf)
 
 

@@ -32,7 +32,7 @@ HASP_FILE = "hasp.yaml"
 AGENT_SKILLS_KEYS = ("name", "description", "license", "allowed-tools", "metadata", "compatibility")
 #: HASP's own keys, kept in hasp.yaml
 HASP_KEYS = ("skill_id", "title", "version", "priority", "error_category", "domain", "applicable_modes",
-             "applicable_phases", "trigger_keywords", "always_on", "system_summary", "phases", "pf")
+             "applicable_phases", "trigger_keywords", "always_on", "system_summary", "phases", "texts", "pf")
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 #: snake_case with single underscores, so its kebab form is a valid Agent Skills name (and back)
@@ -87,6 +87,8 @@ class SkillSpec(BaseModel):
     always_on: bool = False
     system_summary: str = ""
     phases: dict[str, PhaseSpec] = Field(default_factory=dict)
+    #: what the PF says (label, advice...) as data: text attribute name -> string (``hasp.pf.texts``)
+    texts: dict[str, str] = Field(default_factory=dict)
     #: the PF declared as data (``hasp.pf.declaration``) instead of a pf.py
     pf: PFDeclaration | None = None
     body: str = ""
@@ -212,7 +214,8 @@ def _hasp_meta(spec: SkillSpec) -> dict[str, Any]:
                       for k, v in meta["phases"].items()}
     if spec.pf is not None:
         meta["pf"] = spec.pf.model_dump(exclude_defaults=True)
-    return {k: meta[k] for k in HASP_KEYS if k != "pf" or spec.pf is not None}
+    absent = {"pf": spec.pf is None, "texts": not spec.texts}
+    return {k: meta[k] for k in HASP_KEYS if not absent.get(k)}
 
 
 def _agent_skills_meta(spec: SkillSpec, name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ class CodeFindingsPF(FindingsPF):
     """``find(ctx, view)`` lists findings on the parsed code; the hint is ``label``, the lines, ``advice``."""
 
     max_fires: ClassVar[int | None] = 1
+    text_attrs = ("advice",)
     advice: ClassVar[str] = ""
     #: False for finders that report on code that does not parse
     needs_tree: ClassVar[bool] = True

@@ -1,8 +1,8 @@
 """The math PF shape "check the answer against the reasoning, list what does not hold".
 
 Why a base: the math seed checks share their trigger (FINAL), their text layout and one
-exception: checks written for free-form problems do not apply to Game of 24, whose answer
-is an expression checked exactly elsewhere.
+exception: most checks are written for free-form problems and do not apply to Game of 24,
+whose answer is an expression checked exactly elsewhere.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from hasp.pf.bases import FindingsPF
 
 
 class MathFindingsPF(FindingsPF):
-    """``FindingsPF`` on FINAL; ``on_game24 = False`` keeps a check off Game of 24 problems."""
+    """``FindingsPF`` on FINAL, off Game of 24 problems unless ``on_game24 = True``."""
 
     max_fires: ClassVar[int | None] = 2
-    on_game24: ClassVar[bool] = True
+    on_game24: ClassVar[bool] = False
 
     def applies(self, ctx: dict[str, Any]) -> bool:
         return self.on_game24 or not game24_numbers(ctx)

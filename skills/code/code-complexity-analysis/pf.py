@@ -6,17 +6,12 @@ import ast
 from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.pf import register_pf
 
-ADVICE = ("Hidden tests often use inputs far larger than the examples, and a run has a time limit. "
-          "Estimate the cost of each flagged line for n = 10^5 and replace it with a set/dict lookup, "
-          "a single pass, sorting once, or memoisation where it is too slow.")
-
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MEMO = {"lru_cache", "cache", "memoize", "memoized"}
 
 
 @register_pf("code_complexity_analysis")
 class CodeComplexityAnalysisPF(CodeFindingsPF):
-    label, noun, advice = "COMPLEXITY CHECK", "costly construct(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_complexity_risks(view.tree))
 
 

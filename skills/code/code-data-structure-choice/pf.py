@@ -6,16 +6,12 @@ import ast
 from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.pf import register_pf
 
-ADVICE = ("Pick the structure that makes the hot operation cheap: collections.deque for queue ends "
-          "(popleft/appendleft), a set for membership, collections.Counter or a dict for counts.")
-
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _LISTY_ANN = {"list", "List", "Sequence", "tuple", "Tuple"}
 
 
 @register_pf("code_data_structure_choice")
 class CodeDataStructureChoicePF(CodeFindingsPF):
-    label, noun, advice = "DATA STRUCTURE", "list used as queue/set/counter", ADVICE
     find = staticmethod(lambda ctx, view: find_structure_risks(view.tree))
 
 

@@ -8,16 +8,12 @@ from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.domains.code.task import entry_point_of, guards_empty, param_names
 from hasp.pf import register_pf
 
-ADVICE = ("Run the function in your head on the smallest inputs: empty list/string, a single element, "
-          "zero. Return what the problem asks for those cases before the general logic.")
-
 _EMPTY_SPEC = re.compile(r"\b(empty|no elements|no such|is none|return none|return -1|if there (?:is|are) no)\b", re.I)
 _REDUCERS = {"max", "min"}
 
 
 @register_pf("code_edge_cases")
 class CodeEdgeCasesPF(CodeFindingsPF):
-    label, noun, advice = "EDGE CASES", "unhandled edge case(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_edge_case_risks(view.tree, str(ctx.get("question", "")), entry_point_of(ctx, view)))
 
 

@@ -8,17 +8,12 @@ from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.domains.code.task import entry_point_of
 from hasp.pf import register_pf
 
-ADVICE = ("The grader imports your code and calls the function with arguments; it compares the "
-          "returned value with ==. Take inputs as parameters, return the result in the exact type and "
-          "format the problem shows, and print nothing.")
-
 _ANN_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
 _COLLECTION_ANN = {"list", "List", "tuple", "Tuple", "dict", "Dict", "set", "Set"}
 
 
 @register_pf("code_io_format")
 class CodeIOFormatPF(CodeFindingsPF):
-    label, noun, advice = "I/O FORMAT", "input/output contract issue(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_io_risks(view.tree, entry_point_of(ctx, view)))
 
 

@@ -6,10 +6,6 @@ from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.domains.code.task import param_names
 from hasp.pf import register_pf
 
-ADVICE = ("Tests call the function many times, often on the same objects. Use `None` as the default "
-          "and create the list/dict inside, and copy an argument (`xs = list(xs)`, `sorted(xs)`) "
-          "before changing it unless the problem asks for an in-place update.")
-
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
              "add", "discard", "popitem", "setdefault"}
 _COPIES = {"list", "dict", "set", "sorted", "tuple", "copy", "deepcopy", "deque", "Counter", "bytearray"}
@@ -17,7 +13,6 @@ _COPIES = {"list", "dict", "set", "sorted", "tuple", "copy", "deepcopy", "deque"
 
 @register_pf("code_mutable_state")
 class CodeMutableStatePF(CodeFindingsPF):
-    label, noun, advice = "MUTABLE STATE", "shared/mutated object(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_mutation_risks(view.tree))
 
 

@@ -7,16 +7,11 @@ import re
 from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.pf import register_pf
 
-ADVICE = ("Floats carry ~16 significant digits and round on every operation. Compare floats with "
-          "math.isclose (or a tolerance), keep integer arithmetic in integers (//, math.isqrt, **), "
-          "and round the way the problem says.")
-
 _AWAY_FROM_ZERO = re.compile(r"away from zero|round(?:ing)? half up|\.5\b", re.I)
 
 
 @register_pf("code_numeric_precision")
 class CodeNumericPrecisionPF(CodeFindingsPF):
-    label, noun, advice = "NUMERIC PRECISION", "floating-point risk(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_numeric_risks(view.tree, str(ctx.get("question", ""))))
 
 

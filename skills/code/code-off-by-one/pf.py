@@ -5,13 +5,9 @@ import ast
 from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.pf import register_pf
 
-ADVICE = ("Valid indices of a sequence `xs` are 0 .. len(xs) - 1. Re-check each loop bound and index "
-          "above against the first and the last element (and an input of length 1).")
-
 
 @register_pf("code_off_by_one")
 class CodeOffByOnePF(CodeFindingsPF):
-    label, noun, advice = "OFF-BY-ONE CHECK", "index/bound(s) past the end", ADVICE
     find = staticmethod(lambda ctx, view: find_off_by_one(view.tree))
 
 

@@ -7,14 +7,9 @@ from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.domains.code.task import param_names
 from hasp.pf import register_pf
 
-ADVICE = ("CPython stops at about 1000 nested calls (RecursionError); raising the limit can crash "
-          "the interpreter instead. Give every recursive function a base case that is reached, and "
-          "turn recursion whose depth grows with the input into a loop or an explicit stack.")
-
 
 @register_pf("code_recursion_depth")
 class CodeRecursionDepthPF(CodeFindingsPF):
-    label, noun, advice = "RECURSION CHECK", "recursion risk(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_recursion_risks(view.tree))
 
 

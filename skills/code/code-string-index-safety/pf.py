@@ -6,14 +6,9 @@ from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.domains.code.task import guards_empty, param_names
 from hasp.pf import register_pf
 
-ADVICE = ("An empty string or list, or a value that is not present, turns these into IndexError / "
-          "ValueError. Guard them (`if not s: ...`, `sub in s` before `s.index(sub)`, `s.find`, "
-          "`len(parts) > k`) or make sure the problem rules such inputs out.")
-
 
 @register_pf("code_string_index_safety")
 class CodeStringIndexSafetyPF(CodeFindingsPF):
-    label, noun, advice = "INDEX SAFETY", "unguarded index/lookup(s)", ADVICE
     find = staticmethod(lambda ctx, view: find_index_risks(view.tree))
 
 

@@ -8,10 +8,6 @@ from hasp.domains.code.pf_bases import CodeFindingsPF
 from hasp.domains.code.task import entry_point_of
 from hasp.pf import register_pf
 
-ADVICE = ("Submit exactly one complete, importable program: it must parse, define the requested "
-          "function under its exact name, and contain no example calls, asserts, prints or input() "
-          "at module level.")
-
 _TODO = re.compile(r"#\s*(TODO|FIXME|XXX)\b|your code here", re.I)
 _TOP_LEVEL_OK = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
                  ast.Assign, ast.AnnAssign, ast.Pass)
@@ -19,7 +15,6 @@ _TOP_LEVEL_OK = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import
 
 @register_pf("code_verification")
 class CodeVerificationPF(CodeFindingsPF):
-    label, noun, advice = "VERIFY BEFORE SUBMITTING", "submission issue(s)", ADVICE
     needs_tree = False
     find = staticmethod(lambda ctx, view: find_verification_issues(view, entry_point_of(ctx, view)))
 

@@ -43,6 +43,5 @@ def findings(ctx, arg, limit=3):
 
 @register_pf("algebraic_sign_error")
 class AlgebraicSignErrorPF(MathFindingsPF):
-    label, closing = "[SIGN CHECK]", "Fix the sign and recompute."
-    noun, quiet = "sign problem(s)", "no sign error found"
+    on_game24 = True
     scan = staticmethod(findings)

@@ -40,6 +40,5 @@ def findings(ctx, arg, limit=4):
 
 @register_pf("arithmetic_slip")
 class ArithmeticSlipPF(MathFindingsPF):
-    label, closing = "[ARITHMETIC CHECK]", "Recompute before answering."
-    noun, quiet = "arithmetic problem(s)", "no arithmetic slip found"
+    on_game24 = True
     scan = staticmethod(findings)

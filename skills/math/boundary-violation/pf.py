@@ -56,11 +56,7 @@ def violation(ctx, arg):
 
 @register_pf("boundary_violation")
 class BoundaryViolationPF(MathFindingsPF):
-    quiet, on_game24 = "answer within implied range", False
-
-    def scan(self, ctx, arg):
-        found = violation(ctx, arg)
-        return [] if found is None else [found]
+    check = staticmethod(violation)
 
     def render(self, ctx, arg, found):
         bound, trigger = found[0]

@@ -49,7 +49,4 @@ def findings(ctx, arg):
 
 @register_pf("case_incompleteness")
 class CaseIncompletenessPF(MathFindingsPF):
-    label, closing = "[CASE CHECK]", "Cases must be exhaustive and mutually exclusive."
-    noun, quiet = "case problem(s)", "cases look complete"
-    on_game24 = False
     scan = staticmethod(findings)

@@ -76,7 +76,4 @@ def findings(ctx, arg):
 
 @register_pf("overgeneralization")
 class OvergeneralizationPF(MathFindingsPF):
-    label = "[PRECONDITION CHECK]"
-    noun, quiet = "unjustified generalization(s)", "no overgeneralization found"
-    on_game24 = False
     scan = staticmethod(findings)

@@ -35,7 +35,5 @@ def findings(ctx, arg):
 
 @register_pf("proof_step_gap")
 class ProofStepGapPF(MathFindingsPF):
-    label = "[STEP CHECK]"
-    noun, quiet = "gap(s) in the derivation", "steps are written out"
-    max_fires, on_game24 = 1, False
+    max_fires = 1
     scan = staticmethod(findings)

@@ -68,7 +68,4 @@ def findings(ctx, arg):
 
 @register_pf("simplification_incomplete")
 class SimplificationIncompletePF(MathFindingsPF):
-    label, closing = "[SIMPLIFY]", "Give the final form in FINAL."
-    noun, quiet = "simplification(s) missing", "answer is simplified"
-    on_game24 = False
     scan = staticmethod(findings)

@@ -115,6 +115,5 @@ def findings(ctx, arg, limit=3):
 
 @register_pf("substitution_invalid")
 class SubstitutionInvalidPF(MathFindingsPF):
-    label, closing = "[SUBSTITUTION CHECK]", "Go back to the step that produced these values."
-    noun, quiet = "failed substitution(s)", "substitutions hold"
+    on_game24 = True
     scan = staticmethod(findings)

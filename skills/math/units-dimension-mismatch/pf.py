@@ -89,11 +89,7 @@ def mismatch(ctx, arg):
 
 @register_pf("units_dimension_mismatch")
 class UnitsDimensionMismatchPF(MathFindingsPF):
-    label, quiet, on_game24 = "[UNITS CHECK]", "units consistent", False
-
-    def scan(self, ctx, arg):
-        text = mismatch(ctx, arg)
-        return [] if text is None else [text]
+    check = staticmethod(mismatch)
 
     def reason(self, ctx, arg, found):
         return "answer unit differs from asked unit"
