@@ -28,6 +28,7 @@ from hasp.pf.layout import GENERATED_DIR, VERSION_DIR, folder_refusal
 from hasp.pf.library import import_trusted_pf
 from hasp.pf.pf_source import find_pf_class
 from hasp.pf.declared import compile_declaration
+from hasp.pf.texts import apply_texts
 from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
 
 CHECKS = ("agent_skills", "hasp", "pf_load", "exec")
@@ -100,7 +101,7 @@ def _exec_report(pf_path: Path, spec: SkillSpec, sandbox: bool, rep: FolderRepor
         return validate_candidate(source, spec.skill_id, timeout_s=timeout_s, action_types=actions)
     rep.mode = "trusted"
     try:
-        pf = import_trusted_pf(pf_path, spec.skill_id)
+        pf = apply_texts(import_trusted_pf(pf_path, spec.skill_id), spec.texts, f"{pf_path.parent}/{HASP_FILE}")
     except Exception as e:  # noqa: BLE001 - any import failure is the finding
         rep._set("pf_load", [f"{type(e).__name__}: {e}"])
         return None

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 # syscall numbers are the same on every architecture; rights from <linux/landlock.h>
 _NR_CREATE, _NR_ADD_RULE, _NR_RESTRICT = 444, 445, 446
@@ -73,14 +75,15 @@ class _Beneath(ctypes.Structure):
     _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def deny_all_files(prot: dict) -> int:
-    """No filesystem access at all for the calling process; returns the ABI (raises OSError)."""
+def _restrict(handled: dict[int, int], prot: dict, rules: Callable[[Any, int, int, int], None]) -> int:
+    """Create a ruleset handling ``handled`` rights (those the kernel's ABI knows), let ``rules(libc,
+    ruleset fd, fs rights, ABI)`` add exceptions, then restrict the calling process; returns the ABI."""
     libc = _libc()
     level = int(libc.syscall(_NR_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
     if level < 1:
         _fail("landlock unsupported")
     fs = _FS_EXECUTE
-    for right, since in {**_FS_WRITE_RIGHTS, **_FS_READ_RIGHTS}.items():
+    for right, since in handled.items():
         if level >= since:
             fs |= right
     attr = _Attr(fs, _NET_TCP if level >= 4 else 0, _SCOPES if level >= 6 else 0)
@@ -89,32 +92,27 @@ def deny_all_files(prot: dict) -> int:
     if rfd < 0:
         _fail("landlock_create_ruleset")
     try:
+        rules(libc, rfd, fs, level)
         if libc.syscall(_NR_RESTRICT, ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
             _fail("landlock_restrict_self")
     finally:
         os.close(rfd)
     prot["landlock_net"] = level >= 4
     prot["landlock_scoped"] = level >= 6
+    return level
+
+
+def deny_all_files(prot: dict) -> int:
+    """No filesystem access at all for the calling process; returns the ABI (raises OSError)."""
+    level = _restrict({**_FS_WRITE_RIGHTS, **_FS_READ_RIGHTS}, prot, lambda *_: None)
     prot["landlock_files"] = "none"
     return level
 
 
 def restrict_writes_to(workdir: str, prot: dict) -> int:
-    """Apply the ruleset to the calling process; returns the ABI (raises OSError)."""
-    libc = _libc()
-    level = int(libc.syscall(_NR_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
-    if level < 1:
-        _fail("landlock unsupported")
-    fs = _FS_EXECUTE
-    for right, since in _FS_WRITE_RIGHTS.items():
-        if level >= since:
-            fs |= right
-    attr = _Attr(fs, _NET_TCP if level >= 4 else 0, _SCOPES if level >= 6 else 0)
-    size = 8 if level < 4 else 16 if level < 6 else 24
-    rfd = libc.syscall(_NR_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if rfd < 0:
-        _fail("landlock_create_ruleset")
-    try:
+    """Writes only beneath ``workdir`` (and to /dev/null) for the calling process; returns the ABI."""
+
+    def rules(libc: Any, rfd: int, fs: int, level: int) -> None:
         for path, rights in ((workdir, fs & ~_FS_EXECUTE & ~_FS_DEVICE_RIGHTS),
                              (os.devnull, fs & _FS_DEVNULL_RIGHTS)):
             pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -125,10 +123,5 @@ def restrict_writes_to(workdir: str, prot: dict) -> int:
                     _fail(f"landlock_add_rule({path})")
             finally:
                 os.close(pfd)
-        if libc.syscall(_NR_RESTRICT, ctypes.c_int(rfd), ctypes.c_uint32(0)) != 0:
-            _fail("landlock_restrict_self")
-    finally:
-        os.close(rfd)
-    prot["landlock_net"] = level >= 4
-    prot["landlock_scoped"] = level >= 6
-    return level
+
+    return _restrict(_FS_WRITE_RIGHTS, prot, rules)
