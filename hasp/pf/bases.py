@@ -8,6 +8,7 @@ prompt-equivalent (A+B) exactly as if it had written ``intervene`` itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hasp.pf.base import ProgramFunction, Teacher
@@ -34,7 +35,8 @@ class FindingsPF(ProgramFunction):
     By default the text is ``label``, the findings and ``closing`` joined by spaces;
     ``render`` builds it otherwise, ``reason`` the event's reason. ``applies`` rules out
     contexts the scan is not meant for. A check that finds at most one problem defines
-    ``check`` (the finding or None) instead of ``scan``.
+    ``check`` (the finding or None) instead of ``scan``; a skill made of several such checks
+    lists them in ``checks`` (each ``(ctx, arg) -> finding or None``), found in that order.
     """
 
     text_attrs = ("label", "closing", "noun", "quiet")
@@ -46,7 +48,12 @@ class FindingsPF(ProgramFunction):
     #: the reason when asked to intervene with nothing found
     quiet: ClassVar[str] = "nothing found"
 
+    #: named single checks, each ``(ctx, arg) -> finding or None`` (plain functions, not methods)
+    checks: ClassVar[tuple[Callable[[dict[str, Any], str], Any], ...]] = ()
+
     def scan(self, ctx: dict[str, Any], arg: str) -> list[Any]:
+        if self.checks:
+            return [f for f in (c(ctx, arg) for c in self.checks) if f is not None]
         found = self.check(ctx, arg)
         return [] if found is None else [found]
 

@@ -20,33 +20,47 @@ def _norm_tuple(t):
     return "(" + ",".join(x.strip() for x in t.strip("() ").split(",")) + ")"
 
 
-def findings(ctx, arg):
-    thought = str(ctx.get("thought", "")).replace("−", "-")
-    question = str(ctx.get("question", ""))
-    out = []
-    cases = sorted({int(n) for n in _CASE.findall(thought)})
-    if len(cases) >= 2:
-        missing = [n for n in range(cases[0], cases[-1] + 1) if n not in cases]
-        if missing:
-            out.append(f"You analysed cases {', '.join(map(str, cases))} but case "
-                       f"{', '.join(map(str, missing))} is missing.")
+def _thought(ctx):
+    return str(ctx.get("thought", "")).replace("−", "-")
+
+
+def missing_case(ctx, arg):
+    """Numbered cases with a gap (case 1, 2, 4)."""
+    cases = sorted({int(n) for n in _CASE.findall(_thought(ctx))})
+    missing = [n for n in range(cases[0], cases[-1] + 1) if n not in cases] if len(cases) >= 2 else []
+    if not missing:
+        return None
+    return (f"You analysed cases {', '.join(map(str, cases))} but case "
+            f"{', '.join(map(str, missing))} is missing.")
+
+
+def repeated_outcome(ctx, arg):
+    """A count that equals the number of listed results although some results repeat."""
+    thought = _thought(ctx)
     ans = parse_number(clean_answer(arg))
     results = [_norm_tuple(t) for t in _ARROW_RESULT.findall(thought)]
     if not results:
         results = [_norm_tuple("(" + t + ")") for t in _TUPLE.findall(thought)]
-    if results and ans is not None and ans == len(results):
-        counts = Counter(results)
-        if len(counts) < len(results):
-            reps = [f"{t} appears {k} times" for t, k in counts.most_common() if k > 1][:3]
-            out.append(f"Your count {len(results)} is the number of listed results, but only {len(counts)} are "
-                       f"distinct: {'; '.join(reps)}. Count distinct outcomes, not orderings.")
+    if not results or ans is None or ans != len(results):
+        return None
+    counts = Counter(results)
+    if len(counts) == len(results):
+        return None
+    reps = [f"{t} appears {k} times" for t, k in counts.most_common() if k > 1][:3]
+    return (f"Your count {len(results)} is the number of listed results, but only {len(counts)} are "
+            f"distinct: {'; '.join(reps)}. Count distinct outcomes, not orderings.")
+
+
+def unhandled_absolute_value(ctx, arg):
+    """An absolute value in the problem whose negative branch the reasoning never treats."""
+    question = str(ctx.get("question", ""))
     m = _ABS.search(_ARRAY_SPEC.sub(" ", question))
-    if m and not _COMPLEX.search(question) and not _NEG_BRANCH.search(thought):
-        out.append(f"The problem contains an absolute value ({m.group(0)[:40]}) but your reasoning never treats "
-                   f"the case where its inside is negative.")
-    return out
+    if not m or _COMPLEX.search(question) or _NEG_BRANCH.search(_thought(ctx)):
+        return None
+    return (f"The problem contains an absolute value ({m.group(0)[:40]}) but your reasoning never treats "
+            f"the case where its inside is negative.")
 
 
 @register_pf("case_incompleteness")
 class CaseIncompletenessPF(MathFindingsPF):
-    scan = staticmethod(findings)
+    checks = (missing_case, repeated_outcome, unhandled_absolute_value)
