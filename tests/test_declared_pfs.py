@@ -248,6 +248,15 @@ def test_no_compiled_declaration_raises_on_a_malformed_context(ctx):
 
 # ----------------------------------------------------------------------------- refusals
 
+def _declaring(tmp_path, pf):
+    """A one-skill library whose redundant-read declares ``pf``, and what loading it gives."""
+    folder = shutil.copytree(SEARCH_LIB / "redundant-read", tmp_path / "search" / "redundant-read")
+    meta = yaml.safe_load((folder / "hasp.yaml").read_text())
+    meta["pf"] = pf
+    (folder / "hasp.yaml").write_text(yaml.safe_dump(meta))
+    return folder, load_library(folder.parent)
+
+
 @pytest.mark.parametrize("pf,key", [
     ({"watches": ["READ"], "when": ["arg_not_in_result"], "inject": "x"}, "when: unknown condition 'arg_not_in_result'"),
     ({"watches": ["READ"], "when": [{"field": "n_docs", "op": ">", "value": 1}], "inject": "x"},
@@ -265,11 +274,7 @@ def test_no_compiled_declaration_raises_on_a_malformed_context(ctx):
     ({"watches": ["READ"], "inject": "x", "reason": "{nothing}"}, "reason: placeholder {nothing}"),
 ])
 def test_a_malformed_declaration_is_refused_with_one_line_naming_file_and_key(tmp_path, pf, key):
-    folder = shutil.copytree(SEARCH_LIB / "redundant-read", tmp_path / "search" / "redundant-read")
-    meta = yaml.safe_load((folder / "hasp.yaml").read_text())
-    meta["pf"] = pf
-    (folder / "hasp.yaml").write_text(yaml.safe_dump(meta))
-    lib = load_library(folder.parent)
+    folder, lib = _declaring(tmp_path, pf)
     assert lib.ids == [] and len(lib.load_errors) == 1
     err = lib.load_errors[0]
     assert f"{folder}/hasp.yaml: pf: {key}" in err and "\n" not in err, err
@@ -283,11 +288,7 @@ def test_a_malformed_declaration_is_refused_with_one_line_naming_file_and_key(tm
     ({"watches": [], "inject": "x"}, "pf.watches"),
 ])
 def test_a_declaration_of_the_wrong_shape_is_refused_naming_the_key(tmp_path, pf, msg):
-    folder = shutil.copytree(SEARCH_LIB / "redundant-read", tmp_path / "search" / "redundant-read")
-    meta = yaml.safe_load((folder / "hasp.yaml").read_text())
-    meta["pf"] = pf
-    (folder / "hasp.yaml").write_text(yaml.safe_dump(meta))
-    lib = load_library(folder.parent)
+    _, lib = _declaring(tmp_path, pf)
     assert lib.ids == [] and msg in lib.load_errors[0] and "\n" not in lib.load_errors[0]
 
 
