@@ -89,6 +89,19 @@ def test_menus_put_what_is_special_about_the_failing_steps_first():
     assert menus.sources[:2] == ["best_unread_result", "top_result"] and "answer_span_from_results" in menus.sources
 
 
+def test_counterfactual_replay_puts_the_repairs_that_would_have_answered_first():
+    from hasp.evolve.declarative import focus_steps, repair_options
+
+    replayed = {t.qid: list(replay(t, 5)) for t in (invented_read_traj(), searching_traj())}
+    focus = focus_steps(cluster_of("q1"), replayed)
+    menus = rank_menus(focus, [s for v in replayed.values() for s in v], gold={"q1": ["1836"]})
+    assert menus.answers["answer_span_from_evidence"] == 1.0 and menus.answers["answer_span_from_last_read"] == 0.0
+    assert repair_options(menus, "READ")[:2] == ["FINAL answer_span_from_evidence", "FINAL answer_span_from_results"]
+    wrong = rank_menus(focus, [], gold={"q1": ["1901"]})
+    assert repair_options(wrong, "READ")[0] == "READ best_unread_result"  # nothing would have answered right
+    assert rank_menus(focus, []).answers == {}  # no gold (not the training split): no replay
+
+
 @pytest.mark.parametrize("reply", [
     GOOD,
     "**SKILL_ID**: read_shown_result\n- description: reads a shown result\n- Watches: READ\n"

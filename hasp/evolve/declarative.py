@@ -18,7 +18,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -67,11 +67,13 @@ def _p(key: str, **fields: object) -> str:
 
 @dataclass(frozen=True)
 class Menus:
-    """What the student may pick from, most relevant first."""
+    """What the student may pick from, most relevant first. ``answers`` (source -> share of the
+    failing steps where a FINAL from that source would have been right) orders the repairs."""
 
     watches: list[str]
     conditions: list[str]
     sources: list[str]
+    answers: dict[str, float] = field(default_factory=dict)
 
 
 def _rate(test: Callable[[Step], Any], steps: Sequence[ReplayedStep]) -> float:
@@ -86,10 +88,28 @@ def _rate(test: Callable[[Step], Any], steps: Sequence[ReplayedStep]) -> float:
     return hits / len(steps)
 
 
-def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep]) -> Menus:
+def _answer_rates(focus: Sequence[ReplayedStep], gold: dict[str, list[str]]) -> dict[str, float]:
+    """Counterfactual replay on the training split: per answer source, the share of the failing
+    steps on which a FINAL with its value would have been an exact match of the gold answer."""
+    from hasp.domains.search.metrics import exact_match
+
+    steps = [s for s in focus if gold.get(s.qid)]
+    if not steps:
+        return {}
+    out = {}
+    for name, src in SOURCES.items():
+        if src.kind == "answer":
+            out[name] = sum(exact_match(src.get(Step(s.ctx, s.action, s.arg)), gold[s.qid]) for s in steps) / len(steps)
+    return out
+
+
+def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep],
+               gold: dict[str, list[str]] | None = None) -> Menus:
     """Menus for a cluster: its steps' action types by frequency; conditions true on at least half of
     them, ranked by how much more often they hold there than on the background steps; sources that
-    yield a value on at least half of them (documents, then answers, then queries)."""
+    yield a value on at least half of them (documents, then answers, then queries). With ``gold``
+    (qid -> answers of the training questions) answer sources are also scored by counterfactual
+    replay, and the repairs that would have answered right come first."""
     watches = [a for a, _ in Counter(s.action for s in focus).most_common() if a in ACTIONS] or list(ACTIONS)
     scored = []
     for name, (test, _) in CONDITIONS.items():
@@ -103,7 +123,7 @@ def rank_menus(focus: Sequence[ReplayedStep], background: Sequence[ReplayedStep]
     yields = [(-_rate(src.get, focus), kinds.get(src.kind, 3), name) for name, src in SOURCES.items()
               if name not in ("shown_results", "arg")]
     sources = [n for r, _, n in sorted(yields) if -r >= 0.5]
-    return Menus(watches=watches, conditions=conditions, sources=sources)
+    return Menus(watches=watches, conditions=conditions, sources=sources, answers=_answer_rates(focus, gold or {}))
 
 
 def focus_steps(cluster: Cluster, replayed: dict[str, list[ReplayedStep]]) -> list[ReplayedStep]:
@@ -287,12 +307,16 @@ def _numbered(options: Sequence[str]) -> str:
 
 
 def repair_options(menus: Menus, watched: str) -> list[str]:
-    """``ACTION source`` pairs a rewrite may use, the watched action's own first."""
+    """``ACTION source`` pairs a rewrite may use: a FINAL that would have answered right on the
+    failing steps first (best first), then the watched action's own, then the others."""
     from hasp.pf.vocabulary import REWRITE_KINDS
 
     order = [watched, *[a for a in ACTIONS if a != watched]]
-    return [f"{a} {s}" for a in order for s in menus.sources
+    opts = [f"{a} {s}" for a in order for s in menus.sources
             if SOURCES[s].kind in REWRITE_KINDS[a] and not (a == watched and s == "arg")]
+    right = sorted((o for o in opts if o.startswith("FINAL ") and menus.answers.get(o.split()[1], 0) > 0),
+                   key=lambda o: -menus.answers[o.split()[1]])
+    return right + [o for o in opts if o not in right]
 
 
 def interview(student: ChatModel, cluster: Cluster, menus: Menus, steps: Sequence[ReplayedStep],
@@ -388,6 +412,7 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                         replayed: dict[str, list[ReplayedStep]], history: FeedbackHistory | None = None,
                         epoch: int = 0, max_candidates: int = 5, temperature: float = 0.7, max_tokens: int = 200,
                         seed: int | None = None, reply_format: str = "lines",
+                        gold: dict[str, list[str]] | None = None,
                         on_done: Callable[[], None] | None = None) -> list[Candidate]:
     """One declared candidate per cluster (the first ``max_candidates``); each gets one retry.
 
@@ -396,13 +421,14 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     lines); ``lines`` asks for ``KEY: value`` lines; ``choices`` asks one short question per field
     (``interview``), for students too small to keep a format. A failed call or a reply that stays
     invalid is a candidate with ``parse_error`` set and the reply kept, so the epoch's record shows it.
+    ``gold`` (qid -> answers, training questions only) orders the repair menu by counterfactual replay.
     """
     background = [s for steps in replayed.values() for s in steps]
     existing = list(existing_skill_ids)
     out = []
     for cluster in list(clusters)[: max(0, max_candidates)]:
         focus = focus_steps(cluster, replayed)
-        menus = rank_menus(focus, background)
+        menus = rank_menus(focus, background, gold)
         msgs = build_messages(cluster, menus, focus, existing, history)
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
         if reply_format == "json":

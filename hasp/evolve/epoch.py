@@ -189,6 +189,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
                 clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
                 max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
                 seed=epoch, reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
+                gold={t.qid: list(t.answers) for t in trajs},
                 on_done=bar.advance)
         else:
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns

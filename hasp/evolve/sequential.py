@@ -226,7 +226,8 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
                                       replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
                                       temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
-                                      reply_format=reply_format_for(e.structured_output, params.llm.base_url is None))
+                                      reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
+                                      gold={traj.qid: list(traj.answers)} if split == "train" else None)
         if not cand.declared:
             return [], [cand.parse_error]
         rep = validate_declared(cand)

@@ -47,11 +47,11 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
                 ) -> list[str]:
     """Lines telling what happened in ``epoch_dir`` (missing files are skipped, never an error)."""
     lines: list[str] = []
-    roll = _load(epoch_dir / "rollout_summary.json") or {}
+    roll = _em_by_qid(epoch_dir / "rollout.jsonl")
     clusters = _load(epoch_dir / "clusters.json") or []
     failures = _load(epoch_dir / "failures.json") or []
     lines.append(f"Failures found: {len(failures)} failure patterns"
-                 + (f" in {roll.get('failed')} failed of {roll.get('n')} episodes" if roll else "")
+                 + (f" in {sum(1 for v in roll.values() if not v)} failed of {len(roll)} episodes" if roll else "")
                  + f"; {len(clusters)} cluster(s) to repair")
     for c in clusters[:5]:
         lines.append(f"  - {c.get('category')}: {c.get('support')} episode(s) — "
@@ -71,6 +71,8 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
         lines += [f"      | {truncate(x, 110)}" for x in reply.splitlines()[:8]] or ["      | (empty reply)"]
         if c.get("parse_error"):
             lines.append(f"      refused at parse: {truncate(c['parse_error'], 140)}")
+        if c.get("declaration"):
+            lines.append(f"      declared: {truncate(json.dumps(c['declaration']), 160)}")
         if sid in val:
             v = val[sid]
             lines.append(f"      Phase D: Q_exec {float(v.get('q_exec', 0)):.2f} ({'passed' if v.get('passed') else 'failed'})")
@@ -83,7 +85,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             n = int(g.get("n") or 0)
             line = (f"      val gate: EM {_rate(g.get('base_em'), n)} -> {_rate(g.get('em_val'), n)} (n={n}), "
                     f"dEM {g.get('delta_em')}")
-            after = _em_by_qid(epoch_dir / "val_runs" / f"val+{sid}.jsonl")
+            after = _em_by_qid(next((epoch_dir / "val_runs").glob(f"val*{sid}.jsonl"), Path("-")))
             common = sorted(set(base_em) & set(after))
             if common:
                 line += f", paired {paired_difference([base_em[q] for q in common], [after[q] for q in common])}"
