@@ -184,6 +184,24 @@ class StudentDouble:
         return [self.chat(m, **kw) for m in batch]
 
 
+class OutageStudentDouble(StudentDouble):
+    """The student behind an endpoint that answers 500 (after the client's retries) while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def chat(self, messages, **kw):
+        if self.down:
+            from hasp.llm.client import LLMError
+
+            self.calls.hit()
+            raise LLMError("LLM endpoint http://127.0.0.1:9/v1 (model 'student') failed after 4 attempts: "
+                           "http 500: scripted 500", endpoint="http://127.0.0.1:9/v1", model="student",
+                           kind="http 500", attempts=4)
+        return super().chat(messages, **kw)
+
+
 # ----------------------------------------------------------------------------- teachers
 class ScriptedTeacherDouble:
     """A teacher that answers with fixed replies in order (the last one repeats; none means "").

@@ -47,7 +47,8 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params), out_root=str(out),
                       library=str(library), start_epoch=start_epoch, final_eval=final_eval, val_gate=val_gate)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
-        typer.echo(json.dumps({"epoch": i, "proposed": ph["propose"]["proposed"],
+        failure = {"proposals_failed": ph["propose"]["failure"]} if ph["propose"].get("failure") else {}
+        typer.echo(json.dumps({"epoch": i, **failure, "proposed": ph["propose"]["proposed"],
                                "admitted": ph["admit"]["admitted"], "library_size": ph["admit"]["library_size"],
                                "val_em": ph["val_after"]["em"],
                                "rolled_back_to": ph["frontier"]["rolled_back_to"]}))
