@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect import flow
 
+from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
 from hasp.evolve.gate import epoch_phases, static_exec
@@ -30,7 +31,7 @@ from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from tasks import phases
-from tasks.cache import content_hash, key_of, module_closure
+from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
 from tasks.phases import settle
 
 # Every hasp module an epoch executes (closed over their imports by ``module_closure``); their sources (plus the prompt files) are the code part of
@@ -69,15 +70,33 @@ def _model_identity(params: Any) -> str:
 
 
 def _fresh(*paths: Path) -> bool:
-    """True when an output is missing: then the task must run even if its key is cached."""
-    return not all(p.exists() for p in paths)
+    """True when an output is missing or incomplete: then the task must run even if its key is cached."""
+    return not outputs_complete(*paths)
 
 
 def _phase(pipe: Pipeline, name: str, task: Any, outputs: tuple[Path, ...], *args: Any, **kwargs: Any) -> Any:
-    """One cached phase: it re-runs when one of its ``outputs`` is missing, and a phase whose model
-    calls failed returns its summary without being cached (``tasks.phases.settle``)."""
+    """One cached phase: it re-runs when one of its ``outputs`` is missing or incomplete, and a phase
+    whose model calls failed returns its summary without being cached (``tasks.phases.settle``)."""
     call = task.with_options(refresh_cache=_fresh(*outputs)) if outputs else task
     return pipe.run(name, settle(call), *args, **kwargs)
+
+
+def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, library: Path, out_path: Path,
+               **kwargs: Any) -> dict[str, Any]:
+    """The shared val rollout. Its key is the library's skills, so a hit may come from a run that wrote
+    its trajectories elsewhere (the previous epoch's "val after", another ``--out``): the file is
+    copied from there when it is still whole, and the rollout re-runs when it is not."""
+    call = settle(phases.val_rollout.with_options(refresh_cache=False))
+    summary = pipe.run(name, call, key, p, data_dir, library, out_path, **kwargs)
+    if output_complete(out_path):
+        return summary
+    src = Path(summary.get("trajectories", ""))
+    if summary.get("trajectories") and output_complete(src):
+        text = src.read_text(encoding="utf-8")
+        atomic_write(out_path, lambda f: f.write(text))
+        return summary
+    call = settle(phases.val_rollout.with_options(refresh_cache=True))
+    return pipe.run(f"{name} (re-run: trajectories missing)", call, key, p, data_dir, library, out_path, **kwargs)
 
 
 @dataclass
@@ -195,8 +214,8 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
     k = key_of(*val_key, library_hash(lib_in))
-    ph["val_baseline"] = _phase(pipe, "val baseline", phases.val_rollout, (), k, p, data_dir, lib_in,
-        ep_dir / "val_baseline.jsonl", policy=clients.policy, teacher=clients.teacher, label="val_baseline")
+    ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
+                                    policy=clients.policy, teacher=clients.teacher, label="val_baseline")
     if "gate" in run_phases:
         k = key_of(code, data_h, lib_h, cand_h, val_h, rev_h, p.section_hash("evolve"), agent_llm, model_id,
                    teacher_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
@@ -211,8 +230,8 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     evolved = ep_dir / "library"
 
     k = key_of(*val_key, library_hash(evolved))
-    ph["val_after"] = _phase(pipe, "val after", phases.val_rollout, (), k, p, data_dir, evolved,
-        ep_dir / "val_after.jsonl", policy=clients.policy, teacher=clients.teacher, label="val_after")
+    ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
+                                 policy=clients.policy, teacher=clients.teacher, label="val_after")
     ph["frontier"] = pipe.run("frontier", phases.frontier, out, epoch, evolved, ph["val_after"], p,
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])

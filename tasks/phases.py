@@ -97,6 +97,7 @@ def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, o
     library after an epoch). Keyed on the library's content, so one run serves both."""
     s = ep.rollout(params, data_dir, library, "val", out_path, policy=policy, variant="pf", teacher=teacher,
                    limit=params.evolve.val_limit or None, label=label)
+    s["trajectories"] = str(Path(out_path).resolve())  # where a later cache hit finds the file
     return _uncached_if_failed("val-rollout", s)
 
 
