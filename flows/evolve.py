@@ -99,6 +99,25 @@ def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, l
     return pipe.run(f"{name} (re-run: trajectories missing)", call, key, p, data_dir, library, out_path, **kwargs)
 
 
+#: scratch folders a phase removes when it ends; a killed run leaves them behind
+SCRATCH = ("valgate-*",)
+
+
+def sweep_scratch(ep_dir: Path) -> int:
+    """Remove the scratch folders of an earlier, killed run of this epoch (nothing else writes
+    there while the epoch starts); returns how many were removed."""
+    import shutil
+
+    gone = 0
+    for pattern in SCRATCH:
+        for d in ep_dir.glob(pattern):
+            shutil.rmtree(d, ignore_errors=True)
+            gone += 1
+    if gone:
+        phase_result(f"epoch folder {ep_dir}", f"removed {gone} scratch folder(s) left by an interrupted run")
+    return gone
+
+
 @dataclass
 class Clients:
     """The model clients of a run. All lazy: a fully cached run never starts a server."""
@@ -172,6 +191,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     for phase, name in STALE_IF_SKIPPED.items():
         if phase not in run_phases:
             (ep_dir / name).unlink(missing_ok=True)
+    sweep_scratch(ep_dir)
     lib_h = content_hash(lib_in)
     agent_llm = p.section_hash("agent", "llm", "harness")
     ph: dict[str, Any] = {}

@@ -81,3 +81,13 @@ def test_fresh_out_gets_the_val_trajectories_of_a_cache_hit(prefect_harness, wor
     assert output_complete(c) and [json.loads(x)["qid"] for x in c.read_text().splitlines()] == \
         [json.loads(x)["qid"] for x in b.read_text().splitlines()]
     assert third["em"] == first["em"]
+
+
+def test_scratch_of_a_killed_run_is_swept(tmp_path: Path) -> None:
+    from flows.evolve import sweep_scratch
+
+    (tmp_path / "valgate-skill_x-abc" / "library").mkdir(parents=True)
+    (tmp_path / "valgate-skill_x-abc" / "library" / "SKILL.md").write_text("x")
+    (tmp_path / "rollout.jsonl").write_text("{}\n")
+    assert sweep_scratch(tmp_path) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["rollout.jsonl"]
