@@ -209,7 +209,7 @@ def _episode_fn(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, li
             error = f"{type(exc).__name__}: {exc}"[:500]
             log.warning("%s/%s %s: episode failed: %s", ds.name, arm.label, qid, error)
             traj = Trajectory(qid=qid, question=question, answers=answers, variant=arm.label, terminated="error",
-                              pf_errors=[error], wall_s=(time.time_ns() - start_ns) / 1e9)
+                              wall_s=(time.time_ns() - start_ns) / 1e9)  # an infrastructure error, not a PF's
         verdict = None
         if judge and not error:
             _, question, answers = item_identity(item)
