@@ -152,3 +152,9 @@ def test_sigint_stops_a_process_waiting_on_a_hung_endpoint_within_seconds(tmp_pa
         took = time.monotonic() - t0
     assert took < 3.0, took
     assert "KeyboardInterrupt" in proc.stderr.read()
+
+
+def test_runaway_reply_is_cut_and_the_cap_recorded() -> None:
+    with OpenAIEndpointDouble(reply=lambda body: "x" * 5_000_000) as ep:
+        text = _client(ep.base_url, max_reply_chars=4096).chat(USER).text
+    assert len(text) < 4200 and text.endswith("[reply cut at 4096 of 5000000 characters]")

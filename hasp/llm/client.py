@@ -76,6 +76,7 @@ class LLMConfig:
     timeout_s: float = default_of(LLMParams, "timeout_s")
     max_retries: int = default_of(LLMParams, "max_retries")
     max_concurrency: int = default_of(LLMParams, "max_concurrency")
+    max_reply_chars: int = default_of(LLMParams, "max_reply_chars")
     temperature: float = 0.0
     max_tokens: int = 256
 
@@ -159,6 +160,8 @@ class LLMClient:
             cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
             if cut >= 0:
                 text = text[:cut]
+        if len(text) > cfg.max_reply_chars:  # a runaway server must not fill the disk through trajectories
+            text = text[:cfg.max_reply_chars] + f"\n[reply cut at {cfg.max_reply_chars} of {len(text)} characters]"
         pt = resp.usage.prompt_tokens if resp.usage else 0
         ct = resp.usage.completion_tokens if resp.usage else 0
         with self._lock:
