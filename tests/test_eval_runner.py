@@ -389,3 +389,17 @@ def test_results_table_shows_scored_failed_and_parse_errors():
     m = {"ds": {"react": {"n": 10, "n_scored": 8, "n_failed": 2, "em": 0.5, "parse_error_rate": 0.25}}}
     row = dict(zip(header(), table_rows(m)[0]))
     assert (row["n"], row["scored"], row["failed"], row["EM"], row["parse err"]) == ("10", "8", "2", "0.500", "0.25")
+
+
+def test_finished_cells_survive_a_later_cell_that_fails(mlflow_tmp):
+    params = _params()
+    sets = _sets(params, limit=2)
+    first, second = sets
+    policy = AnsweringPolicyDouble(_gold(sets), {q.question for q in first.questions},
+                                   fail={q.question for q in second.questions})
+    with pytest.raises(RuntimeError, match="all 2 episodes failed"):
+        run_eval(params, sets, ["react"], policy=policy, library_root=None, out_dir=mlflow_tmp / "partial",
+                 progress=False)
+    m = json.loads((mlflow_tmp / "partial" / "metrics.json").read_text())
+    assert m[first.name]["react"]["em"] == pytest.approx(1.0) and m[first.name]["react"]["n"] == 2
+    assert "all 2 episodes failed" in m[second.name]["react"]["cell_error"]
