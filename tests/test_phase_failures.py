@@ -66,3 +66,9 @@ def test_failed_proposals_are_reported_and_retried_not_cached(prefect_harness, e
 
     calls = student.calls.n
     assert propose_once() == up and student.calls.n == calls  # a complete phase is cached as before
+
+    record = prefect_harness / "storage" / f"C-propose-{key}"
+    assert record.is_file()
+    record.write_text('{"broken')  # a corrupted cache entry is a miss: the phase runs again
+    again = propose_once()
+    assert student.calls.n == calls + 2 and again["proposed"] == 2
