@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect import flow
 
+from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
 from hasp.evolve.gate import epoch_phases, static_exec
@@ -30,7 +31,8 @@ from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from tasks import phases
-from tasks.cache import content_hash, key_of, module_closure
+from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
+from tasks.phases import settle
 
 # Every hasp module an epoch executes (closed over their imports by ``module_closure``); their sources (plus the prompt files) are the code part of
 # each cache key, so editing an unrelated domain package does not invalidate the epoch's cache.
@@ -68,8 +70,52 @@ def _model_identity(params: Any) -> str:
 
 
 def _fresh(*paths: Path) -> bool:
-    """True when an output is missing: then the task must run even if its key is cached."""
-    return not all(p.exists() for p in paths)
+    """True when an output is missing or incomplete: then the task must run even if its key is cached."""
+    return not outputs_complete(*paths)
+
+
+def _phase(pipe: Pipeline, name: str, task: Any, outputs: tuple[Path, ...], *args: Any, **kwargs: Any) -> Any:
+    """One cached phase: it re-runs when one of its ``outputs`` is missing or incomplete, and a phase
+    whose model calls failed returns its summary without being cached (``tasks.phases.settle``)."""
+    call = task.with_options(refresh_cache=_fresh(*outputs)) if outputs else task
+    return pipe.run(name, settle(call), *args, **kwargs)
+
+
+def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, library: Path, out_path: Path,
+               **kwargs: Any) -> dict[str, Any]:
+    """The shared val rollout. Its key is the library's skills, so a hit may come from a run that wrote
+    its trajectories elsewhere (the previous epoch's "val after", another ``--out``): the file is
+    copied from there when it is still whole, and the rollout re-runs when it is not."""
+    call = settle(phases.val_rollout.with_options(refresh_cache=False))
+    summary = pipe.run(name, call, key, p, data_dir, library, out_path, **kwargs)
+    if output_complete(out_path):
+        return summary
+    src = Path(summary.get("trajectories", ""))
+    if summary.get("trajectories") and output_complete(src):
+        text = src.read_text(encoding="utf-8")
+        atomic_write(out_path, lambda f: f.write(text))
+        return summary
+    call = settle(phases.val_rollout.with_options(refresh_cache=True))
+    return pipe.run(f"{name} (re-run: trajectories missing)", call, key, p, data_dir, library, out_path, **kwargs)
+
+
+#: scratch folders a phase removes when it ends; a killed run leaves them behind
+SCRATCH = ("valgate-*",)
+
+
+def sweep_scratch(ep_dir: Path) -> int:
+    """Remove the scratch folders of an earlier, killed run of this epoch (nothing else writes
+    there while the epoch starts); returns how many were removed."""
+    import shutil
+
+    gone = 0
+    for pattern in SCRATCH:
+        for d in ep_dir.glob(pattern):
+            shutil.rmtree(d, ignore_errors=True)
+            gone += 1
+    if gone:
+        phase_result(f"epoch folder {ep_dir}", f"removed {gone} scratch folder(s) left by an interrupted run")
+    return gone
 
 
 @dataclass
@@ -145,25 +191,26 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     for phase, name in STALE_IF_SKIPPED.items():
         if phase not in run_phases:
             (ep_dir / name).unlink(missing_ok=True)
+    sweep_scratch(ep_dir)
     lib_h = content_hash(lib_in)
     agent_llm = p.section_hash("agent", "llm", "harness")
     ph: dict[str, Any] = {}
 
     k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id, p.evolve.prefilter)
-    ph["rollout"] = pipe.run("A rollout", phases.rollout.with_options(refresh_cache=_fresh(ep_dir / "rollout.jsonl")),
+    ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
         k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher)
     roll_h = content_hash(ep_dir / "rollout.jsonl")
 
     summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
     k = key_of(code, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), summ_id, epoch)
-    ph["analyse"] = pipe.run("B analyse", phases.analyse.with_options(refresh_cache=_fresh(ep_dir / "clusters.json")),
+    ph["analyse"] = _phase(pipe, "B analyse", phases.analyse, (ep_dir / "clusters.json",),
         k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch)
     clus_h = content_hash(ep_dir / "clusters.json")
 
     k = key_of(code, clus_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), model_id,
                [asdict(x) for x in history_before(history, epoch).entries], epoch)
-    ph["propose"] = pipe.run("C propose", phases.propose.with_options(refresh_cache=_fresh(ep_dir / "candidates.json")),
+    ph["propose"] = _phase(pipe, "C propose", phases.propose, (ep_dir / "candidates.json",),
         k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
         epoch=epoch, history_path=history)
     clients.release_student()  # free its memory before the next model-heavy phases
@@ -172,14 +219,13 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     if "validate" in run_phases:
         static = static_exec(p.evolve)
         k = key_of(code, cand_h, static)
-        ph["validate"] = pipe.run(
-            "D validate", phases.validate.with_options(refresh_cache=_fresh(ep_dir / "validation.json")),
+        ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / "validation.json",),
             k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static)
     val_h = content_hash(ep_dir / "validation.json")
 
     if "review" in run_phases:
         k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), teacher_id)
-        ph["review"] = pipe.run("E review", phases.review.with_options(refresh_cache=_fresh(ep_dir / "reviews.json")),
+        ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / "reviews.json",),
             k, ep_dir, lib_in, p, teacher=clients.teacher)
     rev_h = content_hash(ep_dir / "reviews.json")
 
@@ -188,25 +234,24 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
     k = key_of(*val_key, library_hash(lib_in))
-    ph["val_baseline"] = pipe.run(
-        "val baseline", phases.val_rollout, k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
-                                            policy=clients.policy, teacher=clients.teacher, label="val_baseline")
+    ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
+                                    policy=clients.policy, teacher=clients.teacher, label="val_baseline")
     if "gate" in run_phases:
         k = key_of(code, data_h, lib_h, cand_h, val_h, rev_h, p.section_hash("evolve"), agent_llm, model_id,
                    teacher_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
-        ph["gate"] = pipe.run("E2 val gate", phases.gate.with_options(refresh_cache=_fresh(ep_dir / "gate.json")),
+        ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / "gate.json",),
             k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher)
     gate_h = content_hash(ep_dir / "gate.json")
 
     k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve"), epoch)
-    ph["admit"] = pipe.run("F admit", phases.admit.with_options(
-        refresh_cache=_fresh(ep_dir / "library" / "library_history.json", ep_dir / "admission.json")),
+    ph["admit"] = _phase(pipe, "F admit", phases.admit,
+        (ep_dir / "library" / "library_history.json", ep_dir / "admission.json"),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
     evolved = ep_dir / "library"
 
     k = key_of(*val_key, library_hash(evolved))
-    ph["val_after"] = pipe.run("val after", phases.val_rollout, k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
-                                         policy=clients.policy, teacher=clients.teacher, label="val_after")
+    ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
+                                 policy=clients.policy, teacher=clients.teacher, label="val_after")
     ph["frontier"] = pipe.run("frontier", phases.frontier, out, epoch, evolved, ph["val_after"], p,
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])
@@ -215,8 +260,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
                if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
     k = key_of(code, roll_h, p.section_hash("signals", "evolve"), cand_h, rev_h, val_h, gate_h,
                content_hash(ep_dir / "admission.json"), earlier)
-    ph["build_data"] = pipe.run(
-        "G-H build data", phases.build_data.with_options(refresh_cache=_fresh(ep_dir / "sft.jsonl")),
+    ph["build_data"] = _phase(pipe, "G-H build data", phases.build_data, (ep_dir / "sft.jsonl",),
         k, ep_dir / "rollout.jsonl", p, ep_dir)
     for name, summary in ph.items():
         phases_write_summary(ep_dir, name, summary)
@@ -225,8 +269,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
 def _prepare(p: Params, data_dir: Path, code: str, pipe: Pipeline) -> dict[str, Any]:
     k = key_of(code, p.section_hash("data"))
-    return pipe.run("prepare data", phases.prepare_data.with_options(refresh_cache=_fresh(data_dir / "test.jsonl")),
-                    k, p, data_dir)
+    return _phase(pipe, "prepare data", phases.prepare_data, (data_dir / "test.jsonl",), k, p, data_dir)
 
 
 @flow(name="hasp-evolve-epoch", log_prints=True)
@@ -257,8 +300,7 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
 
         k = key_of(code, keys.data_h, content_hash(carry), content_hash(lib), p.section_hash("agent", "llm", "harness"),
                    model_id, train_key if has_trained else None, teacher_id)
-        eval_res = pipe.run(
-            "evaluate", phases.evaluate.with_options(refresh_cache=_fresh(out / "eval" / "metrics.json")),
+        eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval" / "metrics.json",),
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
             trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib)
     finally:
@@ -309,15 +351,14 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
         for i in ran:
             ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0), pipe=pipe)
             per_epoch.append(ph)
-            phase_result(f"epoch {i}", f"proposed {ph['propose']['proposed']}, admitted {ph['admit']['admitted']}, "
+            phase_result(f"epoch {i}", f"{proposals_line(ph['propose'])}, admitted {ph['admit']['admitted']}, "
                          f"library {ph['admit']['library_size']}, val EM {ph['val_after']['em']:.3f}"
                          + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
                             if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
             k = key_of(code, keys.data_h, content_hash(lib), content_hash(start_lib),
                        p.section_hash("agent", "llm", "harness"), *keys_model)
-            eval_res = pipe.run("evaluate", phases.evaluate.with_options(
-                refresh_cache=_fresh(out / "eval_evolution" / "metrics.json")),
+            eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval_evolution" / "metrics.json",),
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
                 teacher=clients.teacher, library_before=start_lib)
     finally:
@@ -329,6 +370,13 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                       out / "eval_evolution" / "metrics.json" if final_eval else None)
     return {"data": data_sum, "epochs": per_epoch, "eval": eval_res, "run_id": run_id,
             "model_used": servers_started, "library": str(lib)}
+
+
+def proposals_line(summary: dict[str, Any]) -> str:
+    """"proposed 3" — or, when the student's endpoint failed, "5 proposals failed: endpoint error"
+    first: an outage is never reported as proposals."""
+    line = f"proposed {summary['proposed']}"
+    return f"{summary['failure']}, {line}" if summary.get("failure") else line
 
 
 def phases_write_summary(ep_dir: Path, name: str, summary: dict[str, Any]) -> None:

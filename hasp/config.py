@@ -76,6 +76,8 @@ class LLMParams(EndpointParams):
                                                     "2-core CPU can take minutes")
     max_retries: int = Field(3, ge=0, description="retries with backoff on 429/5xx and timeouts")
     max_concurrency: int = Field(16, ge=1, description="requests in flight per client")
+    max_reply_chars: int = Field(65536, ge=1024, description="longest reply text kept; a longer one is cut "
+                                                            "and ends with a note giving the cap")
 
 
 class AgentParams(_Strict):

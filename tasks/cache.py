@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,31 @@ class ByCacheKey(CachePolicy):
 
 
 BY_CACHE_KEY = ByCacheKey()
+
+
+def output_complete(path: Path | str) -> bool:
+    """True when ``path`` exists and reads whole: a folder holding a file, JSON that parses, JSON
+    lines that all parse (other files: present). A cached task whose output fails this re-runs,
+    so a fresh output folder, a deleted file or a corrupted one never leaves a hole behind a hit."""
+    p = Path(path)
+    if p.is_dir():
+        return any(x.is_file() for x in p.rglob("*"))
+    if not p.is_file():
+        return False
+    if p.suffix not in (".json", ".jsonl"):
+        return True
+    try:
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".json":
+            json.loads(text)
+        else:
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return True
+
+
+def outputs_complete(*paths: Path | str) -> bool:
+    return all(output_complete(p) for p in paths)

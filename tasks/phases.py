@@ -4,6 +4,11 @@ Tasks take a ``cache_key`` computed by the flow from content hashes (see
 ``tasks.cache``); everything else they receive (paths, live clients) is not part
 of the key. Results (the phase summaries) are persisted so a second run of an
 unchanged epoch is served from the cache.
+
+A phase whose model calls failed (its summary counts ``failed_calls``) finishes by raising
+``PhaseIncomplete`` with its summary: Prefect records the task as failed, so the outage is never
+served from the cache as a result, and the next run of the same inputs retries it. The flow
+catches it (``settle``) and carries on with the summary, which says what failed.
 """
 
 from __future__ import annotations
@@ -22,6 +27,30 @@ from tasks.cache import BY_CACHE_KEY
 _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
 
 
+class PhaseIncomplete(Exception):
+    """A phase ran to its end but some model calls failed; ``summary`` is what it produced."""
+
+    def __init__(self, phase: str, summary: dict[str, Any]) -> None:
+        super().__init__(f"{phase}: {summary.get('failure') or str(summary.get('failed_calls')) + ' calls failed'}")
+        self.phase, self.summary = phase, summary
+
+
+def _uncached_if_failed(phase: str, summary: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(summary, dict) and summary.get("failed_calls"):
+        raise PhaseIncomplete(phase, summary)
+    return summary
+
+
+def settle(task_call: Any) -> Any:
+    """``task_call`` as the flow calls it, with an incomplete phase returning its summary."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return task_call(*args, **kwargs)
+        except PhaseIncomplete as e:
+            return e.summary
+    return call
+
+
 @task(name="prepare-data", **_opts)
 def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any]:
     return prepare_search_data(params, out_dir)
@@ -30,20 +59,23 @@ def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any
 @task(name="A-rollout", **_opts)
 def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
             policy: Any, teacher: Any = None) -> dict[str, Any]:
-    return ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy, teacher=teacher)
+    s = ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy, teacher=teacher)
+    return _uncached_if_failed("A-rollout", s)
 
 
 @task(name="B-analyse", **_opts)
 def analyse(cache_key: str, rollout_path: Path, library: Path, params: Params, out_dir: Path, *,
             summarizer: Any = None, epoch: int = 0) -> dict[str, Any]:
-    return ep.analyse(rollout_path, library, params, out_dir, summarizer=summarizer, epoch=epoch)
+    s = ep.analyse(rollout_path, library, params, out_dir, summarizer=summarizer, epoch=epoch)
+    return _uncached_if_failed("B-analyse", s)
 
 
 @task(name="C-propose", **_opts)
 def propose(cache_key: str, clusters_path: Path, library: Path, params: Params, out_path: Path, *,
             student: Any, epoch: int, history_path: Path | None) -> dict[str, Any]:
-    return ep.propose(clusters_path, library, params, out_path, student=student, epoch=epoch,
-                      history_path=history_path)
+    s = ep.propose(clusters_path, library, params, out_path, student=student, epoch=epoch,
+                   history_path=history_path)
+    return _uncached_if_failed("C-propose", s)
 
 
 @task(name="D-validate", **_opts)
@@ -53,8 +85,9 @@ def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: b
 
 @task(name="E-review", **_opts)
 def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, teacher: Any = None) -> dict[str, Any]:
-    return ep.review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
-                     epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher)
+    s = ep.review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
+                  epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher)
+    return _uncached_if_failed("E-review", s)
 
 
 @task(name="val-rollout", **_opts)
@@ -62,15 +95,17 @@ def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, o
                 policy: Any, teacher: Any = None, label: str = "val") -> dict[str, Any]:
     """The PF agent on the val split with ``library`` (the gate's shared baseline, and the
     library after an epoch). Keyed on the library's content, so one run serves both."""
-    return ep.rollout(params, data_dir, library, "val", out_path, policy=policy, variant="pf", teacher=teacher,
-                      limit=params.evolve.val_limit or None, label=label)
+    s = ep.rollout(params, data_dir, library, "val", out_path, policy=policy, variant="pf", teacher=teacher,
+                   limit=params.evolve.val_limit or None, label=label)
+    s["trajectories"] = str(Path(out_path).resolve())  # where a later cache hit finds the file
+    return _uncached_if_failed("val-rollout", s)
 
 
 @task(name="E2-val-gate", **_opts)
 def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_dir: Path,
          baseline: dict[str, Any], *, policy: Any, teacher: Any = None) -> dict[str, Any]:
     run_val = ep.val_runner(params, data_dir, epoch_dir / "val_runs", policy=policy, teacher=teacher)
-    return ep.gate(epoch_dir, library, params, baseline, run_val)
+    return _uncached_if_failed("E2-val-gate", ep.gate(epoch_dir, library, params, baseline, run_val))
 
 
 @task(name="frontier", cache_policy=NO_CACHE)
@@ -100,8 +135,9 @@ def train(cache_key: str, sft_path: Path, params: Params, out_dir: Path) -> dict
 @task(name="evaluate", **_opts)
 def evaluate(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
              policy: Any, trained_policy: Any, teacher: Any = None, library_before: Path | None = None) -> dict[str, Any]:
-    return ep.evaluate(params, data_dir, library, out_dir, policy=policy, trained_policy=trained_policy,
-                       teacher=teacher, library_before=library_before)
+    s = ep.evaluate(params, data_dir, library, out_dir, policy=policy, trained_policy=trained_policy,
+                    teacher=teacher, library_before=library_before)
+    return _uncached_if_failed("evaluate", s)
 
 
 @task(name="track-mlflow", **_opts)

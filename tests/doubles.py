@@ -188,6 +188,24 @@ class StudentDouble:
         return [self.chat(m, **kw) for m in batch]
 
 
+class OutageStudentDouble(StudentDouble):
+    """The student behind an endpoint that answers 500 (after the client's retries) while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def chat(self, messages, **kw):
+        if self.down:
+            from hasp.llm.client import LLMError
+
+            self.calls.hit()
+            raise LLMError("LLM endpoint http://127.0.0.1:9/v1 (model 'student') failed after 4 attempts: "
+                           "http 500: scripted 500", endpoint="http://127.0.0.1:9/v1", model="student",
+                           kind="http 500", attempts=4)
+        return super().chat(messages, **kw)
+
+
 # ----------------------------------------------------------------------------- teachers
 class ScriptedTeacherDouble:
     """A teacher that answers with fixed replies in order (the last one repeats; none means "").
@@ -288,24 +306,27 @@ class ValRunnerDouble:
 
 # ----------------------------------------------------------------------------- HTTP endpoints
 class OpenAIEndpointDouble:
-    """Answers ``POST /v1/chat/completions`` on 127.0.0.1.
+    """Answers ``POST /v1/chat/completions`` on 127.0.0.1, following a script of faults.
 
-    ``statuses`` are returned for the first requests, then 200 forever (``always`` overrides). A 200
-    carries ``reply(body)`` (default: the last user message echoed), with usage 10 prompt / 5
-    completion tokens. It counts requests and the peak number in flight (each request sleeps
-    ``delay_s`` inside the count).
+    ``statuses`` are played for the first requests, then 200 forever (``always`` overrides). Each
+    entry is an HTTP status or a fault: ``"hang"`` (no reply until ``hang_s`` passes or the double
+    closes), ``"garbage"`` (a 200 whose JSON body is not JSON), ``"no-choices"`` (a 200 with an
+    empty ``choices`` list). A plain 200 carries ``reply(body)`` (default: the last user message
+    echoed), with usage 10 prompt / 5 completion tokens. It counts requests and the peak number in
+    flight (each request sleeps ``delay_s`` inside the count).
     """
 
-    def __init__(self, statuses: list[int] | None = None, *, always: int | None = None, delay_s: float = 0.0,
-                 reply: Callable[[dict], str] | None = None) -> None:
+    def __init__(self, statuses: list[int | str] | None = None, *, always: int | str | None = None,
+                 delay_s: float = 0.0, hang_s: float = 120.0, reply: Callable[[dict], str] | None = None) -> None:
         self.statuses = list(statuses or [])
         self.always = always
-        self.delay_s = delay_s
+        self.delay_s, self.hang_s = delay_s, hang_s
         self.reply = reply or (lambda body: body["messages"][-1]["content"])
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies: list[dict] = []
+        self._closing = threading.Event()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -320,10 +341,11 @@ class OpenAIEndpointDouble:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 
-    def _next_status(self, body: dict) -> int:
+    def _next_status(self, body: dict) -> int | str:
         with self._lock:
             self.requests += 1
             self.bodies.append(body)
@@ -332,6 +354,22 @@ class OpenAIEndpointDouble:
             if self.always is not None:
                 return self.always
             return self.statuses.pop(0) if self.statuses else 200
+
+    def _payload(self, status: int | str, body: dict) -> tuple[int, bytes]:
+        if status == "hang":
+            self._closing.wait(self.hang_s)
+            return 200, b""
+        if status == "garbage":
+            return 200, b"<html>502 Bad Gateway</html> not json {"
+        choices = [{"index": 0, "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": self.reply(body)}}]
+        if status == 200 or status == "no-choices":
+            return 200, json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                    "choices": choices if status == 200 else [],
+                                    "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                                              "total_tokens": 15}}).encode()
+        assert isinstance(status, int), status
+        return status, json.dumps({"error": {"message": f"scripted {status}", "type": "server_error"}}).encode()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         double = self
@@ -345,20 +383,15 @@ class OpenAIEndpointDouble:
                 status = double._next_status(body)
                 try:
                     time.sleep(double.delay_s)
-                    if status == 200:
-                        payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": double.reply(body)}}],
-                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-                    else:
-                        payload = {"error": {"message": f"scripted {status}", "type": "server_error"}}
-                    data = json.dumps(payload).encode()
-                    self.send_response(status)
+                    code, data = double._payload(status, body)
+                    self.send_response(code)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.send_header("retry-after-ms", "10")  # keep the client's backoff short
                     self.end_headers()
                     self.wfile.write(data)
+                except OSError:  # the client gave up on a hung request
+                    pass
                 finally:
                     with double._lock:
                         double.in_flight -= 1

@@ -294,7 +294,9 @@ def test_failed_episodes_are_counted_and_all_failed_raises(mlflow_tmp):
     policy = AnsweringPolicyDouble(_gold(sets), {q.question for q in qs}, fail={qs[1].question})
     res = run_eval(params, sets, ["react"], policy=policy, library_root=None, out_dir=mlflow_tmp, progress=False)
     s = res.cells[0].summary
-    assert s["episode_errors"] == 1 and s["em"] == pytest.approx(2 / 3)
+    # the failed episode (endpoint down) is not scored: EM is over the 2 that ran, the failure beside it
+    assert (s["n"], s["n_scored"], s["n_failed"], s["episode_errors"]) == (3, 2, 1, 1)
+    assert s["em"] == pytest.approx(1.0) and s["pf_errors"] == 0 and s["answered_rate"] == pytest.approx(1.0)
     assert res.cells[0].records[1].traj.terminated == "error"
     down = AnsweringPolicyDouble(_gold(sets), set(), fail={q.question for q in qs})
     with pytest.raises(RuntimeError, match="all 3 episodes failed.*ConnectionError"):
@@ -379,3 +381,25 @@ def test_cli_end_to_end_with_judge_and_snippets(mlflow_tmp, capsys):
     assert len(runs) == 3
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert parent.data.params["teacher_snippets"] == "True" and parent.data.params["model"] == "policy-double"
+
+
+def test_results_table_shows_scored_failed_and_parse_errors():
+    from hasp.eval.report import header, table_rows
+
+    m = {"ds": {"react": {"n": 10, "n_scored": 8, "n_failed": 2, "em": 0.5, "parse_error_rate": 0.25}}}
+    row = dict(zip(header(), table_rows(m)[0]))
+    assert (row["n"], row["scored"], row["failed"], row["EM"], row["parse err"]) == ("10", "8", "2", "0.500", "0.25")
+
+
+def test_finished_cells_survive_a_later_cell_that_fails(mlflow_tmp):
+    params = _params()
+    sets = _sets(params, limit=2)
+    first, second = sets
+    policy = AnsweringPolicyDouble(_gold(sets), {q.question for q in first.questions},
+                                   fail={q.question for q in second.questions})
+    with pytest.raises(RuntimeError, match="all 2 episodes failed"):
+        run_eval(params, sets, ["react"], policy=policy, library_root=None, out_dir=mlflow_tmp / "partial",
+                 progress=False)
+    m = json.loads((mlflow_tmp / "partial" / "metrics.json").read_text())
+    assert m[first.name]["react"]["em"] == pytest.approx(1.0) and m[first.name]["react"]["n"] == 2
+    assert "all 2 episodes failed" in m[second.name]["react"]["cell_error"]

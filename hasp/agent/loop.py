@@ -26,6 +26,8 @@ from hasp.agent.harness import EpisodeHarness, Harness
 from hasp.agent.parser import ParseFailure, parse_action
 from hasp.agent.variants import Variant
 from hasp.config import AgentParams, HarnessParams, Params, default_of
+from hasp.llm.cancel import call_deadline
+from hasp.llm.client import LLMDeadlineExceeded
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.library import SkillLibrary
 from hasp.prompts import load_prompts as prompt_file
@@ -113,6 +115,22 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
                 {"role": "user", "content": p["question"].format(question=question)}]
     state = EpisodeState(question=question, max_steps=cfg.max_steps)
     traj.terminated = "max_steps"
+    left = None if h.timeout_s is None else h.timeout_s - (time.perf_counter() - h.t_start)
+    try:
+        with call_deadline(left):  # the wall budget also ends a model call that hangs
+            _steps(traj, messages, state, h, policy, env, cfg, p)
+    except LLMDeadlineExceeded as e:
+        traj.terminated = "timeout"
+        log.info("episode %s: wall budget of %ss ended a model call: %s", qid, h.timeout_s, e)
+    h.finish(traj, state)
+    if scorer is not None:
+        traj.em, traj.f1 = scorer(traj.prediction, traj.answers)
+    traj.wall_s = time.perf_counter() - h.t_start
+    return traj
+
+
+def _steps(traj: Trajectory, messages: list[dict[str, str]], state: EpisodeState, h: EpisodeHarness,
+           policy: Policy, env: Environment, cfg: AgentConfig, p: Mapping[str, Any]) -> None:
     for i in range(cfg.max_steps):
         if h.out_of_time():
             traj.terminated = "timeout"
@@ -157,11 +175,6 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
             break
     if traj.terminated == "max_steps" and cfg.final_on_budget:
         _final_on_budget(traj, messages, policy, cfg, p)
-    h.finish(traj, state)
-    if scorer is not None:
-        traj.em, traj.f1 = scorer(traj.prediction, traj.answers)
-    traj.wall_s = time.perf_counter() - h.t_start
-    return traj
 
 
 def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: Policy, cfg: AgentConfig,

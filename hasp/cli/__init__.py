@@ -268,6 +268,9 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("HASP_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
+    from hasp.llm.cancel import install_signal_handlers
+
+    install_signal_handlers()  # Ctrl-C / SIGTERM end in-flight model calls in every thread, then unwind
     try:
         rc = app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
     except typer.Exit as e:

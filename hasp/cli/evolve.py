@@ -44,11 +44,15 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
     prefect_env()
     from flows.evolve import evolve_flow
+    from flows.prefect_server import owned_prefect_server
 
-    res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params), out_root=str(out),
-                      library=str(library), start_epoch=start_epoch, final_eval=final_eval, val_gate=val_gate)
+    with owned_prefect_server():  # ends with this process, even on SIGKILL
+        res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params),
+                          out_root=str(out), library=str(library), start_epoch=start_epoch, final_eval=final_eval,
+                          val_gate=val_gate)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
-        typer.echo(json.dumps({"epoch": i, "proposed": ph["propose"]["proposed"],
+        failure = {"proposals_failed": ph["propose"]["failure"]} if ph["propose"].get("failure") else {}
+        typer.echo(json.dumps({"epoch": i, **failure, "proposed": ph["propose"]["proposed"],
                                "admitted": ph["admit"]["admitted"], "library_size": ph["admit"]["library_size"],
                                "val_em": ph["val_after"]["em"],
                                "rolled_back_to": ph["frontier"]["rolled_back_to"]}))
@@ -68,8 +72,10 @@ def run_epoch_flow(params: Path, out: Path, library: Path) -> dict:
     """One full evolution epoch as a Prefect flow (``hasp demo``); returns the flow's result."""
     prefect_env()
     from flows.evolve import evolve_epoch_flow
+    from flows.prefect_server import owned_prefect_server
 
-    return evolve_epoch_flow(params_path=str(params), out_root=str(out), library=str(library))
+    with owned_prefect_server():
+        return evolve_epoch_flow(params_path=str(params), out_root=str(out), library=str(library))
 
 
 def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],

@@ -9,12 +9,14 @@ from typing import Any
 
 #: (column, summary key, format) — one place so the CLI table, CSV and Markdown agree
 COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("n", "n", "d"), ("EM", "em", ".3f"), ("F1", "f1", ".3f"), ("judge", "judge_acc", ".3f"),
-    ("judge err", "judge_errors", "d"), ("answered", "answered_rate", ".2f"), ("steps", "mean_steps", ".2f"),
+    ("n", "n", "d"), ("scored", "n_scored", "d"), ("failed", "n_failed", "d"), ("EM", "em", ".3f"),
+    ("F1", "f1", ".3f"), ("judge", "judge_acc", ".3f"),
+    ("judge err", "judge_errors", "d"), ("answered", "answered_rate", ".2f"), ("parse err", "parse_error_rate", ".2f"),
+    ("steps", "mean_steps", ".2f"),
     ("PF fires", "pf_fires_total", "d"), ("action share", "pf_action_share", ".2f"),
     ("context share", "pf_context_share", ".2f"), ("prompt tok", "prompt_tokens", "d"),
     ("compl tok", "completion_tokens", "d"), ("teacher tok", "teacher_tokens", "d"),
-    ("errors", "episode_errors", "d"), ("wall s", "wall_s", ".1f"),
+    ("wall s", "wall_s", ".1f"),
 )
 
 

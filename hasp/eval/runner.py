@@ -153,8 +153,14 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     try:
         for ds in datasets:
             for arm in arms:
-                cells.append(_run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm), teacher=teacher,
-                                       judge=judge, snippets=snippets, out_dir=out_dir, progress=progress))
+                try:
+                    cells.append(_run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm),
+                                           teacher=teacher, judge=judge, snippets=snippets, out_dir=out_dir,
+                                           progress=progress))
+                except Exception as exc:
+                    _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"))
+                    raise
+                _write_so_far(cells, out_dir)  # a later cell that fails cannot lose this one
         if lib is not None:
             for c in cells:
                 c.summary["library_size"] = len(lib.skills)
@@ -168,6 +174,18 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                 one.close()
     write_json(result.metrics(), out_dir / "metrics.json")
     return result
+
+
+def _write_so_far(cells: Sequence[CellResult], out_dir: Path, failed: tuple[str, str, str] | None = None) -> None:
+    """metrics.json with the cells finished so far (and the one that failed, with its error)."""
+    from hasp.atomic import write_json
+
+    metrics: dict[str, dict[str, dict[str, Any]]] = {}
+    for c in cells:
+        metrics.setdefault(c.dataset, {})[c.variant] = c.summary
+    if failed is not None:
+        metrics.setdefault(failed[0], {})[failed[1]] = {"cell_error": failed[2][:500]}
+    write_json(metrics, out_dir / "metrics.json")
 
 
 def _domain_of(datasets: Sequence[EvalDataset]) -> str:
@@ -221,7 +239,7 @@ def _episode_fn(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, li
             error = f"{type(exc).__name__}: {exc}"[:500]
             log.warning("%s/%s %s: episode failed: %s", ds.name, arm.label, qid, error)
             traj = Trajectory(qid=qid, question=question, answers=answers, variant=arm.label, terminated="error",
-                              pf_errors=[error], wall_s=(time.time_ns() - start_ns) / 1e9)
+                              wall_s=(time.time_ns() - start_ns) / 1e9)  # an infrastructure error, not a PF's
         verdict = None
         if judge and not error:
             _, question, answers = item_identity(item)

@@ -89,14 +89,20 @@ def summarize_trajectories(trajs: Sequence[Trajectory]) -> dict[str, Any]:
 
 def summarize_cell(records: Sequence[EpisodeRecord], wall_s: float) -> dict[str, Any]:
     """The one summary of an evaluation cell: trajectory metrics plus teacher tokens, judge
-    accuracy, snippet calls, episode errors and time."""
-    trajs = [r.traj for r in records]
-    s = summarize_trajectories(trajs)
+    accuracy, snippet calls, episode errors and time.
+
+    An episode that failed for infrastructure reasons (the endpoint, a harness bug: ``error`` set,
+    or ``terminated == "error"``) says nothing about the agent: it is counted in ``n_failed`` and
+    left out of every trajectory metric, so EM, F1, answered and PF errors are over the
+    ``n_scored`` episodes that ran; ``n`` is all episodes."""
+    scored = [r.traj for r in records if not _failed(r)]
+    s = summarize_trajectories(scored)
+    s["n"], s["n_scored"], s["n_failed"] = len(records), len(scored), len(records) - len(scored)
     n = max(1, len(records))
     s["teacher_prompt_tokens"] = sum(r.teacher_prompt_tokens for r in records)
     s["teacher_completion_tokens"] = sum(r.teacher_completion_tokens for r in records)
     s["teacher_tokens"] = s["teacher_prompt_tokens"] + s["teacher_completion_tokens"]
-    s["episode_errors"] = sum(1 for r in records if r.error or r.traj.terminated == "error")
+    s["episode_errors"] = s["n_failed"]
     snippets = [r.snippet for r in records if r.snippet is not None]
     if snippets:
         s["snippet_calls"] = sum(x.calls for x in snippets)
@@ -112,3 +118,7 @@ def summarize_cell(records: Sequence[EpisodeRecord], wall_s: float) -> dict[str,
     s["wall_s"] = wall_s
     s["episode_wall_s_mean"] = s["wall_s_sum"] / n
     return s
+
+
+def _failed(r: EpisodeRecord) -> bool:
+    return bool(r.error) or r.traj.terminated == "error"

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from hasp.agent.replay import ReplayedStep
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
-from hasp.evolve.propose import Candidate, ChatModel, FeedbackHistory, _suggested_id
+from hasp.evolve.propose import LLM_CALL_FAILED, Candidate, ChatModel, FeedbackHistory, _suggested_id
 from hasp.pf.declaration import PFDeclaration
 from hasp.pf.declared import compile_declaration
 from hasp.pf.skill_md import MAX_DESCRIPTION, SKILL_ID, SkillFormatError, SkillSpec, render_skill_md
@@ -447,7 +447,7 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                 else:
                     reply = _ask(student, convo, kw, notes)
             except Exception as e:  # noqa: BLE001 - recorded on the candidate
-                error = f"LLM call failed: {type(e).__name__}: {e}"
+                error = f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
                 break
             replies.append(reply)
             try:

@@ -168,7 +168,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     ``clusters_path``)."""
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.declarative import choose_format, propose_declarative, reply_format_for
-    from hasp.evolve.propose import propose_candidates
+    from hasp.evolve.propose import LLM_CALL_FAILED, propose_candidates
 
     clusters = clusters_from_json(read_json(clusters_path))
     lib = load_library(library_root, "search")
@@ -198,9 +198,14 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
                                        max_tokens=e.proposal_max_tokens, seed=epoch)
             bar.advance(len(cands))
     write_json([c.to_dict() for c in cands], out_path)
-    return {"proposed": len(cands), "format": fmt, "with_code": sum(1 for c in cands if c.code.strip()),
-            "declared": sum(1 for c in cands if c.declared),
-            "parse_errors": sum(1 for c in cands if c.parse_error)}
+    failed = [c for c in cands if c.parse_error.startswith(LLM_CALL_FAILED)]
+    summary: dict[str, Any] = {}
+    if failed:  # an outage is not a proposal: say so first, and let the orchestrator retry the phase
+        summary = {"failure": f"{len(failed)} proposals failed: endpoint error", "failed_calls": len(failed),
+                   "first_error": failed[0].parse_error[:300]}
+    return {**summary, "proposed": len(cands) - len(failed), "format": fmt,
+            "with_code": sum(1 for c in cands if c.code.strip()), "declared": sum(1 for c in cands if c.declared),
+            "parse_errors": sum(1 for c in cands if c.parse_error and c not in failed)}
 
 
 # ----------------------------------------------------------------------------- Phase D

@@ -443,6 +443,10 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
 
 # --------------------------------------------------------------------------- proposal loop
 
+#: how ``parse_error`` starts when the model call itself failed (the endpoint, not the student's reply)
+LLM_CALL_FAILED = "LLM call failed"
+
+
 def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
                        history: FeedbackHistory | None = None, epoch: int = 0, max_candidates: int = 5,
                        temperature: float = 0.7, max_tokens: int = 700, seed: int | None = None
@@ -477,7 +481,7 @@ def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, exist
     for c, msgs, r in zip(chosen, convs, replies):
         if isinstance(r, BaseException):
             cand = parse_proposal("", c, existing_skill_ids=existing_skill_ids, epoch=epoch)
-            cand.parse_error = f"LLM call failed: {type(r).__name__}: {r}"
+            cand.parse_error = f"{LLM_CALL_FAILED}: {type(r).__name__}: {r}"
         else:
             cand = parse_proposal(str(getattr(r, "text", r) or ""), c,
                                   existing_skill_ids=existing_skill_ids, epoch=epoch)

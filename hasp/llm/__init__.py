@@ -4,6 +4,6 @@ Only the light client is re-exported; ``model_prep`` and ``server`` import torch
 so that code talking to a remote endpoint never pays for them.
 """
 
-from hasp.llm.client import ChatResult, LLMClient, LLMConfig, LLMError
+from hasp.llm.client import ChatResult, LLMClient, LLMConfig, LLMDeadlineExceeded, LLMError, LLMInterrupted
 
-__all__ = ["ChatResult", "LLMClient", "LLMConfig", "LLMError"]
+__all__ = ["ChatResult", "LLMClient", "LLMConfig", "LLMDeadlineExceeded", "LLMError", "LLMInterrupted"]

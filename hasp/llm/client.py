@@ -1,29 +1,64 @@
 """One OpenAI-compatible chat client for policy, teacher and judge.
 
-Why a wrapper: every caller needs the same four things — retries with backoff on 429/5xx (delegated to
-the ``openai`` client's own ``max_retries``/``timeout``), a bound on concurrent requests (a 2-core CPU
-server slows down for everyone if flooded), token accounting for budgets/reports, and one clear error
-instead of a stack of HTTP exceptions when the endpoint is down.
+Why a wrapper: every caller needs the same things — retries with backoff on the failures that may
+pass (429, 5xx, connection, timeout, a 200 whose body is not JSON or has no choices), a bound on
+concurrent requests (a 2-core CPU server slows down for everyone if flooded), token accounting for
+budgets/reports, one error type naming endpoint and model instead of a stack of HTTP exceptions,
+and calls that stop within a fraction of a second on an interrupt or a passed episode deadline
+(``hasp.llm.cancel``). The ``openai`` client makes single attempts; the retries are ours, so every
+failure kind goes through the same policy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import openai
 
 from hasp.config import LLMParams, default_of
+from hasp.llm import cancel
 
 Messages = list[dict[str, str]]
 
+#: HTTP statuses worth another attempt: request timeout, conflict, rate limit, server errors
+RETRY_STATUSES = frozenset({408, 409, 429})
+#: backoff between attempts: BACKOFF_S * 2**attempt, capped (a server's retry-after wins when given)
+BACKOFF_S, BACKOFF_CAP_S = 0.5, 8.0
+
 
 class LLMError(RuntimeError):
-    """The endpoint failed after the client's retries; names the endpoint and model."""
+    """A model call failed (after the retries that made sense); names the endpoint and model.
+
+    ``kind`` says what failed: ``http <status>``, ``connection``, ``timeout``, ``non-JSON body``,
+    ``no choices``, ``deadline`` or ``config``."""
+
+    def __init__(self, message: str, *, endpoint: str = "", model: str = "", kind: str = "",
+                 attempts: int = 0) -> None:
+        super().__init__(message)
+        self.endpoint, self.model, self.kind, self.attempts = endpoint, model, kind, attempts
+
+
+class LLMDeadlineExceeded(LLMError):
+    """The calling thread's deadline (``cancel.call_deadline``) passed before the endpoint answered."""
+
+
+class LLMInterrupted(KeyboardInterrupt):
+    """The process is being interrupted (``cancel.abort_calls``): no error handler should contain
+    this as one failed episode, so it is a KeyboardInterrupt, not an ``LLMError``."""
+
+
+class _Failure(Exception):
+    """One failed attempt: what failed, whether another attempt may pass, the server's wait hint."""
+
+    def __init__(self, kind: str, detail: str, retryable: bool, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
+        self.kind, self.detail, self.retryable, self.retry_after_s = kind, detail, retryable, retry_after_s
 
 
 @dataclass(frozen=True)
@@ -41,6 +76,7 @@ class LLMConfig:
     timeout_s: float = default_of(LLMParams, "timeout_s")
     max_retries: int = default_of(LLMParams, "max_retries")
     max_concurrency: int = default_of(LLMParams, "max_concurrency")
+    max_reply_chars: int = default_of(LLMParams, "max_reply_chars")
     temperature: float = 0.0
     max_tokens: int = 256
 
@@ -49,7 +85,8 @@ class LLMConfig:
             return "EMPTY"
         key = os.environ.get(self.api_key_env)
         if not key:
-            raise LLMError(f"environment variable {self.api_key_env} (API key for {self.base_url}) is not set")
+            raise LLMError(f"environment variable {self.api_key_env} (API key for {self.base_url}) is not set",
+                           endpoint=self.base_url, model=self.model, kind="config")
         return key
 
 
@@ -85,7 +122,7 @@ class LLMClient:
             base_url=config.base_url,
             api_key=config.api_key(),
             timeout=config.timeout_s,
-            max_retries=config.max_retries,
+            max_retries=0,
         )
         self._sem = threading.BoundedSemaphore(max(1, config.max_concurrency))
         self._lock = threading.Lock()
@@ -115,24 +152,115 @@ class LLMClient:
         if response_format is not None:
             kwargs["response_format"] = response_format
         t0 = time.perf_counter()
-        with self._sem:
-            try:
-                resp = self._client.chat.completions.create(**kwargs)
-            except openai.APIError as e:
-                raise LLMError(f"LLM endpoint {cfg.base_url} (model {cfg.model!r}) failed: {type(e).__name__}: "
-                               f"{e} (429/5xx/connection errors were retried up to {cfg.max_retries}x)") from e
+        end = cancel.deadline()
+        self._wait_for(lambda: self._sem.acquire(timeout=cancel.POLL_S), end, "a free request slot")
+        try:
+            resp = self._with_retries(kwargs, end)
+        finally:
+            self._sem.release()
         latency = time.perf_counter() - t0
-        text = (resp.choices[0].message.content or "") if resp.choices else ""
+        text = resp.choices[0].message.content or ""
         if stop:  # servers differ on whether the stop string is included; normalise to excluded
             cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
             if cut >= 0:
                 text = text[:cut]
+        if len(text) > cfg.max_reply_chars:  # a runaway server must not fill the disk through trajectories
+            text = text[:cfg.max_reply_chars] + f"\n[reply cut at {cfg.max_reply_chars} of {len(text)} characters]"
         pt = resp.usage.prompt_tokens if resp.usage else 0
         ct = resp.usage.completion_tokens if resp.usage else 0
         with self._lock:
             u = self._usage
             self._usage = Usage(u.requests + 1, u.prompt_tokens + pt, u.completion_tokens + ct)
         return ChatResult(text=text, prompt_tokens=pt, completion_tokens=ct, latency_s=latency)
+
+    # ------------------------------------------------------------------ attempts, retries, waiting
+    def _with_retries(self, kwargs: dict[str, Any], end: float | None) -> Any:
+        cfg = self.config
+        last: _Failure | None = None
+        attempts = 0
+        for attempt in range(cfg.max_retries + 1):
+            if attempt:
+                pause = last.retry_after_s if last and last.retry_after_s is not None else \
+                    min(BACKOFF_CAP_S, BACKOFF_S * 2 ** (attempt - 1))
+                self._pause(pause, end, last)
+            timeout = cfg.timeout_s if end is None else max(0.01, min(cfg.timeout_s, end - time.monotonic()))
+            attempts += 1
+            try:
+                return self._bounded(lambda: self._attempt(kwargs, timeout), end, timeout, last)
+            except _Failure as f:
+                last = f
+                if not f.retryable:
+                    break
+        assert last is not None
+        retried = f" after {attempts} attempts" if attempts > 1 else ""
+        raise LLMError(f"LLM endpoint {cfg.base_url} (model {cfg.model!r}) failed{retried}: {last.kind}: "
+                       f"{last.detail}", endpoint=cfg.base_url, model=cfg.model, kind=last.kind,
+                       attempts=attempts)
+
+    def _attempt(self, kwargs: dict[str, Any], timeout: float) -> Any:
+        """One request; every way it can fail becomes a ``_Failure`` saying whether to retry."""
+        try:
+            resp = self._client.chat.completions.create(**kwargs, timeout=timeout)
+        except openai.APIStatusError as e:
+            st = e.status_code
+            return _raise(f"http {st}", str(e)[:300], st in RETRY_STATUSES or st >= 500,
+                          _retry_after(e.response.headers))
+        except openai.APITimeoutError:
+            return _raise("timeout", f"no reply within {timeout:.1f}s", True)
+        except openai.APIConnectionError as e:
+            return _raise("connection", f"{e}: {e.__cause__ or ''}"[:300], True)
+        except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError) as e:
+            return _raise("non-JSON body", f"{type(e).__name__}: {e}"[:300], True)
+        if not hasattr(resp, "choices"):  # the openai client returns the raw text of a non-JSON content type
+            return _raise("non-JSON body", f"reply starts {str(resp)[:80]!r}", True)
+        if not resp.choices or getattr(resp.choices[0], "message", None) is None:
+            return _raise("no choices", "a 200 reply without choices", True)
+        return resp
+
+    def _bounded(self, fn: Callable[[], Any], end: float | None, timeout: float, last: _Failure | None) -> Any:
+        """Run one attempt on a daemon thread and wait for it in short slices, so an interrupt or
+        the deadline ends the wait at once (the abandoned request dies with its own timeout, and a
+        daemon thread never holds up the exit of the process)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="llm-request", daemon=True).start()
+        hard_end = time.monotonic() + timeout + 5.0  # a server that dribbles bytes past the read timeout
+        self._wait_for(lambda: done.wait(cancel.POLL_S) or time.monotonic() > hard_end, end, "a reply", last)
+        if not done.is_set():
+            raise _Failure("timeout", f"no reply within {timeout:.1f}s", True)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _wait_for(self, ready: Callable[[], bool], end: float | None, what: str,
+                  last: _Failure | None = None) -> None:
+        while not ready():
+            self._check(end, what, last)
+
+    def _pause(self, seconds: float, end: float | None, last: _Failure | None) -> None:
+        stop = time.monotonic() + seconds
+        while time.monotonic() < stop:
+            self._check(end, "the next attempt", last)
+            time.sleep(min(cancel.POLL_S, max(0.0, stop - time.monotonic())))
+
+    def _check(self, end: float | None, what: str, last: _Failure | None) -> None:
+        cfg = self.config
+        if cancel.aborted():
+            raise LLMInterrupted(f"model call to {cfg.base_url} (model {cfg.model!r}) interrupted")
+        if end is not None and time.monotonic() >= end:
+            before = f" (last failure: {last.kind}: {last.detail})" if last else ""
+            raise LLMDeadlineExceeded(f"LLM endpoint {cfg.base_url} (model {cfg.model!r}): the deadline passed "
+                                      f"while waiting for {what}{before}", endpoint=cfg.base_url,
+                                      model=cfg.model, kind="deadline")
 
     def map_chat(self, batch: list[Messages], **kw: Any) -> list[ChatResult]:
         """Run ``chat`` over many conversations concurrently (≤ max_concurrency), results in input order.
@@ -157,3 +285,18 @@ class LLMClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _raise(kind: str, detail: str, retryable: bool, retry_after_s: float | None = None) -> Any:
+    raise _Failure(kind, detail, retryable, retry_after_s)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """The server's wait hint (``retry-after-ms`` or ``retry-after`` in seconds), capped at a minute."""
+    for key, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(key) if headers is not None else None
+        try:
+            return min(60.0, max(0.0, float(raw) * scale)) if raw is not None else None
+        except ValueError:
+            continue
+    return None

@@ -29,7 +29,8 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     if llm.base_url:
         cfg = LLMConfig(base_url=llm.base_url, model=str(llm.model), api_key_env=llm.api_key_env,
                         timeout_s=llm.timeout_s, max_retries=llm.max_retries,
-                        max_concurrency=llm.max_concurrency, max_tokens=max_tokens)
+                        max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
+                        max_reply_chars=llm.max_reply_chars)
         with LLMClient(cfg) as client:
             yield client
         return
@@ -41,7 +42,7 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     try:
         cfg = LLMConfig(base_url=base_url, model=model_name, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
-                        max_tokens=max_tokens, temperature=temperature)
+                        max_tokens=max_tokens, temperature=temperature, max_reply_chars=llm.max_reply_chars)
         with LLMClient(cfg) as client:
             yield client
     finally:
@@ -55,4 +56,5 @@ def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | None:
         return None
     return LLMClient(LLMConfig(base_url=teacher.base_url, model=str(teacher.model),
                                api_key_env=teacher.api_key_env, timeout_s=llm.timeout_s,
-                               max_retries=llm.max_retries, max_concurrency=llm.max_concurrency))
+                               max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
+                               max_reply_chars=llm.max_reply_chars))

@@ -39,6 +39,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from hasp.llm.guard import guarded, report_stale
+
 PROBE_MODEL = "__hasp_probe__"
 
 
@@ -141,9 +143,11 @@ class LocalModelServer:
         env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
+        report_stale("transformers.cli")
         with open(self.log_path, "ab") as log:
-            # Own session/process group so stop() also reaches any workers it forks.
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+            # Own session/process group so stop() also reaches any workers it forks; the guard ends
+            # the server when this process dies, even by SIGKILL.
+            self.proc = subprocess.Popen(guarded(self.command()), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         atexit.register(self.stop)  # never leave an orphan (it has its own session, so no SIGHUP)
         try:

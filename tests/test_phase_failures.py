@@ -1,0 +1,74 @@
+"""A phase whose model calls failed is never served from the task cache as a result.
+
+Real Prefect (the session's test API): Phase C's task runs against a student whose endpoint is
+down, then again with the same cache key after the endpoint recovered. The outage must be
+reported as failed proposals, and the second run must call the student again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from doubles import OutageStudentDouble
+
+from hasp.atomic import write_json
+from hasp.config import load_params
+from hasp.evolve.cluster import cluster_patterns, clusters_to_json
+from hasp.evolve.detectors import _TEMPLATES, FailurePattern
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _clusters() -> list:
+    out = []
+    for cat in ("no_read_before_final", "repeated_search"):
+        a, t, h = _TEMPLATES[cat]
+        out += cluster_patterns([FailurePattern(cat, a, t, h, qid=f"{cat}{i}") for i in range(4)], ["seed_skill"])
+    return out
+
+
+@pytest.fixture
+def epoch_dir(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    write_json(clusters_to_json(_clusters()), tmp_path / "clusters.json")
+    return tmp_path
+
+
+def test_failed_proposals_are_reported_and_retried_not_cached(prefect_harness, epoch_dir: Path) -> None:
+    from prefect import flow
+
+    from flows.evolve import proposals_line
+    from tasks import phases
+
+    params = load_params(ROOT / "params.yaml", {"evolve.max_candidates": 2, "evolve.mode": "full"})
+    student = OutageStudentDouble()
+    key = f"propose-outage-{epoch_dir.name}"
+
+    @flow(name="propose-once")
+    def propose_once() -> dict:
+        return phases.settle(phases.propose)(key, epoch_dir / "clusters.json", epoch_dir / "lib", params,
+                                             epoch_dir / "candidates.json", student=student, epoch=0,
+                                             history_path=None)
+
+    down = propose_once()
+    assert down["failure"] == "2 proposals failed: endpoint error" and down["failed_calls"] == 2
+    assert down["proposed"] == 0 and "http 500" in down["first_error"]
+    assert proposals_line(down).startswith("2 proposals failed: endpoint error")
+
+    student.down = False
+    before = student.calls.n
+    up = propose_once()  # same cache key: the outage was not stored as the phase's result
+    assert student.calls.n == before + 2
+    assert "failure" not in up and up["proposed"] == 2 and up["with_code"] == 2
+    assert proposals_line(up) == "proposed 2"
+
+    calls = student.calls.n
+    assert propose_once() == up and student.calls.n == calls  # a complete phase is cached as before
+
+    record = prefect_harness / "storage" / f"C-propose-{key}"
+    assert record.is_file()
+    record.write_text('{"broken')  # a corrupted cache entry is a miss: the phase runs again
+    again = propose_once()
+    assert student.calls.n == calls + 2 and again["proposed"] == 2
