@@ -146,6 +146,8 @@ class EvolveParams(_Strict):
                             "vocabulary, compiled by the project) or auto (declarative until the student's code "
                             "proposals have passed review at least twice)")
     declarative_max_tokens: int = Field(160, ge=32, description="reply budget of one declarative proposal")
+    proposals_per_cluster: int = Field(1, ge=1, le=8, description="declarative proposals sampled per cluster "
+                                       "(identical ones are kept once); the later phases choose among them")
     structured_output: Literal["auto", "json_schema", "lines", "choices"] = Field(
         "auto", description="how a declarative proposal is asked for: JSON through response_format (json_schema), "
                             "KEY: value lines, or one short question per field (choices); auto = choices for the "

@@ -199,6 +199,17 @@ def test_replies_are_read_leniently_by_verb_source_or_number():
     assert _action_named("The document id", ["READ", "SEARCH"]) == []
 
 
+def test_several_samples_per_cluster_get_fresh_ids_and_duplicates_are_dropped():
+    replies = ["1", "1", "1", "1", "2", "2"]  # samples 1 and 2 choose the same; sample 3 differs
+    student = ScriptedPolicyDouble(replies)
+    cands = propose_declarative([cluster_of("q1")], student, existing_skill_ids=["repeated_invalid_read"],
+                                replayed={"q1": list(replay(invented_read_traj(), 5))}, reply_format="choices",
+                                per_cluster=3, seed=0)
+    assert [c.skill_id for c in cands] == ["repeated_invalid_read_2", "repeated_invalid_read_3"]
+    assert cands[0].declaration != cands[1].declaration and "sample 2 declared the same" in cands[0].notes
+    assert len({json.dumps(c.declaration, sort_keys=True) for c in cands}) == 2
+
+
 def test_auto_asks_for_code_only_after_code_proposals_passed_review_twice():
     e = lambda d, f="code": FeedbackEntry(epoch=0, skill_id="a", category="c", decision=d, q_skill=0.5,  # noqa: E731
                                          proposal_format=f)

@@ -29,7 +29,7 @@ from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.evolve.propose import LLM_CALL_FAILED, Candidate, ChatModel, FeedbackHistory, _suggested_id
 from hasp.pf.declaration import PFDeclaration
 from hasp.pf.declared import compile_declaration
-from hasp.pf.skill_md import MAX_DESCRIPTION, SKILL_ID, SkillFormatError, SkillSpec, render_skill_md
+from hasp.pf.skill_md import MAX_DESCRIPTION, MAX_SKILL_ID, SKILL_ID, SkillFormatError, SkillSpec, render_skill_md
 from hasp.pf.vocabulary import ACTIONS, CONDITIONS, FIELDS, SOURCES, Step
 from hasp.prompts import prompt, render
 from hasp.textutil import truncate
@@ -202,6 +202,15 @@ def declaration_of(fields: dict[str, Any]) -> PFDeclaration:
     return PFDeclaration(**decl)
 
 
+def _fresh_id(sid: str, taken: Sequence[str]) -> str:
+    """``sid``, or ``sid_2``, ``sid_3`` ... when taken (a declared candidate is always a new skill)."""
+    n, out = 1, sid
+    while out in taken:
+        n += 1
+        out = f"{sid[:MAX_SKILL_ID - 3]}_{n}"
+    return out
+
+
 def _example_copy(fields: dict[str, Any]) -> bool:
     return str(fields.get("skill_id", "")).strip() == "empty_result_rephrase" or \
         str(fields.get("rewrite", "")).strip().lower() == "search arg_shortened"
@@ -230,8 +239,9 @@ def check_reply(text: str, cluster: Cluster, existing: Sequence[str], fields: di
         er = e.errors()[0]
         raise ValueError(f"{'.'.join(map(str, er['loc'])) or 'declaration'}: {er['msg']}") from None
     sid = str(fields.get("skill_id", "")).strip().lower().replace("-", "_").replace(" ", "_")
-    if not SKILL_ID.fullmatch(sid) or sid in existing or len(sid) < 3:
+    if not SKILL_ID.fullmatch(sid) or len(sid) < 3:
         sid = _suggested_id(cluster, existing)
+    sid = _fresh_id(sid, existing)
     try:
         compile_declaration(sid, decl, "reply")
     except SkillFormatError as e:
@@ -412,7 +422,7 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                         replayed: dict[str, list[ReplayedStep]], history: FeedbackHistory | None = None,
                         epoch: int = 0, max_candidates: int = 5, temperature: float = 0.7, max_tokens: int = 200,
                         seed: int | None = None, reply_format: str = "lines",
-                        gold: dict[str, list[str]] | None = None,
+                        gold: dict[str, list[str]] | None = None, per_cluster: int = 1,
                         on_done: Callable[[], None] | None = None) -> list[Candidate]:
     """One declared candidate per cluster (the first ``max_candidates``); each gets one retry.
 
@@ -422,15 +432,18 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     (``interview``), for students too small to keep a format. A failed call or a reply that stays
     invalid is a candidate with ``parse_error`` set and the reply kept, so the epoch's record shows it.
     ``gold`` (qid -> answers, training questions only) orders the repair menu by counterfactual replay.
+    ``per_cluster`` proposals are sampled per cluster; one that declares what an earlier one of the
+    same cluster did is dropped (and counted in the first one's notes).
     """
     background = [s for steps in replayed.values() for s in steps]
     existing = list(existing_skill_ids)
     out = []
-    for cluster in list(clusters)[: max(0, max_candidates)]:
+    for cluster, sample in ((c, j) for c in list(clusters)[: max(0, max_candidates)] for j in range(per_cluster)):
         focus = focus_steps(cluster, replayed)
         menus = rank_menus(focus, background, gold)
         msgs = build_messages(cluster, menus, focus, existing, history)
-        kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+        kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
+                              "seed": None if seed is None else seed + 1000 * sample}
         if reply_format == "json":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "pf_declaration", "schema": REPLY_SCHEMA}}
@@ -468,10 +481,15 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                              notes=notes, epoch=epoch)
         cand.prompt_messages = [dict(m) for m in msgs]
         cand.proposal_format = "declarative"
-        existing.append(cand.skill_id)
-        out.append(cand)
         if on_done is not None:
             on_done()
+        twin = next((c for c in out if c.declared and c.cluster_category == cluster.category
+                     and c.declaration == cand.declaration), None)
+        if twin is not None:
+            twin.notes.append(f"sample {sample + 1} declared the same")
+            continue
+        existing.append(cand.skill_id)
+        out.append(cand)
     return out
 
 

@@ -178,7 +178,8 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     e = params.evolve
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
     fmt = choose_format(e.proposal_format, history)
-    with Progress("C propose", min(cap, len(clusters)), unit="proposals") as bar:
+    per = e.proposals_per_cluster if fmt == "declarative" else 1
+    with Progress("C propose", min(cap, len(clusters)) * per, unit="proposals") as bar:
         if fmt == "declarative":
             from hasp.agent.replay import replay
 
@@ -189,7 +190,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
                 clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
                 max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
                 seed=epoch, reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
-                gold={t.qid: list(t.answers) for t in trajs},
+                gold={t.qid: list(t.answers) for t in trajs}, per_cluster=per,
                 on_done=bar.advance)
         else:
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
