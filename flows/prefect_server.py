@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from hasp.llm.guard import guarded, report_stale
+from hasp.llm.guard import guarded, report_stale, stop_group
 from hasp.llm.server import free_port
 
 APP = "prefect.server.api.server:create_app"
@@ -72,13 +71,4 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> 
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_group(proc, 15.0)

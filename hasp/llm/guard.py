@@ -34,6 +34,20 @@ MARKER = "hasp.llm.guard"
 log = logging.getLogger(__name__)
 
 
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
+    """SIGTERM ``proc``'s process group, SIGKILL after ``grace_s``; a group already gone is fine."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def guarded(cmd: list[str], *, parent: int | None = None) -> list[str]:
     """``cmd`` wrapped in the guard, which ends it when ``parent`` (default: this process) dies."""
     return [sys.executable, "-m", MARKER, str(parent or os.getpid()), "--", *cmd]

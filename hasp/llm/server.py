@@ -28,7 +28,6 @@ import atexit
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from hasp.llm.guard import guarded, report_stale
+from hasp.llm.guard import guarded, report_stale, stop_group
 
 PROBE_MODEL = "__hasp_probe__"
 
@@ -189,16 +188,7 @@ class LocalModelServer:
         atexit.unregister(self.stop)
         if proc is None or proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(proc, grace_s)
 
     def __enter__(self) -> LocalModelServer:
         return self.start()
