@@ -156,6 +156,19 @@ def test_pf_selector_heuristic_branches_keep_mandatory_and_priority_order(caplog
     assert capped.ids == ("premature_final", "retrieval_failure")  # mandatory never counts against K
 
 
+def test_pf_selector_keeps_evolved_skills_live_on_every_branch():
+    """A skill evolution admitted is named by no branch list; without this rule the heuristic never
+    selected it, so the val gate measured a library in which the candidate never ran."""
+    from dataclasses import replace
+
+    evolved = replace(skill("read_shown_result", VotingPFDouble("x"), priority=0.5), generated=True)
+    lib = _pf_library()
+    sel = PFSelector([*lib.skills, evolved], mandatory=("retrieval_failure",), light=("premature_final",), top_k=2)
+    for question in (COMPUTE, FACTOID, MULTI):
+        assert "read_shown_result" in sel.select(question, QuestionFeatures.of(question)).ids, question
+    assert "read_shown_result" not in PFSelector(lib.skills, light=("premature_final",)).candidates
+
+
 def test_pf_selector_teacher_top_k_with_mandatory():
     sel = _selector(pf_top_k=2)
     t = CountingTeacher(ScriptedTeacherDouble('["negation_oversight", "decompose_complex_question"]'))

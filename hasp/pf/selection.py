@@ -91,6 +91,10 @@ class PFSelector:
         self.groups = {name: tuple(x for x in ids if x in have and x not in self.mandatory)
                        for name, ids in (("light", light), ("decomposition", decomposition), ("entity", entity))}
         self.candidates = tuple(x for x in self._order if x not in self.mandatory)
+        #: skills evolution admitted: no branch list names them, and a skill admitted for this agent's
+        #: failures (and val-gated while live) must stay live, so every branch includes them
+        self.evolved = tuple(s.skill_id for s in skills if s.pf is not None and s.generated
+                             and s.skill_id not in self.mandatory)
         self.top_k, self.mode, self.max_tokens = top_k, mode, max_tokens
         self._all = PFSelection(tuple(self._order), "all")  # immutable: one instance for every episode
 
@@ -99,11 +103,11 @@ class PFSelector:
         return tuple(x for x in self._order if x in chosen)
 
     def heuristic(self, q: QuestionFeatures, note: str = "") -> PFSelection:
-        """The branching rule; non-mandatory picks are capped at ``top_k``."""
+        """The branching rule plus the evolved skills (first); non-mandatory picks are capped at ``top_k``."""
         g = self.groups
         extra = {"computation": (), "factoid": g["light"],
                  "multi_hop": g["light"] + g["decomposition"] + g["entity"]}[q.kind]
-        extra = tuple(dict.fromkeys(extra))[: self.top_k]
+        extra = tuple(dict.fromkeys(self.evolved + extra))[: self.top_k]
         return PFSelection(self._ordered(self.mandatory + extra), "heuristic", q.kind, note)
 
     def parse_reply(self, reply: str) -> list[str] | None:
