@@ -22,7 +22,7 @@ from typing import Any, Callable
 import openai
 
 from hasp.config import LLMParams, default_of
-from hasp.llm import cancel
+import hasp.llm.cancel as cancel
 
 Messages = list[dict[str, str]]
 
