@@ -55,7 +55,7 @@ def first_run(epoch_env):
 def test_epoch_outputs_and_pf_events(first_run):
     work, res = first_run
     out = work / "outputs"
-    assert set(res["eval"]) == {"react", "pf", "trained_pf"}
+    assert set(res["eval"]) == {"react", "pf_before", "pf", "trained_pf"}  # pf_before: the input library
     for label, m in res["eval"].items():
         assert m["n"] > 0 and 0.0 <= m["em"] <= 1.0, label
     assert res["eval"]["react"]["pf_fires_total"] == 0  # the baseline has no harness

@@ -84,7 +84,7 @@ def test_two_epochs_carry_the_library(first):
     assert (out / "epoch_1" / "val_baseline.jsonl").read_bytes() == (out / "epoch_0" / "val_after.jsonl").read_bytes()
     fr = json.loads((out / "frontier.json").read_text())
     assert {m["epoch"] for m in fr["members"]} <= {-1, 0, 1} and fr["members"]
-    assert set(res["eval"]) == {"react", "pf"}
+    assert set(res["eval"]) == {"react", "pf_before", "pf"}
 
 
 def test_mlflow_has_per_epoch_metrics(first):
@@ -121,7 +121,7 @@ def test_single_epoch_flow_still_runs_with_the_gate(env):
                             library=str(work / "skills" / "search"))
     ph = res["phases"]
     assert ph["train"] == {"skipped": True}
-    assert set(res["eval"]) == {"react", "pf"} and ph["gate"]["val_runs"] >= 0
+    assert set(res["eval"]) == {"react", "pf_before", "pf"} and ph["gate"]["val_runs"] >= 0
     hist = json.loads((work / "single" / "epoch_0" / "library" / "library_history.json").read_text())
     assert len(hist) == ph["propose"]["proposed"]
     assert all("gates" in h for h in hist)

@@ -42,7 +42,8 @@ def test_failed_proposals_are_reported_and_retried_not_cached(prefect_harness, e
     from flows.evolve import proposals_line
     from tasks import phases
 
-    params = load_params(ROOT / "params.yaml", {"evolve.max_candidates": 2, "evolve.mode": "full"})
+    params = load_params(ROOT / "params.yaml", {"evolve.max_candidates": 2, "evolve.mode": "full",
+                                               "evolve.proposal_format": "code"})
     student = OutageStudentDouble()
     key = f"propose-outage-{epoch_dir.name}"
 

@@ -229,6 +229,11 @@ def _as_nobody(code: str, mode: str, tmp: Path) -> "subprocess.CompletedProcess[
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
+    import sysconfig
+
+    for where in (root, Path(sysconfig.get_paths()["purelib"])):
+        if not all(os.stat(d).st_mode & 0o005 for d in (where, *where.parents)):
+            pytest.skip(f"{where} is not readable by an unprivileged user (e.g. a clone in a 0700 temp folder)")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "HOME": str(tmp), "TMPDIR": str(tmp)}
     python = _venv_for_nobody(tmp) if not (tmp / "venv").exists() else str(tmp / "venv" / "bin" / "python")
     return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python,

@@ -313,7 +313,8 @@ def test_an_endpoint_failure_costs_one_episode_not_the_run(tmp_path):
     res = run_eval(_serial_params(), [items_dataset("math", "unit", [NUMERIC, other])], ["react"], policy=pol,
                    library_root=None, out_dir=tmp_path, progress=False)
     s = res.metrics()["unit"]["react"]
-    assert s["n"] == 2 and s["episode_errors"] == 1 and s["accuracy"] == pytest.approx(0.5)
+    # accuracy is over the scored episodes; the one the endpoint failed is counted apart
+    assert s["n"] == 2 and s["n_scored"] == 1 and s["n_failed"] == 1 and s["accuracy"] == pytest.approx(1.0)
     bad = next(t for t in read_trajectories(tmp_path / "unit" / "react.jsonl") if t.qid == "n-8")
     assert bad.terminated == "error" and "APITimeoutError" in bad.pf_errors[0] and bad.em == 0.0
     # a variant whose every call fails is an error, not an accuracy of 0 — with its file kept
