@@ -49,7 +49,7 @@ EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.clus
 # Knobs only the admission gates, the frontier and the val gate read. Phases A–E are keyed without
 # them, so the filtering ablation (one run per row, same seed data) reuses one set of rollouts,
 # clusters, candidates, validations and reviews and differs only where the rows differ.
-GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_limit", "evolve.r_skill_lambda",
+GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_rule", "evolve.val_limit", "evolve.r_skill_lambda",
              "evolve.frontier_size", "evolve.rollback_tolerance", "evolve.max_library_size")
 
 

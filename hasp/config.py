@@ -164,7 +164,10 @@ class EvolveParams(_Strict):
     filtering: Literal["none", "exec", "teacher", "full"] = Field(
         "full", description="which phases gate admission: none (parse only), exec (Phase D), "
                             "teacher (Phase E), full (D + E + val gate)")
-    val_gate: bool = Field(True, description="full filtering also refuses candidates with dEM_val < 0")
+    val_gate: bool = Field(True, description="full filtering also runs the held-out val check (see val_rule)")
+    val_rule: Literal["gain", "no_drop"] = Field(
+        "gain", description="gain: admit only when dEM_val > 0 (a skill that changes nothing is not "
+                            "admitted); no_drop: admit unless dEM_val < 0")
     val_limit: int = Field(0, ge=0, description="val questions per gate run (0 = the whole val split)")
     r_skill_lambda: float = Field(0.5, ge=0, description="r_skill = Q_skill + lambda * dEM_val (App. E)")
     frontier_size: int = Field(3, ge=1, description="library versions kept in frontier.json (top-k by val EM)")

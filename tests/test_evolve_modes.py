@@ -212,6 +212,19 @@ def test_val_gate_refuses_a_candidate_that_lowers_val_em(epoch_files):
     assert not any(r.startswith("val:") for r in hist["broken_exec"]["reasons"])
 
 
+@pytest.mark.parametrize("rule,expected", [("gain", set()), ("no_drop", {"good_skill"})])
+def test_val_rule_decides_whether_an_unchanged_val_em_admits(epoch_files, rule, expected):
+    tmp_path, lib, ed = epoch_files
+    p = _params(tmp_path, val_rule=rule)
+    s = ep.gate(ed, lib, p, {"em": 0.5, "f1": 0.6, "n": 10}, ValRunnerDouble({"good_skill": 0.5}))
+    assert s["val_pass"] == len(expected)
+    admitted, _ = _admit(tmp_path, lib, ed, val_rule=rule)
+    assert admitted == expected
+    hist = {h["skill_id"]: h for h in json.loads((ed / "library" / "library_history.json").read_text())}
+    if rule == "gain":
+        assert any("val EM unchanged" in r for r in hist["good_skill"]["reasons"])
+
+
 def test_val_gate_records_a_failed_run_and_refuses(epoch_files):
     tmp_path, lib, ed = epoch_files
 

@@ -330,17 +330,16 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
          run_val: Any) -> dict[str, Any]:
     """Val gate: candidates that pass the cheap gates run on the val split with the library
     plus themselves; ``baseline`` is the shared library-alone val summary. Writes gate.json."""
-    from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate
+    from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
 
     gates = active_gates(params.evolve)
     evs = _evidence(epoch_dir, library_in)
     todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
     items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
     results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
-                           workdir=epoch_dir)
+                           workdir=epoch_dir, rule=params.evolve.val_rule)
     write_json([r.to_dict() for r in results], epoch_dir / "gate.json")
-    return {"val_runs": len(results), "val_pass": sum(1 for r in results if r.delta_em is not None
-                                                      and not r.error and r.delta_em >= 0),
+    return {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
             "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
             "delta_em": {r.skill_id: r.delta_em for r in results},
             "r_skill": {r.skill_id: r.r_skill for r in results}}

@@ -29,7 +29,10 @@ SKILL.md parses, size cap) are applied by ``hasp.evolve.admit`` in every mode.
 
 The **val gate** (EvoSkill-style held-out check): the PF agent runs on the val split
 with the library plus the candidate and with the library alone (one baseline run
-shared by every candidate of the epoch). ``ΔEM_val < 0`` refuses the candidate;
+shared by every candidate of the epoch). With ``val_rule: gain`` (the default, EvoSkill's
+rule) a candidate is admitted only when ``ΔEM_val > 0``: on a weak model whose baseline is
+near zero, "no drop" admits every skill that never fires. ``no_drop`` refuses ``ΔEM_val < 0``
+only;
 ``r_skill = Q_skill + λ·ΔEM_val`` (App. E) is recorded either way. The candidate's
 code runs through ``SandboxedPF`` because it is loaded from ``generated/`` like any
 admitted skill.
@@ -54,7 +57,7 @@ from hasp.sandbox.policy import check_policy
 log = logging.getLogger(__name__)
 
 __all__ = ["Evidence", "ValResult", "GATES", "FILTERING", "LITE_GATES", "active_gates", "refusals",
-           "pre_val_gates", "epoch_phases", "static_exec", "r_skill", "static_exec_report", "run_val_gate", "placeholder_review"]
+           "pre_val_gates", "epoch_phases", "static_exec", "r_skill", "static_exec_report", "run_val_gate", "placeholder_review", "val_passed"]
 
 
 @dataclass
@@ -72,6 +75,7 @@ class ValResult:
     q_skill: float | None = None
     r_skill: float | None = None
     error: str = ""
+    rule: str = "gain"  # val_rule applied (recorded so admission reads what the gate measured against)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,8 +154,15 @@ def _val(ev: Evidence) -> list[str]:
     if v.error or v.delta_em is None:
         return [f"val run failed: {v.error or 'no result'}"]
     if v.delta_em < 0:
-        return [f"val EM drops by {-v.delta_em:.3f} ({v.base_em:.3f} -> {v.em_val:.3f})"]
+        return [f"val EM drops by {-v.delta_em:.3f} ({v.base_em:.3f} -> {v.em_val:.3f}, n={v.n})"]
+    if v.delta_em == 0 and v.rule == "gain":
+        return [f"val EM unchanged ({v.base_em:.3f} -> {v.em_val:.3f}, n={v.n}); val_rule gain needs a rise"]
     return []
+
+
+def val_passed(v: ValResult) -> bool:
+    """Whether a val result passes its rule (the same test ``refusals`` applies)."""
+    return not v.error and v.delta_em is not None and (v.delta_em > 0 or (v.delta_em == 0 and v.rule == "no_drop"))
 
 
 def _loadable(ev: Evidence) -> list[str]:
@@ -284,7 +295,7 @@ def static_exec_report(code: str, skill_id: str | None) -> dict[str, Any]:
 
 def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_root: Path,
                  run_val: Callable[[Path, str], dict[str, Any]], baseline: dict[str, Any], *,
-                 lam: float = 0.5, workdir: Path | None = None) -> list[ValResult]:
+                 lam: float = 0.5, workdir: Path | None = None, rule: str = "gain") -> list[ValResult]:
     """Val-split check of each candidate against the shared ``baseline`` summary.
 
     ``run_val(library_dir, label)`` runs the PF agent on the val split and returns a
@@ -299,7 +310,7 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
     base_em, base_f1 = float(baseline["em"]), float(baseline["f1"])
     for cand, cluster, review in items:
         q = review.q_skill if review.decided_by != "not_reviewed" else None
-        res = ValResult(skill_id=cand.skill_id, base_em=base_em, base_f1=base_f1, q_skill=q)
+        res = ValResult(skill_id=cand.skill_id, base_em=base_em, base_f1=base_f1, q_skill=q, rule=rule)
         tmp = Path(tempfile.mkdtemp(prefix=f"valgate-{cand.skill_id}-", dir=workdir))
         lib = tmp / "library"
         try:
