@@ -286,6 +286,19 @@ class Params(_Strict):
     tracking: TrackingParams = TrackingParams()
     eval: EvalParams = EvalParams()
     sandbox: SandboxParams = SandboxParams()
+    demo: dict[str, Any] = Field(default_factory=dict, description="the scale `hasp demo` runs at: "
+                                 "section.key -> value, applied over the sections above")
+
+    @model_validator(mode="after")
+    def _demo_keys_exist(self) -> "Params":
+        for dotted in self.demo:
+            node: Any = self
+            for part in str(dotted).split("."):
+                fields = type(node).model_fields if isinstance(node, BaseModel) else {}
+                if part not in fields or part == "demo":
+                    raise ValueError(f"demo: {dotted} names no setting")
+                node = getattr(node, part)
+        return self
 
     def section_hash(self, *names: str, exclude: Collection[str] = ()) -> str:
         """Content hash of some sections: the params part of a cache key. ``exclude`` names
@@ -322,6 +335,16 @@ def _read_mapping(path: Path) -> dict[str, Any]:
     return raw
 
 
+def demo_params(path: Path | str) -> Params:
+    """``path`` with its ``demo:`` overrides applied: the scale of ``hasp demo`` (a few one-hop
+    questions, short episodes) stated in the same file as every other knob."""
+    base = load_params(path)
+    try:
+        return load_params(path, base.demo)
+    except ParamsError as e:
+        raise ParamsError(f"{e} (set by its demo: section)") from None
+
+
 def load_params(path: Path | str | None = None, overrides: dict[str, Any] | None = None) -> Params:
     """The one way to read params: ``path`` must exist (a typo must not silently run on defaults);
     ``None`` means the schema defaults. ``overrides`` maps ``section.key`` to a value."""
@@ -338,5 +361,7 @@ def load_params(path: Path | str | None = None, overrides: dict[str, Any] | None
     try:
         return Params.model_validate(raw)
     except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in e.errors())
+        msgs = "; ".join(": ".join(x for x in (".".join(map(str, er["loc"])),
+                                             er["msg"].removeprefix("Value error, ")) if x)
+                         for er in e.errors())
         raise ParamsError(f"{where}: {msgs}") from None

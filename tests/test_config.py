@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from hasp.cli import main
-from hasp.config import AgentParams, LLMParams, Params, ParamsError, SFTParams, TrainParams, load_params
+from hasp.config import (AgentParams, LLMParams, Params, ParamsError, SFTParams, TrainParams, demo_params,
+                         load_params)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +64,27 @@ def test_overrides_under_a_non_mapping_section_are_refused(tmp_path):
 
 def test_the_shipped_params_file_loads():
     load_params(ROOT / "params.yaml")
+
+
+def test_the_demo_section_scales_the_run_and_leaves_the_rest(tmp_path):
+    base, demo = load_params(ROOT / "params.yaml"), demo_params(ROOT / "params.yaml")
+    assert demo.data.hop_weights == {1: 1.0} and demo.data.n_questions < base.data.n_questions
+    assert demo.evolve.filtering == base.evolve.filtering and demo.llm == base.llm
+    (tmp_path / "p.yaml").write_text("agent: {max_steps: 9}\ndemo: {agent.max_steps: 3}\n")
+    assert load_params(tmp_path / "p.yaml").agent.max_steps == 9
+    assert demo_params(tmp_path / "p.yaml").agent.max_steps == 3
+
+
+@pytest.mark.parametrize("demo, expected", [
+    ("{agent.max_stepz: 3}", "demo: agent.max_stepz names no setting"),
+    ("{demo.x: 1}", "demo: demo.x names no setting"),
+    ("{agent.max_steps: -3}", "agent.max_steps: Input should be greater than or equal to 1 (set by its demo: section)"),
+])
+def test_a_bad_demo_section_is_one_line_naming_the_key(tmp_path, capsys, demo, expected):
+    (tmp_path / "p.yaml").write_text(f"demo: {demo}\n")
+    assert main(["demo", "--params", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "p.yaml") in err and expected in err
 
 
 # ----------------------------------------------------------------------------- one source of defaults

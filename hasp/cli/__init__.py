@@ -247,16 +247,35 @@ def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt =
 # ----------------------------------------------------------------------------- demo
 @app.command("demo")
 def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
-         library: Library = Path("skills/search")) -> None:
-    """Run one full evolution epoch (Prefect flow) on the embedded model and print the results."""
+         library: Library = Path("skills/search"),
+         full: Annotated[bool, typer.Option("--full", help="ignore the demo: section of the params "
+                                                             "file (run at the full scale)")] = False) -> None:
+    """Run one full evolution epoch (Prefect flow) on the embedded model and print the results.
+
+    The params file's ``demo:`` section (a few one-hop questions, short episodes) is applied
+    unless ``--full``; the resolved settings are written to ``<out>/params.demo.yaml`` and
+    that file is what the flow runs and MLflow records."""
     import time
 
+    import yaml
+
     from hasp.cli.evolve import run_epoch_flow
+    from hasp.config import ParamsError, demo_params
+    from hasp.evolve.story import epoch_story
     from hasp.track.mlflow_run import tracking_uri
 
-    from hasp.evolve.story import epoch_story
-
     t0 = time.perf_counter()
+    if not full:
+        try:
+            resolved = demo_params(params)
+        except ParamsError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        out.mkdir(parents=True, exist_ok=True)
+        params = out / "params.demo.yaml"
+        params.write_text(yaml.safe_dump(resolved.model_dump(mode="json", exclude={"demo"}), sort_keys=False))
+        typer.echo("demo scale: " + ", ".join(f"{k}={v}" for k, v in resolved.demo.items())
+                   + f" (resolved settings: {params})")
     res = run_epoch_flow(params, out, library)
     print_results(res["eval"])
     for line in epoch_story(out / "epoch_0", res["eval"], out / "eval"):
