@@ -193,7 +193,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
             (ep_dir / name).unlink(missing_ok=True)
     sweep_scratch(ep_dir)
     lib_h = content_hash(lib_in)
-    agent_llm = p.section_hash("agent", "llm", "harness")
+    agent_llm = p.section_hash("agent", "llm", "harness", "sandbox")
     ph: dict[str, Any] = {}
 
     k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id, p.evolve.prefilter)
@@ -218,13 +218,14 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     if "validate" in run_phases:
         static = static_exec(p.evolve)
-        k = key_of(code, cand_h, static)
+        k = key_of(code, cand_h, static, p.section_hash("sandbox"))
         ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / "validation.json",),
-            k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static)
+            k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static, sandbox=p.sandbox)
     val_h = content_hash(ep_dir / "validation.json")
 
     if "review" in run_phases:
-        k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), teacher_id)
+        k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve", "sandbox", exclude=GATE_ONLY),
+                   teacher_id)
         ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / "reviews.json",),
             k, ep_dir, lib_in, p, teacher=clients.teacher)
     rev_h = content_hash(ep_dir / "reviews.json")
@@ -243,7 +244,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
             k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher)
     gate_h = content_hash(ep_dir / "gate.json")
 
-    k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve"), epoch)
+    k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve", "sandbox"), epoch)
     ph["admit"] = _phase(pipe, "F admit", phases.admit,
         (ep_dir / "library" / "library_history.json", ep_dir / "admission.json"),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
@@ -298,8 +299,8 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
             train_key, ep_dir / "sft.jsonl", p, out / "train")
         has_trained = (trained_dir / "config.json").exists()
 
-        k = key_of(code, keys.data_h, content_hash(carry), content_hash(lib), p.section_hash("agent", "llm", "harness"),
-                   model_id, train_key if has_trained else None, teacher_id)
+        k = key_of(code, keys.data_h, content_hash(carry), content_hash(lib),
+                   p.section_hash("agent", "llm", "harness", "sandbox"), model_id, train_key if has_trained else None, teacher_id)
         eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval" / "metrics.json",),
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
             trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib)
@@ -357,7 +358,7 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                             if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
             k = key_of(code, keys.data_h, content_hash(lib), content_hash(start_lib),
-                       p.section_hash("agent", "llm", "harness"), *keys_model)
+                       p.section_hash("agent", "llm", "harness", "sandbox"), *keys_model)
             eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval_evolution" / "metrics.json",),
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
                 teacher=clients.teacher, library_before=start_lib)

@@ -79,8 +79,9 @@ def propose(cache_key: str, clusters_path: Path, library: Path, params: Params, 
 
 
 @task(name="D-validate", **_opts)
-def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: bool = False) -> dict[str, Any]:
-    return ep.validate(candidates_path, out_path, static=static)
+def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: bool = False,
+             sandbox: Any = None) -> dict[str, Any]:
+    return ep.validate(candidates_path, out_path, static=static, sandbox=sandbox)
 
 
 @task(name="E-review", **_opts)

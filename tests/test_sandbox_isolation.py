@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -53,11 +54,17 @@ def test_profiles_deny_what_they_list():
                  "ptrace", "process_vm_readv", "process_vm_writev", "rt_tgsigqueueinfo"):
         assert f'"{name}"' not in pf
     assert '"openat"' in pf and '"read"' in pf and "action KILL_PROCESS" in pf and "action ERRNO(1)" in pf
+    # a program under test gets an allow-list from the same builder: more names, still none of these
     lenient = seccomp.describe(seccomp.PROGRAM_PROFILE)
-    for name in ("kill", "tkill", "tgkill", "ptrace", "process_vm_writev"):
-        assert f'"{name}"' in lenient
-    assert '"unlink"' not in lenient and '"openat"' not in lenient
-    assert '"unlink"' in seccomp.describe(seccomp.PROGRAM_STRICT_PROFILE)
+    strict = seccomp.describe(seccomp.PROGRAM_STRICT_PROFILE)
+    for text in (lenient, strict):
+        for name in ("socket", "connect", "fork", "clone", "clone3", "execve", "kill", "tkill", "tgkill",
+                     "ptrace", "process_vm_writev", "pidfd_send_signal", "unshare", "mount", "bpf",
+                     "chmod", "chown", "openat2", "utimensat"):
+            assert f'"{name}"' not in text, name
+        assert "action KILL_PROCESS" in text and "action ERRNO(1)" in text and '"read"' in text
+    assert '"unlink"' in lenient and '"mkdir"' in lenient  # Landlock confines them to the private dir
+    assert '"unlink"' not in strict and '"mkdir"' not in strict
 
 
 def _hasp_imports(path: Path) -> set[str]:
@@ -74,3 +81,87 @@ def test_sandbox_package_imports_only_itself_and_core():
     for path in (ROOT / "hasp" / "sandbox").glob("*.py"):
         bad = {n for n in _hasp_imports(path) if not n.startswith("hasp.sandbox") and n not in CORE}
         assert not bad, (path.name, bad)
+
+
+# --------------------------------------------------------------------------- the program sandbox's allow-list
+DATA = Path(os.environ.get("HASP_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+#: syscalls a program under test must not get: the first two were always denied; the others
+#: (timestamps of files it owns, SysV IPC shared with the host) only an allow-list refuses
+BLOCKED_PROGRAM = '''
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+
+def errno_of(fn):
+    try:
+        fn()
+    except OSError as e:
+        return errno.errorcode.get(e.errno, e.errno)
+    return "ran"
+
+def msgget():
+    if libc.msgget(0, 0o1600) == -1:  # IPC_PRIVATE, IPC_CREAT | 0600: not in the network namespace
+        raise OSError(ctypes.get_errno(), "msgget")
+
+R = {"socket": errno_of(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+     "kill_parent": errno_of(lambda: os.kill(os.getppid(), 0)),
+     "utime": errno_of(lambda: os.utime(".", (0, 0))),
+     "msgget": errno_of(msgget)}
+'''
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="seccomp profiles are x86_64 only")
+def test_a_program_under_test_gets_eperm_off_its_allow_list():
+    host = os.getpid()
+    r = run_program(BLOCKED_PROGRAM, "assert R == dict.fromkeys(R, 'EPERM'), R")
+    assert r.passed, r.detail
+    assert r.protections["seccomp"] in {"program", "program-strict"}
+    os.kill(host, 0)  # the host is alive and untouched
+
+
+STDLIB_PROGRAM = '''
+import bisect, collections, datetime, decimal, fractions, functools, hashlib, heapq, itertools, json
+import math, random, re, statistics, string, textwrap, typing, dataclasses, enum, copy, difflib, time
+
+@dataclasses.dataclass
+class P:
+    x: int
+
+def f(xs: typing.List[int]) -> str:
+    c = collections.Counter(xs)
+    h = heapq.nsmallest(2, xs)
+    s = statistics.mean(xs) + float(fractions.Fraction(1, 3)) + float(decimal.Decimal("0.5"))
+    d = datetime.date(2020, 1, 31) + datetime.timedelta(days=1)
+    rnd = random.Random(0).randint(1, 6) + random.randint(1, 6)
+    time.sleep(0.001)
+    words = re.findall(r"[a-z]+", textwrap.dedent("  ab cd"))
+    digest = hashlib.sha256(json.dumps(sorted(c.items())).encode()).hexdigest()[:4]
+    ratio = difflib.SequenceMatcher(None, "abc", "abd").ratio()
+    best = functools.reduce(max, itertools.chain(h, [bisect.bisect(sorted(xs), 2)]))
+    return f"{best}{math.isqrt(16)}{d.month}{words}{len(digest)}{s > 0}{ratio > 0}{rnd > 0}{copy.deepcopy(P(1)).x}"
+'''
+
+
+def test_stdlib_heavy_programs_still_pass():
+    r = run_program(STDLIB_PROGRAM, "assert f([3, 1, 2, 1]) == \"342['ab', 'cd']4TrueTrueTrue1\", f([3, 1, 2, 1])", "f")
+    assert r.passed, r.detail
+
+
+def test_mbpp_canonical_solutions_still_pass():
+    from hasp.domains.code.datasets import load_mbpp
+    from hasp.domains.code.grade import run_tests
+
+    path = DATA / "code" / "mbpp.jsonl"
+    if not path.exists():
+        pytest.skip(f"sample data {path} absent (only in the shared workspace)")
+    items = load_mbpp(path)[:40]
+    failed = [(it.task_id, r.detail) for it in items if not (r := run_tests(it.canonical, it)).passed]
+    assert not failed, failed
+
+
+def test_program_sandbox_fails_closed_without_a_layer_unless_the_user_opts_in(monkeypatch):
+    monkeypatch.setattr(seccomp, "supported", lambda: False)
+    r = run_program("def f():\n    return 1\n", "assert f() == 1", "f")
+    assert r.status == "error" and r.detail.startswith("hasp sandbox refused") and "seccomp" in r.detail
+    weak = run_program("def f():\n    return 1\n", "assert f() == 1", "f", allow_weaker=True)
+    assert weak.passed and any("seccomp" in w for w in weak.protections["weaker"])

@@ -157,8 +157,9 @@ def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml")
     from hasp.evolve.epoch import validate
     from hasp.evolve.gate import static_exec
 
+    p = _params(params)
     _save_summary(epoch_dir, "validate", validate(epoch_dir / "candidates.json", epoch_dir / "validation.json",
-                                                  static=static_exec(_params(params).evolve)))
+                                                  static=static_exec(p.evolve), sandbox=p.sandbox))
 
 
 @evolve_app.command("review")

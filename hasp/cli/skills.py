@@ -249,16 +249,24 @@ def skills_validate(
         sandbox: Annotated[Optional[bool], typer.Option(
             "--sandbox/--in-process", help="Run pf.py in the sandbox or in-process "
             "(default: sandbox for generated/ folders, in-process for seed folders, as the library does).")] = None,
-        timeout: Annotated[float, typer.Option(help="Seconds for one sandboxed validation.")] = 10.0) -> None:
+        timeout: Annotated[float, typer.Option(help="Seconds for one sandboxed validation.")] = 10.0,
+        params: Annotated[Optional[Path], typer.Option(
+            "--params", help="params.yaml whose sandbox: section the sandboxed runs use "
+            "(default: ./params.yaml when it exists, else the schema defaults).")] = None) -> None:
     """Check skill folders: Agent Skills rules, HASP's schema, PF load and execution; exit 1 if any fails."""
     import json
 
     from rich.table import Table
 
+    from hasp.cli.params import params_or_exit
+    from hasp.config import SandboxParams
     from hasp.evolve.skill_check import CHECKS, check_folder, skill_folders
 
+    if params is None and Path("params.yaml").is_file():
+        params = Path("params.yaml")
+    sb = params_or_exit(params).sandbox if params is not None else SandboxParams()
     folders = [f for p in paths for f in skill_folders(p)]
-    reports = [check_folder(f, sandbox=sandbox, timeout_s=timeout) for f in folders]
+    reports = [check_folder(f, sandbox=sandbox, timeout_s=timeout, sandbox_params=sb) for f in folders]
     n_ok = sum(r.ok for r in reports)
     if as_json:
         typer.echo(json.dumps({"ok": n_ok, "total": len(reports), "folders": [r.to_dict() for r in reports]},
@@ -273,5 +281,9 @@ def skills_validate(
         con = _console()
         con.print(t)
         con.print(f"{n_ok} of {len(reports)} skill folders pass", markup=False)
+    for r in reports:  # a weaker run never passes unnoticed (under --json: in the JSON and on stderr)
+        if r.weaker:
+            typer.echo(f"warning: {r.path} ran in the weaker sandbox mode (sandbox.allow_weaker); "
+                       f"missing: {'; '.join(r.weaker)}", err=as_json)
     if n_ok < len(reports):
         raise typer.Exit(1)

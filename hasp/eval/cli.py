@@ -126,7 +126,8 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
                   "trained": str(trained or ""), "library": str(library), "library_hash": res.library_hash,
                   "library_size": res.library_size, "teacher_model": p.teacher.model or "",
                   "teacher_snippets": snippets, "judge": judge, "max_steps": p.agent.max_steps if domain == "search"
-                  else 1, "max_tokens": max_tokens, "top_k": p.agent.top_k}
+                  else 1, "max_tokens": max_tokens, "top_k": p.agent.top_k,
+                  "sandbox.allow_weaker": p.sandbox.allow_weaker}
     runs = log_eval_runs(res, experiment=p.tracking.experiment,
                          run_name=run_name or f"eval-{domain}-{time.strftime('%Y%m%d-%H%M%S')}", params=run_params,
                          cell_params={s.name: dataset_params(s) for s in sets}, traces=traces)

@@ -136,7 +136,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         raise ValueError(f"--judge compares short answers; {domain} is graded exactly (leave --judge off)")
     if teacher is None:
         check_teacher_needs([a.variant for a in arms], judge=judge, snippets=snippets, have_teacher=False)
-    lib = load_library(library_root, domain) if library_root is not None else None
+    lib = load_library(library_root, domain, sandbox=params.sandbox) if library_root is not None else None
     for err in (lib.load_errors if lib is not None else []):
         log.warning("skill library: %s", err)
     out_dir = Path(out_dir)
@@ -147,7 +147,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         if arm.library is None:
             return lib
         if arm.library not in own_libs:
-            own_libs[arm.library] = load_library(arm.library, domain)
+            own_libs[arm.library] = load_library(arm.library, domain, sandbox=params.sandbox)
         return own_libs[arm.library]
 
     try:
@@ -164,10 +164,12 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         if lib is not None:
             for c in cells:
                 c.summary["library_size"] = len(lib.skills)
+        weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()})
         result = EvalResult(cells, out_dir, domain=domain,
                             library_hash=lib.content_hash() if lib is not None else "",
                             library_size=len(lib.skills) if lib is not None else 0,
-                            settings={"teacher_snippets": snippets, "judge": judge, "teacher": teacher is not None})
+                            settings={"teacher_snippets": snippets, "judge": judge, "teacher": teacher is not None,
+                                      "sandbox_weaker": weaker})
     finally:
         for one in (lib, *own_libs.values()):
             if one is not None:

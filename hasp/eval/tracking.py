@@ -20,7 +20,7 @@ from typing import Any
 from hasp.eval.records import EpisodeRecord
 from hasp.eval.report import to_markdown, write_csv
 from hasp.eval.runner import CellResult, EvalResult
-from hasp.track.mlflow_run import start_run
+from hasp.track.mlflow_run import sandbox_tags, start_run
 from hasp.track.plots import pf_trigger_plot
 from hasp.track.traces import log_episode_trace
 
@@ -49,7 +49,8 @@ def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params:
 
     ``params`` go on the parent and on every child (model, library hash, split …);
     ``cell_params[dataset]`` adds per-dataset params (kind, path) to that dataset's children."""
-    base_tags = {"hasp.kind": "eval", "hasp.domain": result.domain, **(tags or {})}
+    base_tags = {"hasp.kind": "eval", "hasp.domain": result.domain,
+                 **sandbox_tags(result.settings.get("sandbox_weaker") or ()), **(tags or {})}
     children: dict[str, str] = {}
     n_traces = 0
     with start_run(experiment, run_name, tags=base_tags, project_dir=project_dir) as mlflow:

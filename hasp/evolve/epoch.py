@@ -26,7 +26,7 @@ from hasp.atomic import read_json, write_json
 from hasp.agent.loop import Policy, agent_config
 from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
 from hasp.agent.variants import get_variant
-from hasp.config import Params
+from hasp.config import Params, SandboxParams
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
@@ -61,7 +61,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     if qids is not None:
         keep = set(qids)
         items = [it for it in items if it.id in keep]
-    lib = load_library(library_root, "search") if library_root is not None else None
+    lib = load_library(library_root, "search", sandbox=params.sandbox) if library_root is not None else None
     try:
         fn = task.episode_fn(policy=policy, library=lib, cfg=agent_config(params),
                              variant=get_variant(variant), top_k=params.agent.top_k,
@@ -78,6 +78,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     if lib is not None:
         summary["library_size"] = len(lib.skills)
         summary["library_load_errors"] = lib.load_errors
+        summary["sandbox_weaker"] = lib.sandbox_weaker()  # layers missing under sandbox.allow_weaker
     return summary
 
 
@@ -131,7 +132,7 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
                                  retries=e.summarizer_retries, max_concurrency=params.llm.max_concurrency,
                                  limit=e.summarizer_max_failures)
         patterns = patterns + llm.patterns
-    lib = load_library(library_root, "search")
+    lib = load_library(library_root, "search", sandbox=params.sandbox)
     try:
         existing = existing_from_library(lib)
     finally:
@@ -171,7 +172,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     from hasp.evolve.propose import LLM_CALL_FAILED, propose_candidates
 
     clusters = clusters_from_json(read_json(clusters_path))
-    lib = load_library(library_root, "search")
+    lib = load_library(library_root, "search", sandbox=params.sandbox)
     ids = lib.ids
     lib.close()
     history = history_before(history_path, epoch) if history_path else None
@@ -210,9 +211,12 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
 
 
 # ----------------------------------------------------------------------------- Phase D
-def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> dict[str, Any]:
+def validate(candidates_path: Path, out_path: Path, *, static: bool = False,
+             sandbox: SandboxParams | None = None) -> dict[str, Any]:
     """Phase D: syntax, policy, interface, sandboxed executions on the mock regimes and on steps
     replayed from the epoch's rollout (the candidate's cluster and recent others), return types.
+    ``sandbox`` is the params section the candidates run under (schema defaults when None); a
+    report made in the weaker mode says which layers were missing (``weaker``).
 
     ``static=True`` (filtering ``teacher``: executable validation is ablated) reads the
     code without running it, so Phase E still gets an executability estimate."""
@@ -235,12 +239,14 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False) -> 
                 reports.append(static_exec_report(c.code, c.skill_id))
             else:
                 ctxs, args = phase_d_contexts(trajs, qids.get(c.cluster_category, ()))
-                reports.append({"skill_id": c.skill_id, **validate_candidate(c.code, c.skill_id, contexts=ctxs,
-                                                                             args=args).to_dict()})
+                reports.append({"skill_id": c.skill_id, **validate_candidate(
+                    c.code, c.skill_id, contexts=ctxs, args=args, sandbox=sandbox).to_dict()})
             bar.advance()
     write_json(reports, out_path)
+    weaker = sorted({w for r in reports for w in r.get("weaker") or ()})
     return {"validated": len(reports), "static": static, "exec_pass": sum(1 for r in reports if r["passed"]),
-            "q_exec_mean": (sum(r["q_exec"] for r in reports) / len(reports)) if reports else 0.0}
+            "q_exec_mean": (sum(r["q_exec"] for r in reports) / len(reports)) if reports else 0.0,
+            "sandbox_weaker": weaker}
 
 
 # ----------------------------------------------------------------------------- Phase E
@@ -260,7 +266,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     reports = {r["skill_id"]: r for r in read_json(validation_path)}
     clusters = {c.category: c for c in clusters_from_json(read_json(clusters_path))}
     trajs = read_trajectories(rollout_path)
-    lib = load_library(library_root, "search")
+    lib = load_library(library_root, "search", sandbox=params.sandbox)
     ids = lib.ids
     lib.close()
     out = []
@@ -270,7 +276,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
         cluster = clusters.get(c.cluster_category)
         hit_rate = None
         if rep.get("passed") and cluster is not None:
-            pf = compiled_pf(c) if c.declared else SandboxedPF(c.code, skill_id=c.skill_id)
+            pf = compiled_pf(c) if c.declared else SandboxedPF(c.code, skill_id=c.skill_id, sandbox=params.sandbox)
             try:
                 hit_rate = trigger_hit_rate(pf, [t for t in trajs if t.qid in set(cluster.qids)])
             except Exception as e:  # noqa: BLE001 - a broken candidate scores 0 here, it never stops the epoch
@@ -301,7 +307,7 @@ def _load_list(path: Path | None) -> list[dict[str, Any]]:
     return read_json(path) if path is not None and Path(path).exists() else []
 
 
-def _evidence(epoch_dir: Path, library_in: Path) -> list[Any]:
+def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None = None) -> list[Any]:
     """One ``gate.Evidence`` per candidate from the epoch's files (absent phases -> None)."""
     from hasp.evolve.admit import active_ids
     from hasp.evolve.cluster import Cluster, clusters_from_json
@@ -322,7 +328,7 @@ def _evidence(epoch_dir: Path, library_in: Path) -> list[Any]:
             representative=None)  # type: ignore[arg-type]
         out.append(Evidence(candidate=c, cluster=cluster, exec_report=reports.get(c.skill_id),
                             review=reviews.get(c.skill_id), val=vals.get(c.skill_id), library_ids=lib_ids,
-                            earlier_ids=tuple(x.skill_id for x in cands[:i])))
+                            earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox))
     return out
 
 
@@ -333,7 +339,7 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
 
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in)
+    evs = _evidence(epoch_dir, library_in, params.sandbox)
     todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
     items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
     results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
@@ -342,7 +348,8 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     return {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
             "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
             "delta_em": {r.skill_id: r.delta_em for r in results},
-            "r_skill": {r.skill_id: r.r_skill for r in results}}
+            "r_skill": {r.skill_id: r.r_skill for r in results},
+            "sandbox_weaker": sorted({w for r in results for w in r.weaker})}
 
 
 def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None
@@ -372,7 +379,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
 
     epoch_dir = Path(candidates_path).parent
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in)
+    evs = _evidence(epoch_dir, library_in, params.sandbox)
     tmp = library_out.with_name(f".{library_out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(library_in, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
@@ -404,7 +411,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
         write_json([], library_out / "library_history.json")  # an epoch with no candidates still has a history
     snapshot(library_out, library_out / "snapshots" / f"epoch_{epoch}")
     write_json(results, epoch_dir / "admission.json")
-    lib = load_library(library_out, "search")
+    lib = load_library(library_out, "search", sandbox=params.sandbox)
     size = len(lib.skills)
     lib.close()
     return {"admitted": sum(r["admitted"] for r in results), "decisions": results, "library_size": size,

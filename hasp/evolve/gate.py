@@ -45,10 +45,11 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasp.config import SandboxParams
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
@@ -76,6 +77,7 @@ class ValResult:
     r_skill: float | None = None
     error: str = ""
     rule: str = "gain"  # val_rule applied (recorded so admission reads what the gate measured against)
+    weaker: list[str] = field(default_factory=list)  # isolation layers missing in the val run (allow_weaker)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +98,7 @@ class Evidence:
     val: ValResult | None = None
     library_ids: frozenset[str] = frozenset()
     earlier_ids: tuple[str, ...] = ()  # ids of candidates before this one in the same batch
+    sandbox: SandboxParams | None = None  # the sandbox a gate that runs the code uses (None: defaults)
 
 
 GateFn = Callable[[Evidence], list[str]]
@@ -185,7 +188,7 @@ def _sandbox_exec(ev: Evidence) -> list[str]:
         return []
     if check_policy(ev.candidate.code):  # never run code the policy refuses (``loadable`` says why)
         return ["not run: the static policy refuses it"]
-    return lite_exec_refusals(ev.candidate.code, ev.candidate.skill_id)
+    return lite_exec_refusals(ev.candidate.code, ev.candidate.skill_id, ev.sandbox)
 
 
 def _new_id(ev: Evidence) -> list[str]:
@@ -320,6 +323,7 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
                 raise ValueError(f"could not add the candidate to a library copy: {added.reason}")
             m = run_val(lib, f"val+{cand.skill_id}")
             res.em_val, res.f1_val, res.n = float(m["em"]), float(m["f1"]), int(m.get("n", 0))
+            res.weaker = list(m.get("sandbox_weaker") or ())
             res.delta_em = round(res.em_val - base_em, 6)
             res.delta_f1 = round(res.f1_val - base_f1, 6)
         except Exception as e:  # noqa: BLE001 - recorded; the val gate then refuses this candidate

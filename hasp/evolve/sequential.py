@@ -201,7 +201,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         return task.episode_fn(policy=policy, library=lib, cfg=cfg, variant=get_variant("pf"), top_k=a.top_k,
                                snippet_chars=a.snippet_chars, read_chars=a.read_chars, harness=params.harness)
 
-    base = load_library(library, "search")
+    base = load_library(library, "search", sandbox=params.sandbox)
     try:
         plain_trajs = run_many(items, episode(base), concurrency=params.llm.max_concurrency, desc="plain")
     finally:
@@ -209,7 +209,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     plain = {t.qid: t for t in plain_trajs}
 
     def run_task(item: Any, lib_dir: Path) -> Trajectory:
-        lib = load_library(lib_dir, "search")
+        lib = load_library(lib_dir, "search", sandbox=params.sandbox)
         try:
             return episode(lib)(item)
         finally:
@@ -219,7 +219,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         patterns = detect_failures([traj])
         if not patterns:
             return [], ["no failure pattern detected"]
-        lib = load_library(lib_dir, "search")
+        lib = load_library(lib_dir, "search", sandbox=params.sandbox)
         ids, existing = lib.ids, existing_from_library(lib)
         lib.close()
         cluster = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)[0]

@@ -8,7 +8,8 @@ Four checks, each reported separately so a failure says where to look:
   skill id and version, and phase conditions the skill's domain can evaluate;
 * ``pf_load``: the PF class registered under the skill id can be found and loaded;
 * ``exec``: Phase D's execution checks on mock step contexts. A folder under
-  ``generated/`` runs in the sandbox, as the library would run it; a seed folder is
+  ``generated/`` runs in the sandbox, as the library would run it (under the ``sandbox``
+  params; a run in the weaker mode lists the missing layers in ``weaker``); a seed folder is
   trusted project code that the library imports in-process, so it is exercised
   in-process unless the sandbox is asked for.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from skills_ref import validate as agent_skills_errors
 
+from hasp.config import SandboxParams
 from hasp.evolve.validate import SEARCH_ACTIONS, ExecReport, validate_candidate, validate_trusted
 from hasp.pf.conditions import invalid_phases
 from hasp.pf.layout import GENERATED_DIR, VERSION_DIR, folder_refusal
@@ -46,6 +48,7 @@ class FolderReport:
     mode: str = "-"  # how the PF was executed: sandbox / trusted / declared / -
     checks: dict[str, str] = field(default_factory=lambda: dict.fromkeys(CHECKS, "skip"))
     errors: list[str] = field(default_factory=list)
+    weaker: list[str] = field(default_factory=list)  # isolation layers missing (sandbox.allow_weaker)
 
     @property
     def ok(self) -> bool:
@@ -87,7 +90,7 @@ def _schema_errors(folder: Path, generated: bool) -> tuple[SkillSpec | None, lis
 
 
 def _exec_report(pf_path: Path, spec: SkillSpec, sandbox: bool, rep: FolderReport,
-                 timeout_s: float) -> ExecReport | None:
+                 timeout_s: float, sandbox_params: SandboxParams | None) -> ExecReport | None:
     actions = DOMAIN_ACTIONS.get(spec.domain, SINGLE_STEP_ACTIONS)
     source = pf_path.read_text(encoding="utf-8")
     if sandbox:
@@ -98,7 +101,10 @@ def _exec_report(pf_path: Path, spec: SkillSpec, sandbox: bool, rep: FolderRepor
             rep._set("pf_load", [f"{pf_path}: {e.msg} (line {e.lineno})"])
             return None
         rep._set("pf_load", [] if found else [f"{pf_path}: no @register_pf({spec.skill_id!r}) class"])
-        return validate_candidate(source, spec.skill_id, timeout_s=timeout_s, action_types=actions)
+        ex = validate_candidate(source, spec.skill_id, timeout_s=timeout_s, action_types=actions,
+                                sandbox=sandbox_params)
+        rep.weaker = list(ex.weaker)
+        return ex
     rep.mode = "trusted"
     try:
         pf = apply_texts(import_trusted_pf(pf_path, spec.skill_id), spec.texts, f"{pf_path.parent}/{HASP_FILE}")
@@ -127,8 +133,10 @@ def _check_declared(folder: Path, spec: SkillSpec, rep: FolderReport) -> None:
     rep._set("exec", [] if ex.passed else ex.errors or [f"Q_exec {ex.q_exec}"])
 
 
-def check_folder(folder: Path, *, sandbox: bool | None = None, timeout_s: float = 10.0) -> FolderReport:
-    """All four checks for one folder; ``sandbox=None`` picks the library's rule (generated -> sandbox)."""
+def check_folder(folder: Path, *, sandbox: bool | None = None, timeout_s: float = 10.0,
+                 sandbox_params: SandboxParams | None = None) -> FolderReport:
+    """All four checks for one folder; ``sandbox=None`` picks the library's rule (generated -> sandbox);
+    ``sandbox_params`` is the params section a sandboxed run uses (schema defaults when None)."""
     rep = FolderReport(path=str(folder))
     generated = folder.parent.name == GENERATED_DIR
     rep._set("agent_skills", agent_skills_errors(folder))
@@ -143,7 +151,7 @@ def check_folder(folder: Path, *, sandbox: bool | None = None, timeout_s: float 
         return rep
     if not pf_path.exists():
         return rep  # a prompt-only skill: nothing to load or run
-    ex = _exec_report(pf_path, spec, generated if sandbox is None else sandbox, rep, timeout_s)
+    ex = _exec_report(pf_path, spec, generated if sandbox is None else sandbox, rep, timeout_s, sandbox_params)
     if ex is not None:
         rep._set("exec", [] if ex.passed else ex.errors or [f"Q_exec {ex.q_exec}"])
     return rep

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import EpisodeState
-from hasp.config import SandboxParams, default_of
+from hasp.config import SandboxParams
 from hasp.agent.replay import replay
 from hasp.records import Trajectory
 from hasp.pf.base import ProgramFunction, watched_types
@@ -245,10 +245,11 @@ def phase_d_contexts(trajs: list[Trajectory], cluster_qids: Any = (), *, n_clust
     return contexts, args
 
 
-def lite_exec_refusals(code: str, skill_id: str | None) -> list[str]:
+def lite_exec_refusals(code: str, skill_id: str | None, sandbox: SandboxParams | None = None) -> list[str]:
     """Why lite admission must refuse ``code``: the sandboxed execution check, stopped at the
     first failure (empty = it loads, runs clean on the mock regimes and returns legal values)."""
-    rep = validate_candidate(code, skill_id, timeout_s=5.0, call_timeout_s=0.5, stop_on_error=True)
+    rep = validate_candidate(code, skill_id, timeout_s=5.0, call_timeout_s=0.5, stop_on_error=True,
+                             sandbox=sandbox)
     if rep.passed:
         return []
     failed = [k for k, ok in rep.checks.items() if not ok]
@@ -354,7 +355,8 @@ def interface_errors(info: dict[str, Any] | None) -> list[str]:
     return errs
 
 
-def _intervention_errors(resp: dict[str, Any], action_types: tuple[str, ...]) -> list[str]:
+def _intervention_errors(resp: dict[str, Any], action_types: tuple[str, ...],
+                         sandbox: SandboxParams) -> list[str]:
     if resp.get("result_type") != "Intervention":
         return [f"intervene returned {resp.get('result_type')}, not Intervention"]
     errs = [f"illegal field: {i}" for i in resp.get("issues") or ()]
@@ -368,8 +370,7 @@ def _intervention_errors(resp: dict[str, Any], action_types: tuple[str, ...]) ->
     for k in ("new_action_type", "new_action_arg"):
         if r.get(k) is not None and not isinstance(r.get(k), str):
             errs.append(f"Intervention.{k} must be str or None")
-    caps = {"new_action_arg": default_of(SandboxParams, "max_action_arg_chars"),
-            "context_text": default_of(SandboxParams, "max_context_chars")}
+    caps = {"new_action_arg": sandbox.max_action_arg_chars, "context_text": sandbox.max_context_chars}
     for k, cap in caps.items():
         if isinstance(r.get(k), str) and len(r[k]) > cap:
             errs.append(f"Intervention.{k} longer than {cap} characters (it would be cut at run time)")
@@ -387,17 +388,19 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
                        action_types: tuple[str, ...] = SEARCH_ACTIONS,
                        contexts: list[tuple[str, dict[str, Any]]] | None = None,
                        args: dict[str, dict[str, str]] | None = None,
-                       allow_weaker: bool = default_of(SandboxParams, "allow_weaker"),
+                       sandbox: SandboxParams | None = None,
                        stop_on_error: bool = False) -> ExecReport:
     """Phase D for one candidate. ``timeout_s`` bounds the whole sandboxed part (worker
-    start, load and all 18 calls); ``call_timeout_s`` bounds each call. Never raises for
-    anything the candidate does."""
+    start, load and all 18 calls); ``call_timeout_s`` bounds each call; ``sandbox`` (the
+    params section, schema defaults when None) is the sandbox the candidate runs in and the
+    caps its returned text is held to. Never raises for anything the candidate does."""
     t0 = time.perf_counter()
     rep = ExecReport(skill_id=skill_id)
     try:
         _validate(rep, code, skill_id, timeout_s=timeout_s, call_timeout_s=call_timeout_s,
                   memory_mb=memory_mb, action_types=tuple(a.upper() for a in action_types),
-                  contexts=contexts, args=args, allow_weaker=allow_weaker, stop_on_error=stop_on_error)
+                  contexts=contexts, args=args, sandbox=sandbox if sandbox is not None else SandboxParams(),
+                  stop_on_error=stop_on_error)
     finally:
         rep._score()
         rep.elapsed_s = round(time.perf_counter() - t0, 4)
@@ -407,7 +410,7 @@ def validate_candidate(code: str, skill_id: str | None = None, *, timeout_s: flo
 def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: float, call_timeout_s: float,
               memory_mb: int, action_types: tuple[str, ...],
               contexts: list[tuple[str, dict[str, Any]]] | None,
-              args: dict[str, dict[str, str]] | None, allow_weaker: bool = False,
+              args: dict[str, dict[str, str]] | None, sandbox: SandboxParams,
               stop_on_error: bool = False) -> None:
     # 1. syntax
     if not isinstance(code, str) or not code.strip():
@@ -435,7 +438,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
     # 3. interface (on the loaded class), 4./5. mock execution and return types
     deadline = time.monotonic() + timeout_s
     pf = SandboxedPF(code, skill_id, timeout_s=call_timeout_s, memory_mb=memory_mb,
-                     load_timeout_s=max(1.0, timeout_s), max_restarts=9, allow_weaker=allow_weaker)
+                     load_timeout_s=max(1.0, timeout_s), max_restarts=9, sandbox=sandbox)
     try:
         try:
             pf._ensure()
@@ -481,6 +484,7 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                args: dict[str, dict[str, str]] | None, *, stop_on_error: bool = False) -> None:
     ctxs = contexts if contexts is not None else mock_contexts()
     argmap = args if args is not None else MOCK_ARGS
+    sandbox = getattr(pf, "sandbox", None) or SandboxParams()  # the caps the PF will run under
     n_inv = len(ctxs) * len(action_types)
     clean = typed = 0
     private: dict[str, Any] = {}  # carried across invocations like one episode
@@ -531,7 +535,7 @@ def _mock_exec(rep: ExecReport, pf: SandboxedPF, deadline: float, call_timeout_s
                         rep._error(f"return_types: should_activate returned {resp.get('result_type')}, not bool")
                 else:
                     rec["intervention"] = resp.get("result")
-                    errs = _intervention_errors(resp, action_types)
+                    errs = _intervention_errors(resp, action_types, sandbox)
                     if errs:
                         for e in errs:
                             rep._error(f"return_types: {e} on {name}/{at}")

@@ -12,7 +12,10 @@ loop: a rewrite must name an action type of the domain (``action_types``) with a
 argument, else the PF is disabled for the episode (an unknown type would otherwise
 abort the rollout); an argument or injected text over its cap (``sandbox`` params) is
 cut and the cut recorded on the step; a PF that reports its CPU time (a sandboxed one)
-is disabled once it has spent its per-episode budget.
+is disabled once it has spent its per-episode budget. A sandboxed PF carries the caps and
+budget of the ``sandbox`` params it was loaded with (``boundary_limits``), so the values a
+user sets hold wherever the dispatcher is built; other PFs get the schema defaults. A
+value passed to the dispatcher itself holds for every PF.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ _TYPE_NAME = {t: t.value for t in InterventionType}  # a dict read, not the Enum
 _MODIFY, _INJECT = InterventionType.MODIFY_ACTION, InterventionType.INJECT_CONTEXT
 #: the action vocabulary of the PF interface (a domain may pass a smaller set)
 ACTION_TYPES: frozenset[str] = frozenset({"SEARCH", "READ", "FINAL"})
+#: (argument cap, injected-text cap, CPU budget per episode) of a PF that brings none
+DEFAULT_LIMITS: tuple[int, int, float] = (default_of(SandboxParams, "max_action_arg_chars"),
+                                          default_of(SandboxParams, "max_context_chars"),
+                                          default_of(SandboxParams, "pf_cpu_budget_s"))
 
 
 @dataclass(slots=True)
@@ -84,6 +91,7 @@ class _Entry(NamedTuple):
     needs_teacher: bool
     modify_only: bool  # skipped once a rewrite was applied on the step (``ProgramFunction.modify_only``)
     cpu: Any  # ``last_call_cpu_s`` of a PF that reports its CPU time (a sandboxed one), else None
+    limits: tuple[int, int, float] | None  # the PF's own (arg cap, text cap, CPU budget), else None
 
 
 _pos = attrgetter("pos")
@@ -110,7 +118,7 @@ class DispatchPlan:
         entries = tuple(_Entry(i, pf, pf.skill_id, pf.max_fires, pf.should_activate, pf.intervene,
                                bool(getattr(pf, "needs_teacher", False)),
                                skip_unwatched and getattr(pf, "modify_only", False) is True,
-                               getattr(pf, "last_call_cpu_s", None))
+                               getattr(pf, "last_call_cpu_s", None), getattr(pf, "boundary_limits", None))
                         for i, pf in enumerate(pfs))
         return cls(pfs, entries, tuple(_watches(pf) if skip_unwatched else None for pf in pfs))
 
@@ -134,9 +142,8 @@ class Dispatcher:
     def __init__(self, pfs: Sequence[ProgramFunction] | DispatchPlan, *, teacher: Teacher | None = None,
                  max_modify_fires: int = default_of(AgentParams, "max_modify_fires"), skip_unwatched: bool = True,
                  action_types: frozenset[str] | None = None,
-                 max_arg_chars: int = default_of(SandboxParams, "max_action_arg_chars"),
-                 max_context_chars: int = default_of(SandboxParams, "max_context_chars"),
-                 cpu_budget_s: float = default_of(SandboxParams, "pf_cpu_budget_s")) -> None:
+                 max_arg_chars: int | None = None, max_context_chars: int | None = None,
+                 cpu_budget_s: float | None = None) -> None:
         plan = pfs if isinstance(pfs, DispatchPlan) else DispatchPlan.of(pfs, skip_unwatched=skip_unwatched)
         self.pfs = list(plan.pfs)
         self._plan = plan
@@ -147,22 +154,27 @@ class Dispatcher:
         self.modify_counts: dict[str, int] = {}
         self.disabled: dict[str, str] = {}
         self.action_types = frozenset(a.upper() for a in action_types) if action_types else ACTION_TYPES
-        self.max_arg_chars, self.max_context_chars = max_arg_chars, max_context_chars
-        self.cpu_budget_s = cpu_budget_s
+        # (arg cap, text cap, CPU budget): set here = for every PF; None = the PF's own, else the default
+        self._forced = (max_arg_chars, max_context_chars, cpu_budget_s)
         self.cpu_spent: dict[str, float] = {}
 
     def _charge(self, e: _Entry, res: DispatchResult) -> bool:
         """Add the PF's last call to its episode CPU; False (and disabled) once over budget."""
         spent = self.cpu_spent.get(e.skill_id, 0.0) + e.cpu()
         self.cpu_spent[e.skill_id] = spent
-        if spent <= self.cpu_budget_s:
+        budget = self._limits(e)[2]
+        if spent <= budget:
             return True
-        msg = (f"{e.skill_id} used {spent:.2f} s of CPU in this episode (budget {self.cpu_budget_s:g} s); "
+        msg = (f"{e.skill_id} used {spent:.2f} s of CPU in this episode (budget {budget:g} s); "
                "disabled for the episode")
         self.disabled[e.skill_id] = msg
         res.errors.append(msg)
         log.warning("PF disabled for this episode: %s", msg)
         return False
+
+    def _limits(self, e: _Entry) -> tuple[int, int, float]:
+        own = e.limits if e.limits is not None else DEFAULT_LIMITS
+        return tuple(f if f is not None else o for f, o in zip(self._forced, own))  # type: ignore[return-value]
 
     def _refuse(self, e: _Entry, why: str, res: DispatchResult) -> None:
         msg = f"{e.skill_id}.intervene returned {why}; disabled for the episode"
@@ -227,8 +239,9 @@ class Dispatcher:
             if kind.__class__ is not InterventionType:
                 self._refuse(e, f"an intervention of type {kind!r}", res)
                 continue
-            if text and len(text) > self.max_context_chars:
-                text = self._cut(e, "injected text", text, self.max_context_chars, res)
+            arg_cap, text_cap, _ = self._limits(e)
+            if text and len(text) > text_cap:
+                text = self._cut(e, "injected text", text, text_cap, res)
             applied, shown = True, ""
             if kind is _MODIFY:
                 if modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
@@ -244,8 +257,8 @@ class Dispatcher:
                     if new_arg is not None and not isinstance(new_arg, str):
                         self._refuse(e, f"a {type(new_arg).__name__} action argument", res)
                         continue
-                    if new_arg is not None and len(new_arg) > self.max_arg_chars:
-                        new_arg = self._cut(e, "action argument", new_arg, self.max_arg_chars, res)
+                    if new_arg is not None and len(new_arg) > arg_cap:
+                        new_arg = self._cut(e, "action argument", new_arg, arg_cap, res)
                     modified = True
                     self.modify_counts[sid] = self.modify_counts.get(sid, 0) + 1
                     res.arg = new_arg if new_arg is not None else res.arg

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hasp.config import SandboxParams
 from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
 from hasp.pf.declared import compile_declaration
@@ -72,6 +73,16 @@ class SkillLibrary:
     def content_hash(self) -> str:
         return library_hash(self.root)
 
+    def sandbox_weaker(self) -> list[str]:
+        """Isolation layers missing in the sandboxes this library's generated PFs started so far
+        (only ever non-empty under ``sandbox.allow_weaker``): what a run must record."""
+        out: list[str] = []
+        for s in self.skills:
+            for w in getattr(s.pf, "weaker", None) or ():
+                if w not in out:
+                    out.append(w)
+        return out
+
     def close(self) -> None:
         for s in self.skills:
             closer = getattr(s.pf, "close", None)
@@ -107,10 +118,10 @@ def import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
     return found[skill_id]()
 
 
-def _sandboxed_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
+def _sandboxed_pf(pf_path: Path, skill_id: str, sandbox: SandboxParams | None) -> ProgramFunction:
     from hasp.pf.sandboxed import SandboxedPF
 
-    return SandboxedPF(pf_path.read_text(encoding="utf-8"), skill_id=skill_id)
+    return SandboxedPF(pf_path.read_text(encoding="utf-8"), skill_id=skill_id, sandbox=sandbox)
 
 
 def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool, errors: list[str]) -> SkillSpec:
@@ -138,7 +149,8 @@ def _checked_texts(spec: SkillSpec, folder: Path, generated: bool, errors: list[
     return spec.model_copy(update={"texts": {}})
 
 
-def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> Skill:
+def _load_version(base: str, domain: str, found: Version, errors: list[str],
+                  sandbox: SandboxParams | None = None) -> Skill:
     version, folder, generated = found
     spec = load_skill(folder)
     why = folder_refusal(folder, spec.skill_id, version if generated else spec.version, generated)
@@ -154,7 +166,7 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> 
             raise SkillFormatError(f"{folder}/{HASP_FILE}: pf: a skill declares its PF under pf: or in pf.py, not both")
         pf = compile_declaration(base, spec.pf, f"{folder}/{HASP_FILE}: pf", domain)
     elif pf_path.exists():
-        pf = _sandboxed_pf(pf_path, base) if generated else import_trusted_pf(pf_path, base)
+        pf = _sandboxed_pf(pf_path, base, sandbox) if generated else import_trusted_pf(pf_path, base)
         pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
     if spec.texts:
         if pf is None:
@@ -164,8 +176,11 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str]) -> 
 
 
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
-                 include_generated: bool = True) -> SkillLibrary:
+                 include_generated: bool = True, sandbox: SandboxParams | None = None) -> SkillLibrary:
     """Load the highest working version of every skill under ``root``.
+
+    Generated PFs run in the sandbox under ``sandbox`` (the params section: weaker-mode
+    opt-in, caps, CPU budget; schema defaults when None).
 
     A broken skill folder never stops the load: it is skipped and reported in ``load_errors``
     (and the log), so one bad SKILL.md cannot take a rollout down. When the highest version is
@@ -177,7 +192,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
     for base, versions in candidate_versions(root, include_generated).items():
         for i, found in enumerate(versions):
             try:
-                skill = _load_version(base, domain, found, lib.load_errors)
+                skill = _load_version(base, domain, found, lib.load_errors, sandbox)
             except Exception as e:  # noqa: BLE001 - a broken skill is reported, not fatal
                 msg = f"skipped skill {found[1]}: {e}"
                 log.warning(msg)

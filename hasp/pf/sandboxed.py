@@ -47,7 +47,7 @@ import time
 import weakref
 from typing import Any
 
-from hasp.config import SandboxParams, default_of
+from hasp.config import SandboxParams
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.sandbox import landlock, seccomp
@@ -97,10 +97,11 @@ class SandboxedPF(ProgramFunction):
     def __init__(self, code: str, skill_id: str | None = None, *, timeout_s: float = 2.0,
                  memory_mb: int = 512, load_timeout_s: float = 10.0, max_restarts: int = 3,
                  total_cpu_s: int = 3600, python: str | None = None, probe: bool = False,
-                 allow_weaker: bool = default_of(SandboxParams, "allow_weaker"),
-                 max_arg_chars: int = default_of(SandboxParams, "max_action_arg_chars"),
-                 max_context_chars: int = default_of(SandboxParams, "max_context_chars"),
+                 sandbox: SandboxParams | None = None, allow_weaker: bool | None = None,
                  _skip_policy_for_tests: bool = False, _unrestricted_for_tests: bool = False) -> None:
+        """``sandbox`` (the params section; schema defaults when None) sets the weaker-mode
+        opt-in, the caps on returned text and the per-episode CPU budget the dispatcher
+        enforces; ``allow_weaker`` overrides its opt-in for one PF."""
         self.code = code
         self._skill_id = skill_id or None
         self.timeout_s = float(timeout_s)
@@ -110,9 +111,8 @@ class SandboxedPF(ProgramFunction):
         self.total_cpu_s = int(total_cpu_s)
         self.python = python or sys.executable
         self.probe = probe
-        self.allow_weaker = bool(allow_weaker)
-        self.max_arg_chars = int(max_arg_chars)
-        self.max_context_chars = int(max_context_chars)
+        self.sandbox = sandbox if sandbox is not None else SandboxParams()
+        self.allow_weaker = self.sandbox.allow_weaker if allow_weaker is None else bool(allow_weaker)
         self._skip_policy = _skip_policy_for_tests
         self._unrestricted = _unrestricted_for_tests
         if not _skip_policy_for_tests:
@@ -135,7 +135,7 @@ class SandboxedPF(ProgramFunction):
 
     # ------------------------------------------------------------------ pickling (restart lazily)
     _OPTS = ("code", "_skill_id", "timeout_s", "memory_mb", "load_timeout_s", "max_restarts",
-             "total_cpu_s", "python", "probe", "allow_weaker", "max_arg_chars", "max_context_chars",
+             "total_cpu_s", "python", "probe", "sandbox", "allow_weaker",
              "_skip_policy", "_unrestricted")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -181,6 +181,12 @@ class SandboxedPF(ProgramFunction):
     def weaker(self) -> list[str]:
         """Isolation layers missing in this worker (only ever non-empty with ``allow_weaker``)."""
         return list((self.hello or {}).get("protections", {}).get("weaker") or [])
+
+    @property
+    def boundary_limits(self) -> tuple[int, int, float]:
+        """(argument cap, injected-text cap, CPU budget per episode) the dispatcher holds this PF to."""
+        sb = self.sandbox
+        return sb.max_action_arg_chars, sb.max_context_chars, sb.pf_cpu_budget_s
 
     def last_call_cpu_s(self) -> float:
         """CPU seconds the worker spent on this thread's last call (0.0 before any)."""
@@ -243,7 +249,8 @@ class SandboxedPF(ProgramFunction):
         proc = self._proc
         call_cpu_s = math.ceil(self.timeout_s) + 1
         job = {"call_cpu_s": call_cpu_s, "total_cpu_s": self.total_cpu_s, "probe": self.probe,
-               "max_arg_chars": self.max_arg_chars, "max_context_chars": self.max_context_chars,
+               "max_arg_chars": self.sandbox.max_action_arg_chars,
+               "max_context_chars": self.sandbox.max_context_chars,
                "unsafe_skip_policy": self._skip_policy, "unsafe_unrestricted_runtime": self._unrestricted}
         deadline = time.monotonic() + self.load_timeout_s
         hello = proc.start(DRIVER, job, deadline, python=self.python, memory_mb=self.memory_mb,

@@ -7,8 +7,12 @@ rlimits (address space ``memory_mb``; CPU seconds timeout + 1, so the kernel
 stops a runaway even if the host is gone; FSIZE, NOFILE, CORE=0, NPROC=0), uid
 ``nobody`` when root (import roots kept through ``O_PATH`` handles), a
 parent-death signal, no_new_privs, not dumpable, Landlock (writes only beneath
-its temp dir) and seccomp (no fork/clone/exec, sockets, kill, ptrace, mount,
-namespaces, bpf, ...; without Landlock no file writes at all). The host adds
+its temp dir) and a seccomp allow-list from the same builder as the PF worker's
+(``hasp.sandbox.seccomp``: what an interpreter running stdlib code needs; no
+fork/clone/exec, sockets, signals to others, ptrace, SysV IPC, mounts, namespaces,
+chmod/chown/utime...; without Landlock no file writes at all). Every layer asked for
+is required: one that cannot be installed is a refusal (status ``error``, one line)
+unless ``allow_weaker``, the user's recorded opt-in. The host adds
 its own session (the wall-clock timeout SIGKILLs the whole group, and the
 group is killed after every run anyway) and a fresh temp dir, removed afterwards.
 

@@ -8,18 +8,23 @@ readable pseudo code (``describe``). It is built once on the host and sent to
 the child as bytes; the child only installs it (``install``), so it needs
 neither libseccomp nor a writable filesystem at that point.
 
-Every denied syscall fails with EPERM (code sees an ordinary ``PermissionError``),
-a foreign architecture or an x32 syscall kills the process, ``prlimit64`` works
-only on the process itself, and a profile may refuse every ``open``/``openat``
-that asks to write, create, truncate or append.
+Every child gets an **allow-list**: a syscall the profile does not name fails with
+EPERM (code sees an ordinary ``PermissionError``), so any syscall a later kernel adds is
+refused by default; a foreign architecture or an x32 syscall kills the process,
+``prlimit64`` works only on the process itself, ``ioctl`` only with the few requests an
+interpreter makes on its pipes, and a profile may refuse every ``open``/``openat`` that
+asks to write, create, truncate or append.
 
-A PF worker gets an **allow-list** (``PF_ALLOW``): the syscalls a CPython
-interpreter answering JSON lines over pipes needs — memory, reading files it has
-open or may read, time, futexes — and nothing else, so no signal to anyone (not even
-itself), no ptrace, no ``process_vm_*``, no sockets, no process creation, and any
-syscall a later kernel adds is refused by default. A program under test keeps a
-deny-list (it runs arbitrary stdlib code), which now also covers every way of
-signalling another task (``kill``, ``tkill``, ``tgkill``, ``rt_*sigqueueinfo``, pidfds).
+``INTERPRETER_ALLOW`` is what a CPython interpreter answering over pipes needs after its
+lockdown — memory, reading files it has open or may read, time, futexes — and nothing
+else: no signal to anyone (``kill``, ``tkill``, ``tgkill``, ``rt_*sigqueueinfo``,
+pidfds), no ptrace, no ``process_vm_*``, no sockets, no process creation, no namespaces,
+no mounts, no chmod/chown. A PF worker gets exactly that (``PF_PROFILE``). A program
+under test runs arbitrary stdlib code, so it may also make the harmless calls such code
+makes (``PROGRAM_EXTRA``: pipes, epoll, timers that signal itself, xattr reads...); with
+Landlock confining writes to its private directory it may also create, rename and remove
+files (``FS_MODIFY``, ``PROGRAM_PROFILE``), without Landlock no open may write at all
+(``PROGRAM_STRICT_PROFILE``). ``describe`` prints a profile as pseudo code.
 """
 
 from __future__ import annotations
@@ -29,23 +34,8 @@ import errno
 import os
 from functools import lru_cache
 
-#: process creation, networking, signalling others, namespaces, kernel and tracing interfaces
-DENY_CORE: tuple[str, ...] = (
-    "socket", "connect", "accept", "bind", "listen", "socketpair", "accept4",
-    "clone", "fork", "vfork", "clone3", "execve", "execveat",
-    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
-    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
-    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "keyctl", "add_key", "request_key", "init_module", "finit_module", "delete_module",
-    "kexec_load", "kexec_file_load", "reboot", "open_by_handle_at", "name_to_handle_at",
-    "personality", "memfd_create", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
-    "setsid", "setpgid", "setpriority", "sched_setaffinity",
-    "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "mknod", "mknodat",
-    "openat2",
-)
-#: what a PF worker may call at all (after its lockdown); everything else fails with EPERM
-PF_ALLOW: tuple[str, ...] = (
+#: what any sandboxed interpreter may call after its lockdown; everything else fails with EPERM
+INTERPRETER_ALLOW: tuple[str, ...] = (
     "read", "write", "readv", "writev", "pread64", "lseek", "close", "close_range", "dup", "dup2", "dup3",
     "fcntl", "fstat", "newfstatat", "statx", "stat", "lstat", "fstatfs", "access", "faccessat", "faccessat2",
     "getdents64", "readlink", "readlinkat", "getcwd",
@@ -57,13 +47,26 @@ PF_ALLOW: tuple[str, ...] = (
     "uname", "sysinfo", "getrandom", "select", "pselect6", "poll", "ppoll",
     "exit", "exit_group",
 )
-#: ioctl requests an interpreter makes on its pipes: TCGETS (isatty), FIONBIO, FIOCLEX, FIONCLEX
-PF_IOCTLS: tuple[int, ...] = (0x5401, 0x5421, 0x5451, 0x5450)
+#: a PF worker: the interpreter's calls and nothing more
+PF_ALLOW: tuple[str, ...] = INTERPRETER_ALLOW
+#: harmless calls stdlib code in a program under test makes: in-process pipes and polling,
+#: timers and waits that only signal the process itself, reads of ids, xattrs and file systems
+PROGRAM_EXTRA: tuple[str, ...] = (
+    "pipe", "pipe2", "eventfd2", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait",
+    "alarm", "setitimer", "getitimer", "pause", "rt_sigpending", "rt_sigsuspend", "rt_sigtimedwait",
+    "getppid", "getpgrp", "getpgid", "getsid", "getgroups", "getresuid", "getresgid", "getpriority",
+    "statfs", "fsync", "fdatasync", "fadvise64", "flock", "umask", "chdir", "fchdir",
+    "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2", "sendfile", "copy_file_range",
+    "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+)
+#: ioctl requests an interpreter makes on its pipes: TCGETS (isatty), TIOCGWINSZ, FIONBIO, FIOCLEX, FIONCLEX
+INTERPRETER_IOCTLS: tuple[int, ...] = (0x5401, 0x5413, 0x5421, 0x5451, 0x5450)
 
-#: creating, renaming, removing or shrinking files (denied when nothing else confines writes)
-DENY_FS_MODIFY: tuple[str, ...] = (
+#: creating, renaming, removing or shrinking files: allowed only where Landlock confines them
+#: to the private directory (path ``truncate`` stays out: Landlock handles it only from ABI 3)
+FS_MODIFY: tuple[str, ...] = (
     "creat", "link", "symlink", "linkat", "symlinkat", "rename", "renameat", "renameat2",
-    "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir", "truncate", "ftruncate",
+    "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir", "ftruncate",
 )
 #: O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, __O_TMPFILE: any of them makes an open a write
 OPEN_WRITE_FLAGS: tuple[int, ...] = (0o1, 0o2, 0o100, 0o1000, 0o2000, 0o20000000)
@@ -72,20 +75,18 @@ _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
 class Profile:
-    """What one kind of child may not do: syscalls to refuse and whether opens may write.
+    """What one kind of child may call: its allow-list and whether opens may write.
 
     A plain class (not a dataclass) because the child imports this module and every
     program run pays for what it imports."""
 
-    __slots__ = ("name", "deny", "deny_open_for_write", "allow")
+    __slots__ = ("name", "allow", "deny_open_for_write")
 
-    def __init__(self, name: str, deny: tuple[str, ...], deny_open_for_write: bool,
-                 allow: tuple[str, ...] | None = None) -> None:
-        self.name, self.deny, self.deny_open_for_write = name, tuple(deny), bool(deny_open_for_write)
-        self.allow = tuple(allow) if allow is not None else None  # set: an allow-list, ``deny`` unused
+    def __init__(self, name: str, allow: tuple[str, ...], deny_open_for_write: bool) -> None:
+        self.name, self.allow, self.deny_open_for_write = name, tuple(allow), bool(deny_open_for_write)
 
     def _key(self) -> tuple:
-        return (self.name, self.deny, self.deny_open_for_write, self.allow)
+        return (self.name, self.allow, self.deny_open_for_write)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Profile) and self._key() == other._key()
@@ -97,12 +98,12 @@ class Profile:
         return f"Profile({self.name!r})"
 
 
-#: a PF worker: an allow-list; no process, signal, network or filesystem changes at all
-PF_PROFILE = Profile("pf", (), deny_open_for_write=True, allow=PF_ALLOW)
+#: a PF worker: no process, signal, network or filesystem changes at all
+PF_PROFILE = Profile("pf", PF_ALLOW, deny_open_for_write=True)
 #: a program under test whose writes Landlock confines to its private directory
-PROGRAM_PROFILE = Profile("program", DENY_CORE, deny_open_for_write=False)
+PROGRAM_PROFILE = Profile("program", INTERPRETER_ALLOW + PROGRAM_EXTRA + FS_MODIFY, deny_open_for_write=False)
 #: a program under test without Landlock: its private directory is read-only too
-PROGRAM_STRICT_PROFILE = Profile("program-strict", DENY_CORE + DENY_FS_MODIFY, deny_open_for_write=True)
+PROGRAM_STRICT_PROFILE = Profile("program-strict", INTERPRETER_ALLOW + PROGRAM_EXTRA, deny_open_for_write=True)
 
 
 def supported() -> bool:
@@ -110,14 +111,15 @@ def supported() -> bool:
     return os.uname().machine == "x86_64"
 
 
-def _allow_filter(profile: Profile):  # -> pyseccomp.SyscallFilter
+def _filter(profile: Profile):  # -> pyseccomp.SyscallFilter
+    """The one builder: ``profile.allow`` and nothing else, every other syscall EPERM."""
     import pyseccomp as sc
 
     f = sc.SyscallFilter(sc.ERRNO(errno.EPERM))
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    for name in sorted(set(profile.allow or ()) - {"open", "openat"}):
+    for name in sorted(set(profile.allow) - {"open", "openat", "ioctl", "prlimit64"}):
         f.add_rule(sc.ALLOW, name)
-    for req in PF_IOCTLS:
+    for req in INTERPRETER_IOCTLS:
         f.add_rule(sc.ALLOW, "ioctl", sc.Arg(1, sc.EQ, req))
     write_mask = 0
     for bit in OPEN_WRITE_FLAGS:
@@ -129,24 +131,6 @@ def _allow_filter(profile: Profile):  # -> pyseccomp.SyscallFilter
         f.add_rule(sc.ALLOW, "open")
         f.add_rule(sc.ALLOW, "openat")
     f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0))
-    return f
-
-
-def _filter(profile: Profile):  # -> pyseccomp.SyscallFilter
-    import pyseccomp as sc
-
-    if profile.allow is not None:
-        return _allow_filter(profile)
-    deny = sc.ERRNO(errno.EPERM)
-    f = sc.SyscallFilter(sc.ALLOW)
-    f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    for name in sorted(set(profile.deny)):
-        f.add_rule(deny, name)
-    if profile.deny_open_for_write:
-        for name, flags_arg in (("open", 1), ("openat", 2)):
-            for bit in OPEN_WRITE_FLAGS:
-                f.add_rule(deny, name, sc.Arg(flags_arg, sc.MASKED_EQ, bit, bit))
-    f.add_rule(deny, "prlimit64", sc.Arg(0, sc.NE, 0))
     return f
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params
-from hasp.track.mlflow_run import flatten, log_json_artifact, log_numeric, start_run
+from hasp.track.mlflow_run import flatten, log_json_artifact, log_numeric, sandbox_tags, start_run
 
 
 def _load(path: Path) -> Any:
@@ -23,6 +23,20 @@ def _eval_by_label(path: Path) -> dict[str, Any]:
     """An evaluation's ``metrics.json`` as ``{label: summary}``: the evaluation runner writes
     ``{dataset: {label: summary}}`` and an epoch evaluates one dataset, its generated benchmark."""
     return {label: m for cells in (_load(path) or {}).values() for label, m in cells.items()}
+
+
+def sandbox_weaker(epoch_dir: Path) -> list[str]:
+    """Isolation layers missing in any sandbox the epoch ran generated code in (the weaker mode,
+    recorded by its phase summaries and by ``validation.json``)."""
+    found: set[str] = set()
+    for f in epoch_dir.glob("summary_*.json"):
+        s = _load(f)
+        if isinstance(s, dict):
+            found.update(w for w in s.get("sandbox_weaker") or () if isinstance(w, str))
+    for r in _load(epoch_dir / "validation.json") or ():
+        if isinstance(r, dict):
+            found.update(w for w in r.get("weaker") or () if isinstance(w, str))
+    return sorted(found)
 
 
 def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
@@ -41,7 +55,8 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
     """Create the epoch's MLflow run; return its run id."""
     info = collect_epoch(out_root, epoch)
     ep = out_root / f"epoch_{epoch}"
-    all_tags = {"hasp.experiment": "E1", "hasp.epoch": str(epoch), "hasp.domain": "search", **(tags or {})}
+    all_tags = {"hasp.experiment": "E1", "hasp.epoch": str(epoch), "hasp.domain": "search",
+                **sandbox_tags(sandbox_weaker(ep)), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"epoch_{epoch}", tags=all_tags,
                    project_dir=project_dir) as mlflow:
         run_id = mlflow.active_run().info.run_id
@@ -161,7 +176,8 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
 
     e = params.evolve
     all_tags = {"hasp.kind": "evolution", "hasp.mode": e.mode, "hasp.filtering": e.filtering,
-                "hasp.domain": "search", "hasp.epochs": str(len(epochs)), **(tags or {})}
+                "hasp.domain": "search", "hasp.epochs": str(len(epochs)),
+                **sandbox_tags(w for i in epochs for w in sandbox_weaker(out_root / f"epoch_{i}")), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"evolve-{e.mode}-{e.filtering}-{len(epochs)}ep",
                    tags=all_tags, project_dir=project_dir) as mlflow:
         run_id = mlflow.active_run().info.run_id

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,17 @@ def start_run(experiment: str, run_name: str, *, tags: Mapping[str, str] | None 
     mlflow.set_experiment(experiment)
     with mlflow.start_run(run_name=run_name, tags=dict(tags or {})):
         yield mlflow
+
+
+#: the tag naming the isolation layers missing in the sandboxes a run's generated PFs ran in
+SANDBOX_WEAKER_TAG = "hasp.sandbox.weaker"
+
+
+def sandbox_tags(weaker: Iterable[str]) -> dict[str, str]:
+    """Tags recording the sandbox mode of a run: ``none``, or the missing layers (the weaker
+    mode the user allowed with ``sandbox.allow_weaker``), so it is visible in the MLflow UI."""
+    layers = sorted(set(weaker))
+    return {SANDBOX_WEAKER_TAG: "; ".join(layers)[:4000] if layers else "none"}
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
