@@ -52,7 +52,7 @@ def rate(values: Sequence[float]) -> Rate:
 
 @dataclass(frozen=True)
 class Difference:
-    """Mean of paired differences (after − before on the same questions) and its bootstrap 95 % interval."""
+    """A mean (of scores, or of paired differences after − before) and its bootstrap 95 % interval."""
 
     mean: float
     lo: float
@@ -66,15 +66,20 @@ class Difference:
         return {"mean": round(self.mean, 4), "n": self.n, "ci95": [round(self.lo, 4), round(self.hi, 4)]}
 
 
+def bootstrap_mean(values: Sequence[float], *, resamples: int = 2000, seed: int = 0) -> Difference:
+    """Mean of ``values`` with its percentile-bootstrap 95 % interval (fixed seed: reproducible)."""
+    vals = [float(v) for v in values]
+    n = len(vals)
+    if not n:
+        return Difference(0.0, 0.0, 0.0, 0)
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choice(vals) for _ in range(n)) / n for _ in range(resamples))
+    return Difference(sum(vals) / n, means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1], n)
+
+
 def paired_difference(before: Sequence[float], after: Sequence[float], *, resamples: int = 2000,
                       seed: int = 0) -> Difference:
     """``after - before`` per question, resampled with a fixed seed so a report is reproducible."""
     if len(before) != len(after):
         raise ValueError(f"paired samples differ in length: {len(before)} vs {len(after)}")
-    diffs = [a - b for a, b in zip(after, before)]
-    n = len(diffs)
-    if not n:
-        return Difference(0.0, 0.0, 0.0, 0)
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(diffs) for _ in range(n)) / n for _ in range(resamples))
-    return Difference(sum(diffs) / n, means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1], n)
+    return bootstrap_mean([a - b for a, b in zip(after, before)], resamples=resamples, seed=seed)

@@ -91,8 +91,12 @@ def logged(tmp_path_factory):
                    progress=False)
     runs = log_eval_runs(res, experiment="eval-test", run_name="eval-unit", params={"model": "double"},
                          cell_params={ds.name: {"dataset_kind": ds.spec.kind} for ds in sets})
-    yield {"res": res, "runs": runs, "sets": sets, "tmp": tmp, "mlflow": mlflow}
+    yield {"res": res, "runs": runs, "sets": sets, "tmp": tmp, "mlflow": mlflow, "correct": correct}
     mp.undo()
+
+
+def policy_correct(logged):
+    return logged["correct"]
 
 
 def test_runner_writes_cells_and_scores(logged):
@@ -115,6 +119,14 @@ def test_runner_writes_cells_and_scores(logged):
         rows = [json.loads(x) for x in (tmp / "out" / ds.name / "pf.jsonl").read_text().splitlines()]
         assert [r["qid"] for r in rows] == [q.id for q in ds.questions]
         assert (tmp / "out" / ds.name / "pf.episodes.jsonl").exists()
+        # EM per hop count: every scored episode in exactly one hop group, means agree with the cell's EM
+        hops = react["em_by_hops"]
+        want = {}
+        for q in ds.questions:
+            want.setdefault(str(q.hops), []).append(q.question in policy_correct(logged))
+        assert {h: m["n"] for h, m in hops.items()} == {h: len(v) for h, v in want.items()}
+        assert sum(m["mean"] * m["n"] for m in hops.values()) == pytest.approx(react["em"] * react["n_scored"], abs=1e-3)
+        assert all(m["ci95"][0] <= m["mean"] <= m["ci95"][1] for m in hops.values())
     assert json.loads((tmp / "out" / "metrics.json").read_text())[sets[0].name]["react"]["n"] == 3
 
 
@@ -133,6 +145,9 @@ def test_mlflow_parent_nested_runs_metrics_and_plot(logged):
             assert k in child.data.metrics, k
         if variant == "pf":
             assert child.data.metrics["fires.premature_final"] == 3
+        hop_keys = [k for k in child.data.metrics if k.startswith("em_hops_") and not k.endswith(("_lo", "_hi"))]
+        assert hop_keys and all(f"{k}_lo" in child.data.metrics and f"n_hops_{k[8:]}" in child.data.metrics
+                                for k in hop_keys)
     arts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"comparison.csv", "comparison.md", "metrics.json", "plots"} <= arts
     png = Path(client.download_artifacts(parent.info.run_id, "plots/pf_triggers.png", str(logged["tmp"])))
@@ -386,9 +401,12 @@ def test_cli_end_to_end_with_judge_and_snippets(mlflow_tmp, capsys):
 def test_results_table_shows_scored_failed_and_parse_errors():
     from hasp.eval.report import header, table_rows
 
-    m = {"ds": {"react": {"n": 10, "n_scored": 8, "n_failed": 2, "em": 0.5, "parse_error_rate": 0.25}}}
+    m = {"ds": {"react": {"n": 10, "n_scored": 8, "n_failed": 2, "em": 0.5, "parse_error_rate": 0.25,
+                          "em_by_hops": {"1": {"mean": 0.75, "n": 4, "ci95": [0.25, 1.0]},
+                                         "2": {"mean": 0.25, "n": 4, "ci95": [0.0, 0.75]}}}}}
     row = dict(zip(header(), table_rows(m)[0]))
     assert (row["n"], row["scored"], row["failed"], row["EM"], row["parse err"]) == ("10", "8", "2", "0.500", "0.25")
+    assert row["EM by hops [95% CI]"] == "1h 0.750 [0.25,1.00] n4; 2h 0.250 [0.00,0.75] n4"
 
 
 def test_finished_cells_survive_a_later_cell_that_fails(mlflow_tmp):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 #: (column, summary key, format) — one place so the CLI table, CSV and Markdown agree
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("n", "n", "d"), ("scored", "n_scored", "d"), ("failed", "n_failed", "d"), ("EM", "em", ".3f"),
-    ("F1", "f1", ".3f"), ("judge", "judge_acc", ".3f"),
+    ("F1", "f1", ".3f"), ("EM by hops [95% CI]", "em_by_hops", "hops"), ("judge", "judge_acc", ".3f"),
     ("judge err", "judge_errors", "d"), ("answered", "answered_rate", ".2f"), ("parse err", "parse_error_rate", ".2f"),
     ("steps", "mean_steps", ".2f"),
     ("PF fires", "pf_fires_total", "d"), ("action share", "pf_action_share", ".2f"),
@@ -23,6 +24,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 def _fmt(value: Any, spec: str) -> str:
     if value is None:
         return "–"
+    if spec == "hops":  # {"1": {"mean", "n", "ci95"}, ...} -> "1h .250 [.00,.50] n8; 2h ..."
+        return "; ".join(f"{h}h {m['mean']:.3f} [{m['ci95'][0]:.2f},{m['ci95'][1]:.2f}] n{m['n']}"
+                         for h, m in value.items()) or "–"
     return format(int(value), "d") if spec == "d" else format(float(value), spec)
 
 
@@ -47,7 +51,9 @@ def write_csv(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], path: Path
         w.writerow(["dataset", "variant", *(key for _, key, _ in COLUMNS)])
         for ds, by_variant in metrics.items():
             for v, m in by_variant.items():
-                w.writerow([ds, v, *("" if m.get(key) is None else m.get(key) for _, key, _ in COLUMNS)])
+                w.writerow([ds, v, *("" if m.get(key) is None else
+                                     json.dumps(m[key]) if isinstance(m.get(key), dict) else m.get(key)
+                                     for _, key, _ in COLUMNS)])
     return path
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from hasp.eval.records import EpisodeRecord
 from hasp.records import Trajectory
+from hasp.stats import bootstrap_mean
 
 #: ``Trajectory.terminated`` values that carry an answer
 ANSWERED = ("final", "budget_final")
@@ -122,3 +123,16 @@ def summarize_cell(records: Sequence[EpisodeRecord], wall_s: float) -> dict[str,
 
 def _failed(r: EpisodeRecord) -> bool:
     return bool(r.error) or r.traj.terminated == "error"
+
+
+def by_hops(records: Sequence[EpisodeRecord], hops_of: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """EM per hop count over the scored episodes, each with n and a bootstrap 95 % interval.
+
+    Why: a mixed benchmark's mean hides where an agent moves; a small model can gain on one-hop
+    questions while staying at zero on chains. Items without a hop count (math, code) give {}."""
+    groups: dict[int, list[float]] = {}
+    for r in records:
+        h = hops_of.get(r.traj.qid)
+        if h and not _failed(r):
+            groups.setdefault(int(h), []).append(float(r.traj.em))
+    return {str(h): bootstrap_mean(v).to_dict() for h, v in sorted(groups.items())}

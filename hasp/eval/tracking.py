@@ -34,11 +34,16 @@ def _metric_name(s: str) -> str:
 
 
 def cell_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Numeric summary values plus ``fires.<skill>``; nested dicts and strings are left out."""
+    """Numeric summary values plus ``fires.<skill>`` and ``em_hops_<h>`` (with its interval and n);
+    other nested dicts and strings are left out."""
     out = {_metric_name(k): float(v) for k, v in summary.items()
            if isinstance(v, (int, float)) and not isinstance(v, bool)}
     for skill, n in (summary.get("pf_fires") or {}).items():
         out[f"fires.{_metric_name(skill)}"] = float(n)
+    for hops, m in (summary.get("em_by_hops") or {}).items():
+        out[f"em_hops_{hops}"] = float(m["mean"])
+        out[f"em_hops_{hops}_lo"], out[f"em_hops_{hops}_hi"] = (float(x) for x in m["ci95"])
+        out[f"n_hops_{hops}"] = float(m["n"])
     return out
 
 
