@@ -291,7 +291,8 @@ class RSParams(_Strict):
                                    "top-scoring N (0 = all that pass)")
     row_weight: Literal["uniform", "score", "step"] = Field(
         "uniform", description="weight of a kept step: uniform, its trajectory's Score(tau), or its own A_t")
-    hindsight: HindsightParams = HindsightParams()
+    hindsight: HindsightParams = Field(HindsightParams(), description="hindsight rows for questions with no "
+                                       "kept trajectory (an option apart from the paper's recipe)")
 
 
 class OPDParams(_Strict):
@@ -309,7 +310,8 @@ class OPDParams(_Strict):
                                        "this; null = signals.reward_floor")
     teacher_max_tokens: int = Field(512, ge=8, description="reply budget of a teacher correction (paper: 512)")
     teacher_concurrency: int = Field(64, ge=1, description="teacher calls in flight (paper: 64)")
-    hindsight: HindsightParams = HindsightParams()
+    hindsight: HindsightParams = Field(HindsightParams(), description="hindsight rows beside the corrected "
+                                       "states (an option apart from the paper's recipe)")
 
 
 class DPOParams(_Strict):
@@ -330,10 +332,10 @@ class TrainParams(SFTParams):
                            "(on-policy distillation), dpo (preference rows)")
     preset: str | None = Field(None, description="an E1-E6 preset (paper Table 13) or its _cpu variant "
                                "(hasp/train/presets.yaml); its values replace the train knobs it names")
-    rollout: RolloutParams = RolloutParams()
-    rs: RSParams = RSParams()
-    opd: OPDParams = OPDParams()
-    dpo: DPOParams = DPOParams()
+    rollout: RolloutParams = Field(RolloutParams(), description="how RS and OPD sample training trajectories")
+    rs: RSParams = Field(RSParams(), description="rejection sampling knobs (recipe rs)")
+    opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs (recipe opd)")
+    dpo: DPOParams = Field(DPOParams(), description="DPO knobs (recipe dpo)")
 
 
 class LoopSpec(_Strict):
@@ -349,7 +351,7 @@ class ExperimentPreset(_Strict):
     """One row of the post-training grid, as data: a loop, a recipe and the train knobs it sets."""
 
     description: str = Field(description="what the preset is and where its numbers come from")
-    loop: LoopSpec
+    loop: LoopSpec = Field(description="the loop the recipe runs in")
     teacher: str | None = Field(description="teacher model the paper ran (null = none; a CPU variant uses "
                                 "whatever teacher params configure)")
     train: dict[str, Any] = Field(description="train-section values; validated as train knobs")
