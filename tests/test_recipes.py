@@ -274,3 +274,12 @@ def test_params_file_reaches_every_recipe_section():
     for section in (t, t.rollout, t.rs, t.opd, t.dpo, t.rs.hindsight):
         for name, f in type(section).model_fields.items():
             assert f.description, f"{type(section).__name__}.{name} has no help text"
+
+
+def test_the_epoch_train_step_applies_the_preset_and_skips_a_recipe_it_cannot_run(tmp_path):
+    from hasp.evolve.epoch import train as epoch_train
+
+    params = load_params(None, {"train.preset": "E2_cpu"})
+    out = epoch_train(tmp_path / "sft.jsonl", params, tmp_path)
+    assert "train.recipe is rs (preset E2_cpu)" in out["skipped"]
+    assert "rs" in (tmp_path / "train_metrics.json").read_text()
