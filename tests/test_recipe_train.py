@@ -108,11 +108,27 @@ def test_dpo_trains_on_objective_a_preference_rows(tiny_model_dir: Path, tmp_pat
     _adapter(res.adapter_dir)
     assert res.merged_dir is not None and (res.merged_dir / "model.safetensors").is_file()
     assert res.metrics["global_step"] == 1 and "loss" in res.history[0]
+    assert res.metrics["n_rows_used"] == 4
     summary = json.loads((tmp_path / "dpo" / "train_summary.json").read_text())
     assert summary["recipe"] == "dpo" and summary["dpo"]["beta"] == 0.1
     write_jsonl([{"prompt": rows[0]["prompt"], "chosen": rows[0]["chosen"]}], tmp_path / "bad.jsonl")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: preference row without rejected"):
         train_dpo(tiny_model_dir, tmp_path / "bad.jsonl", tmp_path / "dpo2", TrainParams(**TINY))
+
+
+def test_dpo_trims_prompt_history_so_the_answers_survive(tiny_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from hasp.train.dpo import fit_pairs, preference_examples
+    from hasp.train.sft import SFTRecipe
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ex = preference_examples(build_dpo_rows([traj("q1", n_steps=3)], reward_floor=-1.0), "rows")[1]
+    assert len(ex["prompt"]) == 4  # system, question, step 0 turn, its observation
+    full = len(tok.apply_chat_template(ex["prompt"] + ex["chosen"], tokenize=True)["input_ids"])
+    out, stats = fit_pairs([ex], tok, SFTRecipe(max_length=full - 1))
+    assert stats["n_rows_trimmed"] == 1 and out[0]["prompt"] == ex["prompt"][:2] and out[0]["chosen"] == ex["chosen"]
+    assert fit_pairs([ex], tok, SFTRecipe(max_length=64))[1]["n_rows_too_long"] == 1
 
 
 def test_sft_preset_trains_and_a_folder_without_weights_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from hasp.atomic import read_jsonl
 from hasp.config import TrainParams
 from hasp.train.sft import (HistoryCallback, LogCallback, ProgressCallback, SFTRecipe, TrainResult,
-                            check_model, save_folder, use_bf16, write_pretrained)
+                            check_model, fit_messages, save_folder, use_bf16, write_pretrained)
 
 COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -33,6 +33,25 @@ def preference_examples(rows: list[dict[str, Any]], where: str) -> list[dict[str
             raise ValueError(f"{where}:{i}: preference row without {', '.join(missing)}")
         out.append({c: r[c] for c in COLUMNS})
     return out
+
+
+def fit_pairs(examples: list[dict[str, Any]], tok: Any, recipe: SFTRecipe) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Drop the oldest history turns of a prompt until prompt + the longer answer fits ``max_length``.
+
+    TRL truncates from the right, which would cut the answers of a long multi-step prompt; a pair
+    that cannot fit even with its history gone is dropped (counted)."""
+    out, trimmed, too_long = [], 0, 0
+    for ex in examples:
+        longer = max(ex["chosen"], ex["rejected"], key=lambda m: sum(len(x.get("content", "")) for x in m))
+        fitted, dropped = fit_messages(tok, list(ex["prompt"]) + list(longer), recipe.max_length,
+                                       recipe.trim_history)
+        if fitted is None:
+            too_long += 1
+            continue
+        trimmed += dropped > 0
+        out.append({**ex, "prompt": fitted[: len(fitted) - len(longer)]})
+    return out, {"n_rows_in": len(examples), "n_rows_used": len(out), "n_rows_trimmed": trimmed,
+                 "n_rows_too_long": too_long}
 
 
 def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParams | None = None, *,
@@ -58,6 +77,9 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    examples, data_stats = fit_pairs(examples, tok, recipe)
+    if not examples:
+        raise ValueError(f"{rows_path}: no preference row fits train.max_length {recipe.max_length}")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     args = DPOConfig(
         output_dir=str(out_dir / "trainer"), use_cpu=not torch.cuda.is_available(),
@@ -93,7 +115,7 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
         save_folder(merged_dir, partial(write_pretrained, merged, tok))
     steps = int(out.global_step)
-    metrics: dict[str, Any] = {**history.summary, "n_rows": len(examples), "train_loss": float(out.training_loss),
+    metrics: dict[str, Any] = {**data_stats, **history.summary, "n_rows": len(examples), "train_loss": float(out.training_loss),
                                "global_step": steps, "train_wall_s": train_s,
                                "s_per_step": train_s / steps if steps else float("nan"),
                                "total_wall_s": time.perf_counter() - t0}
