@@ -56,6 +56,7 @@ GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_rule", "evolve.v
 def code_version() -> str:
     files = module_closure(EPOCH_MODULES)
     files += sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
+    files.append(Path(__file__).resolve().parents[1] / "hasp" / "train" / "presets.yaml")  # train.preset's values
     return key_of(*[(f.name, content_hash(f)) for f in files])
 
 

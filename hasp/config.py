@@ -227,6 +227,9 @@ class SFTParams(_Strict):
     trim_history: bool = Field(True, description="drop the oldest (assistant, observation) turns of a "
                                                  "too-long prompt")
     save_merged: bool = Field(True, description="also merge LoRA into the base and save a full HF folder")
+    precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32", description="training dtype: fp32, bf16, or auto = bf16 where the GPU supports it, else fp32 "
+                            "(paper: bf16; CPU runs stay fp32)")
     torch_threads: int | None = Field(
         None, ge=0, description="torch.set_num_threads for the run. null: torch default (all cores); 0: auto = "
                                 "idle cores by the 1-min load average (min 1). Use fewer when an LLM server "
@@ -234,8 +237,125 @@ class SFTParams(_Strict):
                                 "Changing it changes float reduction order, so losses differ in the last digits")
 
 
+RECIPES = ("sft", "rs", "opd", "dpo")
+
+
+class RolloutParams(_Strict):
+    """How RS and OPD sample training trajectories (paper App. D.4); the sampler the caller passes in
+    is built from these, and they are recorded with the run."""
+
+    k: int = Field(2, ge=1, description="trajectories sampled per training question (group size)")
+    temperature: float = Field(0.9, ge=0, description="policy sampling temperature of training rollouts")
+    top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling mass of training rollouts")
+    max_steps: int = Field(5, ge=1, description="step budget of a training rollout")
+    max_search_calls: int = Field(3, ge=0, description="SEARCH budget of a training rollout")
+    max_read_calls: int = Field(3, ge=0, description="READ budget of a training rollout (paper: 0, since "
+                                "teacher snippets replace READ)")
+    teacher_snippets: bool = Field(False, description="SEARCH returns a teacher-written snippet (paper: on "
+                                   "for every rollout-using run; needs a teacher)")
+
+
+class HindsightParams(_Strict):
+    """Material for a policy that almost never succeeds: a training question whose gold answer already
+    appeared in an observation gets a row that answers it at the first state after that observation.
+    Gold labels of training questions only; the rows are counted apart from the recipe's own rows."""
+
+    enabled: bool = Field(False, description="add hindsight rows (an option beside the paper's recipe, "
+                          "reported apart)")
+    weight: float = Field(1.0, gt=0, description="sample weight of a hindsight row before normalisation")
+
+
+class RSParams(_Strict):
+    """Rejection sampling (paper §3.3, App. D.4): sample, score, filter, SFT on the kept steps, repeat
+    from the new checkpoint."""
+
+    iterations: int = Field(1, ge=1, description="sample-filter-train rounds; each samples from the "
+                            "checkpoint the previous one wrote")
+    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate of each round's SFT (paper: 5e-6)")
+    num_train_epochs: float = Field(8.0, gt=0, description="epochs over the kept rows per round (paper: 8), "
+                                    "used when train.max_steps is -1")
+    beta_success: float = Field(0.5, ge=0, description="beta_1 of Score(tau) = beta_1 TaskSuccess + beta_2 A(tau) "
+                                "(the paper leaves it open; 0.5/0.5 is App. E's episode blend)")
+    beta_pf: float = Field(0.5, ge=0, description="beta_2: weight of the trajectory PF score A(tau)")
+    skill_reward: bool = Field(True, description="use the SAGE skill-integrated reward as Score(tau) where a "
+                               "trajectory carries one")
+    min_score: float = Field(0.15, description="filter: keep a trajectory whose composite is at least this "
+                             "(paper: 0.15)")
+    em_weight: float = Field(0.7, ge=0, description="composite = em_weight EM + f1_weight F1 + "
+                             "economy_weight StepEconomy")
+    f1_weight: float = Field(0.2, ge=0, description="F1 weight of the filter composite")
+    economy_weight: float = Field(0.1, ge=0, description="StepEconomy weight of the filter composite; "
+                                  "StepEconomy = share of the step budget left when FINAL was given, 0 "
+                                  "without a FINAL")
+    keep_per_question: int = Field(1, ge=0, description="of a question's passing trajectories keep the "
+                                   "top-scoring N (0 = all that pass)")
+    row_weight: Literal["uniform", "score", "step"] = Field(
+        "uniform", description="weight of a kept step: uniform, its trajectory's Score(tau), or its own A_t")
+    hindsight: HindsightParams = Field(HindsightParams(), description="hindsight rows for questions with no "
+                                       "kept trajectory (an option apart from the paper's recipe)")
+
+
+class OPDParams(_Strict):
+    """On-policy distillation (paper §3.3): roll out the current checkpoint with PFs active and train
+    L = -sum_t w_t log pi(a~_t | s_t) on the corrected actions at the states it visited."""
+
+    iterations: int = Field(1, ge=1, description="rollout-train rounds, each from the previous checkpoint")
+    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate (paper: 5e-6)")
+    num_train_epochs: float = Field(10.0, gt=0, description="epochs per round when train.max_steps is -1 "
+                                    "(paper: 10)")
+    target: Literal["auto", "pf", "teacher"] = Field(
+        "auto", description="who supplies a~_t: the PF correction, the teacher, or auto (teacher when one "
+                            "is given, else PF); the run records which")
+    reward_floor: float | None = Field(None, ge=-1, le=1, description="drop states whose w_t = A_t is below "
+                                       "this; null = signals.reward_floor")
+    teacher_max_tokens: int = Field(512, ge=8, description="reply budget of a teacher correction (paper: 512)")
+    teacher_concurrency: int = Field(64, ge=1, description="teacher calls in flight (paper: 64)")
+    hindsight: HindsightParams = Field(HindsightParams(), description="hindsight rows beside the corrected "
+                                       "states (an option apart from the paper's recipe)")
+
+
+class DPOParams(_Strict):
+    """DPO (TRL DPOTrainer) on the Objective-A preference rows: chosen = PF-corrected action,
+    rejected = the policy's original action."""
+
+    rows: str = Field("dpo.jsonl", description="preference rows file, relative to the data directory")
+    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate")
+    num_train_epochs: float = Field(1.0, gt=0, description="epochs when train.max_steps is -1")
+    beta: float = Field(0.1, gt=0, description="DPO beta: how far the policy may move from the reference")
+    loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
+
+
 class TrainParams(SFTParams):
     enabled: bool = Field(True, description="false = the pipeline skips training")
+    recipe: Literal["sft", "rs", "opd", "dpo"] = Field(
+        "sft", description="post-training recipe: sft (weighted LoRA SFT), rs (rejection sampling), opd "
+                           "(on-policy distillation), dpo (preference rows)")
+    preset: str | None = Field(None, description="an E1-E6 preset (paper Table 13) or its _cpu variant "
+                               "(hasp/train/presets.yaml); its values replace the train knobs it names")
+    rollout: RolloutParams = Field(RolloutParams(), description="how RS and OPD sample training trajectories")
+    rs: RSParams = Field(RSParams(), description="rejection sampling knobs (recipe rs)")
+    opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs (recipe opd)")
+    dpo: DPOParams = Field(DPOParams(), description="DPO knobs (recipe dpo)")
+
+
+class LoopSpec(_Strict):
+    """The loop a preset runs its recipe in (paper App. D.2): V1 open (one frozen library) or V2 closed
+    (evolve, refresh the data, train, per phase)."""
+
+    kind: Literal["open", "closed"] = Field(description="open = V1, closed = V2")
+    phases: int = Field(ge=1, description="closed loop: evolve-refresh-train phases; open loop: 1")
+    evolve_mode: Literal["full", "lite"] | None = Field(description="evolution mode of a closed loop")
+
+
+class ExperimentPreset(_Strict):
+    """One row of the post-training grid, as data: a loop, a recipe and the train knobs it sets."""
+
+    description: str = Field(description="what the preset is and where its numbers come from")
+    loop: LoopSpec = Field(description="the loop the recipe runs in")
+    teacher: str | None = Field(description="teacher model the paper ran (null = none; a CPU variant uses "
+                                "whatever teacher params configure)")
+    train: dict[str, Any] = Field(description="train-section values; validated as train knobs")
+
 
 
 class EvalParams(_Strict):

@@ -57,6 +57,20 @@ class ScriptedPolicyDouble:
         return ReplyDouble(r, self.prompt_tokens, self.completion_tokens)
 
 
+class RolloutSamplerDouble:
+    """The sampler RS and OPD call (``sample(questions, model_dir) -> trajectories``): answers each
+    call with the next scripted batch (the last one repeats) and records the questions and the model
+    folder it was asked to sample from, so a test can see which checkpoint each round used."""
+
+    def __init__(self, *batches):
+        self.batches = [list(b) for b in batches]
+        self.calls: list[tuple[list[Any], Path]] = []
+
+    def __call__(self, questions, model_dir):
+        self.calls.append((list(questions), Path(model_dir)))
+        return self.batches.pop(0) if len(self.batches) > 1 else list(self.batches[0])
+
+
 class SlowPolicyDouble(ScriptedPolicyDouble):
     """A scripted policy that takes ``delay_s`` per reply, for wall-clock budgets."""
 

@@ -545,9 +545,16 @@ def _epoch_num(epoch_dir: Path) -> int:
 # ----------------------------------------------------------------------------- LoRA SFT (E1 shape)
 def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> dict[str, Any]:
     """Short LoRA SFT of the policy on the Phase-H rows; writes adapter/ and merged/ under out_dir."""
+    from hasp.train.presets import apply_preset
     from hasp.train.sft import SFTRecipe, train_sft
 
-    t = params.train
+    t = apply_preset(params.train)
+    if t.enabled and t.recipe != "sft":
+        reason = (f"train.recipe is {t.recipe}{f' (preset {t.preset})' if t.preset else ''}: this step trains "
+                  "sft on the epoch's rows only; rs and opd sample their own rollouts and dpo reads dpo.jsonl")
+        log.warning(reason)
+        write_json({"skipped": reason}, out_dir / "train_metrics.json")
+        return {"skipped": reason}
     if not t.enabled:
         write_json({"skipped": "train.enabled is false"}, out_dir / "train_metrics.json")
         return {"skipped": True}

@@ -220,7 +220,7 @@ class WeightedSFTTrainer(SFTTrainer):
         return loss
 
 
-class _ProgressCallback(TrainerCallback):
+class ProgressCallback(TrainerCallback):
     """Optimizer steps as a phase of ``hasp.progress`` (count, elapsed, ETA, final loss)."""
 
     def __init__(self, name: str) -> None:
@@ -241,7 +241,7 @@ class _ProgressCallback(TrainerCallback):
             self.bar.finish(f"{state.global_step} steps{tail}")
 
 
-class _HistoryCallback(TrainerCallback):
+class HistoryCallback(TrainerCallback):
     """Collects every training log (loss, grad_norm, learning_rate, entropy, mean_token_accuracy, ...)."""
 
     def __init__(self, sink: LogCallback | None) -> None:
@@ -260,7 +260,31 @@ class _HistoryCallback(TrainerCallback):
             self.sink({k: v for k, v in rec.items() if k != "step"}, state.global_step)
 
 
-def _idle_cores() -> int:
+def use_bf16(precision: str) -> bool:
+    """bf16 when asked for, or with ``auto`` when a GPU supports it (the paper's setting); else fp32."""
+    if precision == "bf16":
+        return True
+    return precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+class ModelFolderError(ValueError):
+    """A model path a trainer cannot load; the message is one line naming the path."""
+
+
+def check_model(model: Path | str) -> None:
+    """Refuse a local folder without weights before a trainer starts; a hub name passes through
+    (with ``HF_HUB_OFFLINE`` it must be in the local cache)."""
+    p = Path(model)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelFolderError(f"{p}: not a model folder (no config.json)")
+        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")) and not any(p.glob("*.gguf")):
+            raise ModelFolderError(f"{p}: model folder has no weights (*.safetensors or *.bin)")
+    elif p.exists() or str(model).startswith((".", "/", "~")):
+        raise ModelFolderError(f"{p}: no such model folder")
+
+
+def idle_cores() -> int:
     n = os.cpu_count() or 1
     try:
         busy = round(os.getloadavg()[0])
@@ -269,12 +293,12 @@ def _idle_cores() -> int:
     return max(1, n - busy)
 
 
-def _write_pretrained(model: Any, tok: Any, folder: Path) -> None:
+def write_pretrained(model: Any, tok: Any, folder: Path) -> None:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
 
 
-def _save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
+def save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
     """Write a folder in a temp dir beside ``dest`` and move it into place, so ``dest`` is never half-written.
 
     mkdtemp/safetensors leave 0700/0600 modes, which a server running as another user (docker) cannot
@@ -294,7 +318,7 @@ def _save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
 
 
 def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe | None = None, *,
-              log_callback: LogCallback | None = None) -> TrainResult:
+              log_callback: LogCallback | None = None, label: str = "train: LoRA SFT") -> TrainResult:
     """Train a LoRA adapter on SFT rows; save adapter, merged model and a summary under ``out_dir``.
 
     ``log_callback(metrics, step)`` is called at every logging step (``mlflow.log_metrics`` fits).
@@ -302,21 +326,22 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
     recipe = recipe or SFTRecipe()
     prev_threads = torch.get_num_threads()
     if recipe.torch_threads is not None:
-        torch.set_num_threads(recipe.torch_threads or _idle_cores())
+        torch.set_num_threads(recipe.torch_threads or idle_cores())
     try:
-        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback)
+        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback, label)
     finally:
         torch.set_num_threads(prev_threads)  # process-global: do not leak the setting to the caller
 
 
 def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe,
-               log_callback: LogCallback | None) -> TrainResult:
+               log_callback: LogCallback | None, label: str) -> TrainResult:
     from peft import LoraConfig, PeftModel
 
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
     t0 = time.perf_counter()
 
+    check_model(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -331,7 +356,7 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     on_cpu = not torch.cuda.is_available()
     args = SFTConfig(
         output_dir=str(out_dir / "trainer"),
-        use_cpu=on_cpu, bf16=False, fp16=False,
+        use_cpu=on_cpu, bf16=use_bf16(recipe.precision), fp16=False,
         activation_checkpointing=recipe.gradient_checkpointing,  # the non-deprecated name (transformers 5)
         report_to=[], save_strategy="no", disable_tqdm=True,
         logging_strategy="steps", logging_steps=recipe.logging_steps,
@@ -345,16 +370,16 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     )
     peft_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
                              target_modules=list(recipe.target_modules), bias="none", task_type="CAUSAL_LM")
-    history = _HistoryCallback(log_callback)
+    history = HistoryCallback(log_callback)
     trainer_cls = WeightedSFTTrainer if recipe.weighting == "loss" else SFTTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                          peft_config=peft_config, callbacks=[history, _ProgressCallback("train: LoRA SFT")])
+                          peft_config=peft_config, callbacks=[history, ProgressCallback(label)])
     t_train = time.perf_counter()
     out = trainer.train()
     train_s = time.perf_counter() - t_train
 
     adapter_dir = out_dir / "adapter"
-    _save_folder(adapter_dir, partial(_write_pretrained, trainer.model, tok))
+    save_folder(adapter_dir, partial(write_pretrained, trainer.model, tok))
     del trainer, model  # free the training graph before the merge loads a second copy
     try:
         (out_dir / "trainer").rmdir()  # save_strategy="no" leaves it empty
@@ -367,7 +392,7 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
         # a fresh base (the trained one carries TRL's patched forward) + the saved adapter, merged
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-        _save_folder(merged_dir, partial(_write_pretrained, merged, tok))
+        save_folder(merged_dir, partial(write_pretrained, merged, tok))
 
     steps = int(out.global_step)
     metrics: dict[str, Any] = {

@@ -1,0 +1,108 @@
+"""The sample → build rows → train round that RS and OPD share, with resumable round folders.
+
+Each round samples from the checkpoint the previous round wrote (the base model for the first), turns
+the trajectories into SFT rows with a recipe-specific builder, and trains a LoRA adapter on them with
+the weighted SFT trainer, starting from that same checkpoint. A round's folder is complete only once
+its ``round.json`` is written; a later run reuses finished rounds and starts at the first unfinished
+one, so a failed round leaves the earlier checkpoints intact.
+
+The sampler is passed in (``sample(questions, model_dir) -> trajectories``): it owns the agent, the
+library and the serving of ``model_dir``, which keeps this module free of servers and testable with a
+scripted policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hasp.atomic import read_json, write_json, write_jsonl
+from hasp.config import TrainParams
+from hasp.records import Trajectory
+
+log = logging.getLogger(__name__)
+
+Sampler = Callable[[Sequence[Any], Path], Iterable["Trajectory | dict[str, Any]"]]
+#: (trajectories, round index) -> (SFT rows, stats); a row is what ``hasp.train.data.build_sft_rows`` makes
+RowBuilder = Callable[[list[Trajectory], int], "tuple[list[dict[str, Any]], dict[str, Any]]"]
+LogCallback = Callable[[dict[str, float], int], Any]
+ROUND_FILE = "round.json"
+
+
+class RecipeError(ValueError):
+    """A recipe cannot go on (nothing to train on, a bad split, a teacher that failed); one line."""
+
+
+@dataclass
+class RecipeResult:
+    """What a multi-round recipe left: the last checkpoint and one summary per round."""
+
+    recipe: str
+    model_dir: Path  # the checkpoint the last round wrote (merged folder)
+    adapter_dir: Path
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "model_dir": str(self.model_dir), "adapter_dir": str(self.adapter_dir),
+                "rounds": self.rounds}
+
+
+def as_trajectories(items: Iterable[Trajectory | dict[str, Any]]) -> list[Trajectory]:
+    return [t if isinstance(t, Trajectory) else Trajectory.from_dict(t) for t in items]
+
+
+def question_id(q: Any) -> str | None:
+    """The id of a question object (a dataset item with ``id``, or a mapping with ``id`` / ``qid``)."""
+    if isinstance(q, dict):
+        return q.get("id") or q.get("qid")
+    return getattr(q, "id", None) or getattr(q, "qid", None)
+
+
+def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path,
+               train: TrainParams, *, rounds: int, learning_rate: float, num_train_epochs: float,
+               build_rows: RowBuilder, log_callback: LogCallback | None = None) -> RecipeResult:
+    """``rounds`` rounds of sample → rows → LoRA SFT; returns the last checkpoint and every round's summary."""
+    from hasp.train.sft import SFTRecipe, check_model, train_sft
+
+    check_model(model_dir)
+    out_dir = Path(out_dir)
+    sft = SFTRecipe.from_params(train).model_copy(update={
+        "learning_rate": learning_rate, "num_train_epochs": num_train_epochs, "save_merged": True})
+    current, adapter = Path(model_dir), Path(model_dir)
+    done: list[dict[str, Any]] = []
+    step0 = 0
+    k = train.rollout.k
+    for i in range(rounds):
+        rdir = out_dir / f"round_{i}"
+        marker = rdir / ROUND_FILE
+        if marker.is_file():
+            summary = read_json(marker)
+            log.info("%s round %d already finished (%s); resuming after it", recipe, i + 1, marker)
+        else:
+            rdir.mkdir(parents=True, exist_ok=True)
+            asked = [q for q in questions for _ in range(k)]
+            trajs = as_trajectories(sample(asked, current))
+            write_jsonl([t.to_dict() for t in trajs], rdir / "rollout.jsonl")
+            rows, stats = build_rows(trajs, i)
+            write_jsonl(rows, rdir / "rows.jsonl")
+            offset = step0
+
+            def shifted(metrics: dict[str, float], step: int, _o: int = offset) -> Any:
+                return log_callback({**metrics, "round": float(i)}, step + _o) if log_callback else None
+
+            res = train_sft(current, rdir / "rows.jsonl", rdir, sft, log_callback=shifted,
+                            label=f"train: {recipe} round {i + 1}/{rounds}")
+            summary = {"round": i, "start_model": str(current), "n_trajectories": len(trajs),
+                       "n_questions": len(questions), "k": k, "data": stats,
+                       "metrics": res.metrics, "step_offset": offset,
+                       "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir)}
+            write_json(summary, marker)
+        done.append(summary)
+        step0 = int(summary["step_offset"]) + int(summary["metrics"].get("global_step", 0))
+        current, adapter = Path(summary["merged_dir"]), Path(summary["adapter_dir"])
+    result = RecipeResult(recipe=recipe, model_dir=current, adapter_dir=adapter, rounds=done)
+    write_json(result.to_dict(), out_dir / f"{recipe}_summary.json")
+    return result

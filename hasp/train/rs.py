@@ -1,0 +1,163 @@
+"""PF-guided rejection sampling (paper §3.3, App. D.4, D.7; E2 and E5).
+
+Per round: sample k trajectories per training question from the current checkpoint (PFs active), score
+each with Score(τ) = β1·TaskSuccess(τ) + β2·A(τ) — or with the SAGE skill-integrated reward when the
+trajectory carries one — keep those whose composite 0.7·EM + 0.2·F1 + 0.1·StepEconomy reaches
+``min_score``, keep the top-scoring ones per question, and LoRA-SFT on the steps of the kept
+trajectories (the action that ran, i.e. the PF-corrected one). The next round samples from the new
+checkpoint.
+
+Selection uses two numbers on purpose: the composite is App. D.4's admission filter (a partial answer
+can pass it), Score(τ) ranks the admitted trajectories of one question, so among equally correct
+samples the one whose PF interventions scored better is the one trained on.
+
+StepEconomy is not defined in the paper; here it is the share of the step budget left when the agent
+answered, (max_steps − steps + 1) / max_steps, and 0 for an episode that never gave a FINAL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hasp.config import RSParams, TrainParams
+from hasp.records import Trajectory
+from hasp.signals.coarse import SignalWeights, score_trajectory
+from hasp.train.hindsight import check_split, hindsight_rows
+from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
+
+SKILL_REWARD_KEY = "skill_integrated_reward"
+
+
+@dataclass
+class Verdict:
+    """One sampled trajectory as the filter saw it."""
+
+    index: int
+    qid: str
+    em: float
+    f1: float
+    step_economy: float
+    composite: float
+    task_success: float
+    pf_score: float  # A(τ)
+    score: float  # what ranked it
+    score_source: str  # "score" (β1·TaskSuccess + β2·A) | "skill_integrated_reward"
+    passed: bool = False
+    kept: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def step_economy(traj: Trajectory, max_steps: int) -> float:
+    """Share of the step budget left when FINAL was given; 0 when the episode ended without one."""
+    if traj.terminated != "final" or not traj.steps:
+        return 0.0
+    return max(0.0, min(1.0, (max_steps - len(traj.steps) + 1) / max_steps))
+
+
+def composite(traj: Trajectory, cfg: RSParams, max_steps: int) -> float:
+    """App. D.4's filter value: em_weight·EM + f1_weight·F1 + economy_weight·StepEconomy."""
+    return (cfg.em_weight * traj.em + cfg.f1_weight * traj.f1
+            + cfg.economy_weight * step_economy(traj, max_steps))
+
+
+def rs_score(traj: Trajectory, cfg: RSParams, weights: SignalWeights | None = None) -> tuple[float, str, float, float]:
+    """(score, its source, TaskSuccess, A(τ)): Score(τ), or the skill-integrated reward when present."""
+    w = weights or SignalWeights()
+    success = 1.0 if traj.em >= w.success_em else 0.0
+    a = score_trajectory(traj, w).A
+    post = traj.harness.postprocess if traj.harness is not None else {}
+    if cfg.skill_reward and isinstance(post.get(SKILL_REWARD_KEY), (int, float)):
+        return float(post[SKILL_REWARD_KEY]), SKILL_REWARD_KEY, success, a
+    return cfg.beta_success * success + cfg.beta_pf * a, "score", success, a
+
+
+def select(trajs: Sequence[Trajectory], cfg: RSParams, max_steps: int,
+           weights: SignalWeights | None = None) -> list[Verdict]:
+    """A verdict per trajectory: passed the composite filter, and kept among its question's top N."""
+    verdicts = []
+    for i, t in enumerate(trajs):
+        score, source, success, a = rs_score(t, cfg, weights)
+        comp = composite(t, cfg, max_steps)
+        verdicts.append(Verdict(index=i, qid=t.qid, em=t.em, f1=t.f1, step_economy=step_economy(t, max_steps),
+                                composite=comp, task_success=success, pf_score=a, score=score,
+                                score_source=source, passed=comp >= cfg.min_score))
+    by_q: dict[str, list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        if v.passed:
+            by_q[v.qid].append(v)
+    for group in by_q.values():
+        group.sort(key=lambda v: (-v.score, -v.composite, v.index))
+        for v in group[: cfg.keep_per_question or len(group)]:
+            v.kept = True
+    return verdicts
+
+
+def kept_rows(trajs: Sequence[Trajectory], verdicts: Sequence[Verdict], cfg: RSParams,
+              weights: SignalWeights | None = None) -> list[dict[str, Any]]:
+    """SFT rows on every audited step of the kept trajectories; the target is the action that ran."""
+    w = weights or SignalWeights()
+    rows = []
+    for v in verdicts:
+        if not v.kept:
+            continue
+        t = trajs[v.index]
+        step_scores = score_trajectory(t, w).steps
+        for step, sc in zip(t.steps, step_scores):
+            if step.audit is None or not step.prompt_messages:
+                continue
+            weight = {"uniform": 1.0, "score": v.score, "step": sc.A}[cfg.row_weight]
+            rows.append({"messages": [dict(m) for m in step.prompt_messages] + [step.assistant_message()],
+                         "sample_weight": round(max(0.0, weight), 6), "source": "rs", "qid": t.qid,
+                         "step": step.index, "score": round(v.score, 6), "score_source": v.score_source,
+                         "composite": round(v.composite, 6), "was_modified": step.audit.was_modified,
+                         "a_orig": step.audit.a_orig.render(), "a_final": step.audit.a_final.render()})
+    return rows
+
+
+def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, questions: Sequence[Any] = (),
+               weights: SignalWeights | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One RS round's rows and what the filter did; an empty kept set is an error unless hindsight
+    rows (an option apart from the paper's recipe) supply material."""
+    cfg = train.rs
+    verdicts = select(trajs, cfg, train.rollout.max_steps, weights)
+    rows = kept_rows(trajs, verdicts, cfg, weights)
+    kept_q = {v.qid for v in verdicts if v.kept}
+    stats: dict[str, Any] = {
+        "sampled": len(trajs), "passed": sum(v.passed for v in verdicts), "kept": sum(v.kept for v in verdicts),
+        "kept_questions": len(kept_q), "rs_rows": len(rows),
+        "score_sources": sorted({v.score_source for v in verdicts}),
+        "verdicts": [v.to_dict() for v in verdicts]}
+    hs: list[dict[str, Any]] = []
+    if cfg.hindsight.enabled:
+        hs, hstats = hindsight_rows(trajs, weight=cfg.hindsight.weight, questions=questions, skip_qids=kept_q)
+        stats["hindsight"] = hstats
+    stats["hindsight_rows"] = len(hs)
+    if not rows and not hs:
+        extra = "" if cfg.hindsight.enabled else "; set train.rs.hindsight.enabled to add hindsight rows"
+        raise RecipeError(
+            f"RS round {rnd + 1}: kept set is empty: 0 of {len(trajs)} sampled trajectories reached "
+            f"train.rs.min_score {cfg.min_score} on {cfg.em_weight}*EM + {cfg.f1_weight}*F1 + "
+            f"{cfg.economy_weight}*StepEconomy{extra}")
+    return rows + hs, stats
+
+
+def train_rs(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
+             split: str = "train", weights: SignalWeights | None = None,
+             log_callback: LogCallback | None = None) -> RecipeResult:
+    """``train.rs.iterations`` rounds of rejection sampling from ``model_dir``; see the module docstring.
+
+    ``sample(questions, model_dir)`` gets every question ``train.rollout.k`` times and returns their
+    trajectories, sampled with ``train.rollout``'s settings and PFs active."""
+    if train.rs.hindsight.enabled:
+        check_split(split, "train.rs.hindsight")
+    return run_rounds("rs", Path(model_dir), questions, sample, Path(out_dir), train,
+                      rounds=train.rs.iterations, learning_rate=train.rs.learning_rate,
+                      num_train_epochs=train.rs.num_train_epochs,
+                      build_rows=lambda trajs, i: round_rows(trajs, i, train, questions, weights),
+                      log_callback=log_callback)

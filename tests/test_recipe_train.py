@@ -1,0 +1,148 @@
+"""Each recipe trains for real (TRL + PEFT on CPU) on the tiny random Llama and writes an adapter."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+from doubles import RolloutSamplerDouble, ScriptedTeacherDouble  # noqa: E402
+from test_recipes import traj  # noqa: E402
+from test_sft_train import tiny_model_dir  # noqa: E402,F401  (module fixture: a tiny random Llama folder)
+
+from hasp.atomic import read_json, read_jsonl, write_jsonl  # noqa: E402
+from hasp.config import TrainParams  # noqa: E402
+from hasp.train.data import build_dpo_rows  # noqa: E402
+from hasp.train.presets import apply_preset  # noqa: E402
+from hasp.train.rounds import RecipeError  # noqa: E402
+
+TINY = {"max_steps": 1, "lora_r": 4, "lora_alpha": 8, "learning_rate": 1e-3, "per_device_train_batch_size": 2,
+        "logging_steps": 1}
+
+
+def _adapter(d: Path) -> None:
+    assert (d / "adapter_config.json").is_file() and (d / "adapter_model.safetensors").is_file()
+
+
+def test_rs_two_rounds_second_samples_from_the_first_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from hasp.train.rs import train_rs
+
+    questions = [{"id": "q1"}, {"id": "q2"}]
+    batch = [traj("q1", em=1.0, f1=1.0), traj("q1", f1=0.0, terminated="max_steps"),
+             traj("q2", f1=0.5), traj("q2", terminated="max_steps")]
+    sampler = RolloutSamplerDouble(batch)
+    train = TrainParams(**TINY, rs={"iterations": 2, "learning_rate": 1e-3})
+    seen: list[tuple[int, dict]] = []
+    res = train_rs(tiny_model_dir, questions, sampler, tmp_path / "rs", train,
+                   log_callback=lambda m, s: seen.append((s, m)))
+    assert [len(q) for q, _ in sampler.calls] == [4, 4]  # k = 2 samples per question
+    assert sampler.calls[0][1] == tiny_model_dir
+    assert sampler.calls[1][1] == tmp_path / "rs" / "round_0" / "merged"  # the new checkpoint
+    for r in (0, 1):
+        _adapter(tmp_path / "rs" / f"round_{r}" / "adapter")
+    assert res.model_dir == tmp_path / "rs" / "round_1" / "merged" and len(res.rounds) == 2
+    first = res.rounds[0]["data"]
+    assert (first["sampled"], first["passed"], first["kept"], first["kept_questions"]) == (4, 2, 2, 2)
+    assert [s for s, _ in seen] == [1, 2]  # steps continue across rounds
+    assert read_json(tmp_path / "rs" / "rs_summary.json")["recipe"] == "rs"
+    # a second run finds both rounds finished and samples nothing
+    again = RolloutSamplerDouble([])
+    res2 = train_rs(tiny_model_dir, questions, again, tmp_path / "rs", train)
+    assert again.calls == [] and res2.model_dir == res.model_dir
+
+
+def test_rs_round_with_nothing_kept_fails_and_leaves_earlier_rounds(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from hasp.train.rs import train_rs
+
+    good, bad = [traj("q1", em=1.0, f1=1.0)], [traj("q1", terminated="max_steps")]
+    train = TrainParams(**TINY, rs={"iterations": 2}, rollout={"k": 1})
+    with pytest.raises(RecipeError, match="^RS round 2: kept set is empty"):
+        train_rs(tiny_model_dir, [{"id": "q1"}], RolloutSamplerDouble(good, bad), tmp_path / "rs", train)
+    assert (tmp_path / "rs" / "round_0" / "round.json").is_file()
+    _adapter(tmp_path / "rs" / "round_0" / "adapter")
+    assert not (tmp_path / "rs" / "round_1" / "round.json").exists()
+
+
+def test_rs_hindsight_option_trains_when_nothing_passes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from hasp.train.rs import train_rs
+
+    train = TrainParams(**TINY, rollout={"k": 1}, rs={"hindsight": {"enabled": True}})
+    res = train_rs(tiny_model_dir, [{"id": "q1"}],
+                   RolloutSamplerDouble([traj("q1", terminated="max_steps", gold_seen_at=0)]), tmp_path / "rs", train)
+    data = res.rounds[0]["data"]
+    assert (data["rs_rows"], data["hindsight_rows"]) == (0, 1)
+    rows = read_jsonl(tmp_path / "rs" / "round_0" / "rows.jsonl")
+    assert [r["source"] for r in rows] == ["hindsight"]
+    _adapter(res.adapter_dir)
+
+
+def test_opd_round_trains_on_teacher_targets_and_records_the_source(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from hasp.train.opd import train_opd
+
+    teacher = ScriptedTeacherDouble("Thought: read it\nAction: READ[d3]")
+    train = TrainParams(**TINY, rollout={"k": 1})
+    res = train_opd(tiny_model_dir, [{"id": "q1"}], RolloutSamplerDouble([traj("q1", n_steps=3)]),
+                    tmp_path / "opd", train, reward_floor=-1.0, teacher=teacher.generate)
+    data = res.rounds[0]["data"]
+    assert data["target"] == "teacher" and data["target_sources"] == {"teacher": 2}
+    rows = read_jsonl(tmp_path / "opd" / "round_0" / "rows.jsonl")
+    assert all(r["messages"][-1]["content"].endswith("READ[d3]") for r in rows)
+    _adapter(res.adapter_dir)
+    assert (res.model_dir / "config.json").is_file()
+
+
+def test_dpo_trains_on_objective_a_preference_rows(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from hasp.train.dpo import train_dpo
+
+    rows = build_dpo_rows([traj(f"q{k}", n_steps=2) for k in range(4)], reward_floor=-1.0)
+    assert len(rows) == 4 and rows[0]["rejected"][0]["content"].endswith("FINAL[guess]")
+    path = write_jsonl(rows, tmp_path / "dpo.jsonl")
+    res = train_dpo(tiny_model_dir, path, tmp_path / "dpo", TrainParams(**TINY, recipe="dpo"))
+    _adapter(res.adapter_dir)
+    assert res.merged_dir is not None and (res.merged_dir / "model.safetensors").is_file()
+    assert res.metrics["global_step"] == 1 and "loss" in res.history[0]
+    assert res.metrics["n_rows_used"] == 4
+    summary = json.loads((tmp_path / "dpo" / "train_summary.json").read_text())
+    assert summary["recipe"] == "dpo" and summary["dpo"]["beta"] == 0.1
+    write_jsonl([{"prompt": rows[0]["prompt"], "chosen": rows[0]["chosen"]}], tmp_path / "bad.jsonl")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: preference row without rejected"):
+        train_dpo(tiny_model_dir, tmp_path / "bad.jsonl", tmp_path / "dpo2", TrainParams(**TINY))
+
+
+def test_dpo_trims_prompt_history_so_the_answers_survive(tiny_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from hasp.train.dpo import fit_pairs, preference_examples
+    from hasp.train.sft import SFTRecipe
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ex = preference_examples(build_dpo_rows([traj("q1", n_steps=3)], reward_floor=-1.0), "rows")[1]
+    assert len(ex["prompt"]) == 4  # system, question, step 0 turn, its observation
+    full = len(tok.apply_chat_template(ex["prompt"] + ex["chosen"], tokenize=True)["input_ids"])
+    out, stats = fit_pairs([ex], tok, SFTRecipe(max_length=full - 1))
+    assert stats["n_rows_trimmed"] == 1 and out[0]["prompt"] == ex["prompt"][:2] and out[0]["chosen"] == ex["chosen"]
+    assert fit_pairs([ex], tok, SFTRecipe(max_length=64))[1]["n_rows_too_long"] == 1
+
+
+def test_sft_preset_trains_and_a_folder_without_weights_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from hasp.train.data import build_sft_rows
+    from hasp.train.sft import ModelFolderError, SFTRecipe, train_sft
+
+    t = apply_preset(TrainParams(), "E1_cpu").model_copy(update={"max_steps": 1, "lora_r": 4, "lora_alpha": 8})
+    recipe = SFTRecipe.from_params(t)
+    assert (recipe.learning_rate, recipe.seed, recipe.precision) == (2e-4, 42, "fp32")
+    path = write_jsonl(build_sft_rows([traj("q1", n_steps=3)], reward_floor=-1.0), tmp_path / "sft.jsonl")
+    res = train_sft(tiny_model_dir, path, tmp_path / "sft", recipe)
+    _adapter(res.adapter_dir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((tiny_model_dir / "config.json").read_text())
+    with pytest.raises(ModelFolderError, match=r"empty: model folder has no weights"):
+        train_sft(empty, path, tmp_path / "x", recipe)
