@@ -303,6 +303,29 @@ def test_failed_episodes_are_counted_and_all_failed_raises(mlflow_tmp):
         run_eval(params, sets, ["react"], policy=down, library_root=None, out_dir=mlflow_tmp, progress=False)
 
 
+def test_hung_endpoint_ends_at_the_episode_deadline_as_a_failed_episode(mlflow_tmp):
+    """One question's model call hangs (the client's own timeout is 300 s): the episode's 2 s wall
+    budget ends it within seconds, and it is counted as an infrastructure failure, not as EM 0."""
+    import time
+
+    from hasp.llm.client import LLMClient, LLMConfig
+
+    params = _params()
+    params = params.model_copy(update={"harness": params.harness.model_copy(update={"timeout_seconds": 2.0})})
+    (ds,) = _sets(params, limit=2, specs=(f"hotpotqa:{HOTPOT}",))
+    hung, ok = ds.questions
+    with SelectiveOutageEndpointDouble([hung.question], fault="hang") as ep:
+        client = LLMClient(LLMConfig(base_url=ep.base_url, model="policy-double", timeout_s=300.0, max_retries=3))
+        t0 = time.monotonic()
+        res = run_eval(params, [ds], ["react"], policy=client, library_root=None, out_dir=mlflow_tmp, progress=False)
+        took = time.monotonic() - t0
+    assert took < 10, took
+    s = res.cells[0].summary
+    assert (s["n"], s["n_scored"], s["n_failed"]) == (2, 1, 1)
+    bad = next(r for r in res.cells[0].records if r.traj.qid == hung.id)
+    assert bad.traj.terminated == "error" and "deadline" in bad.traj.pf_errors[-1]
+
+
 # ----------------------------------------------------------------------------- dataset specs
 def test_dataset_spec_errors(tmp_path):
     with pytest.raises(DatasetSpecError, match="unknown kind 'squad'"):
