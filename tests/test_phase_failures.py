@@ -73,3 +73,43 @@ def test_failed_proposals_are_reported_and_retried_not_cached(prefect_harness, e
     record.write_text('{"broken')  # a corrupted cache entry is a miss: the phase runs again
     again = propose_once()
     assert student.calls.n == calls + 2 and again["proposed"] == 2
+
+
+GOOD_SUMMARY = ('{"category": "stale_evidence", "abstraction": "The agent trusts an outdated document.", '
+                '"trigger": "an answer read from an old page", "intervention_hint": "check the date"}')
+
+
+def test_failed_summaries_are_counted_and_the_analysis_is_retried_not_cached(prefect_harness, tmp_path: Path) -> None:
+    """Phase B's summarizer behind an endpoint that returns 500: the analysis says how many
+    summaries failed and is not cached; once the endpoint answers, the same key calls it again."""
+    from prefect import flow
+    from traj_builders import scripted_traj
+
+    from doubles import OpenAIEndpointDouble
+    from hasp.agent.rollout import write_trajectories
+    from hasp.llm.client import LLMClient, LLMConfig
+    from tasks import phases
+
+    shutil.copytree(ROOT / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    trajs = [scripted_traj(f"q{i}", [("SEARCH", "who"), ("FINAL", "Oslo")], question=f"Where was q{i} born?",
+                           answers=["Telvik"]) for i in range(3)]
+    write_trajectories(trajs, tmp_path / "rollout.jsonl")
+    params = load_params(ROOT / "params.yaml", {"evolve.mode": "full", "evolve.summarizer": True,
+                                               "evolve.summarizer_retries": 0})
+    key = f"analyse-outage-{tmp_path.name}"
+    with OpenAIEndpointDouble(always=500, reply=lambda body: GOOD_SUMMARY) as ep:
+        client = LLMClient(LLMConfig(base_url=ep.base_url, model="summarizer-double", max_retries=0))
+
+        @flow(name="analyse-once")
+        def analyse_once() -> dict:
+            return phases.settle(phases.analyse)(key, tmp_path / "rollout.jsonl", tmp_path / "lib", params,
+                                                 tmp_path, summarizer=client, epoch=0)
+
+        down = analyse_once()
+        assert down["failure"] == "3 summaries failed: endpoint error" and down["failed_calls"] == 3
+        assert "http 500" in down["first_error"] and down["llm_patterns"] == 0
+        ep.always = None  # the endpoint recovers
+        before = ep.requests
+        up = analyse_once()  # same cache key: the outage was not stored as the phase's result
+        assert ep.requests == before + 3
+        assert "failure" not in up and up["llm_patterns"] == 3
