@@ -178,6 +178,18 @@ def test_sandbox_folders_of_a_killed_run_are_swept_at_the_next_start(tmp_path: P
         lines = [r.getMessage() for r in caplog.records if "sandbox folder" in r.getMessage()]
         assert len(lines) == 1 and lines[0].startswith("removed 1 sandbox folder(s)")
         assert spawn.sweep_stale_workdirs("hasp_code_", str(tmp)) == 1 and not Path(left[1]).exists()
+        # a command sweeps at start, even one that never makes a sandbox folder of its own
+        again = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+        assert again.stdout is not None
+        more = again.stdout.readline().split()
+        again.kill()
+        again.wait(timeout=10)
+        cli = subprocess.run([sys.executable, "-m", "hasp.cli", "--help"], capture_output=True, text=True,
+                             env={**env, "HASP_LOG": "WARNING"}, timeout=120)
+        assert cli.returncode == 0 and not any(Path(d).exists() for d in more)
+        assert [x for x in cli.stderr.splitlines() if "sandbox folder" in x] == [
+            f"WARNING hasp.sandbox.spawn: removed 2 sandbox folder(s) {tmp}/hasp_* left by processes that were killed"]
+        assert all(Path(d).is_dir() for d in kept)
     finally:
         alive.kill()
         alive.wait(timeout=10)

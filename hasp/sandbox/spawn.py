@@ -89,11 +89,36 @@ def make_workdir(prefix: str, *, setuid: bool = True) -> str:
     return path
 
 
+#: the folder prefixes of sandboxed children (PF workers, code-test programs)
+WORKDIR_PREFIXES = ("hasp_sbx_", "hasp_code_")
+
+
+def sweep_at_start() -> int:
+    """Sweep every kind of sandbox folder of killed processes once, when a command starts (a run
+    served wholly from the cache never makes a folder of its own, so it would not sweep); one
+    log line with the count."""
+    gone = 0
+    with _SWEEP_LOCK:
+        for prefix in WORKDIR_PREFIXES:
+            key = (prefix, tempfile.gettempdir())
+            if key not in _SWEPT:
+                _SWEPT.add(key)
+                gone += _sweep(prefix, tempfile.gettempdir())
+    _report(gone, os.path.join(tempfile.gettempdir(), "hasp_*"))
+    return gone
+
+
 def sweep_stale_workdirs(prefix: str, root: str | None = None) -> int:
     """Remove the ``prefix`` directories under ``root`` (default: the temp dir) whose owning process
     no longer runs; a directory of a live process, or of one this user may not signal, is kept.
     Logs one line with the count when it removed any; returns the count."""
     root = root or tempfile.gettempdir()
+    gone = _sweep(prefix, root)
+    _report(gone, os.path.join(root, prefix + "*"))
+    return gone
+
+
+def _sweep(prefix: str, root: str) -> int:
     owner = re.compile(re.escape(prefix) + r"pid(\d+)-")
     gone = 0
     try:
@@ -107,10 +132,12 @@ def sweep_stale_workdirs(prefix: str, root: str | None = None) -> int:
         path = os.path.join(root, name)
         remove_workdir(path)
         gone += not os.path.exists(path)
-    if gone:
-        log.warning("removed %d sandbox folder(s) %s%s* left by processes that were killed", gone,
-                    os.path.join(root, ""), prefix)
     return gone
+
+
+def _report(gone: int, where: str) -> None:
+    if gone:
+        log.warning("removed %d sandbox folder(s) %s left by processes that were killed", gone, where)
 
 
 def _alive(pid: int) -> bool:
