@@ -113,3 +113,28 @@ def test_failed_summaries_are_counted_and_the_analysis_is_retried_not_cached(pre
         up = analyse_once()  # same cache key: the outage was not stored as the phase's result
         assert ep.requests == before + 3
         assert "failure" not in up and up["llm_patterns"] == 3
+
+
+def test_a_rollout_cut_by_the_episode_deadline_reports_failed_episodes(tmp_path: Path) -> None:
+    """A hung policy endpoint during a rollout: each episode ends at its wall budget as an
+    endpoint failure, the phase summary says so (so the orchestrator retries, not caches, it) and
+    Phase B does not mine those episodes as the agent's failures."""
+    from doubles import OpenAIEndpointDouble
+
+    from hasp.domains.search.prepare import prepare_data
+    from hasp.evolve import epoch as ep
+    from hasp.llm.client import LLMClient, LLMConfig
+
+    params = load_params(ROOT / "params.yaml", {"data.n_questions": 10, "agent.max_steps": 2,
+                                               "llm.max_concurrency": 4, "harness.timeout_seconds": 1.0,
+                                               "evolve.summarizer": False})
+    prepare_data(params, tmp_path / "data")
+    with OpenAIEndpointDouble(always="hang") as endpoint:
+        client = LLMClient(LLMConfig(base_url=endpoint.base_url, model="policy-double", timeout_s=300.0))
+        s = ep.rollout(params, tmp_path / "data", None, "val", tmp_path / "val.jsonl", policy=client,
+                       variant="react")
+    assert s["n"] >= 1 and s["failed_calls"] == s["n"]
+    assert s["failure"] == f"{s['n']} episodes failed: endpoint error" and "deadline" in s["first_error"]
+    shutil.copytree(ROOT / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    b = ep.analyse(tmp_path / "val.jsonl", tmp_path / "lib", params, tmp_path)
+    assert b["analysed"] == 0 and b["patterns"] == 0
