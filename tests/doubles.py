@@ -432,6 +432,21 @@ class RoleAwareEndpointDouble(OpenAIEndpointDouble):
         return self.REPLIES[role]
 
 
+class SelectiveOutageEndpointDouble(OpenAIEndpointDouble):
+    """A policy endpoint that answers ``FINAL[Paris]`` at once, except that every request whose
+    messages mention one of ``down_for`` gets ``fault`` (default a 500; ``"hang"``: no reply): an
+    outage that hits some questions only."""
+
+    def __init__(self, down_for, fault: int | str = 500) -> None:
+        self.down_for, self.fault = list(down_for), fault
+        super().__init__(reply=lambda body: "Thought: done\nAction: FINAL[Paris]")
+
+    def _next_status(self, body: dict) -> int | str:
+        status = super()._next_status(body)
+        text = " ".join(str(m.get("content", "")) for m in body["messages"])
+        return self.fault if any(q in text for q in self.down_for) else status
+
+
 class RetrieverServerDouble:
     """A stdlib HTTP server answering POST /retrieve with ``respond(n, body) -> (status, payload)``."""
 

@@ -134,3 +134,63 @@ def test_prefect_server_of_a_run_ends_when_the_run_is_killed(tmp_path: Path) -> 
     run.wait(timeout=10)
     for pid in servers:
         assert _wait_gone(pid, 30), f"Prefect server {pid} outlived the run"
+
+
+def test_sandbox_folders_of_a_killed_run_are_swept_at_the_next_start(tmp_path: Path, caplog) -> None:
+    """A process that made sandbox folders is SIGKILLed: its folders stay behind. The next process's
+    first sandbox folder removes them (and only them: a live process's folder is kept), in one log line."""
+    import logging
+    import tempfile
+
+    from hasp.sandbox import spawn
+
+    script = tmp_path / "maker.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from hasp.sandbox.spawn import make_workdir
+        print(make_workdir("hasp_sbx_"), make_workdir("hasp_code_"), flush=True)
+        time.sleep(600)
+    """))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**ENV, "TMPDIR": str(tmp)}
+    killed = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    alive = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert killed.stdout is not None and alive.stdout is not None
+        left = killed.stdout.readline().split()
+        kept = alive.stdout.readline().split()
+        killed.kill()
+        killed.wait(timeout=10)
+        assert len(left) == 2 and all(Path(d).is_dir() for d in left + kept)
+        assert all(f"pid{killed.pid}-" in d for d in left)
+        old = tempfile.tempdir
+        tempfile.tempdir = str(tmp)
+        spawn._SWEPT.clear()
+        try:
+            with caplog.at_level(logging.WARNING, logger="hasp.sandbox.spawn"):
+                mine = spawn.make_workdir("hasp_sbx_")
+        finally:
+            tempfile.tempdir = old
+        spawn.remove_workdir(mine)
+        assert not Path(left[0]).exists() and Path(left[1]).exists()  # each prefix is swept by its own kind
+        assert all(Path(d).is_dir() for d in kept)
+        lines = [r.getMessage() for r in caplog.records if "sandbox folder" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].startswith("removed 1 sandbox folder(s)")
+        assert spawn.sweep_stale_workdirs("hasp_code_", str(tmp)) == 1 and not Path(left[1]).exists()
+        # a command sweeps at start, even one that never makes a sandbox folder of its own
+        again = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+        assert again.stdout is not None
+        more = again.stdout.readline().split()
+        again.kill()
+        again.wait(timeout=10)
+        cli = subprocess.run([sys.executable, "-m", "hasp.cli", "--help"], capture_output=True, text=True,
+                             env={**env, "HASP_LOG": "WARNING"}, timeout=120)
+        assert cli.returncode == 0 and not any(Path(d).exists() for d in more)
+        assert [x for x in cli.stderr.splitlines() if "sandbox folder" in x] == [
+            f"WARNING hasp.sandbox.spawn: removed 2 sandbox folder(s) {tmp}/hasp_* left by processes that were killed"]
+        assert all(Path(d).is_dir() for d in kept)
+    finally:
+        alive.kill()
+        alive.wait(timeout=10)
+        killed.kill()

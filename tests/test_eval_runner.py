@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from doubles import (AnsweringPolicyDouble, FailingTeacherDouble, JudgeTeacherDouble, RoleAwareEndpointDouble,
-                     SnippetTeacherDouble)
+                     SelectiveOutageEndpointDouble, SnippetTeacherDouble)
 
 from hasp.config import Params
 from hasp.domains.search.retriever import BM25Retriever
@@ -318,6 +318,29 @@ def test_failed_episodes_are_counted_and_all_failed_raises(mlflow_tmp):
         run_eval(params, sets, ["react"], policy=down, library_root=None, out_dir=mlflow_tmp, progress=False)
 
 
+def test_hung_endpoint_ends_at_the_episode_deadline_as_a_failed_episode(mlflow_tmp):
+    """One question's model call hangs (the client's own timeout is 300 s): the episode's 2 s wall
+    budget ends it within seconds, and it is counted as an infrastructure failure, not as EM 0."""
+    import time
+
+    from hasp.llm.client import LLMClient, LLMConfig
+
+    params = _params()
+    params = params.model_copy(update={"harness": params.harness.model_copy(update={"timeout_seconds": 2.0})})
+    (ds,) = _sets(params, limit=2, specs=(f"hotpotqa:{HOTPOT}",))
+    hung, ok = ds.questions
+    with SelectiveOutageEndpointDouble([hung.question], fault="hang") as ep:
+        client = LLMClient(LLMConfig(base_url=ep.base_url, model="policy-double", timeout_s=300.0, max_retries=3))
+        t0 = time.monotonic()
+        res = run_eval(params, [ds], ["react"], policy=client, library_root=None, out_dir=mlflow_tmp, progress=False)
+        took = time.monotonic() - t0
+    assert took < 10, took
+    s = res.cells[0].summary
+    assert (s["n"], s["n_scored"], s["n_failed"]) == (2, 1, 1)
+    bad = next(r for r in res.cells[0].records if r.traj.qid == hung.id)
+    assert bad.traj.terminated == "error" and "deadline" in bad.traj.pf_errors[-1]
+
+
 # ----------------------------------------------------------------------------- dataset specs
 def test_dataset_spec_errors(tmp_path):
     with pytest.raises(DatasetSpecError, match="unknown kind 'squad'"):
@@ -421,3 +444,32 @@ def test_finished_cells_survive_a_later_cell_that_fails(mlflow_tmp):
     m = json.loads((mlflow_tmp / "partial" / "metrics.json").read_text())
     assert m[first.name]["react"]["em"] == pytest.approx(1.0) and m[first.name]["react"]["n"] == 2
     assert "all 2 episodes failed" in m[second.name]["react"]["cell_error"]
+
+
+def test_cli_logs_each_finished_cell_before_a_later_cell_fails(mlflow_tmp, capsys):
+    """`hasp eval` over two datasets whose second one hits an outage: the first cell's nested run
+    and metrics are in MLflow (the parent is marked failed), not lost with the failing cell."""
+    import mlflow
+    import yaml
+
+    from hasp.cli import main
+
+    hotpot, musique = _data(HOTPOT), _data(MUSIQUE)
+    (second,) = _sets(_params(), limit=2, specs=(f"musique:{MUSIQUE}",))
+    with SelectiveOutageEndpointDouble([q.question for q in second.questions]) as ep:
+        params = yaml.safe_load((ROOT / "params.yaml").read_text())
+        params["llm"].update(base_url=ep.base_url, model="policy-double", max_concurrency=2, max_retries=0)
+        params["tracking"]["experiment"] = "cli-eval-partial"
+        (mlflow_tmp / "params.yaml").write_text(yaml.safe_dump(params))
+        rc = main(["eval", "--params", str(mlflow_tmp / "params.yaml"), "--variants", "react",
+                   "--dataset", f"hotpotqa:{hotpot}", "--dataset", f"musique:{musique}", "--limit", "2",
+                   "--library", str(SKILLS), "--out", str(mlflow_tmp / "out"), "--no-progress", "--no-traces"])
+    assert rc == 1 and "all 2 episodes failed" in capsys.readouterr().err
+    runs = mlflow.search_runs(experiment_names=["cli-eval-partial"], output_format="list")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert parent.info.status == "FAILED"
+    assert [c.info.run_name for c in children] == ["hotpotqa-hotpot_dev_distractor_sample_b/react"]
+    first = children[0]
+    assert first.info.status == "FINISHED" and first.data.metrics["n"] == 2 and "em" in first.data.metrics
+    assert first.data.params["dataset_kind"] == "hotpotqa" and first.data.params["model"] == "policy-double"

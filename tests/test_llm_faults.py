@@ -116,7 +116,8 @@ def test_episode_wall_budget_ends_a_hung_policy_call() -> None:
         traj = run_episode(qid="q1", question="Who founded Quellbrook?", answers=["Mara Eskel"], policy=client,
                            env=OneDocEnvDouble(), cfg=AgentConfig(), variant="react", harness=h)
     assert time.monotonic() - t0 < 2.5
-    assert traj.terminated == "timeout" and traj.prediction in ("", None)
+    assert traj.terminated == "error" and traj.prediction in ("", None)
+    assert "wall budget of 0.6s ended a model call" in traj.pf_errors[-1]
 
 
 def test_sigint_stops_a_process_waiting_on_a_hung_endpoint_within_seconds(tmp_path: Path) -> None:

@@ -120,8 +120,11 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
         with call_deadline(left):  # the wall budget also ends a model call that hangs
             _steps(traj, messages, state, h, policy, env, cfg, p)
     except LLMDeadlineExceeded as e:
-        traj.terminated = "timeout"
-        log.info("episode %s: wall budget of %ss ended a model call: %s", qid, h.timeout_s, e)
+        # the endpoint did not answer within the episode's budget: an infrastructure failure, not an
+        # answer of the agent's (the runner counts it in n_failed, not as EM 0)
+        traj.terminated = "error"
+        traj.pf_errors.append(f"{type(e).__name__}: wall budget of {h.timeout_s}s ended a model call: {e}"[:500])
+        log.warning("episode %s: wall budget of %ss ended a model call: %s", qid, h.timeout_s, e)
     h.finish(traj, state)
     if scorer is not None:
         traj.em, traj.f1 = scorer(traj.prediction, traj.answers)

@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     from hasp.llm.cancel import install_signal_handlers
 
     install_signal_handlers()  # Ctrl-C / SIGTERM end in-flight model calls in every thread, then unwind
+    from hasp.sandbox.spawn import sweep_at_start
+
+    sweep_at_start()  # sandbox folders of earlier runs that were killed
     try:
         rc = app(args=argv if argv is not None else sys.argv[1:], standalone_mode=False)
     except typer.Exit as e:

@@ -94,11 +94,13 @@ def eval_command(
 def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, model_dir: Path | None,
          trained: Path | None, judge: bool, snippets: bool, traces: bool, run_name: str | None, progress: bool,
          limit: int | None) -> tuple[Any, dict[str, Any]]:
+    """Run the cells inside the open parent MLflow run, each cell logged as it finishes."""
     from hasp.agent.variants import get_variant
     from hasp.eval.episodes import episode_config
     from hasp.eval.runner import Arm, run_eval
-    from hasp.eval.tracking import log_eval_runs
+    from hasp.eval.tracking import eval_run
     from hasp.llm.endpoints import policy_client, teacher_client
+    from hasp.pf.library import library_hash
 
     domain = sets[0].domain
     max_tokens = episode_config(p, domain).max_tokens
@@ -114,24 +116,26 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
                 tpol = stack.enter_context(policy_client(served, model_dir=trained, port=p.llm.port + 2,
                                                          max_tokens=max_tokens))
                 arms += [Arm(f"trained_{v}", get_variant(v), tpol) for v in names if get_variant(v).use_pfs]
-            res = run_eval(p, sets, arms, policy=pol, library_root=library, out_dir=out, teacher=teacher,
-                           judge=judge, teacher_snippets=snippets, progress=progress)
             model = getattr(getattr(pol, "config", None), "model", None) or p.llm.model or "embedded"
+            labels = [a.label if isinstance(a, Arm) else a for a in arms]
+            run_params = {"domain": domain, "variants": ",".join(labels), "datasets": ",".join(s.name for s in sets),
+                          "split": sets[0].split, "limit": limit if limit is not None else "all", "model": model,
+                          "model_dir": str(model_dir or ""), "trained": str(trained or ""), "library": str(library),
+                          "library_hash": library_hash(library), "teacher_model": p.teacher.model or "",
+                          "teacher_snippets": snippets, "judge": judge,
+                          "max_steps": p.agent.max_steps if domain == "search" else 1, "max_tokens": max_tokens,
+                          "top_k": p.agent.top_k, "sandbox.allow_weaker": p.sandbox.allow_weaker}
+            run = stack.enter_context(eval_run(
+                experiment=p.tracking.experiment, domain=domain, params=run_params,
+                run_name=run_name or f"eval-{domain}-{time.strftime('%Y%m%d-%H%M%S')}",
+                cell_params={s.name: dataset_params(s) for s in sets}, traces=traces))
+            res = run_eval(p, sets, arms, policy=pol, library_root=library, out_dir=out, teacher=teacher,
+                           judge=judge, teacher_snippets=snippets, progress=progress, on_cell=run.log_cell)
+            run.finish(res, {"library_size": res.library_size})
     finally:
         if teacher is not None:
             teacher.close()
-    run_params = {"domain": domain, "variants": ",".join(dict.fromkeys(c.variant for c in res.cells)),
-                  "datasets": ",".join(s.name for s in sets), "split": sets[0].split,
-                  "limit": limit if limit is not None else "all", "model": model, "model_dir": str(model_dir or ""),
-                  "trained": str(trained or ""), "library": str(library), "library_hash": res.library_hash,
-                  "library_size": res.library_size, "teacher_model": p.teacher.model or "",
-                  "teacher_snippets": snippets, "judge": judge, "max_steps": p.agent.max_steps if domain == "search"
-                  else 1, "max_tokens": max_tokens, "top_k": p.agent.top_k,
-                  "sandbox.allow_weaker": p.sandbox.allow_weaker}
-    runs = log_eval_runs(res, experiment=p.tracking.experiment,
-                         run_name=run_name or f"eval-{domain}-{time.strftime('%Y%m%d-%H%M%S')}", params=run_params,
-                         cell_params={s.name: dataset_params(s) for s in sets}, traces=traces)
-    return res, runs
+    return res, run.ids()
 
 
 def dataset_params(ds: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -118,9 +118,14 @@ def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: b
 
 def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence[str | Variant | Arm], *,
              policy: Policy, library_root: Path | None, out_dir: Path, teacher: Any = None, judge: bool = False,
-             teacher_snippets: bool | None = None, progress: bool = True) -> EvalResult:
+             teacher_snippets: bool | None = None, progress: bool = True,
+             on_cell: Callable[[CellResult], None] | None = None) -> EvalResult:
     """Evaluate every arm on every dataset (all of one domain) and write the outputs; see the
     module docstring.
+
+    ``on_cell`` is called with each cell as soon as it finished and its files are written, before
+    the next cell starts (``hasp.eval.tracking.eval_run`` logs it to MLflow there), so what
+    finished is kept when a later cell fails or the process is killed.
 
     ``teacher_snippets=None`` reads ``params.eval.teacher_snippets`` for search. Snippet mode is a
     property of the environment, so it applies to all arms (a fair comparison); it needs a
@@ -154,16 +159,20 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         for ds in datasets:
             for arm in arms:
                 try:
-                    cells.append(_run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm),
-                                           teacher=teacher, judge=judge, snippets=snippets, out_dir=out_dir,
-                                           progress=progress))
+                    cell = _run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm),
+                                     teacher=teacher, judge=judge, snippets=snippets, out_dir=out_dir,
+                                     progress=progress)
                 except Exception as exc:
                     _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"))
                     raise
+                if lib is not None:
+                    cell.summary["library_size"] = len(lib.skills)
+                if lib_of(arm) is not None:
+                    cell.summary["sandbox_weaker"] = sorted(lib_of(arm).sandbox_weaker())
+                cells.append(cell)
                 _write_so_far(cells, out_dir)  # a later cell that fails cannot lose this one
-        if lib is not None:
-            for c in cells:
-                c.summary["library_size"] = len(lib.skills)
+                if on_cell is not None:
+                    on_cell(cell)
         weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()})
         result = EvalResult(cells, out_dir, domain=domain,
                             library_hash=lib.content_hash() if lib is not None else "",

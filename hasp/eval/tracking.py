@@ -4,16 +4,21 @@ Every domain has this one run shape, so a search and a code evaluation are read 
 Nested runs share param and metric names (``em``, ``f1``, ``accuracy``, ``judge_acc``,
 ``fires.<skill>`` …), so the MLflow UI compares them directly; the parent holds what spans cells:
 the comparison table (CSV + Markdown), ``metrics.json`` and the PF-trigger plot. Each episode
-becomes a trace linked to its cell's run (``hasp.track.traces``). ``mlflow.active_run()`` is
-thread-local, so all logging happens here, in the calling thread, after the episodes ran.
+becomes a trace linked to its cell's run (``hasp.track.traces``).
+
+``eval_run`` opens the parent before the first cell runs and logs each cell as soon as it
+finishes (the runner's ``on_cell`` callback), so a later cell that fails, or a killed process,
+cannot take the finished cells' runs with it. ``mlflow.active_run()`` is thread-local, so all
+logging happens in the thread that runs the evaluation, between cells, never in episode workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,24 +52,29 @@ def cell_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params: Mapping[str, Any],
-                  cell_params: Mapping[str, Mapping[str, Any]] | None = None, traces: bool = True,
-                  project_dir: Path | None = None, tags: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Returns ``{"parent": run_id, "children": {"<dataset>/<variant>": run_id}, "traces": n}``.
+class EvalRunLog:
+    """The open parent run of one evaluation: ``log_cell`` adds a finished cell as a nested run,
+    ``finish`` adds what spans cells (comparison table, plot, per-cell headline metrics)."""
 
-    ``params`` go on the parent and on every child (model, library hash, split …);
-    ``cell_params[dataset]`` adds per-dataset params (kind, path) to that dataset's children."""
-    base_tags = {"hasp.kind": "eval", "hasp.domain": result.domain,
-                 **sandbox_tags(result.settings.get("sandbox_weaker") or ()), **(tags or {})}
-    children: dict[str, str] = {}
-    n_traces = 0
-    with start_run(experiment, run_name, tags=base_tags, project_dir=project_dir) as mlflow:
-        parent = mlflow.active_run().info.run_id
-        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
-        for cell in result.cells:
-            rid, n = _log_cell(mlflow, cell, params, (cell_params or {}).get(cell.dataset, {}), base_tags, traces)
-            children[f"{cell.dataset}/{cell.variant}"] = rid
-            n_traces += n
+    def __init__(self, mlflow: Any, params: Mapping[str, Any], cell_params: Mapping[str, Mapping[str, Any]],
+                 tags: Mapping[str, str], traces: bool) -> None:
+        self.mlflow, self.params, self.cell_params, self.tags, self.traces = mlflow, params, cell_params, tags, traces
+        self.parent: str = mlflow.active_run().info.run_id
+        self.children: dict[str, str] = {}
+        self.n_traces = 0
+
+    def log_cell(self, cell: CellResult) -> None:
+        rid, n = _log_cell(self.mlflow, cell, self.params, self.cell_params.get(cell.dataset, {}), self.tags,
+                           self.traces)
+        self.children[f"{cell.dataset}/{cell.variant}"] = rid
+        self.n_traces += n
+
+    def finish(self, result: EvalResult, params: Mapping[str, Any] | None = None) -> None:
+        """Parent-level outputs of the whole evaluation; ``params`` known only at the end go on the parent."""
+        mlflow = self.mlflow
+        mlflow.set_tags(sandbox_tags(result.settings.get("sandbox_weaker") or ()))
+        if params:
+            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         metrics = result.metrics()
         mlflow.log_metrics({f"{_metric_name(c.dataset)}.{_metric_name(c.variant)}.{k}": float(c.summary[k])
                             for c in result.cells for k in ("em", "f1", "judge_acc") if k in c.summary})
@@ -77,9 +87,43 @@ def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params:
             for name in ("comparison.csv", "comparison.md", "metrics.json"):
                 mlflow.log_artifact(str(tmp / name))
             mlflow.log_artifact(str(tmp / "pf_triggers.png"), artifact_path="plots")
-    if n_traces:
-        mlflow.flush_trace_async_logging()  # traces export in the background; make them visible now
-    return {"parent": parent, "children": children, "traces": n_traces}
+
+    def ids(self) -> dict[str, Any]:
+        return {"parent": self.parent, "children": dict(self.children), "traces": self.n_traces}
+
+
+@contextlib.contextmanager
+def eval_run(*, experiment: str, run_name: str, domain: str, params: Mapping[str, Any],
+             cell_params: Mapping[str, Mapping[str, Any]] | None = None, traces: bool = True,
+             project_dir: Path | None = None, tags: Mapping[str, str] | None = None) -> Iterator[EvalRunLog]:
+    """The parent run of an evaluation, open while its cells run; see the module docstring.
+
+    ``params`` go on the parent and on every child (model, library hash, split …);
+    ``cell_params[dataset]`` adds per-dataset params (kind, path) to that dataset's children. A
+    block that raises leaves the parent marked FAILED with the cells logged so far."""
+    base_tags = {"hasp.kind": "eval", "hasp.domain": domain, **(tags or {})}
+    log_ = None
+    try:
+        with start_run(experiment, run_name, tags=base_tags, project_dir=project_dir) as mlflow:
+            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+            log_ = EvalRunLog(mlflow, params, cell_params or {}, base_tags, traces)
+            yield log_
+    finally:
+        if log_ is not None and log_.n_traces:
+            log_.mlflow.flush_trace_async_logging()  # traces export in the background; make them visible now
+
+
+def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params: Mapping[str, Any],
+                  cell_params: Mapping[str, Mapping[str, Any]] | None = None, traces: bool = True,
+                  project_dir: Path | None = None, tags: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Log a finished evaluation at once. Returns ``{"parent": run_id, "children":
+    {"<dataset>/<variant>": run_id}, "traces": n}``."""
+    with eval_run(experiment=experiment, run_name=run_name, domain=result.domain, params=params,
+                  cell_params=cell_params, traces=traces, project_dir=project_dir, tags=tags) as run:
+        for cell in result.cells:
+            run.log_cell(cell)
+        run.finish(result)
+    return run.ids()
 
 
 def trace_attributes(rec: EpisodeRecord) -> dict[str, Any]:
@@ -94,7 +138,8 @@ def trace_attributes(rec: EpisodeRecord) -> dict[str, Any]:
 def _log_cell(mlflow: Any, cell: CellResult, params: Mapping[str, Any], extra: Mapping[str, Any],
               tags: Mapping[str, str], traces: bool) -> tuple[str, int]:
     with mlflow.start_run(run_name=f"{cell.dataset}/{cell.variant}", nested=True,
-                          tags={**tags, "hasp.dataset": cell.dataset, "hasp.variant": cell.variant}) as run:
+                          tags={**tags, **sandbox_tags(cell.summary.get("sandbox_weaker") or ()),
+                                "hasp.dataset": cell.dataset, "hasp.variant": cell.variant}) as run:
         mlflow.log_params({k: str(v)[:500] for k, v in {**params, **extra, "dataset": cell.dataset,
                                                           "variant": cell.variant}.items()})
         mlflow.log_metrics(cell_metrics(cell.summary))

@@ -75,6 +75,10 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     write_trajectories(trajs, out_path)
     summary = summarize_rollout(trajs)
     summary["variant"] = variant
+    broken = [t for t in trajs if t.terminated == "error"]
+    if broken:  # the endpoint failed these episodes: say so, and let the orchestrator retry the phase
+        summary.update(failure=f"{len(broken)} episodes failed: endpoint error", failed_calls=len(broken),
+                       first_error=(broken[0].pf_errors or ["error"])[-1][:300])
     if lib is not None:
         summary["library_size"] = len(lib.skills)
         summary["library_load_errors"] = lib.load_errors
@@ -121,7 +125,7 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
 
     e = params.evolve
     trajs = read_trajectories(rollout_path)
-    failed = [t for t in trajs if t.em == 0]
+    failed = [t for t in trajs if t.em == 0 and t.terminated != "error"]  # an endpoint failure is not the agent's
     if e.mode == "lite" and len(failed) > e.lite_failures:
         failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
     patterns = detect_failures(failed)

@@ -13,7 +13,10 @@ Robustness rules (a small model often answers with prose or broken JSON):
 * a malformed reply is re-asked ``retries`` times (the bad reply and a short correction
   are appended to the conversation); after that the trajectory is dropped and the
   reason is kept in ``SummaryOutcome.dropped`` (and logged), never silently lost;
-* calls run in a bounded thread pool (``max_concurrency``), results keep input order.
+* calls run in a bounded thread pool (``max_concurrency``), results keep input order;
+* a trajectory dropped because its last model call failed (the endpoint, not the reply) is
+  counted in ``failed_calls``: the phase summary then says "N summaries failed: endpoint error"
+  and the orchestrator does not keep the phase as a result (an outage is retried, not cached).
 
 The produced ``FailurePattern``s (``source="llm"``) join the heuristic ones before
 dedup and clustering.
@@ -58,15 +61,21 @@ class SummaryOutcome:
     patterns: list[FailurePattern] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)  # {"qid", "reason", "attempts"}
     retried: int = 0  # trajectories that needed at least one re-ask
+    failed_calls: int = 0  # trajectories dropped because the model call itself failed
+    first_error: str = ""
 
     def summary(self) -> dict[str, Any]:
-        return {"llm_patterns": len(self.patterns), "llm_dropped": len(self.dropped),
+        failure: dict[str, Any] = {}
+        if self.failed_calls:  # an outage is not a summary: say so first
+            failure = {"failure": f"{self.failed_calls} summaries failed: endpoint error",
+                       "failed_calls": self.failed_calls, "first_error": self.first_error[:300]}
+        return {**failure, "llm_patterns": len(self.patterns), "llm_dropped": len(self.dropped),
                 "llm_retried": self.retried,
                 "llm_dropped_reasons": [f"{d['qid']}: {d['reason']}" for d in self.dropped][:20]}
 
     def to_dict(self) -> dict[str, Any]:
         return {"patterns": [p.to_dict() for p in self.patterns], "dropped": self.dropped,
-                "retried": self.retried}
+                "retried": self.retried, "failed_calls": self.failed_calls}
 
 
 # --------------------------------------------------------------------------- prompt
@@ -152,17 +161,21 @@ def parse_summary(text: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- the loop
 
 def _summarize_one(traj: Trajectory, model: ChatModel, known: Sequence[str], *, temperature: float,
-                   max_tokens: int, retries: int) -> tuple[FailurePattern | None, str, int]:
-    """(pattern or None, reason when None, attempts used)."""
+                   max_tokens: int, retries: int) -> tuple[FailurePattern | None, str, int, str]:
+    """(pattern or None, reason when None, attempts used, the call error when the last attempt's
+    model call failed, else "")."""
     msgs = build_summarizer_messages(traj, known)
     problems: list[str] = []
+    call_error = ""
     for attempt in range(retries + 1):
         try:
             reply = model.chat(msgs, temperature=temperature, max_tokens=max_tokens)
             raw = str(getattr(reply, "text", reply) or "")
         except Exception as e:  # noqa: BLE001 - one bad call drops one trajectory, never the phase
-            problems.append(f"attempt {attempt + 1}: model call failed: {type(e).__name__}: {e}")
+            call_error = f"{type(e).__name__}: {e}"
+            problems.append(f"attempt {attempt + 1}: model call failed: {call_error}")
             continue
+        call_error = ""
         try:
             fields = parse_summary(raw)
         except SummaryFormatError as e:
@@ -175,8 +188,8 @@ def _summarize_one(traj: Trajectory, model: ChatModel, known: Sequence[str], *, 
                              qid=traj.qid, source="llm",
                              evidence={"answer": traj.prediction or (fa.arg if fa else ""),
                                        "attempts": attempt + 1, **_failing_steps(traj, fields["abstraction"])})
-        return pat, "", attempt + 1
-    return None, "; ".join(problems), retries + 1
+        return pat, "", attempt + 1, ""
+    return None, "; ".join(problems), retries + 1, call_error
 
 
 def _failing_steps(traj: Trajectory, abstraction: str) -> dict[str, Any]:
@@ -201,18 +214,21 @@ def summarize_failures(trajs: Iterable[Trajectory], model: ChatModel, *, known_c
         return out
     known = list(known_categories)
 
-    def one(t: Trajectory) -> tuple[FailurePattern | None, str, int]:
+    def one(t: Trajectory) -> tuple[FailurePattern | None, str, int, str]:
         return _summarize_one(t, model, known, temperature=temperature, max_tokens=max_tokens, retries=retries)
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, len(failed))),
                             thread_name_prefix="summarize") as pool:
         results = list(pool.map(one, failed))
-    for t, (pat, reason, attempts) in zip(failed, results):
+    for t, (pat, reason, attempts, call_error) in zip(failed, results):
         if attempts > 1:
             out.retried += 1
         if pat is None:
             log.warning("summarizer dropped %s after %d attempt(s): %s", t.qid, attempts, reason)
             out.dropped.append({"qid": t.qid, "reason": reason, "attempts": attempts})
+            if call_error:
+                out.failed_calls += 1
+                out.first_error = out.first_error or call_error
         else:
             out.patterns.append(pat)
     return out
@@ -220,4 +236,5 @@ def summarize_failures(trajs: Iterable[Trajectory], model: ChatModel, *, known_c
 
 def outcome_from_dict(d: dict[str, Any]) -> SummaryOutcome:
     return SummaryOutcome(patterns=[FailurePattern.from_dict(p) for p in d.get("patterns", [])],
-                          dropped=list(d.get("dropped", [])), retried=int(d.get("retried", 0)))
+                          dropped=list(d.get("dropped", [])), retried=int(d.get("retried", 0)),
+                          failed_calls=int(d.get("failed_calls", 0)))

@@ -7,6 +7,10 @@ are ignored; its own session, so the whole process group can be killed; the
 lockdown spec (``lockdown_spec``) and the driver's job sent as the first line
 on stdin. The child (``hasp/sandbox/child.py``, run by path so it imports this
 very tree) locks itself down and then hands over to the driver module.
+
+A child's directory is named after the process that made it (``<prefix>pid<N>-<random>``): a run
+killed with SIGKILL cannot remove it, so the first directory a later process makes sweeps those
+whose owner is dead, and says how many it removed.
 """
 
 from __future__ import annotations
@@ -14,18 +18,26 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from hasp.sandbox import seccomp
 from hasp.sandbox.lockdown import NOBODY
+
+log = logging.getLogger(__name__)
+
+_SWEPT: set[tuple[str, str]] = set()
+_SWEEP_LOCK = threading.Lock()
 
 CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
@@ -63,12 +75,79 @@ def lockdown_spec(workdir: str, *, memory_mb: int, cpu_s: tuple[int, int], fsize
 
 
 def make_workdir(prefix: str, *, setuid: bool = True) -> str:
-    """A fresh private directory the child (possibly as ``nobody``) may use."""
-    path = tempfile.mkdtemp(prefix=prefix)
+    """A fresh private directory the child (possibly as ``nobody``) may use, named after this
+    process; the first one of a process sweeps those of dead processes (``sweep_stale_workdirs``)."""
+    key = (prefix, tempfile.gettempdir())
+    with _SWEEP_LOCK:
+        if key not in _SWEPT:
+            _SWEPT.add(key)
+            sweep_stale_workdirs(prefix)
+    path = tempfile.mkdtemp(prefix=f"{prefix}pid{os.getpid()}-")
     if os.geteuid() == 0 and setuid:
         os.chown(path, NOBODY, NOBODY)
     os.chmod(path, 0o700)
     return path
+
+
+#: the folder prefixes of sandboxed children (PF workers, code-test programs)
+WORKDIR_PREFIXES = ("hasp_sbx_", "hasp_code_")
+
+
+def sweep_at_start() -> int:
+    """Sweep every kind of sandbox folder of killed processes once, when a command starts (a run
+    served wholly from the cache never makes a folder of its own, so it would not sweep); one
+    log line with the count."""
+    gone = 0
+    with _SWEEP_LOCK:
+        for prefix in WORKDIR_PREFIXES:
+            key = (prefix, tempfile.gettempdir())
+            if key not in _SWEPT:
+                _SWEPT.add(key)
+                gone += _sweep(prefix, tempfile.gettempdir())
+    _report(gone, os.path.join(tempfile.gettempdir(), "hasp_*"))
+    return gone
+
+
+def sweep_stale_workdirs(prefix: str, root: str | None = None) -> int:
+    """Remove the ``prefix`` directories under ``root`` (default: the temp dir) whose owning process
+    no longer runs; a directory of a live process, or of one this user may not signal, is kept.
+    Logs one line with the count when it removed any; returns the count."""
+    root = root or tempfile.gettempdir()
+    gone = _sweep(prefix, root)
+    _report(gone, os.path.join(root, prefix + "*"))
+    return gone
+
+
+def _sweep(prefix: str, root: str) -> int:
+    owner = re.compile(re.escape(prefix) + r"pid(\d+)-")
+    gone = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        m = owner.match(name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        path = os.path.join(root, name)
+        remove_workdir(path)
+        gone += not os.path.exists(path)
+    return gone
+
+
+def _report(gone: int, where: str) -> None:
+    if gone:
+        log.warning("removed %d sandbox folder(s) %s left by processes that were killed", gone, where)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive as far as we can tell
+        return True
+    return True
 
 
 def remove_workdir(path: str | None) -> None:

@@ -2,6 +2,10 @@
 
 The store is a SQLite file inside the project (absolute URI; MLflow's file store
 is deprecated). ``mlflow`` is imported lazily so ``hasp --help`` stays fast.
+
+A new SQLite store is created whole or not at all (``ensure_store``): MLflow creates its tables
+and runs its migrations in place, so a run killed meanwhile would leave a half-made database that
+every later run fails on ("table … already exists").
 """
 
 from __future__ import annotations
@@ -24,6 +28,56 @@ def tracking_uri(project_dir: Path | None = None) -> str:
     return f"sqlite:///{root / 'mlflow.db'}"
 
 
+def ensure_store(uri: str) -> None:
+    """Create the SQLite file of ``uri`` (if it is one and does not exist) beside itself, migrate it
+    there, and link it into place only when complete; a concurrent creator that won keeps its file."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri[len("sqlite:///"):])
+    if path.exists() or not path.parent.is_dir():
+        return
+    _sweep_creating(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.pid{os.getpid()}-", suffix=".creating", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        tmp.unlink()  # sqlite creates it; MLflow must see a new database to set it up
+        client = _mlflow().tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp}")
+        client.search_experiments()  # creates the tables and runs the migrations
+        engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
+        if engine is not None:
+            engine.dispose()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+        for extra in (f"{tmp}-journal", f"{tmp}-wal", f"{tmp}-shm"):
+            Path(extra).unlink(missing_ok=True)
+
+
+def _sweep_creating(path: Path) -> None:
+    """Half-made stores of creators that were killed (their pid is in the name)."""
+    import re
+
+    mine = re.compile(re.escape(f".{path.name}.pid") + r"(\d+)-")
+    for f in path.parent.glob(f".{path.name}.pid*"):
+        m = mine.match(f.name)
+        if m and not _alive(int(m.group(1))):
+            f.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _mlflow():
     import logging
 
@@ -39,7 +93,9 @@ def start_run(experiment: str, run_name: str, *, tags: Mapping[str, str] | None 
               project_dir: Path | None = None) -> Iterator[Any]:
     """Context manager around one MLflow run; yields the ``mlflow`` module bound to it."""
     mlflow = _mlflow()
-    mlflow.set_tracking_uri(tracking_uri(project_dir))
+    uri = tracking_uri(project_dir)
+    ensure_store(uri)
+    mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment)
     with mlflow.start_run(run_name=run_name, tags=dict(tags or {})):
         yield mlflow
@@ -85,7 +141,9 @@ def log_json_artifact(mlflow: Any, obj: Any, name: str, artifact_path: str | Non
 def find_runs(experiment: str, project_dir: Path | None = None) -> list[Any]:
     """All runs of an experiment (newest first) — for tests and the CLI's `hasp runs`."""
     mlflow = _mlflow()
-    mlflow.set_tracking_uri(tracking_uri(project_dir))
+    uri = tracking_uri(project_dir)
+    ensure_store(uri)
+    mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return []
