@@ -32,7 +32,7 @@ from hasp.eval.datasets import EvalDataset
 from hasp.eval.episodes import episodes, item_identity
 from hasp.eval.judge import judge_answer
 from hasp.eval.records import EpisodeRecord
-from hasp.eval.summary import summarize_cell
+from hasp.eval.summary import grading_weaker, summarize_cell
 from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,8 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         if lib is not None:
             for c in cells:
                 c.summary["library_size"] = len(lib.skills)
-        weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()})
+        weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()}
+                        | {w for c in cells for w in c.summary.get("sandbox_weaker") or ()})
         result = EvalResult(cells, out_dir, domain=domain,
                             library_hash=lib.content_hash() if lib is not None else "",
                             library_size=len(lib.skills) if lib is not None else 0,
@@ -213,6 +214,7 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
                     "variant": arm.variant.name})
     if ds.domain == "code":
         summary["pass_at_1"] = summary["em"]  # a program passes its tests or not: mean em is pass@1
+        summary["sandbox_weaker"] = grading_weaker([r.traj for r in records])  # programs ran there
     return CellResult(ds.name, arm.label, summary, records, path)
 
 
