@@ -40,7 +40,6 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from hasp.sandbox import landlock as _landlock
 from hasp.sandbox import seccomp as _seccomp
 from hasp.sandbox import spawn
 from hasp.sandbox.lockdown import REFUSED_EXIT, REFUSED_PREFIX
@@ -140,7 +139,7 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
     cpu_s = max(1, math.ceil(timeout_s) + 1)
     spec = spawn.lockdown_spec(
         workdir, memory_mb=memory_mb, cpu_s=(cpu_s, cpu_s + 1), fsize_bytes=fsize_mb * 1024 * 1024,
-        nofile=nofile, netns=netns, setuid=setuid, landlock=landlock and _landlock.abi() >= 1,
+        nofile=nofile, netns=netns, setuid=setuid, landlock=landlock,
         pdeathsig=True, import_roots_via_fd=True,
         seccomp_profile=_seccomp.PROGRAM_STRICT_PROFILE if seccomp else None,
         seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None, allow_weaker=allow_weaker)
