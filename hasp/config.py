@@ -380,7 +380,7 @@ class SandboxParams(_Strict):
     what a sandboxed PF may hand back."""
 
     allow_weaker: bool = Field(False, description="run untrusted code even when an isolation layer "
-                               "(namespace, other uid, seccomp, rlimits) cannot be installed here; the "
+                               "(namespace, other uid, seccomp, Landlock, rlimits) cannot be installed here; the "
                                "missing layers are recorded on every run. Off = refuse")
     max_action_arg_chars: int = Field(1000, ge=16, description="longest action argument a sandboxed PF "
                                       "may return; longer ones are cut and the cut is recorded")

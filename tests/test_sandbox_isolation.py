@@ -165,3 +165,60 @@ def test_program_sandbox_fails_closed_without_a_layer_unless_the_user_opts_in(mo
     assert r.status == "error" and r.detail.startswith("hasp sandbox refused") and "seccomp" in r.detail
     weak = run_program("def f():\n    return 1\n", "assert f() == 1", "f", allow_weaker=True)
     assert weak.passed and any("seccomp" in w for w in weak.protections["weaker"])
+
+
+NO_LANDLOCK_HOST = r'''
+import errno, json, sys
+import pyseccomp as sc
+
+# the Landlock syscalls answer ENOSYS, as on a kernel built without Landlock (inherited by every child)
+f = sc.SyscallFilter(sc.ALLOW)
+for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
+    f.add_rule(sc.ERRNO(errno.ENOSYS), name)
+f.load()
+
+from hasp.pf.sandboxed import SandboxedPF
+from hasp.sandbox import landlock
+from hasp.sandbox.program import run_program
+
+PF = sys.argv[1]
+READ = "print(len(open('/etc/passwd').read()))\n"
+out = {"abi": landlock.abi()}
+for allow in (False, True):
+    r = run_program(READ, "", allow_weaker=allow)
+    out[f"program_{allow}"] = {"status": r.status, "detail": r.detail,
+                               "weaker": r.protections.get("weaker") or []}
+    pf = SandboxedPF(PF, "quiet", allow_weaker=allow)
+    try:
+        pf.should_activate({}, "SEARCH", "q")
+        out[f"pf_{allow}"] = {"weaker": pf.weaker, "landlock": pf.protections.get("landlock")}
+    except Exception as e:
+        out[f"pf_{allow}"] = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        pf.close()
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="the kernel without Landlock is simulated with seccomp")
+def test_a_kernel_without_landlock_is_a_missing_layer_for_both_children():
+    """Without Landlock a worker running as ``nobody`` can read every world-readable file, so the
+    layer is required like the others: refused, or recorded under the opt-in."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-c", NO_LANDLOCK_HOST, PF], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["abi"] < 1  # the host sees a kernel without Landlock
+    strict = out["program_False"]
+    assert strict["status"] == "error" and strict["detail"].startswith("hasp sandbox refused")
+    assert "landlock" in strict["detail"] and "\n" not in strict["detail"]
+    weak = out["program_True"]
+    assert weak["status"] == "passed" and any(w.startswith("landlock") for w in weak["weaker"])
+    refused = out["pf_False"]["error"]
+    assert refused.startswith("SandboxRefused:") and "hasp sandbox refused" in refused and "landlock" in refused
+    assert out["pf_True"]["landlock"] is False and any(w.startswith("landlock") for w in out["pf_True"]["weaker"])

@@ -224,3 +224,73 @@ def test_epoch_run_records_the_weaker_mode_and_none_otherwise(mlflow_tmp):
     write_json([{"skill_id": "a", "weaker": ["network namespace"]}], ep / "validation.json")
     weak = log_epoch(mlflow_tmp / "out", Params(), epoch=0)
     assert _tags(weak)["hasp.sandbox.weaker"] == "network namespace; seccomp filter (no filter for this machine)"
+
+
+# ----------------------------------------------------------------------------- hasp eval --domain code
+CODE_REPLY = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+
+
+class CodePolicyDouble:
+    """The model server's place: one Python block for every code prompt."""
+
+    def chat(self, messages, **kw):
+        from doubles import ReplyDouble
+
+        return ReplyDouble(CODE_REPLY)
+
+
+@pytest.fixture()
+def code_eval(mlflow_tmp, monkeypatch):
+    """``hasp eval --domain code`` on one HumanEval problem with the policy double; returns a
+    runner ``(allow_weaker) -> (exit code, out dir)``."""
+    import contextlib
+
+    import hasp.llm.endpoints as endpoints
+    from hasp.cli import main
+
+    @contextlib.contextmanager
+    def policy_double(*a, **kw):
+        yield CodePolicyDouble()
+
+    monkeypatch.setattr(endpoints, "policy_client", policy_double)
+    base = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+    def run(allow_weaker: bool) -> tuple[int, Path]:
+        name = f"weak{int(allow_weaker)}"
+        (mlflow_tmp / f"{name}.yaml").write_text(yaml.safe_dump(
+            {**base, "sandbox": {**base.get("sandbox", {}), "allow_weaker": allow_weaker}}))
+        rc = main(["eval", "--domain", "code", "--dataset", "humaneval", "--library", str(ROOT / "skills" / "code"),
+                   "--variants", "react", "--limit", "1",
+                   "--params", f"{name}.yaml", "--out", name, "--run-name", name, "--no-progress"])
+        return rc, mlflow_tmp / name
+
+    return run
+
+
+def test_code_eval_refuses_a_missing_layer_in_one_line(code_eval, no_seccomp, capsys):
+    rc, _ = code_eval(False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1
+    assert "hasp sandbox refused" in err[0] and "seccomp filter" in err[0] and "allow_weaker" in err[0]
+
+
+def test_code_eval_records_the_weaker_mode_it_graded_in(code_eval, no_seccomp):
+    import mlflow
+
+    rc, out = code_eval(True)
+    assert rc == 0
+    traj = json.loads((out / "humaneval" / "react.jsonl").read_text().splitlines()[0])
+    feedback = traj["steps"][-1]["audit"]["feedback"]
+    assert feedback["status"] == "failed"  # the program ran (and is wrong), it was not refused
+    assert any("seccomp filter" in w for w in feedback["sandbox_weaker"])
+    cell = json.loads((out / "metrics.json").read_text())["humaneval"]["react"]
+    assert any("seccomp filter" in w for w in cell["sandbox_weaker"])
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.`hasp.kind` = 'eval'",
+                              output_format="list")
+    assert runs and all("seccomp filter" in r.data.tags["hasp.sandbox.weaker"] for r in runs)
+
+
+def test_code_eval_records_no_weaker_mode_when_every_layer_holds(code_eval):
+    rc, out = code_eval(False)
+    assert rc == 0
+    assert json.loads((out / "metrics.json").read_text())["humaneval"]["react"]["sandbox_weaker"] == []

@@ -85,11 +85,15 @@ def _search(params: Params, ds: EvalDataset, variant: Variant, *, policy: Policy
 
 def _single_step(params: Params, ds: EvalDataset, variant: Variant, *, policy: Policy, library: Any,
                  teacher: Any, label: str) -> EpisodeFn:
+    cfg = episode_config(params, ds.domain)
     if ds.domain == "math":
         from hasp.domains.math.runner import episode_fn
-    else:
-        from hasp.domains.code.runner import episode_fn
-    fn = episode_fn(policy, library, episode_config(params, ds.domain), variant, teacher=teacher, label=label)
+
+        fn = episode_fn(policy, library, cfg, variant, teacher=teacher, label=label)
+    else:  # programs are graded in the sandbox: its params decide whether a weaker mode may run
+        from hasp.domains.code.runner import episode_fn as code_episode_fn
+
+        fn = code_episode_fn(policy, library, cfg, variant, teacher=teacher, label=label, sandbox=params.sandbox)
 
     def run(item: Any) -> tuple[Trajectory, Any]:
         return fn(item), None

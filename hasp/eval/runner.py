@@ -32,7 +32,7 @@ from hasp.eval.datasets import EvalDataset
 from hasp.eval.episodes import episodes, item_identity
 from hasp.eval.judge import judge_answer
 from hasp.eval.records import EpisodeRecord
-from hasp.eval.summary import by_hops, summarize_cell
+from hasp.eval.summary import by_hops, grading_weaker, summarize_cell
 from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
@@ -167,13 +167,15 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                     raise
                 if lib is not None:
                     cell.summary["library_size"] = len(lib.skills)
-                if lib_of(arm) is not None:
-                    cell.summary["sandbox_weaker"] = sorted(lib_of(arm).sandbox_weaker())
+                if lib_of(arm) is not None:  # PFs of this arm's library, besides programs graded (code)
+                    cell.summary["sandbox_weaker"] = sorted({*lib_of(arm).sandbox_weaker(),
+                                                             *(cell.summary.get("sandbox_weaker") or ())})
                 cells.append(cell)
                 _write_so_far(cells, out_dir)  # a later cell that fails cannot lose this one
                 if on_cell is not None:
                     on_cell(cell)
-        weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()})
+        weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()}
+                        | {w for c in cells for w in c.summary.get("sandbox_weaker") or ()})
         result = EvalResult(cells, out_dir, domain=domain,
                             library_hash=lib.content_hash() if lib is not None else "",
                             library_size=len(lib.skills) if lib is not None else 0,
@@ -225,6 +227,7 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
                     "variant": arm.variant.name})
     if ds.domain == "code":
         summary["pass_at_1"] = summary["em"]  # a program passes its tests or not: mean em is pass@1
+        summary["sandbox_weaker"] = grading_weaker([r.traj for r in records])  # programs ran there
     return CellResult(ds.name, arm.label, summary, records, path)
 
 

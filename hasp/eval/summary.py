@@ -78,6 +78,12 @@ def revision_effect(trajs: Sequence[Trajectory]) -> dict[str, Any]:
             "revision_broke": sum(1 for t in revised if t.em < first_of[id(t)])}
 
 
+def grading_weaker(trajs: Sequence[Trajectory]) -> list[str]:
+    """Isolation layers missing in the sandboxes that graded these trajectories' answers (a
+    program under test in the weaker mode the user allowed: ``feedback["sandbox_weaker"]``)."""
+    return sorted({str(w) for t in trajs for a in t.audits() for w in a.feedback.get("sandbox_weaker") or ()})
+
+
 def summarize_trajectories(trajs: Sequence[Trajectory]) -> dict[str, Any]:
     """Everything a cell summary derives from trajectories alone (no records, no wall time)."""
     s = summarize_rollout(trajs)

@@ -50,7 +50,7 @@ from typing import Any
 from hasp.config import SandboxParams
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.intervention import Intervention, InterventionType
-from hasp.sandbox import landlock, seccomp
+from hasp.sandbox import seccomp
 from hasp.sandbox.policy import check_policy
 from hasp.sandbox.worker import SandboxError, SandboxRefused, Worker
 
@@ -256,7 +256,7 @@ class SandboxedPF(ProgramFunction):
         hello = proc.start(DRIVER, job, deadline, python=self.python, memory_mb=self.memory_mb,
                            cpu_s=(call_cpu_s, max(self.total_cpu_s, call_cpu_s)), cpu_from_now=True,
                            fsize_bytes=0, nofile=NOFILE, seccomp_profile=seccomp.PF_PROFILE,
-                           landlock="no_files" if landlock.abi() >= 1 else False,
+                           landlock="no_files",
                            allow_weaker=self.allow_weaker)
         if hello.get("op") != "hello":
             proc.die(f"unexpected first message {str(hello)[:200]}")

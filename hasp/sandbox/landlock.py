@@ -11,6 +11,10 @@ A PF worker needs no file at all once it is set up, so ``deny_all_files`` handle
 filesystem right (reading included) and grants none: even code that got past the static
 policy and the restricted runtime cannot open a file, and from ABI 6 cannot signal a
 process outside its own Landlock domain.
+
+Both children always ask for Landlock: on a kernel without it the layer is missing like
+any other (the child refuses, or records it under ``sandbox.allow_weaker``), because
+without it a worker running as ``nobody`` can still read every world-readable file.
 """
 
 from __future__ import annotations

@@ -40,10 +40,10 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from hasp.sandbox import landlock as _landlock
 from hasp.sandbox import seccomp as _seccomp
 from hasp.sandbox import spawn
 from hasp.sandbox.lockdown import REFUSED_EXIT, REFUSED_PREFIX
+from hasp.sandbox.worker import SandboxRefused
 
 Status = Literal["passed", "failed", "timeout", "error", "killed"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "timeout", "error", "killed")
@@ -139,7 +139,7 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
     cpu_s = max(1, math.ceil(timeout_s) + 1)
     spec = spawn.lockdown_spec(
         workdir, memory_mb=memory_mb, cpu_s=(cpu_s, cpu_s + 1), fsize_bytes=fsize_mb * 1024 * 1024,
-        nofile=nofile, netns=netns, setuid=setuid, landlock=landlock and _landlock.abi() >= 1,
+        nofile=nofile, netns=netns, setuid=setuid, landlock=landlock,
         pdeathsig=True, import_roots_via_fd=True,
         seccomp_profile=_seccomp.PROGRAM_STRICT_PROFILE if seccomp else None,
         seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None, allow_weaker=allow_weaker)
@@ -181,3 +181,17 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
 def probe_protections(**kw: Any) -> dict[str, Any]:
     """The protections a sandboxed run actually gets on this machine (one empty run)."""
     return run_program("", "", _probe=True, **kw).protections
+
+
+def require_layers(**kw: Any) -> list[str]:
+    """Check once, with an empty run, that programs may run here: raises ``SandboxRefused``
+    (the child's one refusal line) when a required layer is missing and ``allow_weaker`` is
+    off; else returns the missing layers the weaker mode will record (empty when none).
+
+    A refusal seen while grading a program could be imitated by the program itself (it
+    controls its output and exit status), so a grader decides up front, before any
+    untrusted code runs, and a program that prints a refusal merely fails."""
+    r = run_program("", "", _probe=True, **kw)
+    if r.status == "error" and r.detail.startswith(REFUSED_PREFIX):
+        raise SandboxRefused(r.detail)
+    return [str(w) for w in r.protections.get("weaker") or ()]
