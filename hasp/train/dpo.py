@@ -19,7 +19,7 @@ from typing import Any
 from hasp.atomic import read_jsonl
 from hasp.config import TrainParams
 from hasp.train.sft import (HistoryCallback, LogCallback, ProgressCallback, SFTRecipe, TrainResult,
-                            check_model, fit_messages, save_folder, use_bf16, write_pretrained)
+                            check_model, fit_messages, save_folder, save_merged_model, use_bf16, write_pretrained)
 
 COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -60,7 +60,7 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
     learning rate, epochs, beta and loss type ``train.dpo``'s."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig, PeftModel
+    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import DPOConfig, DPOTrainer
 
@@ -103,17 +103,8 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
 
     adapter_dir = out_dir / "adapter"
     save_folder(adapter_dir, partial(write_pretrained, trainer.model, tok))
-    del trainer, model
-    try:
-        (out_dir / "trainer").rmdir()
-    except OSError:
-        pass
-    merged_dir = None
-    if recipe.save_merged:
-        merged_dir = out_dir / "merged"
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-        save_folder(merged_dir, partial(write_pretrained, merged, tok))
+    del trainer, model  # free the training graph before the merge loads a second copy
+    merged_dir = save_merged_model(model_dir, adapter_dir, out_dir, tok) if recipe.save_merged else None
     steps = int(out.global_step)
     metrics: dict[str, Any] = {**data_stats, **history.summary, "n_rows": len(examples), "train_loss": float(out.training_loss),
                                "global_step": steps, "train_wall_s": train_s,

@@ -298,6 +298,25 @@ def write_pretrained(model: Any, tok: Any, folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
+def save_merged_model(model_dir: Path, adapter_dir: Path, out_dir: Path, tok: Any) -> Path:
+    """``out_dir/merged``: a fresh base (a trained one carries TRL's patched forward) with the saved
+    adapter merged in, servable by any HF server. Also drops the empty ``trainer`` folder that
+    ``save_strategy="no"`` leaves."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    try:
+        (out_dir / "trainer").rmdir()
+    except OSError:
+        pass
+    merged_dir = out_dir / "merged"
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    save_folder(merged_dir, partial(write_pretrained, merged, tok))
+    return merged_dir
+
+
 def save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
     """Write a folder in a temp dir beside ``dest`` and move it into place, so ``dest`` is never half-written.
 
@@ -335,7 +354,7 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
 
 def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe,
                log_callback: LogCallback | None, label: str) -> TrainResult:
-    from peft import LoraConfig, PeftModel
+    from peft import LoraConfig
 
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
@@ -381,18 +400,7 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     adapter_dir = out_dir / "adapter"
     save_folder(adapter_dir, partial(write_pretrained, trainer.model, tok))
     del trainer, model  # free the training graph before the merge loads a second copy
-    try:
-        (out_dir / "trainer").rmdir()  # save_strategy="no" leaves it empty
-    except OSError:
-        pass
-
-    merged_dir = None
-    if recipe.save_merged:
-        merged_dir = out_dir / "merged"
-        # a fresh base (the trained one carries TRL's patched forward) + the saved adapter, merged
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-        save_folder(merged_dir, partial(write_pretrained, merged, tok))
+    merged_dir = save_merged_model(model_dir, adapter_dir, out_dir, tok) if recipe.save_merged else None
 
     steps = int(out.global_step)
     metrics: dict[str, Any] = {
