@@ -68,11 +68,21 @@ def run(name: Annotated[Optional[str], typer.Argument(
         params: ParamsOpt = Path("params.yaml"), out: OutOpt = Path("outputs/experiment"),
         library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
         run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
+        optional: Annotated[bool, typer.Option(
+            "--optional", help="Without NAME and with train.preset null, write an empty metrics file and exit 0 "
+                               "(the DVC stage: a plain `dvc repro` runs no grid).")] = False,
         ) -> None:
     """Run one preset (V1: recipe on the frozen library; V2: evolve, refresh, train per phase) and evaluate
     the untrained and the trained policy with and without PFs on the test split."""
     if name is None:
         name = params_or_exit(params).train.preset
+        if not name and optional:
+            from hasp.atomic import write_json
+
+            write_json({}, out / "metrics.json")
+            typer.echo(f"{params}: train.preset is null, no experiment run "
+                       "(e.g. dvc exp run -S train.preset=E3_cpu experiment)")
+            return
         if not name:
             typer.echo(f"error: {params}: train.preset is null; name a preset (hasp experiment run E3_cpu) "
                        "or set train.preset", err=True)
