@@ -17,7 +17,8 @@
 A checkpoint's identity in every later cache key is the key of the training task that wrote it, so a
 re-run of an unchanged grid is served from the cache phase by phase without starting a model server,
 and a grid that failed resumes at its first unfinished phase (RS/OPD also at their first unfinished
-round). Outputs: ``<out>/<preset>/phase_<i>/`` (rollout pool, rows, ``train/``), ``<out>/<preset>/
+round). A preset that cannot train (an empty kept set, no rows, a teacher that failed) is recorded with
+its one-line error and the grid goes on with the next. Outputs: ``<out>/<preset>/phase_<i>/`` (rollout pool, rows, ``train/``), ``<out>/<preset>/
 evolve/epoch_<i>/`` (V2), ``<out>/<preset>/eval/``, ``<out>/eval_untrained/``, ``<out>/grid.json`` and
 ``<out>/metrics.json`` (what ``dvc exp show`` compares).
 """
@@ -132,7 +133,11 @@ def _preset_params(p: Params, name: str) -> tuple[Params, Any]:
 
 def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path, base: Path, base_id: str,
                    code: str, teacher_id: str, data_h: str, clients: Any, pipe: Pipeline) -> dict[str, Any]:
-    """One preset: its phases (evolve → refresh → train for V2), then the trained policy's evaluation."""
+    """One preset: its phases (evolve → refresh → train for V2), then the trained policy's evaluation.
+
+    ``wall_s`` is the training and evaluation time of the tasks that produced the results (kept with
+    their cached summaries, so a cached re-run reports the time of the run that did the work); the
+    evolution epochs and rollout pools print their own times in the progress log."""
     from hasp.train.run import SUMMARY_FILE
 
     pe, preset = _preset_params(p, name)
@@ -211,6 +216,7 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
                     run_name: str | None = None) -> dict[str, Any]:
     """Run ``presets`` (e.g. ``["E3_cpu"]`` or the six) from ``model`` (default: the embedded model)."""
     from hasp.train.presets import get_preset
+    from hasp.train.rounds import RecipeError
     from hasp.train.run import resolve_model
 
     p = load_params(params_path)
@@ -238,19 +244,24 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
                            pf_label="untrained_pf" if clients.teacher is None else "untrained_pf_teacher",
                            teacher=clients.teacher)
         for n in presets:
-            experiments[n] = run_experiment(n, p, out=out, data=data, library=lib, base=base, base_id=base_id,
-                                            code=code, teacher_id=teacher_id, data_h=data_h, clients=clients,
-                                            pipe=pipe)
+            try:
+                experiments[n] = run_experiment(n, p, out=out, data=data, library=lib, base=base, base_id=base_id,
+                                                code=code, teacher_id=teacher_id, data_h=data_h, clients=clients,
+                                                pipe=pipe)
+            except RecipeError as e:  # nothing to train on, a teacher that failed: this preset only
+                experiments[n] = {"name": n, "error": str(e)}
+                phase_result(n, f"failed: {e}")
     finally:
         servers_started = clients.started
         clients.close()
     grid = {"presets": list(presets), "base_model": str(base), "untrained": untrained, "experiments": experiments}
     write_json(grid, out / "grid.json")
     metrics: dict[str, Any] = {"untrained": flat_metrics(untrained)}
+    ran = {n: e for n, e in experiments.items() if "error" not in e}
     if len(presets) == 1:  # one preset per DVC experiment: the same keys in every row of `dvc exp show`
-        metrics["trained"] = flat_metrics(experiments[presets[0]]["eval"], experiments[presets[0]]["wall_s"])
+        metrics["trained"] = flat_metrics(ran[presets[0]]["eval"], ran[presets[0]]["wall_s"]) if ran else {}
     else:
-        metrics.update({n: flat_metrics(e["eval"], e["wall_s"]) for n, e in experiments.items()})
+        metrics.update({n: flat_metrics(e["eval"], e["wall_s"]) for n, e in ran.items()})
     write_json(metrics, out / "metrics.json")
     k = key_of(code, grid, p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())),
                run_name)

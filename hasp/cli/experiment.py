@@ -56,11 +56,16 @@ def _run(names: list[str], params: Path, out: Path, library: Path, data: Optiona
     for label, m in res["untrained"].items():
         typer.echo(json.dumps({"policy": "untrained", "arm": label, "em": m["em"], "n": m["n"],
                                "em_by_hops": m.get("em_by_hops", {})}))
+    failed = {n: e["error"] for n, e in res["experiments"].items() if e.get("error")}
     for name, e in res["experiments"].items():
-        for label, m in e["eval"].items():
+        for label, m in e.get("eval", {}).items():
             typer.echo(json.dumps({"policy": name, "arm": label, "em": m["em"], "n": m["n"],
                                    "em_by_hops": m.get("em_by_hops", {}), "wall_s": round(e["wall_s"], 1)}))
     typer.echo(f"comparison: {out / 'grid.json'}; MLflow parent run {res['parent_run_id']}")
+    for n, err in failed.items():
+        typer.echo(f"error: {n}: {err}", err=True)
+    if failed:
+        raise typer.Exit(2)
 
 
 def run(name: Annotated[Optional[str], typer.Argument(

@@ -59,6 +59,9 @@ def comparison_rows(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
     for label, s in (grid.get("untrained") or {}).items():
         add("untrained", label, s, None)
     for name, e in (grid.get("experiments") or {}).items():
+        if e.get("error"):
+            rows.append({"experiment": name, "arm": f"failed: {e['error']}"[:200], "n": None, "n_failed": None,
+                         "em": None, "f1": None, "em_by_hops": {}, "wall_s": None})
         for label, s in (e.get("eval") or {}).items():
             add(name, label, s, e.get("wall_s"))
     return rows
@@ -135,6 +138,8 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
             loop = preset.get("loop", {})
             tags = {"hasp.experiment": e_name, "hasp.recipe": str(e.get("recipe")),
                     "hasp.loop": str(loop.get("kind")), "hasp.evolve_mode": str(loop.get("evolve_mode"))}
+            if e.get("error"):
+                tags["hasp.error"] = str(e["error"])[:4000]
             with mlflow.start_run(run_name=e_name, nested=True, tags=tags) as child:
                 children[e_name] = child.info.run_id
                 mlflow.log_params({k: str(v)[:500] for k, v in flatten(e.get("train", {}), "train.").items()})
