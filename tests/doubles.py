@@ -71,6 +71,68 @@ class RolloutSamplerDouble:
         return self.batches.pop(0) if len(self.batches) > 1 else list(self.batches[0])
 
 
+class GoldPolicyDouble:
+    """The policy of a post-training run: SEARCHes the question first, then answers it: the gold answer
+    for the questions in ``correct``, a wrong name for the rest. Counts calls and records each call's
+    keyword arguments (temperature, seed). Thread-safe."""
+
+    def __init__(self, gold: dict[str, str], correct=(), *, wrong: str = "Nobody Known"):
+        self.gold, self.correct, self.wrong = gold, set(correct), wrong
+        self.calls = CallCounterDouble()
+        self.kwargs: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        self.calls.hit()
+        with self._lock:
+            self.kwargs.append(kw)
+        user = next((m["content"] for m in messages if m["role"] == "user"), "")
+        q = next((q for q in self.gold if q in user), None)
+        if not any(m["role"] == "assistant" for m in messages):
+            return ReplyDouble(f"Thought: look it up\nAction: SEARCH[{q or 'the question'}]", 1, 1)
+        answer = self.gold[q] if q in self.correct else self.wrong
+        return ReplyDouble(f"Thought: I can answer.\nAction: FINAL[{answer}]", 1, 1)
+
+
+class GridClientsDouble:
+    """The model clients of an experiment grid (``flows.experiment.GridClients``): one policy double for
+    every checkpoint, one student double; records which checkpoint folder each greedy policy, student
+    and sampling call was asked for, with the sampling settings."""
+
+    teacher = None
+    started = False
+
+    def __init__(self, policy, student):
+        self._policy, self._student = policy, student
+        self.policy_dirs: list[Path] = []
+        self.student_dirs: list[Path] = []
+        self.sampled: list[tuple[Path, float, float]] = []
+
+    def policy(self, folder):
+        self.policy_dirs.append(Path(folder))
+        return self._policy
+
+    def student(self, folder):
+        self.student_dirs.append(Path(folder))
+        return self._student
+
+    def sampler(self, rollout):
+        import contextlib
+
+        @contextlib.contextmanager
+        def open_policy(model_dir):
+            self.sampled.append((Path(model_dir), rollout.temperature, rollout.top_p))
+            yield self._policy
+
+        return open_policy
+
+    def release_student(self):
+        pass
+
+    def close(self):
+        pass
+
+
 class SlowPolicyDouble(ScriptedPolicyDouble):
     """A scripted policy that takes ``delay_s`` per reply, for wall-clock budgets."""
 

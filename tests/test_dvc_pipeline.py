@@ -66,3 +66,15 @@ def test_only_dependent_stages_rerun(repo):
     assert stale(repo, "prepare") == {"prepare"}
     run(DVC + ["repro", "prepare"], repo)
     assert stale(repo, "prepare") == set()
+
+
+def test_experiment_stage_follows_train_preset(repo):
+    """One preset per DVC experiment: with train.preset null the stage runs nothing and writes an empty
+    metrics file; setting the preset (what `dvc exp run -S train.preset=E3_cpu experiment` does) makes
+    that stage stale and leaves the data untouched."""
+    assert "experiment" in run(DVC + ["dag", "--dot"], repo)
+    run(DVC + ["repro", "experiment"], repo)
+    assert (repo / "outputs" / "experiment" / "metrics.json").read_text().strip() == "{}"
+    assert stale(repo, "experiment") == set()
+    set_param(repo, "train", "preset", "E3_cpu")
+    assert stale(repo, "experiment") == {"experiment"}

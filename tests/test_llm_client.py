@@ -97,3 +97,13 @@ def test_generate_and_api_key_env(monkeypatch: pytest.MonkeyPatch) -> None:
             _client(ep.base_url, api_key_env="HASP_TEST_KEY")
         monkeypatch.setenv("HASP_TEST_KEY", "sk-test")
         assert _client(ep.base_url, api_key_env="HASP_TEST_KEY").generate(USER) == "hello"
+
+
+def test_top_p_is_sent_only_when_configured() -> None:
+    """A sampling rollout's nucleus mass reaches the server; a greedy client sends none (server default)."""
+    with OpenAIEndpointDouble() as ep:
+        LLMClient(LLMConfig(base_url=ep.base_url, model="m", top_p=0.95)).chat([{"role": "user", "content": "hi"}],
+                                                                           temperature=0.9)
+        LLMClient(LLMConfig(base_url=ep.base_url, model="m")).chat([{"role": "user", "content": "hi"}])
+    assert ep.bodies[0]["top_p"] == 0.95 and ep.bodies[0]["temperature"] == 0.9
+    assert "top_p" not in ep.bodies[1]

@@ -27,15 +27,22 @@ app = typer.Typer(help="HASP: harness LLM agents with executable Program Functio
 model_app = typer.Typer(help="The embedded default model (SmolLM2-135M-Instruct).", no_args_is_help=True)
 data_app = typer.Typer(help="Benchmark data.", no_args_is_help=True)
 evolve_app = typer.Typer(help="One self-improvement epoch, phase by phase (A–H).", no_args_is_help=True)
-train_app = typer.Typer(help="Post-training (LoRA).", no_args_is_help=True)
+train_app = typer.Typer(help="Post-training (LoRA): sft, rs, opd, dpo.", no_args_is_help=True)
+experiment_app = typer.Typer(help="The post-training grid E1-E6 (paper Table 13) as a Prefect flow.",
+                             no_args_is_help=True)
 track_app = typer.Typer(help="MLflow tracking.", no_args_is_help=True)
 for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve"), (train_app, "train"),
-                  (track_app, "track"), (skills_app, "skills")):
+                  (track_app, "track"), (skills_app, "skills"), (experiment_app, "experiment")):
     app.add_typer(sub, name=name)
 
 from hasp.cli.evolve import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
 
+from hasp.cli.experiment import register as _register_experiment_commands  # noqa: E402 - run, grid
+from hasp.cli.train import register as _register_train_commands  # noqa: E402 - rs, opd, dpo
+
 _register_evolve_commands(evolve_app)
+_register_train_commands(train_app)
+_register_experiment_commands(experiment_app)
 
 ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
 EpochDir = Annotated[Path, typer.Option("--epoch-dir", help="Output folder of the epoch (outputs/epoch_<i>).")]
@@ -198,11 +205,18 @@ def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml
 # ----------------------------------------------------------------------------- train / eval / track
 @train_app.command("sft")
 def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Path("outputs/train"),
-                  params: ParamsOpt = Path("params.yaml")) -> None:
+                  params: ParamsOpt = Path("params.yaml"),
+                  model: Annotated[Optional[str], typer.Option(
+                      "--model", help="A local HF folder or a cached hub name (default: the embedded model).")]
+                  = None) -> None:
     """LoRA SFT of the policy on PF-corrected steps (E1 shape); writes adapter/ and merged/."""
+    from hasp.cli.train import one_line_errors
     from hasp.evolve.epoch import train
+    from hasp.train.run import resolve_model
 
-    s = train(data, _params(params), out)
+    p = _params(params)
+    with one_line_errors():
+        s = train(data, p, out, model_dir=resolve_model(model) if model else None)
     typer.echo(json.dumps(s.get("metrics", s), default=str))
 
 

@@ -79,6 +79,7 @@ class LLMConfig:
     max_reply_chars: int = default_of(LLMParams, "max_reply_chars")
     temperature: float = 0.0
     max_tokens: int = 256
+    top_p: float | None = None  # nucleus mass sent with every request; None = the server's default
 
     def api_key(self) -> str:
         if not self.api_key_env:
@@ -145,6 +146,8 @@ class LLMClient:
             "temperature": cfg.temperature if temperature is None else temperature,
             "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
         }
+        if cfg.top_p is not None:
+            kwargs["top_p"] = cfg.top_p
         if stop:
             kwargs["stop"] = list(stop)
         if seed is not None:

@@ -19,18 +19,20 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | None = None,
-                  max_tokens: int = 256, temperature: float = 0.0) -> Iterator[LLMClient]:
+                  max_tokens: int = 256, temperature: float = 0.0,
+                  top_p: float | None = None) -> Iterator[LLMClient]:
     """Yield a client for the policy. With no ``base_url``, serve ``model_dir`` (default: the
     embedded SmolLM2 folder) on a loopback port for the duration of the block.
 
     ``temperature`` matters for the embedded server only: transformers' continuous batching
     freezes the sampling mode of its first request, so a sampling student (Phase C, T=0.7)
-    needs its own server, separate from the greedy rollout server."""
+    needs its own server, separate from the greedy rollout server. ``top_p`` is sent with every
+    request (and frozen into a new embedded server the same way)."""
     if llm.base_url:
         cfg = LLMConfig(base_url=llm.base_url, model=str(llm.model), api_key_env=llm.api_key_env,
                         timeout_s=llm.timeout_s, max_retries=llm.max_retries,
                         max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
-                        max_reply_chars=llm.max_reply_chars)
+                        top_p=top_p, max_reply_chars=llm.max_reply_chars)
         with LLMClient(cfg) as client:
             yield client
         return
@@ -38,11 +40,12 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     from hasp.llm.server import ensure_server
 
     folder = model_dir or prepare_model()
-    base_url, model_name, handle = ensure_server(folder, port or llm.port, temperature=temperature)
+    base_url, model_name, handle = ensure_server(folder, port or llm.port, temperature=temperature, top_p=top_p)
     try:
         cfg = LLMConfig(base_url=base_url, model=model_name, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
-                        max_tokens=max_tokens, temperature=temperature, max_reply_chars=llm.max_reply_chars)
+                        max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                        max_reply_chars=llm.max_reply_chars)
         with LLMClient(cfg) as client:
             yield client
     finally:

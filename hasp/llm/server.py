@@ -11,7 +11,8 @@ model copy. Facts about transformers 5.23's server that this module relies on:
   request are frozen into the batching manager for the server's lifetime; later requests only choose
   ``max_tokens``. ``stop`` is ignored too (generation runs to EOS or ``max_tokens``; ``LLMClient`` cuts
   the text client-side). So we send the first request ourselves (warm-up) with ``temperature`` given
-  at construction: 0.0 (default) makes the server greedy, > 0 makes it always sample at that value.
+  at construction: 0.0 (default) makes the server greedy, > 0 makes it always sample at that value
+  (with ``top_p`` when given: the nucleus mass is frozen the same way).
 - On CPU the paged KV cache of continuous batching is sized, by default, to ~80-90% of the machine's
   *free RAM* (11 GB RSS seen on a 24 GB box, OOM-killed next to a training job). We always pass
   ``--cb-num-blocks``/``--cb-max-batch-tokens``: 64 blocks x 256 tokens = 16k cached tokens, ~0.75 GB in
@@ -86,7 +87,7 @@ class LocalModelServer:
 
     def __init__(self, folder: Path | str, port: int | None = None, *, host: str = "127.0.0.1",
                  log_path: Path | None = None, startup_timeout_s: float = 300.0,
-                 extra_args: tuple[str, ...] = (), temperature: float = 0.0,
+                 extra_args: tuple[str, ...] = (), temperature: float = 0.0, top_p: float | None = None,
                  cb_num_blocks: int = 64, cb_max_batch_tokens: int = 1024,
                  threads: int | None = None) -> None:
         self.folder = Path(folder).resolve()
@@ -96,6 +97,7 @@ class LocalModelServer:
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = extra_args
         self.temperature = temperature
+        self.top_p = top_p
         self.cb_num_blocks = cb_num_blocks
         self.cb_max_batch_tokens = cb_max_batch_tokens
         # torch intra-op threads (OMP_NUM_THREADS). Default $HASP_LLM_THREADS, else half the cores: with
@@ -171,9 +173,11 @@ class LocalModelServer:
 
     def _warm(self) -> bool:
         """First request: proves the model answers and fixes the server's sampling mode (see module doc)."""
-        status, _ = _http("POST", f"{self.base_url}/chat/completions", timeout=120.0, body={
-            "model": self.model_name, "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 1, "temperature": self.temperature})
+        body = {"model": self.model_name, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 1, "temperature": self.temperature}
+        if self.top_p is not None:
+            body["top_p"] = self.top_p
+        status, _ = _http("POST", f"{self.base_url}/chat/completions", timeout=120.0, body=body)
         return status == 200
 
     def _log_tail(self, n: int = 30) -> str:
@@ -199,13 +203,14 @@ class LocalModelServer:
 
 
 def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
-                  startup_timeout_s: float = 300.0, temperature: float = 0.0) -> tuple[str, str, LocalModelServer | None]:
+                  startup_timeout_s: float = 300.0, temperature: float = 0.0,
+                  top_p: float | None = None) -> tuple[str, str, LocalModelServer | None]:
     """``(base_url, model_name, handle)`` for a server of ``folder`` on ``port``.
 
     Reuses a healthy server already pinned to this folder (``handle`` is then None: not ours to stop);
     otherwise starts one and returns its handle, which the caller must ``stop()``. A server on that
-    port pinned to a *different* model is an error rather than a silent mismatch. ``temperature`` only
-    applies to a newly started server (a reused one keeps the sampling mode it was warmed with).
+    port pinned to a *different* model is an error rather than a silent mismatch. ``temperature`` and
+    ``top_p`` only apply to a newly started server (a reused one keeps the sampling mode it was warmed with).
     """
     name = str(Path(folder).resolve())
     root = f"http://{host}:{port}"
@@ -215,5 +220,5 @@ def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
     if running is not None:
         raise RuntimeError(f"{root} serves {running!r}, not {name!r}")
     srv = LocalModelServer(name, port, host=host, startup_timeout_s=startup_timeout_s,
-                           temperature=temperature).start()
+                           temperature=temperature, top_p=top_p).start()
     return srv.base_url, srv.model_name, srv

@@ -1,0 +1,106 @@
+"""``hasp experiment run E<k> | grid``: the post-training grid as one Prefect flow (``flows/experiment.py``).
+
+Prefect is imported only inside the commands. A preset name is checked before Prefect starts, so a
+typo is one line (exit 2), not a flow run that fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hasp.cli.params import params_or_exit
+
+ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Output root of the grid.")]
+LibraryOpt = Annotated[Path, typer.Option("--library", help="Starting skill library (V1 keeps it frozen).")]
+DataOpt = Annotated[Optional[Path], typer.Option(
+    "--data", help="Prepared data folder (default: <out>/data, generated when missing).")]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="Base model: a local HF folder or a cached hub name (default: the embedded model).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("grid")(grid)
+
+
+def _check(names: list[str]) -> None:
+    from hasp.train.presets import PresetError, get_preset
+
+    try:
+        for n in names:
+            get_preset(n, key="experiment")
+    except PresetError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _run(names: list[str], params: Path, out: Path, library: Path, data: Optional[Path], model: Optional[str],
+         run_name: Optional[str]) -> None:
+    params_or_exit(params)
+    _check(names)
+    from hasp.cli.evolve import prefect_env
+    from hasp.cli.train import one_line_errors
+
+    prefect_env()
+    from flows.experiment import experiment_flow
+    from flows.prefect_server import owned_prefect_server
+
+    with one_line_errors(), owned_prefect_server():
+        res = experiment_flow(presets=names, params_path=str(params), out_root=str(out), library=str(library),
+                              data_dir=str(data) if data else None, model=model, run_name=run_name)
+    for label, m in res["untrained"].items():
+        typer.echo(json.dumps({"policy": "untrained", "arm": label, "em": m["em"], "n": m["n"],
+                               "em_by_hops": m.get("em_by_hops", {})}))
+    failed = {n: e["error"] for n, e in res["experiments"].items() if e.get("error")}
+    for name, e in res["experiments"].items():
+        for label, m in e.get("eval", {}).items():
+            typer.echo(json.dumps({"policy": name, "arm": label, "em": m["em"], "n": m["n"],
+                                   "em_by_hops": m.get("em_by_hops", {}), "wall_s": round(e["wall_s"], 1)}))
+    typer.echo(f"comparison: {out / 'grid.json'}; MLflow parent run {res['parent_run_id']}")
+    for n, err in failed.items():
+        typer.echo(f"error: {n}: {err}", err=True)
+    if failed:
+        raise typer.Exit(2)
+
+
+def run(name: Annotated[Optional[str], typer.Argument(
+            help="Preset: E1..E6 or E1_cpu..E6_cpu (default: train.preset of the params file).")] = None,
+        params: ParamsOpt = Path("params.yaml"), out: OutOpt = Path("outputs/experiment"),
+        library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
+        run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
+        optional: Annotated[bool, typer.Option(
+            "--optional", help="Without NAME and with train.preset null, write an empty metrics file and exit 0 "
+                               "(the DVC stage: a plain `dvc repro` runs no grid).")] = False,
+        ) -> None:
+    """Run one preset (V1: recipe on the frozen library; V2: evolve, refresh, train per phase) and evaluate
+    the untrained and the trained policy with and without PFs on the test split."""
+    if name is None:
+        name = params_or_exit(params).train.preset
+        if not name and optional:
+            from hasp.atomic import write_json
+
+            write_json({}, out / "metrics.json")
+            typer.echo(f"{params}: train.preset is null, no experiment run "
+                       "(e.g. dvc exp run -S train.preset=E3_cpu experiment)")
+            return
+        if not name:
+            typer.echo(f"error: {params}: train.preset is null; name a preset (hasp experiment run E3_cpu) "
+                       "or set train.preset", err=True)
+            raise typer.Exit(2)
+    _run([name], params, out, library, data, model, run_name)
+
+
+def grid(params: ParamsOpt = Path("params.yaml"), out: OutOpt = Path("outputs/experiment"),
+         library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
+         paper: Annotated[bool, typer.Option("--paper", help="The paper's presets E1..E6 (GPU scale) instead "
+                                                             "of E1_cpu..E6_cpu.")] = False,
+         run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
+         ) -> None:
+    """Run all six presets as one flow: one MLflow parent run, a child per preset, a comparison table."""
+    names = [f"E{k}{'' if paper else '_cpu'}" for k in range(1, 7)]
+    _run(names, params, out, library, data, model, run_name)

@@ -1,0 +1,110 @@
+"""``hasp train rs | opd | dpo``: one recipe on any local model folder (or a cached hub name).
+
+Registered on the ``hasp train`` group beside ``sft``. Each command reads the params file, applies
+``--preset`` (or ``train.preset``) and forces the command's recipe; a preset of another recipe, a
+model without weights, missing data or an RS round that keeps nothing ends the command with one
+line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from hasp.cli.params import params_or_exit
+
+ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="Model to train: a local HF folder or a hub name in the local cache "
+                    "(default: the embedded SmolLM2-135M-Instruct).")]
+PresetOpt = Annotated[Optional[str], typer.Option(
+    "--preset", help="E1..E6 or E1_cpu..E6_cpu (default: train.preset); must be of this recipe.")]
+DataOpt = Annotated[Path, typer.Option("--data", help="Prepared data folder (its train split is sampled).")]
+LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library the sampling agent runs with.")]
+
+
+def register(train_app: typer.Typer) -> None:
+    train_app.command("rs")(rs)
+    train_app.command("opd")(opd)
+    train_app.command("dpo")(dpo)
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Bad input (preset, knob, model folder, data, an empty kept set) -> ``error: ...`` and exit 2."""
+    from hasp.config import ParamsError
+    from hasp.train.rounds import RecipeError
+    from hasp.train.sft import ModelFolderError
+
+    try:
+        yield
+    except (ParamsError, RecipeError, ModelFolderError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
+    from hasp.train.rounds import RecipeError
+    from hasp.train.run import resolved_train
+
+    t = resolved_train(p, preset)
+    if t.preset and t.recipe != recipe:
+        raise RecipeError(f"train.preset {t.preset} is a {t.recipe} preset, not {recipe}: "
+                          f"run `hasp train {t.recipe}` or pick a {recipe} preset")
+    return t.model_copy(update={"recipe": recipe})
+
+
+def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: Path, params: Path,
+             preset: Optional[str]) -> None:
+    from hasp.llm.endpoints import teacher_client
+    from hasp.train.run import resolve_model, run_recipe, teacher_fn
+    from hasp.train.sampler import PFRolloutSampler, training_questions
+
+    p = params_or_exit(params)
+    with one_line_errors():
+        t = _train_section(p, recipe, preset)
+        model_dir = resolve_model(model)
+        questions = training_questions(data)
+        teacher = teacher_client(p.teacher, p.llm)
+        sampler = PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher)
+        s = run_recipe(p, model=model_dir, out_dir=out, train=t, questions=questions, sample=sampler,
+                       teacher=teacher_fn(teacher) if recipe == "opd" else None)
+    typer.echo(json.dumps({"recipe": recipe, "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
+                           "rounds": [r["data"].get("kept", r["data"].get("opd_rows")) for r in s["rounds"]]},
+                          default=str))
+
+
+def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+       out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = Path("params.yaml"),
+       preset: PresetOpt = None) -> None:
+    """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
+    checkpoint. Writes round_<i>/ (rollout, rows, adapter, merged) and recipe_summary.json."""
+    _sampled("rs", model, data, library, out, params, preset)
+
+
+def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
+        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None) -> None:
+    """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
+    _sampled("opd", model, data, library, out, params, preset)
+
+
+def dpo(model: ModelOpt = None,
+        rows: Annotated[Path, typer.Option("--rows", help="Objective-A preference rows (Phase H's dpo.jsonl).")]
+        = Path("outputs/epoch_0/dpo.jsonl"),
+        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
+        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None) -> None:
+    """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""
+    from hasp.train.run import resolve_model, run_recipe
+
+    p = params_or_exit(params)
+    with one_line_errors():
+        t = _train_section(p, "dpo", preset)
+        s = run_recipe(p, model=resolve_model(model), out_dir=out, train=t, rows=rows)
+    typer.echo(json.dumps({"recipe": "dpo", "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
+                           "train_loss": s["metrics"].get("train_loss")}, default=str))

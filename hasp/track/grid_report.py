@@ -1,0 +1,173 @@
+"""The post-training grid in MLflow: one parent run per grid, one child run per preset.
+
+A child carries the tag ``hasp.experiment`` (the preset's name as the grid ran it), the preset's
+loop and recipe, its resolved train knobs as params, the per-step training curves of every phase
+and round on one step axis (with ``phase`` and ``round`` logged beside them so the V2 phase
+boundaries show as steps in those curves, and listed in the tag ``hasp.phase_boundaries``), the
+evaluation of the trained policy with and without PFs (per hop count too), and the final adapter
+as artifacts. The parent holds the untrained agent's evaluation, the comparison table (markdown
+and JSON) and a training-curves plot. Everything is read from the files the grid wrote, so a
+cached grid logs the same runs it would have logged live.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hasp.config import Params
+from hasp.track.mlflow_run import flatten, log_json_artifact, log_numeric, start_run
+
+#: the trainer log keys that are not curves
+NOT_CURVES = {"step", "epoch"}
+
+
+def curves(experiment: Mapping[str, Any]) -> tuple[list[tuple[int, dict[str, float]]], list[int]]:
+    """``[(global step, metrics)]`` over every phase and round of one preset, and the first global
+    step of each phase. Each trainer counts from 1, so later trainers are shifted past the earlier ones."""
+    points: list[tuple[int, dict[str, float]]] = []
+    starts: list[int] = []
+    offset = 0
+    for ph in experiment.get("phases", []):
+        starts.append(offset + 1)
+        for r, path in enumerate(ph.get("train", {}).get("train_summaries", [])):
+            p = Path(path)
+            if not p.is_file():
+                continue
+            hist = json.loads(p.read_text(encoding="utf-8")).get("history", [])
+            last = 0
+            for h in hist:
+                step = int(h.get("step", 0))
+                last = max(last, step)
+                m = {k: float(v) for k, v in h.items() if k not in NOT_CURVES and isinstance(v, (int, float))}
+                points.append((offset + step, {**m, "phase": float(ph.get("phase", 0)), "round": float(r)}))
+            offset += last
+    return points, starts
+
+
+def comparison_rows(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per (policy, PFs on/off): the untrained agent, then each preset's trained policy."""
+    rows = []
+
+    def add(experiment: str, label: str, s: Mapping[str, Any], wall: float | None) -> None:
+        rows.append({"experiment": experiment, "arm": label, "n": s.get("n"), "n_failed": s.get("n_failed", 0),
+                     "em": s.get("em"), "f1": s.get("f1"), "em_by_hops": s.get("em_by_hops", {}),
+                     "wall_s": wall})
+
+    for label, s in (grid.get("untrained") or {}).items():
+        add("untrained", label, s, None)
+    for name, e in (grid.get("experiments") or {}).items():
+        if e.get("error"):
+            rows.append({"experiment": name, "arm": f"failed: {e['error']}"[:200], "n": None, "n_failed": None,
+                         "em": None, "f1": None, "em_by_hops": {}, "wall_s": None})
+        for label, s in (e.get("eval") or {}).items():
+            add(name, label, s, e.get("wall_s"))
+    return rows
+
+
+def _ci(h: Mapping[str, Any]) -> tuple[float, float]:
+    ci = h.get("ci95") or (0.0, 0.0)
+    return float(ci[0]), float(ci[1])
+
+
+def table_markdown(rows: list[dict[str, Any]]) -> str:
+    def hops(h: Mapping[str, Any]) -> str:
+        return "; ".join(f"{k}-hop {v.get('mean', 0):.2f} [{_ci(v)[0]:.2f}, {_ci(v)[1]:.2f}] n={v.get('n')}"
+                         for k, v in sorted(h.items())) or "-"
+
+    lines = ["| experiment | arm | n | failed | EM | F1 | EM per hop count (95% CI) | wall s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        em = f"{r['em']:.3f}" if isinstance(r["em"], (int, float)) else "-"
+        f1 = f"{r['f1']:.3f}" if isinstance(r["f1"], (int, float)) else "-"
+        wall = f"{r['wall_s']:.0f}" if isinstance(r["wall_s"], (int, float)) else "-"
+        lines.append(f"| {r['experiment']} | {r['arm']} | {r['n']} | {r['n_failed']} | {em} | {f1} | "
+                     f"{hops(r['em_by_hops'])} | {wall} |")
+    return "\n".join(lines) + "\n"
+
+
+def _curves_png(per_experiment: Mapping[str, list[tuple[int, dict[str, float]]]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, pts in per_experiment.items():
+        xs = [s for s, m in pts if "loss" in m]
+        if xs:
+            ax.plot(xs, [m["loss"] for _, m in pts if "loss" in m], label=name)
+    ax.set_xlabel("optimizer step (all phases and rounds)")
+    ax.set_ylabel("training loss")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _log_eval(mlflow: Any, summaries: Mapping[str, Mapping[str, Any]]) -> None:
+    for label, s in summaries.items():
+        log_numeric(mlflow, {label: {k: v for k, v in s.items() if k in ("em", "f1", "n", "n_failed", "answered_rate",
+                                                                         "pf_fires_total", "mean_steps")}})
+        for hop, h in (s.get("em_by_hops") or {}).items():
+            lo, hi = _ci(h)
+            log_numeric(mlflow, {f"{label}.em_hops_{hop}": {"mean": h.get("mean", 0.0), "n": h.get("n", 0),
+                                                            "lo": lo, "hi": hi}})
+
+
+def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_name: str | None = None) -> dict[str, Any]:
+    """Log ``grid`` (what the experiment flow returned) as a parent run with a child per preset;
+    returns ``{"parent_run_id": ..., "child_run_ids": {preset: run id}}``."""
+    import tempfile
+
+    names = list((grid.get("experiments") or {}).keys())
+    name = run_name or f"grid-{'-'.join(names)}"
+    children: dict[str, str] = {}
+    all_curves: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    with start_run(params.tracking.experiment, name, tags={"hasp.grid": ",".join(names)}) as mlflow:
+        parent = mlflow.active_run().info.run_id
+        mlflow.log_params({"presets": ",".join(names), "base_model": str(grid.get("base_model", ""))})
+        _log_eval(mlflow, grid.get("untrained") or {})
+        for e_name, e in (grid.get("experiments") or {}).items():
+            preset = e.get("preset", {})
+            loop = preset.get("loop", {})
+            tags = {"hasp.experiment": e_name, "hasp.recipe": str(e.get("recipe")),
+                    "hasp.loop": str(loop.get("kind")), "hasp.evolve_mode": str(loop.get("evolve_mode"))}
+            if e.get("error"):
+                tags["hasp.error"] = str(e["error"])[:4000]
+            with mlflow.start_run(run_name=e_name, nested=True, tags=tags) as child:
+                children[e_name] = child.info.run_id
+                mlflow.log_params({k: str(v)[:500] for k, v in flatten(e.get("train", {}), "train.").items()})
+                mlflow.log_params({"loop.kind": loop.get("kind"), "loop.phases": loop.get("phases"),
+                                   "loop.evolve_mode": loop.get("evolve_mode")})
+                pts, starts = curves(e)
+                all_curves[e_name] = pts
+                for step, m in pts:
+                    mlflow.log_metrics(m, step=step)
+                mlflow.set_tag("hasp.phase_boundaries", ",".join(map(str, starts)))
+                _log_eval(mlflow, e.get("eval") or {})
+                if isinstance(e.get("wall_s"), (int, float)):
+                    mlflow.log_metric("wall_s", float(e["wall_s"]))
+                for i, ph in enumerate(e.get("phases", [])):
+                    ev = ph.get("evolve")
+                    if ev:
+                        log_numeric(mlflow, {"evolve": {k: v for k, v in ev.items() if k != "mode"}}, step=i)
+                adapter = Path(str(e.get("adapter_dir", "")))
+                if adapter.is_dir():
+                    mlflow.log_artifacts(str(adapter), artifact_path="adapter")
+                log_json_artifact(mlflow, e, "experiment.json")
+        rows = comparison_rows(grid)
+        log_json_artifact(mlflow, rows, "comparison.json")
+        with tempfile.TemporaryDirectory() as d:
+            md = Path(d) / "comparison.md"
+            md.write_text(table_markdown(rows), encoding="utf-8")
+            mlflow.log_artifact(str(md))
+            png = Path(d) / "training_curves.png"
+            if _curves_png(all_curves, png):
+                mlflow.log_artifact(str(png))
+    return {"parent_run_id": parent, "child_run_ids": children}

@@ -1,0 +1,130 @@
+"""The rollout sampler of RS and OPD: the PF agent on training questions, run by a served checkpoint.
+
+``run_rounds`` asks ``sample(questions, model_dir)`` for trajectories of the checkpoint a round starts
+from. Here that is: serve ``model_dir`` as a sampling policy (``train.rollout``'s temperature and
+top-p), then run the search agent with PFs active on every asked question (each question arrives k
+times) under the rollout's budgets — step, SEARCH and READ caps — and, when configured, in
+teacher-snippet mode (App. D.4). The same episode runner as Phase A and evaluation is used, so a
+training trajectory renders into the prompts the policy sees at test time.
+
+Serving is passed in (``policy_for(model_dir)`` is a context manager yielding a policy), so the
+sampler never owns a server it cannot stop, and tests can hand in a scripted policy. The default,
+``served_policy``, starts ``transformers serve`` on the folder for the duration of one call: the
+server freezes the sampling mode of its first request, so it is warmed with the rollout
+temperature and top-p, and each new checkpoint gets a fresh server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ContextManager
+
+from hasp.agent.loop import AgentConfig, Policy, agent_config, episode_runner
+from hasp.agent.rollout import run_many
+from hasp.agent.variants import get_variant
+from hasp.config import Params, RolloutParams
+from hasp.records import Trajectory
+from hasp.train.rounds import RecipeError
+
+log = logging.getLogger(__name__)
+
+PolicyFor = Callable[[Path], ContextManager[Policy]]
+#: port offset of the sampling server from ``llm.port`` (greedy policy +0, trained +1, student +2)
+SAMPLER_PORT_OFFSET = 3
+LABEL = "train_rollout"
+
+
+def rollout_config(params: Params, rollout: RolloutParams) -> AgentConfig:
+    """The agent's config with the rollout's budgets and temperature; no fixed seed, so the k samples
+    of one question differ (a per-request seed would reseed the server's shared generator)."""
+    return replace(agent_config(params), max_steps=rollout.max_steps, max_search_calls=rollout.max_search_calls,
+                   max_read_calls=rollout.max_read_calls, temperature=rollout.temperature, use_pfs=True,
+                   seed=None)
+
+
+def served_policy(params: Params, rollout: RolloutParams, *, port: int | None = None) -> PolicyFor:
+    """``model_dir -> context manager`` serving the folder at the rollout's sampling settings."""
+    from hasp.llm.endpoints import policy_client
+
+    llm = params.llm.model_copy(update={"base_url": None})  # a checkpoint is always served from its folder
+
+    def open_policy(model_dir: Path) -> ContextManager[Policy]:
+        return policy_client(llm, model_dir=Path(model_dir), port=port or params.llm.port + SAMPLER_PORT_OFFSET,
+                             max_tokens=params.agent.max_tokens, temperature=rollout.temperature,
+                             top_p=rollout.top_p)
+
+    return open_policy
+
+
+def training_questions(data_dir: Path, split: str = "train") -> list[Any]:
+    """The questions RS and OPD sample on (the generated benchmark's train split)."""
+    from hasp.domains.search.task import SearchTask
+
+    path = Path(data_dir) / f"{split}.jsonl"
+    if not path.is_file():
+        raise RecipeError(f"{path}: no such file; prepare the data first (hasp data prepare --out {data_dir})")
+    return SearchTask.load(Path(data_dir)).questions(split)
+
+
+class PFRolloutSampler:
+    """``sample(questions, model_dir) -> trajectories`` over a prepared data folder and a skill library.
+
+    ``teacher`` (an LLM client) makes the agent ``pf_teacher`` and supplies snippets when
+    ``rollout.teacher_snippets`` is on; snippets without a teacher are refused before any server starts.
+    ``calls`` records (model folder, questions, trajectories) per call, for the run's summary."""
+
+    def __init__(self, params: Params, data_dir: Path, library: Path | None, *, rollout: RolloutParams,
+                 policy_for: PolicyFor | None = None, teacher: Any = None) -> None:
+        if rollout.teacher_snippets and teacher is None:
+            raise RecipeError("train.rollout.teacher_snippets needs a teacher: set teacher.base_url and "
+                              "teacher.model, or train.rollout.teacher_snippets: false")
+        from hasp.domains.search.task import SearchTask
+
+        self.params, self.rollout, self.teacher = params, rollout, teacher
+        self.library = Path(library) if library is not None else None
+        self.task = SearchTask.load(Path(data_dir))
+        self.policy_for = policy_for or served_policy(params, rollout)
+        self.calls: list[dict[str, Any]] = []
+
+    def _make_env(self) -> Any:
+        from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
+        from hasp.domains.search.tools import SearchEnvironment
+
+        a, e = self.params.agent, self.params.eval
+        env: Any = SearchEnvironment(self.task.retriever, top_k=a.top_k, snippet_chars=a.snippet_chars,
+                                     read_chars=a.read_chars)
+        if self.rollout.teacher_snippets:
+            env = TeacherSnippetEnvironment(env, self.teacher, max_tokens=e.snippet_max_tokens,
+                                            doc_chars=e.snippet_doc_chars)
+        return env
+
+    @contextlib.contextmanager
+    def _library(self) -> Iterator[Any]:
+        from hasp.pf.library import load_library
+
+        lib = load_library(self.library, "search", sandbox=self.params.sandbox) if self.library else None
+        try:
+            for err in (lib.load_errors if lib is not None else []):
+                log.warning("skill library: %s", err)
+            yield lib
+        finally:
+            if lib is not None:
+                lib.close()
+
+    def __call__(self, questions: Sequence[Any], model_dir: Path) -> list[Trajectory]:
+        from hasp.domains.search.task import score
+
+        variant = get_variant("pf_teacher" if self.teacher is not None else "pf")
+        with self._library() as lib, self.policy_for(Path(model_dir)) as policy:
+            episode = episode_runner(policy=policy, library=lib, cfg=rollout_config(self.params, self.rollout),
+                                     variant=variant, params=self.params.harness, make_env=self._make_env,
+                                     teacher=self.teacher, scorer=score, label=LABEL)
+            trajs = run_many(list(questions), episode, concurrency=self.params.llm.max_concurrency,
+                             desc=f"{LABEL}: {Path(model_dir).name}")
+        self.calls.append({"model_dir": str(model_dir), "n": len(trajs),
+                           "em": sum(t.em for t in trajs) / len(trajs) if trajs else 0.0})
+        return trajs

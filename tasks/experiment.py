@@ -1,0 +1,72 @@
+"""Prefect tasks of the post-training grid: train one phase of a preset, evaluate arms, log the grid.
+
+Like ``tasks.phases`` each task takes a ``cache_key`` the flow builds from content hashes (data,
+library, checkpoint identity, the resolved train section); live clients and paths are not part of
+it. The evolution epochs and the rollout pool reuse ``tasks.phases`` unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+
+from hasp.config import Params, TrainParams
+from tasks.cache import BY_CACHE_KEY
+
+_opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
+
+
+@task(name="train-phase", **_opts)
+def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path, out_dir: Path, *,
+                rows: Path | None = None, data_dir: Path | None = None, library: Path | None = None,
+                sampler_policy: Any = None, teacher: Any = None) -> dict[str, Any]:
+    """One training phase: sft/dpo on ``rows``; rs/opd sample the train split with ``library`` through
+    ``sampler_policy`` (``model_dir -> policy context``). Finished RS/OPD rounds in ``out_dir`` are
+    reused, so a phase that failed half-way resumes at its first unfinished round."""
+    from hasp.train.run import run_recipe, teacher_fn
+    from hasp.train.sampler import PFRolloutSampler, training_questions
+
+    t0 = time.perf_counter()
+    kw: dict[str, Any] = {}
+    if train.recipe in ("rs", "opd"):
+        assert data_dir is not None
+        kw["questions"] = training_questions(data_dir)
+        kw["sample"] = PFRolloutSampler(params, data_dir, library, rollout=train.rollout, policy_for=sampler_policy,
+                                        teacher=teacher)
+        kw["teacher"] = teacher_fn(teacher) if train.recipe == "opd" else None
+    summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, **kw)
+    summary["wall_s"] = time.perf_counter() - t0
+    return summary
+
+
+@task(name="evaluate-arms", **_opts)
+def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
+                  policy: Any, react_label: str, pf_label: str, teacher: Any = None) -> dict[str, Any]:
+    """One policy on the test split, without PFs (plain ReAct) and with them (the PF agent, with the
+    teacher when one is configured), through the one evaluation runner: ``{label: summary}``; failed
+    episodes are counted in each summary's ``n_failed`` (a cell where all failed raises)."""
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+    from hasp.eval.runner import Arm, run_eval
+    from hasp.agent.variants import get_variant
+
+    t0 = time.perf_counter()
+    ds = load_eval_dataset(parse_dataset_spec("generated"), params, split="test", data_dir=data_dir)
+    pf = get_variant("pf_teacher" if teacher is not None else "pf")
+    arms = [Arm(react_label, get_variant("react"), policy), Arm(pf_label, pf, policy)]
+    res = run_eval(params, [ds], arms, policy=policy, library_root=library, out_dir=out_dir, teacher=teacher,
+                   teacher_snippets=False, progress=True)
+    out = res.metrics()[ds.name]
+    wall = time.perf_counter() - t0
+    for s in out.values():
+        s["eval_wall_s"] = wall
+    return out
+
+
+@task(name="track-grid", **_opts)
+def track_grid(cache_key: str, out_root: Path, params: Params, grid: dict[str, Any], name: str) -> dict[str, Any]:
+    from hasp.track.grid_report import log_grid
+
+    return log_grid(out_root, params, grid, run_name=name)

@@ -1,0 +1,153 @@
+"""The post-training grid flow end to end: E5_cpu (V2 closed loop, RS, lite evolution, two phases).
+
+Real Prefect (the session's test API), real MLflow (temp sqlite), real BM25, real agent loop and
+library, real TRL + PEFT training of the tiny random Llama; only the model calls are doubles
+(``GoldPolicyDouble`` for every checkpoint, ``StudentDouble`` for proposals).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+from doubles import GoldPolicyDouble, GridClientsDouble, StudentDouble  # noqa: E402
+from test_sft_train import tiny_model_dir  # noqa: E402,F401  (module fixture: a tiny random Llama folder)
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = "E5_cpu"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, prefect_harness, tiny_model_dir):
+    from hasp.atomic import read_jsonl
+    from hasp.config import load_params
+    from hasp.domains.search.prepare import prepare_data
+
+    work = tmp_path_factory.mktemp("experiment_flow")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["data"].update(n_questions=12, hop_weights={1: 1.0})
+    params["agent"].update(max_steps=3)
+    params["llm"].update(max_concurrency=2)
+    params["evolve"].update(max_candidates=1, min_cluster_size=2, summarizer=False, lite_max_candidates=1)
+    params["train"].update(max_length=256)
+    params["tracking"]["experiment"] = "hasp-grid-test"
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    prepare_data(load_params(work / "params.yaml"), work / "data")
+    rows = [r for split in ("train", "val", "test") for r in read_jsonl(work / "data" / f"{split}.jsonl")]
+    gold = {r["question"]: r["answers"][0] for r in rows}
+    correct = [r["question"] for i, r in enumerate(rows) if i % 2 == 0]  # half of every split is answered
+    import flows.experiment as fx
+
+    clients = GridClientsDouble(GoldPolicyDouble(gold, correct), StudentDouble())
+    mp.setattr(fx, "make_grid_clients", lambda p: clients)
+    yield work, clients, tiny_model_dir
+    mp.undo()
+
+
+def _run(work: Path, model: Path):
+    from flows.experiment import experiment_flow
+
+    return experiment_flow(presets=[PRESET], params_path=str(work / "params.yaml"), out_root=str(work / "out"),
+                           library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
+
+
+@pytest.fixture(scope="module")
+def first(env):
+    work, clients, model = env
+    return work, clients, model, _run(work, model)
+
+
+def test_two_phases_evolve_then_train_from_the_last_checkpoint(first):
+    work, clients, model, res = first
+    e = res["experiments"][PRESET]
+    e_dir = work / "out" / PRESET
+    assert e["recipe"] == "rs" and e["preset"]["loop"] == {"kind": "closed", "phases": 2, "evolve_mode": "lite"}
+    p0, p1 = e["phases"]
+    assert p0["evolve"]["mode"] == p1["evolve"]["mode"] == "lite"
+    for i in (0, 1):
+        assert (e_dir / "evolve" / f"epoch_{i}" / "candidates.json").is_file()  # an evolution epoch per phase
+    ck0 = e_dir / "phase_0" / "train" / "round_0" / "merged"
+    ck1 = e_dir / "phase_1" / "train" / "round_0" / "merged"
+    assert Path(p0["train"]["model_dir"]) == ck0 and Path(e["final_model"]) == ck1
+    # phase 1 evolves with, and samples from, the checkpoint phase 0 wrote; the sampler runs at the rollout's settings
+    assert [s[0] for s in clients.sampled] == [model.resolve(), ck0]
+    assert {(s[1], s[2]) for s in clients.sampled} == {(0.9, 0.95)}
+    assert ck0 in clients.student_dirs and ck0 in clients.policy_dirs
+    # phase 1's library is the one phase 1's epoch carried (the evolving library), and it sampled with it
+    assert p1["library"] == json.loads((e_dir / "evolve" / "epoch_1" / "carry.json").read_text())["library"]
+    # k = 2 samples per training question with PFs on; seed unset so the samples may differ
+    n_train = len((work / "data" / "train.jsonl").read_text().splitlines())
+    assert p0["train"]["rounds"][0]["n_trajectories"] == 2 * n_train
+    policy = clients._policy
+    sampled_kw = [kw for kw in policy.kwargs if kw.get("temperature") == 0.9]
+    assert sampled_kw and all(kw.get("seed") is None for kw in sampled_kw)
+    # the untrained and the trained policy, each with and without PFs, per hop count
+    assert set(res["untrained"]) == {"untrained_react", "untrained_pf"}
+    assert set(e["eval"]) == {"trained_react", "trained_pf"} and "1" in e["eval"]["trained_pf"]["em_by_hops"]
+    assert clients.policy_dirs[-1] == ck1  # the trained arms ran on the final checkpoint
+    metrics = json.loads((work / "out" / "metrics.json").read_text())
+    assert set(metrics) == {"untrained", "trained"} and "em_1hop" in metrics["trained"]["trained_pf"]
+
+
+def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
+    import mlflow
+
+    work, clients, model, res = first
+    client = mlflow.tracking.MlflowClient()
+    child_id = res["child_run_ids"][PRESET]
+    child = client.get_run(child_id)
+    assert child.data.tags["mlflow.parentRunId"] == res["parent_run_id"]
+    assert child.data.tags["hasp.experiment"] == PRESET and child.data.tags["hasp.loop"] == "closed"
+    assert child.data.params["train.rs.learning_rate"] == "0.0001"
+    loss = client.get_metric_history(child_id, "loss")
+    assert sorted(m.step for m in loss) == list(range(1, 17))  # 8 steps per phase on one axis
+    assert child.data.tags["hasp.phase_boundaries"] == "1,9"
+    phase = {m.step: m.value for m in client.get_metric_history(child_id, "phase")}
+    assert phase[8] == 0 and phase[9] == 1
+    lr = {m.step: m.value for m in client.get_metric_history(child_id, "learning_rate")}
+    assert max(lr[s] for s in range(9, 17)) > lr[8]  # the schedule restarts with the phase
+    for name in ("grad_norm", "entropy", "mean_token_accuracy", "num_tokens"):
+        assert len(client.get_metric_history(child_id, name)) == 16, name
+    assert "trained_pf.em" in child.data.metrics and "trained_pf.em_hops_1.mean" in child.data.metrics
+    assert {a.path for a in client.list_artifacts(child_id, "adapter")} >= {"adapter/adapter_config.json"}
+    parent_arts = {a.path for a in client.list_artifacts(res["parent_run_id"])}
+    assert {"comparison.md", "comparison.json"} <= parent_arts
+    table = Path(mlflow.artifacts.download_artifacts(run_id=res["parent_run_id"], artifact_path="comparison.md",
+                                                     dst_path=str(work / "dl"))).read_text()
+    assert f"| {PRESET} | trained_pf |" in table and "| untrained | untrained_react |" in table
+
+
+def test_rerun_is_served_from_the_cache(first):
+    work, clients, model, res = first
+    calls = clients._policy.calls.n
+    summary = work / "out" / PRESET / "phase_1" / "train" / "recipe_summary.json"
+    before = summary.stat().st_mtime_ns
+    res2 = _run(work, model)
+    assert clients._policy.calls.n == calls  # not one model call
+    assert summary.stat().st_mtime_ns == before  # no training either
+    assert res2["parent_run_id"] == res["parent_run_id"]
+    assert res2["experiments"][PRESET]["eval"] == res["experiments"][PRESET]["eval"]
+
+
+def test_cli_unknown_preset_is_one_line(capsys):
+    from hasp.cli import main
+
+    assert main(["experiment", "run", "E9", "--params", str(ROOT / "params.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: experiment: unknown preset 'E9'; known: E1")
+    assert main(["train", "rs", "--preset", "E1_cpu", "--params", str(ROOT / "params.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: train.preset E1_cpu is a sft preset, not rs: run `hasp train sft` or pick a rs preset"]

@@ -1,0 +1,66 @@
+"""The RS/OPD sampler runs the real PF agent on the train split with train.rollout's settings."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import pytest
+from doubles import ScriptedPolicyDouble
+
+from hasp.config import Params, RolloutParams
+from hasp.domains.search.prepare import prepare_data
+from hasp.train.rounds import RecipeError
+from hasp.train.sampler import PFRolloutSampler, training_questions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("sampler_data")
+    prepare_data(Params.model_validate({"data": {"n_questions": 10, "hop_weights": {1: 1.0}}}), d)
+    return d
+
+
+def test_samples_every_asked_question_under_the_rollout_budgets(data: Path, tmp_path: Path) -> None:
+    lib = tmp_path / "search"
+    shutil.copytree(ROOT / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
+    policy = ScriptedPolicyDouble(default="Thought: look again\nAction: SEARCH[who founded it]")
+    asked: list[Path] = []
+
+    @contextlib.contextmanager
+    def policy_for(model_dir: Path):
+        asked.append(model_dir)
+        yield policy
+
+    rollout = RolloutParams(k=2, temperature=0.9, top_p=0.95, max_steps=4, max_search_calls=2)
+    p = Params.model_validate({"agent": {"max_steps": 9, "max_search_calls": 9}, "llm": {"max_concurrency": 2}})
+    sampler = PFRolloutSampler(p, data, lib, rollout=rollout, policy_for=policy_for)
+    qs = training_questions(data)
+    trajs = sampler([q for q in qs for _ in range(2)], tmp_path / "ckpt")
+    assert asked == [tmp_path / "ckpt"] and len(trajs) == 2 * len(qs)
+    assert [t.qid for t in trajs] == [q.id for q in qs for _ in range(2)]
+    refusals = 0
+    for t in trajs:
+        assert t.variant == "train_rollout"
+        loop_steps = [s for s in t.steps if s.audit is not None]
+        assert len(loop_steps) <= 4  # the rollout's step budget, not the agent section's 9
+        ran = [s for s in loop_steps if s.audit.a_final.type == "SEARCH" and "n_hits" in s.audit.feedback]
+        refused = [s for s in loop_steps if s.audit.feedback.get("budget_exhausted") == "search"]
+        assert len(ran) <= 2  # the rollout's SEARCH cap, not the agent section's 9
+        refusals += len(refused)
+    assert refusals > 0  # the policy kept searching and met the cap
+    sampled = [kw for kw in policy.calls if kw.get("max_tokens") == p.agent.max_tokens]
+    assert sampled and {kw["temperature"] for kw in sampled} == {0.9} and {kw["seed"] for kw in sampled} == {None}
+
+
+def test_teacher_snippets_without_a_teacher_is_refused(data: Path) -> None:
+    with pytest.raises(RecipeError, match="^train.rollout.teacher_snippets needs a teacher"):
+        PFRolloutSampler(Params(), data, None, rollout=RolloutParams(teacher_snippets=True))
+
+
+def test_missing_train_split_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match=r"train.jsonl: no such file; prepare the data first"):
+        training_questions(tmp_path)
