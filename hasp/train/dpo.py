@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from hasp.atomic import read_jsonl
 from hasp.config import TrainParams
 from hasp.train.sft import (HistoryCallback, LogCallback, ProgressCallback, SFTRecipe, TrainResult,
-                            check_model, fit_messages, save_folder, save_merged_model, use_bf16, write_pretrained)
+                            check_model, fit_messages, lora_config, train_and_save, use_bf16)
 
 COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -60,7 +59,6 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
     learning rate, epochs, beta and loss type ``train.dpo``'s."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import DPOConfig, DPOTrainer
 
@@ -92,19 +90,11 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
         max_length=recipe.max_length, beta=cfg.beta, loss_type=[cfg.loss_type], seed=recipe.seed,
         data_seed=recipe.seed, dataloader_num_workers=0, dataloader_pin_memory=False,
     )
-    peft_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
-                             target_modules=list(recipe.target_modules), bias="none", task_type="CAUSAL_LM")
     history = HistoryCallback(log_callback)
-    trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tok,
-                         peft_config=peft_config, callbacks=[history, ProgressCallback("train: LoRA DPO")])
-    t_train = time.perf_counter()
-    out = trainer.train()
-    train_s = time.perf_counter() - t_train
-
-    adapter_dir = out_dir / "adapter"
-    save_folder(adapter_dir, partial(write_pretrained, trainer.model, tok))
-    del trainer, model  # free the training graph before the merge loads a second copy
-    merged_dir = save_merged_model(model_dir, adapter_dir, out_dir, tok) if recipe.save_merged else None
+    box = [DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tok,
+                      peft_config=lora_config(recipe), callbacks=[history, ProgressCallback("train: LoRA DPO")])]
+    del model  # the trainer holds it
+    out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, recipe.save_merged)
     steps = int(out.global_step)
     metrics: dict[str, Any] = {**data_stats, **history.summary, "n_rows": len(examples), "train_loss": float(out.training_loss),
                                "global_step": steps, "train_wall_s": train_s,

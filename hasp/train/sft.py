@@ -298,6 +298,31 @@ def write_pretrained(model: Any, tok: Any, folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
+def lora_config(recipe: Any) -> Any:
+    """The PEFT LoRA config of a recipe (rank, alpha, dropout, target modules)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
+                      target_modules=list(recipe.target_modules), bias="none", task_type="CAUSAL_LM")
+
+
+def train_and_save(box: list[Any], tok: Any, model_dir: Path, out_dir: Path, save_merged: bool
+                   ) -> tuple[Any, float, Path, Path | None]:
+    """Train, save the adapter, free the training graph, then (optionally) merge it into a fresh base.
+    The trainer is taken out of the one-element ``box`` so no caller name keeps the training graph
+    alive while the merge loads a second copy of the model. Returns (train output, train seconds,
+    adapter folder, merged folder or None)."""
+    trainer = box.pop()
+    t_train = time.perf_counter()
+    out = trainer.train()
+    train_s = time.perf_counter() - t_train
+    adapter_dir = out_dir / "adapter"
+    save_folder(adapter_dir, partial(write_pretrained, trainer.model, tok))
+    del trainer
+    merged_dir = save_merged_model(model_dir, adapter_dir, out_dir, tok) if save_merged else None
+    return out, train_s, adapter_dir, merged_dir
+
+
 def save_merged_model(model_dir: Path, adapter_dir: Path, out_dir: Path, tok: Any) -> Path:
     """``out_dir/merged``: a fresh base (a trained one carries TRL's patched forward) with the saved
     adapter merged in, servable by any HF server. Also drops the empty ``trainer`` folder that
@@ -354,8 +379,6 @@ def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe
 
 def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe,
                log_callback: LogCallback | None, label: str) -> TrainResult:
-    from peft import LoraConfig
-
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
     t0 = time.perf_counter()
@@ -387,20 +410,12 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
         max_length=recipe.max_length, completion_only_loss=True, packing=False, padding_free=False,
         seed=recipe.seed, data_seed=recipe.seed, dataloader_num_workers=0, dataloader_pin_memory=False,
     )
-    peft_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, lora_dropout=recipe.lora_dropout,
-                             target_modules=list(recipe.target_modules), bias="none", task_type="CAUSAL_LM")
     history = HistoryCallback(log_callback)
     trainer_cls = WeightedSFTTrainer if recipe.weighting == "loss" else SFTTrainer
-    trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                          peft_config=peft_config, callbacks=[history, ProgressCallback(label)])
-    t_train = time.perf_counter()
-    out = trainer.train()
-    train_s = time.perf_counter() - t_train
-
-    adapter_dir = out_dir / "adapter"
-    save_folder(adapter_dir, partial(write_pretrained, trainer.model, tok))
-    del trainer, model  # free the training graph before the merge loads a second copy
-    merged_dir = save_merged_model(model_dir, adapter_dir, out_dir, tok) if recipe.save_merged else None
+    box = [trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
+                       peft_config=lora_config(recipe), callbacks=[history, ProgressCallback(label)])]
+    del model  # the trainer holds it
+    out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, recipe.save_merged)
 
     steps = int(out.global_step)
     metrics: dict[str, Any] = {
