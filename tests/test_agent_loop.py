@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from doubles import ScriptedPolicyDouble
 
 from hasp.agent.loop import AgentConfig, run_episode
-from hasp.agent.parser import ParsedAction, ParseFailure, parse_action
+from hasp.agent.loop import load_prompts
+from hasp.agent.parser import PLACEHOLDERS, ParsedAction, ParseFailure, parse_action
 from hasp.records import Trajectory
 from hasp.domains.search.generator import generate_benchmark
 from hasp.domains.search.retriever import BM25Retriever
@@ -28,10 +30,12 @@ SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
     ("I think so. FINAL[ \"1951\" ]", ("FINAL", "1951")),
     ("Answer: Tom\nmore text", ("FINAL", "Tom")),
     ("SEARCH: who founded X\nREAD[1]", ("SEARCH", "who founded X")),
-    ("The answer is: 2018.", ("FINAL", "2018")),
     ("Action: FINAL[(1+1+1)*8]", ("FINAL", "(1+1+1)*8")),
     ("FINAL[\\frac{1}{2}]", ("FINAL", "\\frac{1}{2}")),
     ("SEARCH[Ana Morro born", ("SEARCH", "Ana Morro born")),
+    ("thought: sure\naction: final [ Telvik ]", ("FINAL", "Telvik")),
+    ("Action: FINAL[Telvik  \n", ("FINAL", "Telvik")),
+    ("Give FINAL[answer] once sure.\nAction: SEARCH[Ana Morro]", ("SEARCH", "Ana Morro")),
 ])
 def test_parser_tolerates_sloppy_formats(text, expected):
     r = parse_action(text)
@@ -42,6 +46,33 @@ def test_parser_tolerates_sloppy_formats(text, expected):
 @pytest.mark.parametrize("text", ["", "I am not sure what to do.", "SEARCH[]", "Thought: hmm"])
 def test_parser_failure_is_a_value_not_an_exception(text):
     assert isinstance(parse_action(text), ParseFailure)
+
+
+@pytest.mark.parametrize("text,reason", [
+    # prose about an answer is not an answer: it must not count as answered
+    ("I think the answer is somewhere in the documents.", "prose"),
+    ("Thought: no steps are left.\n\nThe answer is: no steps are left.", "prose"),
+    ("The answer is: [Thentor Laren]", "prose"),
+    # the prompt's own placeholder copied back
+    ("Thought: I need a document.\nAction: READ a found document or give FINAL[answer].", "placeholder"),
+    ("Action: SEARCH[query]", "placeholder"),
+    # a sentence cut by the token budget, and an argument left open before more text
+    ("Action: FINAL[The Hollow Saints is a folk band formed in Teholt in 1993. The lead singer of", "runs on"),
+    ("Action: FINAL[Telvik\nThought: let me check", "not closed"),
+])
+def test_parser_refuses_what_the_model_did_not_commit_to(text, reason):
+    r = parse_action(text)
+    assert isinstance(r, ParseFailure), r
+    assert reason in r.reason
+
+
+def test_every_placeholder_the_prompts_write_is_refused():
+    """A placeholder added to an instruction must be added to the parser's list, or a reply that
+    copies the instruction becomes an action again."""
+    prompts = load_prompts()
+    written = {m.group(1).strip().lower() for k, v in prompts.items() if k != "demo" and isinstance(v, str)
+               for m in re.finditer(r"(?:SEARCH|READ|FINAL)\[([^\]]+)\]", v)}
+    assert written and written <= PLACEHOLDERS, written - PLACEHOLDERS
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +139,10 @@ def test_out_of_steps_gets_one_answer_only_turn(world):
     # an answer-only turn that does not answer leaves the episode unanswered, with the reason
     _, t2, _ = _run(world, ["SEARCH[a b]", "SEARCH[c d]", "SEARCH[e f]"], max_steps=2)
     assert t2.terminated == "max_steps" and t2.prediction == "" and "after the budget" in t2.steps[-1].parse_error
+    # nor does prose that talks about an answer: the turn is a counted parse error, not an answer
+    _, t3, _ = _run(world, ["SEARCH[a b]", "SEARCH[c d]", "Thought: no steps are left.\nThe answer is: no steps are left."],
+                    max_steps=2)
+    assert t3.terminated == "max_steps" and t3.prediction == "" and "prose" in t3.steps[-1].parse_error
 
 
 def test_trajectory_roundtrips_through_json(world):

@@ -1,55 +1,38 @@
-"""Turn a small model's free text into one action, tolerating sloppy formats.
+"""Turn a small model's free text into one action; only an explicit action counts.
 
 A 135M-parameter policy writes "Action: Search[x]", "SEARCH: x", "search(x)",
-"Final Answer: x" or nothing usable at all. Anything we cannot read becomes a
-``ParseFailure`` that the loop records and shows to the model; it never raises.
+"Final Answer: x" or nothing usable at all. Spelling is tolerated (case, spaces, aliases,
+other bracket kinds, a labelled ``FINAL: x`` line, a closing bracket missing at the very end of
+a short reply) because it keeps what the model meant. What the model did not commit to is
+refused, so ``answered`` counts only answers: prose that mentions an answer ("the answer is
+somewhere in the documents"), a prompt placeholder copied back (``FINAL[answer]``) and an
+unclosed argument that runs on (a sentence cut by the token budget). A refusal is a
+``ParseFailure`` that the loop records and shows to the model; the parser never raises.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from hasp.textutil import balanced
 
 ACTIONS = ("SEARCH", "READ", "FINAL")
 _ALIASES = {"ANSWER": "FINAL", "FINISH": "FINAL", "FINAL ANSWER": "FINAL", "FINAL_ANSWER": "FINAL",
             "LOOKUP": "SEARCH", "QUERY": "SEARCH", "OPEN": "READ"}
+#: the metavariables the prompts write inside brackets (``FINAL[answer]``, ``READ[doc id]``): a reply
+#: that repeats one has copied the instruction, it has not acted
+PLACEHOLDERS = frozenset({"answer", "query", "doc id", "doc_id", "...", "…"})
+#: longest argument (words) accepted when its closing bracket is missing at the end of the reply;
+#: a longer one is a sentence cut by the token budget, not an argument the model finished
+MAX_UNCLOSED_WORDS = 10
 _NAME = r"(SEARCH|READ|FINAL[ _]ANSWER|FINAL|ANSWER|FINISH|LOOKUP|QUERY|OPEN)"
 _OPEN = re.compile(_NAME + r"\s*([\[\(\{<])", re.I)
 _CLOSE = {"[": "]", "(": ")", "{": "}", "<": ">"}
 _COLON = re.compile(r"(?:^|\n|Action\s*:\s*)" + _NAME + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I)
-_STATED = re.compile(r"\bthe (?:final )?answer is\s*:?\s*(.+?)\s*(?:\n|$)", re.I)
+_STATED = re.compile(r"\bthe (?:final )?answer is\b", re.I)
 _THOUGHT = re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|SEARCH|READ|FINAL)\b|\Z)", re.I | re.S)
-
-
-@dataclass
-class _Match:
-    """Position, action name and argument of one bracketed action."""
-
-    pos: int
-    name: str
-    arg: str
-
-    def start(self) -> int:
-        return self.pos
-
-    def group(self, i: int) -> str:
-        return self.name if i == 1 else self.arg
-
-
-def _bracketed(text: str) -> _Match | None:
-    """First NAME[...] with *balanced* brackets, so FINAL[(1+1+1)*8] keeps its parentheses."""
-    for m in _OPEN.finditer(text):
-        opener = m.group(2)
-        closed = balanced(text, m.end() - 1, opener, _CLOSE[opener])
-        if closed is not None:
-            return _Match(m.start(), m.group(1), closed[0])
-        line_end = text.find("\n", m.end())  # unclosed: take the rest of the line
-        arg = text[m.end(): line_end if line_end >= 0 else len(text)]
-        return _Match(m.start(), m.group(1), arg)
-    return None
+_NO_ACTION = "no SEARCH[...], READ[...] or FINAL[...] action found"
 
 
 @dataclass
@@ -65,28 +48,68 @@ class ParseFailure:
     thought: str
 
 
+@dataclass
+class _Found:
+    """One place in the reply that looks like an action: its argument, or why it is not one."""
+
+    pos: int
+    kind: str
+    arg: str = ""
+    refused: str = ""
+
+
 def _norm(name: str) -> str:
     n = re.sub(r"[ _]+", " ", name.upper()).strip()
     return _ALIASES.get(n, n)
 
 
+def _clean(arg: str) -> str:
+    return re.sub(r"\s+", " ", arg.strip().strip("\"'` ").strip())[:500]
+
+
+def _checked(pos: int, name: str, raw_arg: str) -> _Found:
+    kind, arg = _norm(name), _clean(raw_arg)
+    if not arg:
+        return _Found(pos, kind, refused=f"{kind} has an empty argument")
+    if arg.lower() in PLACEHOLDERS:
+        return _Found(pos, kind, refused=f"{kind}[{arg}] repeats the prompt's placeholder")
+    return _Found(pos, kind, arg)
+
+
+def _bracketed(text: str) -> list[_Found]:
+    """Every NAME[...] in order. Brackets are *balanced*, so FINAL[(1+1+1)*8] keeps its parentheses;
+    an unclosed one is an argument only when it is short and ends the reply."""
+    found = []
+    for m in _OPEN.finditer(text):
+        opener = m.group(2)
+        closed = balanced(text, m.end() - 1, opener, _CLOSE[opener])
+        if closed is not None:
+            found.append(_checked(m.start(), m.group(1), closed[0]))
+            continue
+        rest = text[m.end():].strip()
+        kind = _norm(m.group(1))
+        if "\n" in rest:
+            found.append(_Found(m.start(), kind, refused=f"{kind}{opener} is not closed before the next line"))
+        elif len(rest.split()) > MAX_UNCLOSED_WORDS:
+            found.append(_Found(m.start(), kind, refused=f"{kind}{opener} is not closed and runs on for "
+                                                          f"{len(rest.split())} words"))
+        else:
+            found.append(_checked(m.start(), m.group(1), rest))
+    return found
+
+
 def parse_action(text: str) -> ParsedAction | ParseFailure:
-    """Return the first well-formed action in ``text`` (bracketed form preferred)."""
+    """Return the first well-formed action in ``text``; else why there is none."""
     text = text or ""
     m_t = _THOUGHT.search(text)
     thought = (m_t.group(1) if m_t else text.split("\n", 1)[0]).strip()[:1000]
-    candidates: list[tuple[int, Any]] = []
-    for m in (_bracketed(text), _COLON.search(text)):
-        if m:
-            candidates.append((m.start(), m))
-    if not candidates:
-        m = _STATED.search(text)  # "The answer is: X" is an explicit final answer, not a guess
-        if m and m.group(1).strip(" .:"):
-            return ParsedAction("FINAL", re.sub(r"\s+", " ", m.group(1)).strip(" .\"'")[:500], thought)
-        return ParseFailure("no SEARCH[...], READ[...] or FINAL[...] action found", thought)
-    _, m = min(candidates, key=lambda c: c[0])
-    kind, arg = _norm(m.group(1)), m.group(2).strip().strip("\"'` ").strip()
-    arg = re.sub(r"\s+", " ", arg)[:500]
-    if not arg:
-        return ParseFailure(f"{kind} has an empty argument", thought)
-    return ParsedAction(kind, arg, thought)
+    found = _bracketed(text) + [_checked(m.start(), m.group(1), m.group(2)) for m in _COLON.finditer(text)]
+    found.sort(key=lambda f: f.pos)
+    actions = [f for f in found if not f.refused]
+    if actions:
+        return ParsedAction(actions[0].kind, actions[0].arg, thought)
+    if found:
+        return ParseFailure(found[0].refused, thought)
+    if _STATED.search(text):
+        return ParseFailure("an answer stated in prose is not an action: " + _NO_ACTION, thought)
+    return ParseFailure(_NO_ACTION, thought)
