@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hasp.evolve.story import epoch_story  # noqa: E402
+from hasp.evolve.story import em_by_qid, epoch_story  # noqa: E402
+from hasp.stats import paired_difference, rate  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
 
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epoch", type=int, default=0)
     ap.add_argument("--ran", required=True, help="the command that produced --out (recorded with the figures)")
     ap.add_argument("--section", default="Evolution on the embedded model")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=EVAL_DIR",
+                    help="another evaluation of the same test questions (e.g. a filtering-ablation library), "
+                         "reported with its paired difference to the library before the epoch")
     args = ap.parse_args(argv)
     epoch_dir = args.out / f"epoch_{args.epoch}"
     if not (epoch_dir / "candidates.json").exists():
@@ -39,11 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         by_ds = json.loads((eval_dir / "metrics.json").read_text(encoding="utf-8"))
         metrics = next(iter(by_ds.values())) if by_ds else None
     report = Report(args.section)
-    report.line(f"run: `{args.ran}` (outputs in {args.out})")
-    report.line("```")
+    report.line(f"outputs in {args.out}")
     for line in epoch_story(epoch_dir, metrics, eval_dir):
         report.line(line)
-    report.line("```")
+    before = em_by_qid(next(eval_dir.rglob("*_before.jsonl"), Path("-"))) if eval_dir is not None else {}
+    for spec in args.also:
+        label, _, path = spec.partition("=")
+        for traj_file in sorted(Path(path).rglob("*.jsonl")):
+            if traj_file.name.endswith(".episodes.jsonl"):
+                continue
+            after = em_by_qid(traj_file)
+            common = sorted(set(before) & set(after))
+            line = f"  {label:22s} EM {rate([after[q] for q in after])} "
+            if common:
+                line += f"; after - before: {paired_difference([before[q] for q in common], [after[q] for q in common])}"
+            report.line(line)
     report.write()
     return 0
 

@@ -31,7 +31,7 @@ def _rate(em: float | None, n: int) -> str:
     return f"{r.p:.3f} [{r.lo:.2f}, {r.hi:.2f}]"
 
 
-def _em_by_qid(path: Path) -> dict[str, float]:
+def em_by_qid(path: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     try:
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -47,7 +47,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
                 ) -> list[str]:
     """Lines telling what happened in ``epoch_dir`` (missing files are skipped, never an error)."""
     lines: list[str] = []
-    roll = _em_by_qid(epoch_dir / "rollout.jsonl")
+    roll = em_by_qid(epoch_dir / "rollout.jsonl")
     clusters = _load(epoch_dir / "clusters.json") or []
     failures = _load(epoch_dir / "failures.json") or []
     lines.append(f"Failures found: {len(failures)} failure patterns"
@@ -61,7 +61,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
     rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
     gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
     adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
-    base_em = _em_by_qid(epoch_dir / "val_baseline.jsonl")
+    base_em = em_by_qid(epoch_dir / "val_baseline.jsonl")
     lines.append(f"Proposals: {len(cands)}")
     for c in cands:
         sid = c.get("skill_id")
@@ -85,7 +85,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             n = int(g.get("n") or 0)
             line = (f"      val gate: EM {_rate(g.get('base_em'), n)} -> {_rate(g.get('em_val'), n)} (n={n}), "
                     f"dEM {g.get('delta_em')}")
-            after = _em_by_qid(next((epoch_dir / "val_runs").glob(f"val*{sid}.jsonl"), Path("-")))
+            after = em_by_qid(next((epoch_dir / "val_runs").glob(f"val*{sid}.jsonl"), Path("-")))
             common = sorted(set(base_em) & set(after))
             if common:
                 line += f", paired {paired_difference([base_em[q] for q in common], [after[q] for q in common])}"
@@ -103,8 +103,8 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
         before = next((k for k in eval_metrics if k.endswith("_before")), None)
         if before and eval_dir is not None:
             after_label = before.removesuffix("_before")
-            b = _em_by_qid(next(eval_dir.rglob(f"{before}.jsonl"), Path("-")))
-            a = _em_by_qid(next(eval_dir.rglob(f"{after_label}.jsonl"), Path("-")))
+            b = em_by_qid(next(eval_dir.rglob(f"{before}.jsonl"), Path("-")))
+            a = em_by_qid(next(eval_dir.rglob(f"{after_label}.jsonl"), Path("-")))
             common = sorted(set(a) & set(b))
             if common:
                 lines.append(f"  PF agent after - before (same questions): "
