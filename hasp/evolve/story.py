@@ -92,7 +92,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             lines.append(line + (f" — {g['error']}" if g.get("error") else ""))
         if sid in adm:
             a = adm[sid]
-            verdict = f"admitted as {a.get('path')}" if a.get("admitted") else \
+            verdict = f"admitted (version {a.get('version')}; {a.get('reason', '')})" if a.get("admitted") else \
                 f"rejected: {truncate('; '.join(a.get('reasons') or [str(a.get('reason', ''))]), 160)}"
             lines.append(f"      decision: {verdict}")
     if eval_metrics:
