@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the scripted endpoint double
 
+from hasp.atomic import json_file_error  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
 REPORT = Report("Chaos: SIGKILLs during an evolution epoch with training")
@@ -86,6 +87,7 @@ def make_project(path: Path, base_url: str | None, *, train: bool, port: int) ->
     p["evolve"].update(max_candidates=2, min_cluster_size=2, proposal_max_tokens=160)
     p["train"].update(enabled=train, max_steps=2, max_length=512, per_device_train_batch_size=2)
     p["tracking"]["experiment"] = "hasp-chaos"
+    p.pop("demo", None)  # the settings above are the run's scale; `hasp demo` must not rescale them
     (path / "params.yaml").write_text(yaml.safe_dump(p), encoding="utf-8")
     if not (path / "skills" / "search").exists():
         shutil.copytree(ROOT / "skills" / "search", path / "skills" / "search",
@@ -111,18 +113,8 @@ def bad_artifacts(project: Path) -> list[str]:
     bad = []
     for root in (project / "outputs", project / "skills"):
         for f in sorted(root.rglob("*")):
-            if f.suffix not in (".json", ".jsonl") or not f.is_file():
-                continue
-            try:
-                text = f.read_text(encoding="utf-8")
-                if f.suffix == ".json":
-                    json.loads(text)
-                else:
-                    for line in text.splitlines():
-                        if line.strip():
-                            json.loads(line)
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                bad.append(f"{f.relative_to(project)}: {type(e).__name__}: {e}"[:200])
+            if f.suffix in (".json", ".jsonl") and f.is_file() and (err := json_file_error(f)):
+                bad.append(f"{f.relative_to(project)}: {err}"[:200])
     return bad
 
 

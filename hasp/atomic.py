@@ -91,6 +91,23 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
     return write_jsonl_atomic(rows, path)
 
 
+def json_file_error(path: str | Path) -> str | None:
+    """Why a ``.json`` / ``.jsonl`` file does not read whole (None when it does): the one check
+    behind cache-output verification and the chaos run's artifact audit."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".json":
+            json.loads(text)
+        else:
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
 from prefect.cache_policies import CachePolicy
+
+from hasp.atomic import json_file_error
 
 
 def content_hash(path: Path | str) -> str:
@@ -108,19 +109,7 @@ def output_complete(path: Path | str) -> bool:
         return any(x.is_file() for x in p.rglob("*"))
     if not p.is_file():
         return False
-    if p.suffix not in (".json", ".jsonl"):
-        return True
-    try:
-        text = p.read_text(encoding="utf-8")
-        if p.suffix == ".json":
-            json.loads(text)
-        else:
-            for line in text.splitlines():
-                if line.strip():
-                    json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return True
+    return p.suffix not in (".json", ".jsonl") or json_file_error(p) is None
 
 
 def outputs_complete(*paths: Path | str) -> bool:

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hasp.processes import pid_alive
+
 #: how often the guard checks that its parent is alive (seconds)
 POLL_S = 0.5
 #: after SIGTERM, how long the command may take to exit before SIGKILL (seconds)
@@ -85,7 +87,7 @@ def stale_children(contains: str = "") -> list[StaleChild]:
         line = " ".join(args[args.index("--") + 1:])
         if contains and contains not in line:
             continue
-        if not _alive(parent):
+        if not pid_alive(parent):
             out.append(StaleChild(int(proc.name), parent, line[:200]))
     return out
 
@@ -108,16 +110,6 @@ def _ppid(proc: Path) -> int:
         return -1
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _end_group(child: subprocess.Popen[bytes]) -> int:
     """SIGTERM to the guard's process group (the command and its own children), SIGKILL after the grace."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -131,7 +123,7 @@ def _end_group(child: subprocess.Popen[bytes]) -> int:
 
 def main(argv: list[str]) -> int:
     parent, cmd = int(argv[0]), argv[2:]
-    if not _alive(parent):
+    if not pid_alive(parent):
         return 1
     child = subprocess.Popen(cmd)  # in the guard's process group: one killpg reaches both
 
@@ -142,7 +134,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     while child.poll() is None:
-        if os.getppid() != parent and not _alive(parent):
+        if os.getppid() != parent and not pid_alive(parent):
             return _end_group(child) or 1
         time.sleep(POLL_S)
     return child.returncode

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from hasp.processes import pid_alive
 from hasp.sandbox import seccomp
 from hasp.sandbox.lockdown import NOBODY
 
@@ -127,7 +128,7 @@ def _sweep(prefix: str, root: str) -> int:
         return 0
     for name in names:
         m = owner.match(name)
-        if not m or _alive(int(m.group(1))):
+        if not m or pid_alive(int(m.group(1))):
             continue
         path = os.path.join(root, name)
         remove_workdir(path)
@@ -138,16 +139,6 @@ def _sweep(prefix: str, root: str) -> int:
 def _report(gone: int, where: str) -> None:
     if gone:
         log.warning("removed %d sandbox folder(s) %s left by processes that were killed", gone, where)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: alive as far as we can tell
-        return True
-    return True
 
 
 def remove_workdir(path: str | None) -> None:

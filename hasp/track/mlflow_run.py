@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hasp.processes import pid_alive
+
 
 def tracking_uri(project_dir: Path | None = None) -> str:
     """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<project>/mlflow.db`` (absolute)."""
@@ -64,18 +66,8 @@ def _sweep_creating(path: Path) -> None:
     mine = re.compile(re.escape(f".{path.name}.pid") + r"(\d+)-")
     for f in path.parent.glob(f".{path.name}.pid*"):
         m = mine.match(f.name)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             f.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _mlflow():
