@@ -470,3 +470,23 @@ def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
     s2 = ep.phase_a_rollout(load_params(ROOT / "params.yaml", {"data.n_questions": 10}), tmp_path / "data",
                             ROOT / "skills" / "search", out2, policy=pol)
     assert s2["n"] == len(items) and "prefilter" not in s2 and not out2.with_name("prefilter.jsonl").exists()
+
+
+def test_val_run_with_endpoint_failures_is_a_failed_run_the_phase_retries(epoch_files):
+    """Val episodes the endpoint failed count as failed calls, not as EM 0: the candidate gets no
+    delta (refused as a failed run, never as 'val EM drops'), and the gate phase reports the
+    failed calls so the orchestrator does not cache it."""
+    tmp_path, lib, ed = epoch_files
+
+    def outage(library, label):
+        return {"em": 0.0, "f1": 0.0, "n": 10, "failure": "10 episodes failed: endpoint error",
+                "failed_calls": 10, "first_error": "LLMError: http 500"}
+
+    s = ep.gate(ed, lib, _params(tmp_path), {"em": 0.5, "f1": 0.6, "n": 10}, outage)
+    assert s["failed_calls"] == 10 and "endpoint error" in s["failure"] and s["val_pass"] == 0
+    (g,) = json.loads((ed / "gate.json").read_text())
+    assert g["delta_em"] is None and g["failed_calls"] == 10 and "http 500" in g["error"]
+    _, _ = _admit(tmp_path, lib, ed)
+    hist = {h["skill_id"]: h for h in json.loads((ed / "library" / "library_history.json").read_text())}
+    reasons = hist["good_skill"]["reasons"]
+    assert any("val run failed" in r for r in reasons) and not any("drops" in r for r in reasons)

@@ -120,6 +120,26 @@ def test_episode_wall_budget_ends_a_hung_policy_call() -> None:
     assert "wall budget of 0.6s ended a model call" in traj.pf_errors[-1]
 
 
+def test_single_step_wall_budget_ends_a_hung_policy_call() -> None:
+    """Math and code episodes ask once; the harness's wall budget must end that call too, through
+    the config every evaluation cell builds (``episode_config``), as an infrastructure failure."""
+    from hasp.config import Params
+    from hasp.domains.math.datasets import MathItem
+    from hasp.domains.math.runner import episode_fn
+    from hasp.eval.episodes import episode_config
+
+    params = Params.model_validate({"harness": {"timeout_seconds": 0.6}})
+    cfg = episode_config(params, "math")
+    assert cfg.timeout_s == 0.6
+    with OpenAIEndpointDouble(always="hang") as ep:
+        client = _client(ep.base_url, timeout_s=300.0)
+        t0 = time.monotonic()
+        traj = episode_fn(client, None, cfg, "react")(MathItem(id="m1", problem="1+1?", answers=["2"]))
+    assert time.monotonic() - t0 < 2.5
+    assert traj.terminated == "error" and traj.em == 0.0
+    assert "deadline" in traj.pf_errors[-1]
+
+
 def test_sigint_stops_a_process_waiting_on_a_hung_endpoint_within_seconds(tmp_path: Path) -> None:
     """A real process: a thread pool of calls against a hung endpoint, the shipped 300 s timeout."""
     script = tmp_path / "hung.py"

@@ -74,6 +74,9 @@ class AgentConfig:
     max_modify_fires: int = _agent("max_modify_fires")
     seed: int | None = 0
     final_on_budget: bool = _agent("final_on_budget")
+    #: wall budget of one single-step episode, enforced during its model calls (None: none); the
+    #: search loop takes the same budget from its harness (``harness.timeout_seconds``)
+    timeout_s: float | None = None
 
 
 def agent_config(params: Params) -> AgentConfig:

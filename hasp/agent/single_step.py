@@ -20,7 +20,8 @@ signal scoring, training-data building, failure detection and evaluation (``hasp
 they are.
 
 ``Trajectory.terminated`` is ``"final"`` when some step produced an answer, else ``"max_steps"``
-(the one-step budget ran out without an action), as in the multi-step loop.
+(the one-step budget ran out without an action), as in the multi-step loop, and ``"error"`` when a
+model call failed or the episode's wall budget (``AgentConfig.timeout_s``) ended a call that hung.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 from hasp.agent.loop import AgentConfig, Policy
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.agent.variants import Variant, get_variant
+from hasp.llm.cancel import call_deadline
 from hasp.llm.client import LLMError
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.dispatcher import DispatchResult, Dispatcher
@@ -134,10 +136,13 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
     max_steps = 2 if (revise and v.use_pfs) else 1
     for i in range(max_steps):
         ts = time.perf_counter()
+        left = None if cfg.timeout_s is None else cfg.timeout_s - (ts - t0)
         try:
-            reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-                                seed=cfg.seed)
-        except LLMError as e:  # the endpoint failed after the client's retries: contain it to this episode
+            with call_deadline(left):  # the wall budget also ends a model call that hangs
+                reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
+                                    seed=cfg.seed)
+        except LLMError as e:  # the endpoint failed after the client's retries, or the wall budget ran out
+            # during the call: contain it to this episode (the runner counts it in n_failed, not as EM 0)
             err = f"{type(e).__name__}: {e}"[:500]
             log.warning("%s: model call %d failed: %s", qid, i, err)
             traj.pf_errors.append(err)

@@ -35,12 +35,13 @@ def item_identity(item: Any) -> tuple[str, str, list[str]]:
 
 
 def episode_config(params: Params, domain: str) -> AgentConfig:
-    """Search uses the params' agent budgets; a single-step domain asks once, with its own reply budget."""
+    """Search uses the params' agent budgets; a single-step domain asks once, with its own reply budget
+    and the harness's wall budget per episode (which also ends a model call that hangs)."""
     if domain == "search":
         return agent_config(params)
     a = params.agent
     return AgentConfig(max_steps=1, temperature=a.temperature, max_tokens=SINGLE_STEP_MAX_TOKENS[domain],
-                       max_modify_fires=a.max_modify_fires)
+                       max_modify_fires=a.max_modify_fires, timeout_s=params.harness.timeout_seconds)
 
 
 def episodes(params: Params, ds: EvalDataset, variant: Variant, *, policy: Policy, library: Any,

@@ -349,11 +349,16 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
                            workdir=epoch_dir, rule=params.evolve.val_rule)
     write_json([r.to_dict() for r in results], epoch_dir / "gate.json")
-    return {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
-            "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
-            "delta_em": {r.skill_id: r.delta_em for r in results},
-            "r_skill": {r.skill_id: r.r_skill for r in results},
-            "sandbox_weaker": sorted({w for r in results for w in r.weaker})}
+    summary = {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
+               "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
+               "delta_em": {r.skill_id: r.delta_em for r in results},
+               "r_skill": {r.skill_id: r.r_skill for r in results},
+               "sandbox_weaker": sorted({w for r in results for w in r.weaker})}
+    broken = [r for r in results if r.failed_calls]
+    if broken:  # the endpoint failed val episodes: say so, and let the orchestrator retry the phase
+        summary.update(failure=f"{len(broken)} val runs had failed episodes: endpoint error",
+                       failed_calls=sum(r.failed_calls for r in broken), first_error=broken[0].error[:300])
+    return summary
 
 
 def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None

@@ -76,6 +76,7 @@ class ValResult:
     q_skill: float | None = None
     r_skill: float | None = None
     error: str = ""
+    failed_calls: int = 0  # val episodes the endpoint failed (infrastructure): the run then counts as failed
     rule: str = "gain"  # val_rule applied (recorded so admission reads what the gate measured against)
     weaker: list[str] = field(default_factory=list)  # isolation layers missing in the val run (allow_weaker)
 
@@ -324,6 +325,10 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
             m = run_val(lib, f"val+{cand.skill_id}")
             res.em_val, res.f1_val, res.n = float(m["em"]), float(m["f1"]), int(m.get("n", 0))
             res.weaker = list(m.get("sandbox_weaker") or ())
+            res.failed_calls = int(m.get("failed_calls") or 0)
+            if res.failed_calls:  # an outage is not a measurement: no delta, and the phase is retried
+                raise RuntimeError(f"{m.get('failure') or str(res.failed_calls) + ' episodes failed'} "
+                                   f"({m.get('first_error', '')})".strip())
             res.delta_em = round(res.em_val - base_em, 6)
             res.delta_f1 = round(res.f1_val - base_f1, 6)
         except Exception as e:  # noqa: BLE001 - recorded; the val gate then refuses this candidate
