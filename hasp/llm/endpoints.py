@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def _vllm_client(llm: LLMParams, model_dir: Path | None, port: int | None, max_t
     ckpt = resolve_checkpoint(model_dir)
     handle = None
     if llm.base_url:
-        base_url, model = llm.base_url, attach(root_of(llm.base_url), ckpt)
+        key = os.environ.get(llm.api_key_env) if llm.api_key_env else None  # a server started with --api-key
+        base_url, model = llm.base_url, attach(root_of(llm.base_url), ckpt, api_key=key)
     else:
         base_url, model, handle = ensure_vllm(ckpt, port or llm.port, llm.vllm, temperature=temperature)
     try:

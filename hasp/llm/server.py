@@ -51,10 +51,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _http(method: str, url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 5.0,
+          api_key: str | None = None) -> tuple[int, str]:
     """Tiny stdlib HTTP call returning (status, text); status 0 means no connection."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")

@@ -92,9 +92,9 @@ def root_of(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1")
 
 
-def served_models(root_url: str, timeout: float = 5.0) -> list[dict] | None:
+def served_models(root_url: str, timeout: float = 5.0, api_key: str | None = None) -> list[dict] | None:
     """The ``/v1/models`` entries of a vLLM server at ``root_url``; None when none answers."""
-    status, text = _http("GET", f"{root_url}/v1/models", timeout=timeout)
+    status, text = _http("GET", f"{root_url}/v1/models", timeout=timeout, api_key=api_key)
     if status != 200:
         return None
     try:
@@ -111,10 +111,10 @@ def same_model(a: str, b: str) -> bool:
     return pa.is_absolute() and pb.is_absolute() and pa.resolve() == pb.resolve()
 
 
-def load_adapter(root_url: str, ckpt: Checkpoint, timeout: float = 300.0) -> None:
+def load_adapter(root_url: str, ckpt: Checkpoint, timeout: float = 300.0, api_key: str | None = None) -> None:
     """``POST /v1/load_lora_adapter``: the server loads the adapter and serves it under its name."""
     assert ckpt.adapter is not None and ckpt.name is not None
-    status, text = _http("POST", f"{root_url}/v1/load_lora_adapter", timeout=timeout,
+    status, text = _http("POST", f"{root_url}/v1/load_lora_adapter", timeout=timeout, api_key=api_key,
                          body={"lora_name": ckpt.name, "lora_path": str(ckpt.adapter)})
     if status == 200 or (status == 400 and "already" in text):  # loaded meanwhile by another caller
         log.info("vLLM at %s: adapter %s loaded from %s", root_url, ckpt.name, ckpt.adapter)
@@ -127,12 +127,12 @@ def load_adapter(root_url: str, ckpt: Checkpoint, timeout: float = 300.0) -> Non
                      f"(HTTP {status}): {' '.join(text.split())[:300]}")
 
 
-def attach(root_url: str, ckpt: Checkpoint) -> str:
+def attach(root_url: str, ckpt: Checkpoint, api_key: str | None = None) -> str:
     """Make ``ckpt`` servable on the running vLLM server at ``root_url``; the ``model`` to send.
 
     An adapter the server already lists is used as is; otherwise it is loaded at run time, but only
     onto the base it was trained on (an adapter on another base would run, and be wrong)."""
-    models = served_models(root_url)
+    models = served_models(root_url, api_key=api_key)
     if models is None:
         raise ServeError(f"no vLLM server answers GET {root_url}/v1/models")
     if ckpt.name is not None and any(m["id"] == ckpt.name for m in models):
@@ -147,7 +147,7 @@ def attach(root_url: str, ckpt: Checkpoint) -> str:
                          "HASP starts vllm serve on it")
     if ckpt.adapter is None:
         return str(match["id"])
-    load_adapter(root_url, ckpt)
+    load_adapter(root_url, ckpt, api_key=api_key)
     return str(ckpt.name)
 
 
