@@ -70,7 +70,38 @@ class EndpointParams(_Strict):
         return self
 
 
+#: ranks ``vllm serve --max-lora-rank`` accepts (vLLM's ``LoRAConfig.max_lora_rank``)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class VLLMParams(_Strict):
+    """``vllm serve`` as HASP starts it (``llm.backend: vllm``): the base model with LoRA enabled and
+    trained adapters registered by name, so a client selects an adapter by sending its name as ``model``."""
+
+    max_loras: int = Field(2, ge=1, description="adapters one batch may mix (vllm --max-loras)")
+    max_lora_rank: int | None = Field(
+        None, description="vllm --max-lora-rank, one of 1, 8, 16, 32, 64, 128, 256, 320, 512; null = the largest "
+                          "rank among the served adapters (their adapter_config.json r) rounded up to one of these")
+    startup_timeout_s: float = Field(900.0, gt=0, description="seconds the server may take to load the base "
+                                     "model and answer its first request")
+    extra_args: list[str] = Field(default_factory=list, description="further vllm serve arguments, e.g. "
+                                  "[--gpu-memory-utilization, '0.85', --max-model-len, '8192']")
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _rank(cls, v: int | None) -> int | None:
+        if v is not None and v not in VLLM_LORA_RANKS:
+            raise ValueError(f"must be one of {', '.join(map(str, VLLM_LORA_RANKS))} (the ranks vLLM accepts)")
+        return v
+
+
 class LLMParams(EndpointParams):
+    backend: Literal["transformers", "vllm"] = Field(
+        "transformers", description="what serves a model folder or a trained checkpoint: transformers "
+                                    "(transformers serve on the merged folder; CPU) or vllm (vllm serve --enable-lora "
+                                    "with the LoRA adapter registered by name, no merge; GPU, the gpu extra). With "
+                                    "vllm and base_url set, checkpoints are loaded into that server at run time")
+    vllm: VLLMParams = Field(VLLMParams(), description="vllm serve settings (backend vllm)")
     port: int = Field(8765, ge=1024, le=65535, description="loopback port of the embedded server")
     timeout_s: float = Field(300.0, gt=0, description="per-request timeout; a long proposal on a loaded "
                                                     "2-core CPU can take minutes")

@@ -447,6 +447,10 @@ class OpenAIEndpointDouble:
         assert isinstance(status, int), status
         return status, json.dumps({"error": {"message": f"scripted {status}", "type": "server_error"}}).encode()
 
+    def _other(self, method: str, path: str, body: dict | None) -> tuple[int, bytes]:
+        """Requests to any path but chat completions: 404, as a server without that route answers."""
+        return 404, json.dumps({"detail": "Not Found"}).encode()
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         double = self
 
@@ -454,8 +458,21 @@ class OpenAIEndpointDouble:
             def log_message(self, *args: object) -> None:  # keep test output quiet
                 pass
 
+            def _send(self, code: int, data: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                self._send(*double._other("GET", self.path, None))
+
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self.path.endswith("/chat/completions"):
+                    self._send(*double._other("POST", self.path, body))
+                    return
                 status = double._next_status(body)
                 try:
                     time.sleep(double.delay_s)
@@ -507,6 +524,54 @@ class SelectiveOutageEndpointDouble(OpenAIEndpointDouble):
         status = super()._next_status(body)
         text = " ".join(str(m.get("content", "")) for m in body["messages"])
         return self.fault if any(q in text for q in self.down_for) else status
+
+
+class VLLMEndpointDouble(OpenAIEndpointDouble):
+    """``vllm serve <base> --enable-lora``: ``GET /v1/models`` lists the base and every adapter (the
+    adapter with ``parent`` = base, as vLLM does), ``POST /v1/load_lora_adapter`` registers one at run
+    time (404 unless ``runtime_lora``, as without VLLM_ALLOW_RUNTIME_LORA_UPDATING; 400 when the name
+    is taken), and a chat request for a model it does not serve gets vLLM's 404. ``calls`` records
+    every (method, path, body); the chat bodies are in ``bodies`` as for the parent double."""
+
+    def __init__(self, base: str, adapters: dict[str, str] | None = None, *, runtime_lora: bool = True,
+                 reply: Callable[[dict], str] | None = None) -> None:
+        self.base, self.adapters, self.runtime_lora = base, dict(adapters or {}), runtime_lora
+        self.calls: list[tuple[str, str, dict | None]] = []
+        super().__init__(reply=reply or (lambda body: "Thought: done\nAction: FINAL[Paris]"))
+
+    def models(self) -> list[str]:
+        return [self.base, *self.adapters]
+
+    def _other(self, method: str, path: str, body: dict | None) -> tuple[int, bytes]:
+        with self._lock:
+            self.calls.append((method, path, body))
+            if method == "GET" and path == "/health":
+                return 200, b""
+            if method == "GET" and path == "/v1/models":
+                data = [{"id": self.base, "object": "model", "root": self.base, "parent": None}]
+                data += [{"id": n, "object": "model", "root": p, "parent": self.base} for n, p in self.adapters.items()]
+                return 200, json.dumps({"object": "list", "data": data}).encode()
+            if method == "POST" and path == "/v1/load_lora_adapter" and self.runtime_lora:
+                assert body is not None
+                name = body["lora_name"]
+                if name in self.adapters:
+                    return 400, json.dumps({"error": {"message": f"The lora adapter '{name}' has already been "
+                                                                f"loaded.", "code": 400}}).encode()
+                self.adapters[name] = body["lora_path"]
+                return 200, f"Success: LoRA adapter '{name}' added successfully.".encode()
+        return super()._other(method, path, body)
+
+    def _next_status(self, body: dict) -> int | str:
+        status = super()._next_status(body)
+        with self._lock:
+            self.calls.append(("POST", "/v1/chat/completions", body))
+        return status if body.get("model") in self.models() else 404
+
+    def _payload(self, status: int | str, body: dict) -> tuple[int, bytes]:
+        if status == 404:
+            return 404, json.dumps({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                              "type": "NotFoundError", "code": 404}}).encode()
+        return super()._payload(status, body)
 
 
 class RetrieverServerDouble:

@@ -75,21 +75,78 @@ def model_prepare() -> None:
 
 
 @model_app.command("serve")
-def model_serve(port: int = 8765, folder: Optional[Path] = None) -> None:
-    """Serve a model folder (default: the embedded one) OpenAI-compatibly until Ctrl-C."""
+def model_serve(port: int = 8765,
+                folder: Annotated[Optional[Path], typer.Option(
+                    help="Model folder (vllm: also a hub name) to serve; default: the embedded one, or the "
+                         "base the --lora adapters were trained on.")] = None,
+                backend: Annotated[Optional[str], typer.Option(
+                    help="transformers | vllm; default llm.backend of the params file.")] = None,
+                lora: Annotated[Optional[list[str]], typer.Option(
+                    "--lora", help="vllm: a trained adapter to register, NAME=DIR or DIR (an adapter folder or "
+                                   "the merged folder beside it; the name is then derived). Repeatable.")] = None,
+                params: Annotated[Optional[Path], typer.Option(
+                    "--params", help="params.yaml to read (llm.backend, llm.vllm); default ./params.yaml "
+                                     "when it exists")] = None) -> None:
+    """Serve a model OpenAI-compatibly until Ctrl-C: transformers serve on a folder (CPU), or vllm serve
+    with LoRA adapters selectable by name (GPU)."""
     import time
 
-    from hasp.llm.model_prep import prepare_model
-    from hasp.llm.server import LocalModelServer
+    from hasp.config import Params
 
-    srv = LocalModelServer(folder or prepare_model(), port)
+    p = _params(params) if params is not None else (
+        _params(Path("params.yaml")) if Path("params.yaml").is_file() else Params())
+    chosen = backend or p.llm.backend
+    if chosen not in ("transformers", "vllm"):
+        raise typer.BadParameter(f"--backend {chosen!r}: choose transformers or vllm")
+    srv = _vllm_server(p, port, folder, lora or []) if chosen == "vllm" else _transformers_server(port, folder, lora)
     with srv:
         typer.echo(f"serving {srv.model_name} at {srv.base_url} (model name as above); Ctrl-C to stop")
+        for a in getattr(srv, "adapters", []):
+            typer.echo(f"  adapter {a.name} = {a.adapter} (send it as the model)")
         try:
             while srv.proc is not None and srv.proc.poll() is None:
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+
+
+def _transformers_server(port: int, folder: Path | None, lora: list[str] | None) -> Any:
+    from hasp.llm.model_prep import prepare_model
+    from hasp.llm.server import LocalModelServer
+
+    if lora:
+        raise typer.BadParameter("--lora needs --backend vllm; transformers serve runs a merged folder "
+                                 "(--folder <train out>/merged)")
+    return LocalModelServer(folder or prepare_model(), port)
+
+
+def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any:
+    """The vLLM server of ``hasp model serve``: checked (vllm installed, adapters readable, one base)
+    before anything starts."""
+    from hasp.llm.adapters import adapter_checkpoint, resolve_checkpoint
+    from hasp.llm.vllm_server import VLLMServer, require_vllm, same_model
+
+    require_vllm()
+    adapters = []
+    for spec in lora:
+        name, sep, path = spec.partition("=")
+        ckpt = resolve_checkpoint(Path(path if sep else name))
+        if ckpt.adapter is None:
+            raise typer.BadParameter(f"--lora {spec}: {ckpt.base} holds no adapter_config.json")
+        adapters.append(adapter_checkpoint(ckpt.adapter, name if sep else None))
+    if folder is not None:
+        base = str(folder.resolve()) if folder.exists() else str(folder)
+    elif adapters:
+        base = adapters[0].base
+    else:
+        from hasp.llm.model_prep import prepare_model
+
+        base = str(prepare_model())
+    other = [a for a in adapters if not same_model(a.base, base)]
+    if other:
+        raise typer.BadParameter(f"--lora {other[0].adapter} was trained on {other[0].base}, not on {base}; "
+                                 "one server serves adapters of one base")
+    return VLLMServer(base, adapters, port, settings=p.llm.vllm)
 
 
 # ----------------------------------------------------------------------------- data
@@ -218,6 +275,28 @@ def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Pa
     with one_line_errors():
         s = train(data, p, out, model_dir=resolve_model(model) if model else None)
     typer.echo(json.dumps(s.get("metrics", s), default=str))
+
+
+@app.command("params")
+def params_write(out: Annotated[Path, typer.Option(help="File to write the resolved params to.")],
+                 set_: Annotated[Optional[list[str]], typer.Option(
+                     "--set", help="section.key=value (the value is read as YAML). Repeatable.")] = None,
+                 params: ParamsOpt = Path("params.yaml")) -> None:
+    """Write PARAMS with --set values applied, validated, as one complete file (e.g. a GPU stack's
+    llm.backend=vllm and llm.base_url), so every other knob keeps the value of the file it came from."""
+    import yaml
+
+    overrides = {}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--set {item!r}: expected section.key=value")
+        overrides[key] = yaml.safe_load(value) if value else None
+    resolved = params_or_exit(params, overrides)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = {**resolved.model_dump(mode="json"), "demo": resolved.demo}  # demo values stay as the file has them
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    typer.echo(str(out))
 
 
 @app.command("retriever-serve")

@@ -1,13 +1,17 @@
 """From params to live clients: the embedded server when no base_url is given.
 
 Pointing ``llm.base_url``/``llm.model`` (or ``teacher.*``) in params.yaml at any
-OpenAI-compatible server (vLLM, a hosted API) needs no code change.
+OpenAI-compatible server (vLLM, a hosted API) needs no code change; a trained adapter on a vLLM
+server is selected by sending its name as ``llm.model``. ``llm.backend`` decides what serves a
+model folder: ``transformers serve`` on it (CPU), or ``vllm serve`` with the checkpoint's LoRA
+adapter registered by name (GPU; ``hasp.llm.vllm_server``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +31,15 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     ``temperature`` matters for the embedded server only: transformers' continuous batching
     freezes the sampling mode of its first request, so a sampling student (Phase C, T=0.7)
     needs its own server, separate from the greedy rollout server. ``top_p`` is sent with every
-    request (and frozen into a new embedded server the same way)."""
+    request (and frozen into a new embedded server the same way).
+
+    With ``llm.backend: vllm``, ``model_dir`` is served by vLLM as base + LoRA adapter (a training
+    ``merged`` folder is served as the ``adapter`` beside it); with ``base_url`` set too, the checkpoint
+    is loaded into that running vLLM server instead of a new one."""
+    if llm.backend == "vllm" and (model_dir is not None or not llm.base_url):
+        with _vllm_client(llm, model_dir, port, max_tokens, temperature, top_p) as client:
+            yield client
+        return
     if llm.base_url:
         cfg = LLMConfig(base_url=llm.base_url, model=str(llm.model), api_key_env=llm.api_key_env,
                         timeout_s=llm.timeout_s, max_retries=llm.max_retries,
@@ -44,6 +56,35 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     try:
         cfg = LLMConfig(base_url=base_url, model=model_name, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
+                        max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                        max_reply_chars=llm.max_reply_chars)
+        with LLMClient(cfg) as client:
+            yield client
+    finally:
+        if handle is not None:
+            handle.stop()
+
+
+@contextlib.contextmanager
+def _vllm_client(llm: LLMParams, model_dir: Path | None, port: int | None, max_tokens: int,
+                 temperature: float, top_p: float | None) -> Iterator[LLMClient]:
+    from hasp.llm.adapters import resolve_checkpoint
+    from hasp.llm.vllm_server import attach, ensure_vllm, root_of
+
+    if model_dir is None:
+        from hasp.llm.model_prep import prepare_model
+
+        model_dir = prepare_model()
+    ckpt = resolve_checkpoint(model_dir)
+    handle = None
+    if llm.base_url:
+        key = os.environ.get(llm.api_key_env) if llm.api_key_env else None  # a server started with --api-key
+        base_url, model = llm.base_url, attach(root_of(llm.base_url), ckpt, api_key=key)
+    else:
+        base_url, model, handle = ensure_vllm(ckpt, port or llm.port, llm.vllm, temperature=temperature)
+    try:
+        cfg = LLMConfig(base_url=base_url, model=model, api_key_env=llm.api_key_env if llm.base_url else None,
+                        timeout_s=llm.timeout_s, max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
                         max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                         max_reply_chars=llm.max_reply_chars)
         with LLMClient(cfg) as client:

@@ -51,10 +51,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _http(method: str, url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 5.0,
+          api_key: str | None = None) -> tuple[int, str]:
     """Tiny stdlib HTTP call returning (status, text); status 0 means no connection."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")
@@ -84,6 +88,10 @@ class LocalModelServer:
     Use as a context manager or call ``start()``/``stop()``. Logs go to ``log_path`` (default
     ``$TMPDIR/hasp-serve-<port>.log``) so a failed start can show why.
     """
+
+    label = "transformers serve"
+    #: what a leftover server's command line contains (reported at start)
+    stale_marker = "transformers.cli"
 
     def __init__(self, folder: Path | str, port: int | None = None, *, host: str = "127.0.0.1",
                  log_path: Path | None = None, startup_timeout_s: float = 300.0,
@@ -131,20 +139,28 @@ class LocalModelServer:
                 "--cb-num-blocks", str(self.cb_num_blocks), "--cb-max-batch-tokens", str(self.cb_max_batch_tokens),
                 *self.extra_args]
 
+    def check(self) -> None:
+        """Refuse what cannot start, before a process is spawned."""
+        if not (self.folder / "config.json").is_file():  # else transformers takes it for a hub repo id
+            raise FileNotFoundError(f"{self.folder} is not a model folder (no config.json); see prepare_model()")
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+        return env
+
     def start(self) -> LocalModelServer:
         """Spawn the server and block until it answers a real 1-token completion (which also warms it)."""
         if self.proc is not None:
             return self
-        if not (self.folder / "config.json").is_file():  # else transformers takes it for a hub repo id
-            raise FileNotFoundError(f"{self.folder} is not a model folder (no config.json); see prepare_model()")
+        self.check()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             if s.connect_ex((self.host, self.port)) == 0:
                 raise RuntimeError(f"port {self.port} on {self.host} is already in use")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+        env = self.env()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        report_stale("transformers.cli")
+        report_stale(self.stale_marker)
         with open(self.log_path, "ab") as log:
             # Own session/process group so stop() also reaches any workers it forks; the guard ends
             # the server when this process dies, even by SIGKILL.
@@ -163,12 +179,12 @@ class LocalModelServer:
         while time.perf_counter() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {self.proc.returncode} during startup; "
+                raise RuntimeError(f"{self.label} exited with {self.proc.returncode} during startup; "
                                    f"log {self.log_path}:\n{self._log_tail()}")
             if _http("GET", f"{self.root_url}/health", timeout=2.0)[0] == 200 and self._warm():
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"transformers serve not healthy after {self.startup_timeout_s:.0f}s; "
+        raise TimeoutError(f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; "
                            f"log {self.log_path}:\n{self._log_tail()}")
 
     def _warm(self) -> bool:

@@ -9,9 +9,12 @@ training trajectory renders into the prompts the policy sees at test time.
 
 Serving is passed in (``policy_for(model_dir)`` is a context manager yielding a policy), so the
 sampler never owns a server it cannot stop, and tests can hand in a scripted policy. The default,
-``served_policy``, starts ``transformers serve`` on the folder for the duration of one call: the
-server freezes the sampling mode of its first request, so it is warmed with the rollout
-temperature and top-p, and each new checkpoint gets a fresh server.
+``served_policy``, follows ``llm.backend``. With ``transformers`` it starts ``transformers serve`` on
+the merged folder for the duration of one call: the server freezes the sampling mode of its first
+request, so it is warmed with the rollout temperature and top-p, and each new checkpoint gets a fresh
+server. With ``vllm`` the checkpoint's LoRA adapter is served on the base it was trained on (no merge),
+the adapter's name is the model the agent sends, and temperature and top-p go with every request; when
+``llm.base_url`` names a running vLLM server, the adapter is loaded into it at run time.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ def served_policy(params: Params, rollout: RolloutParams, *, port: int | None = 
     """``model_dir -> context manager`` serving the folder at the rollout's sampling settings."""
     from hasp.llm.endpoints import policy_client
 
-    llm = params.llm.model_copy(update={"base_url": None})  # a checkpoint is always served from its folder
+    llm = params.llm
+    if llm.backend != "vllm" or not llm.base_url:  # a checkpoint is served from its folder...
+        llm = llm.model_copy(update={"base_url": None})  # ...unless a running vLLM server can load it
 
     def open_policy(model_dir: Path) -> ContextManager[Policy]:
         return policy_client(llm, model_dir=Path(model_dir), port=port or params.llm.port + SAMPLER_PORT_OFFSET,
