@@ -151,3 +151,42 @@ def test_cli_unknown_preset_is_one_line(capsys):
     assert main(["train", "rs", "--preset", "E1_cpu", "--params", str(ROOT / "params.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: train.preset E1_cpu is a sft preset, not rs: run `hasp train sft` or pick a rs preset"]
+
+
+def test_a_preset_that_cannot_train_is_recorded_and_the_grid_goes_on(env, monkeypatch):
+    """RS whose sampler never takes an action (prose only: no success, no observation, so no hindsight row)
+    fails with its one line; the next preset still trains and is evaluated, and the grid's files,
+    metrics and MLflow parent run hold both."""
+    import mlflow
+
+    import flows.experiment as fx
+    from doubles import ScriptedPolicyDouble
+
+    work, clients, model = env
+
+    class ProseSamplerDouble(GridClientsDouble):
+        def sampler(self, rollout):
+            import contextlib
+
+            @contextlib.contextmanager
+            def open_policy(model_dir):
+                yield ScriptedPolicyDouble(default="I am not sure what to do here.")
+
+            return open_policy
+
+    monkeypatch.setattr(fx, "make_grid_clients",
+                        lambda p: ProseSamplerDouble(clients._policy, StudentDouble()))
+    from flows.experiment import experiment_flow
+
+    out = work / "out_failing"
+    res = experiment_flow(presets=["E2_cpu", "E1_cpu"], params_path=str(work / "params.yaml"), out_root=str(out),
+                          library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
+    failed, ran = res["experiments"]["E2_cpu"], res["experiments"]["E1_cpu"]
+    assert "kept set is empty" in failed["error"] and "\n" not in failed["error"]
+    assert "error" not in ran and set(ran["eval"]) == {"trained_react", "trained_pf"}
+    grid = json.loads((out / "grid.json").read_text())
+    assert "kept set is empty" in grid["experiments"]["E2_cpu"]["error"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "E1_cpu" in metrics and "E2_cpu" not in metrics
+    child = mlflow.tracking.MlflowClient().get_run(res["child_run_ids"]["E1_cpu"])
+    assert child.data.tags["mlflow.parentRunId"] == res["parent_run_id"]

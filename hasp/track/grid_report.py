@@ -157,7 +157,7 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
                     ev = ph.get("evolve")
                     if ev:
                         log_numeric(mlflow, {"evolve": {k: v for k, v in ev.items() if k != "mode"}}, step=i)
-                adapter = Path(str(e.get("adapter_dir", "")))
+                adapter = Path(str(e.get("adapter_dir") or "-"))  # a failed preset has none ("" would be cwd)
                 if adapter.is_dir():
                     mlflow.log_artifacts(str(adapter), artifact_path="adapter")
                 log_json_artifact(mlflow, e, "experiment.json")
