@@ -7,6 +7,9 @@
   the best frontier snapshot), a final test evaluation, and one MLflow run with
   per-epoch metrics at ``step=epoch``.
 
+Each epoch leaves three Prefect artifacts (summary, candidates and decisions, a link to the MLflow
+run; ``tasks.artifacts``) and the run leaves the files ``dvc plots show`` draws (``<out>/plots/``).
+
 Runs without a server (ephemeral Prefect). Every task is cached on content hashes,
 so re-running an unchanged epoch replays summaries from the cache and skips the
 model entirely (the model server is started lazily, only if a task needs it).
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.runtime import flow_run
 
 from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
@@ -30,7 +34,9 @@ from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
+from hasp.track.dvc_plots import write_plot_data
 from tasks import phases
+from tasks.artifacts import publish_epoch
 from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
 from tasks.phases import settle
 
@@ -311,7 +317,10 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
     k = key_of(code, {n: s for n, s in phase_out.items() if n != "train"}, eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
     run_id = pipe.run("track (MLflow)", phases.track, k, out, p, epoch)
-    return {"phases": phase_out, "eval": eval_res, "run_id": run_id, "model_used": servers_started}
+    write_plot_data(out, eval_metrics=out / "eval" / "metrics.json", eval_epoch=epoch)
+    arts = publish_epoch(out, epoch, run_id=run_id, eval_metrics=eval_res, eval_dir=out / "eval")
+    return {"phases": phase_out, "eval": eval_res, "run_id": run_id, "model_used": servers_started,
+            "artifacts": arts, "flow_run_id": str(flow_run.id)}
 
 
 @flow(name="hasp-evolve", log_prints=True)
@@ -368,10 +377,17 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
         clients.close()
     k = key_of(code, [{n: s for n, s in ph.items() if n != "frontier"} for ph in per_epoch], eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
-    run_id = pipe.run("track (MLflow)", phases.track_evolution, k, out, p, ran,
-                      out / "eval_evolution" / "metrics.json" if final_eval else None)
+    final_metrics = out / "eval_evolution" / "metrics.json" if final_eval else None
+    run_id = pipe.run("track (MLflow)", phases.track_evolution, k, out, p, ran, final_metrics)
+    write_plot_data(out, eval_metrics=final_metrics, eval_epoch=ran[-1] if ran else 0)
+    arts: dict[str, Any] = {"keys": [], "failed": 0}
+    for i in ran:  # the final evaluation belongs to the last epoch's summary
+        last = i == ran[-1] and final_eval
+        one = publish_epoch(out, i, run_id=run_id, eval_metrics=eval_res if last else None,
+                            eval_dir=out / "eval_evolution" if last else None)
+        arts = {"keys": arts["keys"] + one["keys"], "failed": arts["failed"] + one["failed"]}
     return {"data": data_sum, "epochs": per_epoch, "eval": eval_res, "run_id": run_id,
-            "model_used": servers_started, "library": str(lib)}
+            "model_used": servers_started, "library": str(lib), "artifacts": arts, "flow_run_id": str(flow_run.id)}
 
 
 def proposals_line(summary: dict[str, Any]) -> str:

@@ -423,6 +423,9 @@ class SandboxParams(_Strict):
 
 class TrackingParams(_Strict):
     experiment: str = Field("hasp-search", description="MLflow experiment name")
+    traces_per_file: int = Field(
+        50, ge=0, description="episodes of each evolution trajectory file (Phase A rollout, val runs, the epoch's "
+                              "evaluation) logged as MLflow traces on the epoch's run; 0 logs none")
 
 
 class Params(_Strict):

@@ -78,3 +78,48 @@ def test_experiment_stage_follows_train_preset(repo):
     assert stale(repo, "experiment") == set()
     set_param(repo, "train", "preset", "E3_cpu")
     assert stale(repo, "experiment") == {"experiment"}
+
+
+def test_track_stage_writes_what_dvc_plots_show_draws(repo, monkeypatch):
+    """The track stage's command on an epoch's files: `dvc plots show` then lists every plot of
+    dvc.yaml with its data (training curves, per-epoch numbers, test EM per arm), and the epoch's
+    run holds its rollout episodes as traces."""
+    import json
+
+    import mlflow
+
+    from hasp.cli import main
+
+    out = repo / "outputs"
+    (out / "train").mkdir(parents=True)
+    hist = [{"step": float(s), "loss": 2.0 / s, "learning_rate": 1e-4, "grad_norm": 1.0 + s} for s in (1, 2, 3)]
+    (out / "train" / "train_metrics.json").write_text(json.dumps({"metrics": {}, "history": hist}))
+    ep = out / "epoch_0"
+    ep.mkdir()
+    for name, s in {"propose": {"proposed": 2}, "admit": {"admitted": 1, "library_size": 9},
+                    "val_baseline": {"em": 0.25}, "val_after": {"em": 0.5, "f1": 0.6}}.items():
+        (ep / f"summary_{name}.json").write_text(json.dumps(s))
+    traj = {"qid": "q1", "question": "Where?", "answers": ["Oslo"], "variant": "pf", "prediction": "Oslo", "em": 1.0,
+            "f1": 1.0, "terminated": "final", "wall_s": 0.5, "steps": []}
+    (ep / "rollout.jsonl").write_text(json.dumps(traj) + "\n" + json.dumps({**traj, "qid": "q2"}) + "\n")
+    (out / "eval").mkdir()
+    (out / "eval" / "metrics.json").write_text(json.dumps(
+        {"generated": {"react": {"em": 0.1, "f1": 0.2, "n": 16}, "pf": {"em": 0.3, "f1": 0.4, "n": 16}}}))
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'mlflow.db'}")
+    assert main(["track", "epoch", "--out", "outputs", "--params", "params.yaml"]) in (0, None)
+
+    shown = json.loads(run(DVC + ["plots", "show", "--json"], repo))
+    assert not shown.get("errors")
+    data = {pid: v[0]["content"]["data"]["values"] for pid, v in shown["data"].items()}
+    assert set(data) == {"training-loss", "training-learning-rate", "training-grad-norm", "epoch-em",
+                         "epoch-candidates", "library-size", "test-em"}
+    assert [r["loss"] for r in data["training-loss"]] == [2.0, 1.0, pytest.approx(2 / 3)]
+    assert {(r["epoch"], r["val_em"]) for r in data["epoch-em"]} == {(0, 0.5)}
+    assert {r["arm"]: r["em"] for r in data["test-em"]} == {"react": 0.1, "pf": 0.3}
+    assert [r["library_size"] for r in data["library-size"]] == [9.0]
+
+    run_id = (ep / "mlflow_run_id.txt").read_text().strip()
+    traces = mlflow.search_traces(run_id=run_id, return_type="list")
+    assert sorted(t.info.tags["hasp.qid"] for t in traces) == ["q1", "q2"]
+    assert {t.info.tags["hasp.phase"] for t in traces} == {"rollout"}

@@ -102,6 +102,97 @@ def test_mlflow_has_per_epoch_metrics(first):
     assert "epoch_0/review_histogram.json" in arts and "epoch_0/review_histogram.png" in arts
 
 
+def _artifacts(flow_run_id: str) -> dict:
+    """The flow run's artifacts from the Prefect API. The request is sent as the API documents it:
+    the client's ``read_artifacts`` sends ``null`` for the flow-run and task-run filters it was not
+    given, which the server refuses, and an empty task-run filter drops artifacts made in a flow body."""
+    from types import SimpleNamespace
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as c:
+        r = c.request("POST", "/artifacts/filter", json={
+            "artifacts": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 100, "offset": 0, "sort": "CREATED_DESC"})
+    return {a["key"]: SimpleNamespace(**a) for a in r.json()}
+
+
+def test_each_epoch_leaves_prefect_artifacts(first):
+    """Per epoch, read back from the Prefect API: the story as markdown, the candidates and their
+    decisions as a table (one row per candidate, the admission file's decision), a link to the run."""
+    work, doubles, res = first
+    arts = _artifacts(res["flow_run_id"])
+    assert res["artifacts"]["failed"] == 0 and set(res["artifacts"]["keys"]) == set(arts)
+    for i in (0, 1):
+        md, table, link = arts[f"epoch-{i}-summary"], arts[f"epoch-{i}-decisions"], arts[f"epoch-{i}-mlflow-run"]
+        assert (md.type, table.type) == ("markdown", "table")  # Prefect stores a link as markdown
+        assert f"# Evolution epoch {i}" in md.data and "Failures found:" in md.data and "Proposals:" in md.data
+        rows = json.loads(table.data)
+        cands = json.loads((work / "outputs" / f"epoch_{i}" / "candidates.json").read_text())
+        adm = {a["skill_id"]: a for a in json.loads((work / "outputs" / f"epoch_{i}" / "admission.json").read_text())}
+        assert [r["name"] for r in rows] == [c["skill_id"] for c in cands] and rows
+        assert set(rows[0]) == {"name", "cluster", "format", "q_exec", "review", "val_em_before", "val_em_after",
+                                "val_n", "decision", "reason"}
+        for r in rows:
+            a = adm.get(r["name"])
+            assert r["decision"] == ("not decided" if a is None else
+                                     f"admitted v{a['version']}" if a["admitted"] else "rejected")
+        assert link.data.startswith(f"[MLflow run {res['run_id']}](http://127.0.0.1:5000/#/experiments/")
+        assert "mlflow ui --backend-store-uri sqlite:///" in link.description
+    assert "Test split:" in arts["epoch-1-summary"].data  # the final evaluation closes the last epoch
+
+
+def test_ui_link_uses_the_tracking_server_when_there_is_one():
+    from hasp.track.mlflow_run import ui_link
+
+    assert ui_link("http://mlflow:5000/", "3", "abc") == ("http://mlflow:5000/#/experiments/3/runs/abc",
+                                                          "run abc on http://mlflow:5000/")
+    assert ui_link("sqlite:////x/mlflow.db", "3", "abc")[0] == "http://127.0.0.1:5000/#/experiments/3/runs/abc"
+
+
+def test_evolution_episodes_are_traces_on_the_run(first):
+    """Phase A rollouts, the val baseline, each gated candidate's val run, the library after the
+    epoch and the final test evaluation: one trace per episode on the evolution run, tagged with
+    phase and epoch, PF events as spans."""
+    import mlflow
+
+    work, doubles, res = first
+    traces = mlflow.search_traces(run_id=res["run_id"], return_type="list")
+    by = {}
+    for t in traces:
+        tags = t.info.tags
+        by.setdefault((tags.get("hasp.epoch"), tags["hasp.phase"]), []).append(t)
+    out = work / "outputs"
+    for i in ("0", "1"):
+        n_roll = len((out / f"epoch_{i}" / "rollout.jsonl").read_text().splitlines())
+        assert len(by[(i, "rollout")]) == min(n_roll, 50)
+        assert by[(i, "val_baseline")] and by[(i, "val_after")]
+    gated = sum(1 for i in (0, 1) for _ in (out / f"epoch_{i}" / "val_runs").glob("*.jsonl"))
+    assert len([t for (e, ph), ts in by.items() if ph == "val_gate" for t in ts]) >= gated > 0
+    assert by[(None, "evaluate")]  # the final evaluation, start times from its episodes file
+    spans = [s for t in traces for s in t.data.spans]
+    assert any(s.span_type == "PF_EVENT" for s in spans)
+    assert client_metric(res["run_id"], "traces") == len(traces)
+    roll = by[("0", "rollout")][0].data.spans[0]
+    assert roll.attributes["phase"] == "rollout" and roll.attributes["start_estimated"] is True
+    assert by[(None, "evaluate")][0].data.spans[0].attributes["start_estimated"] is False
+
+
+def client_metric(run_id: str, name: str) -> float:
+    import mlflow
+
+    return mlflow.tracking.MlflowClient().get_run(run_id).data.metrics[name]
+
+
+def test_flow_writes_the_files_dvc_plots_draws(first):
+    work, doubles, res = first
+    plots = work / "outputs" / "plots"
+    epochs = json.loads((plots / "epochs.json").read_text())
+    assert [r["epoch"] for r in epochs] == [0, 1]
+    assert [r["admitted"] for r in epochs] == [float(e["admit"]["admitted"]) for e in res["epochs"]]
+    assert {r["arm"] for r in json.loads((plots / "test.json").read_text())} == set(res["eval"])
+    assert json.loads((plots / "train_steps.json").read_text()) == []  # no training in this flow
+
+
 def test_unchanged_rerun_hits_the_cache(first):
     work, doubles, res = first
     before = {n: doubles[n].calls.n for n in doubles}

@@ -223,3 +223,44 @@ def test_train_sft_real_135m_two_steps(rows: list[dict], tmp_path: Path) -> None
                        torch_threads=0)  # auto: idle cores; oversubscribed threads are 3-5x slower
     res = train_sft(REAL_MODEL, _rows_file(tmp_path, rows[:4]), tmp_path / "run", recipe)
     _check_outputs(res, 2)
+
+
+def test_epoch_run_holds_the_trained_adapter_and_its_curves(tiny_model_dir: Path, rows: list[dict],
+                                                           tmp_path: Path, monkeypatch) -> None:
+    """The epoch's training step (what the DVC train stage and the Prefect flow call) trains an
+    adapter; the epoch's MLflow run (real sqlite store) holds it under adapter/, tagged with its URI,
+    and the folder downloaded from there loads onto the base as the same adapter. The per-step curves
+    land in the file `dvc plots show` draws."""
+    import mlflow
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from hasp.config import Params
+    from hasp.evolve.epoch import train
+    from hasp.track.dvc_plots import write_plot_data
+    from hasp.track.epoch_report import log_epoch
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    p = Params()
+    p = p.model_copy(update={"train": p.train.model_copy(update={
+        "max_steps": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2, "lora_r": 4, "lora_alpha": 8,
+        "save_merged": False, "logging_steps": 1}), "tracking": p.tracking.model_copy(update={"experiment": "adapter"})})
+    out = tmp_path / "outputs"
+    s = train(_rows_file(tmp_path, rows), p, out / "train", model_dir=tiny_model_dir)
+    assert Path(s["adapter_dir"]) == out / "train" / "adapter"
+    run_id = log_epoch(out, p, epoch=0)
+
+    client = mlflow.tracking.MlflowClient()
+    run = client.get_run(run_id)
+    assert run.data.tags["hasp.adapter"] == f"runs:/{run_id}/adapter" and run.data.tags["hasp.adapter.rank"] == "4"
+    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= {
+        a.path for a in client.list_artifacts(run_id, "adapter")}
+    got = Path(mlflow.artifacts.download_artifacts(run.data.tags["hasp.adapter"], dst_path=str(tmp_path / "dl")))
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), got)
+    local = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out / "train" / "adapter")
+    lora = {k: v for k, v in local.state_dict().items() if "lora_" in k}
+    assert lora and all(torch.equal(v, loaded.state_dict()[k]) for k, v in lora.items())
+
+    write_plot_data(out)
+    steps = json.loads((out / "plots" / "train_steps.json").read_text())
+    assert [r["step"] for r in steps] == [1, 2] and all(r["loss"] > 0 and "grad_norm" in r for r in steps)

@@ -110,3 +110,34 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
                 lines.append(f"  PF agent after - before (same questions): "
                              f"{paired_difference([b[q] for q in common], [a[q] for q in common])}")
     return lines
+
+
+def _num(v: Any) -> float | None:
+    return round(float(v), 4) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def decision_rows(epoch_dir: Path) -> list[dict[str, Any]]:
+    """One row per proposed candidate, the same facts as ``epoch_story`` in columns: the cluster it
+    was written for, Phase D's Q_exec, the review, the val gate's EM before and after, and the
+    admission decision with its reason. A phase that did not run leaves its cells empty (None)."""
+    val = {r.get("skill_id"): r for r in (_load(epoch_dir / "validation.json") or [])}
+    rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
+    gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
+    adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
+    rows = []
+    for c in _load(epoch_dir / "candidates.json") or []:
+        sid = c.get("skill_id")
+        v, r, g, a = val.get(sid, {}), rev.get(sid, {}), gate.get(sid, {}), adm.get(sid)
+        if a is None:
+            decision, reason = "not decided", str(c.get("parse_error") or "")
+        elif a.get("admitted"):
+            decision, reason = f"admitted v{a.get('version')}", str(a.get("reason", ""))
+        else:
+            decision, reason = "rejected", "; ".join(a.get("reasons") or [str(a.get("reason", ""))])
+        rows.append({"name": str(sid), "cluster": str(c.get("cluster_category", "")),
+                     "format": str(c.get("proposal_format", "code")),
+                     "q_exec": _num(v.get("q_exec")),
+                     "review": f"{r.get('decision')} (Q_skill {float(r.get('q_skill', 0)):.3f})" if r else None,
+                     "val_em_before": _num(g.get("base_em")), "val_em_after": _num(g.get("em_val")),
+                     "val_n": g.get("n"), "decision": decision, "reason": truncate(reason, 300)})
+    return rows

@@ -8,11 +8,13 @@ same run, and a cached re-run log nothing twice.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from hasp.config import Params
-from hasp.track.mlflow_run import flatten, log_json_artifact, log_numeric, sandbox_tags, start_run
+from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, sandbox_tags, start_run
+from hasp.track.traces import log_trajectory_file
 
 
 def _load(path: Path) -> Any:
@@ -50,9 +52,43 @@ def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
     }
 
 
+def trajectory_files(epoch_dir: Path) -> list[tuple[Path, str, str]]:
+    """(file, dataset, phase) of every episode an epoch ran: the Phase A rollout on the train
+    split, the shared val baseline, one val run per gated candidate, the library after the epoch."""
+    files = [(epoch_dir / "rollout.jsonl", "train", "rollout"), (epoch_dir / "val_baseline.jsonl", "val", "val_baseline")]
+    files += [(f, "val", "val_gate") for f in sorted((epoch_dir / "val_runs").glob("*.jsonl"))
+              if not f.name.endswith(".episodes.jsonl")]
+    files.append((epoch_dir / "val_after.jsonl", "val", "val_after"))
+    return [f for f in files if f[0].is_file()]
+
+
+def eval_files(eval_dir: Path) -> list[tuple[Path, str, str]]:
+    """(file, dataset, phase) of an evaluation's trajectories: ``<dataset>/<label>.jsonl``."""
+    return [(f, f.parent.name, "evaluate") for f in sorted(eval_dir.glob("*/*.jsonl"))
+            if not f.name.endswith(".episodes.jsonl")]
+
+
+def log_traces(mlflow: Any, files: list[tuple[Path, str, str]], limit: int) -> int:
+    """Traces of every file on the active run (at most ``limit`` per file), flushed so they are
+    visible when the run closes; returns how many."""
+    n = 0
+    for f, ds, phase in files:
+        epoch = next((m.group(1) for d in f.parents if (m := re.fullmatch(r"epoch_(\d+)", d.name))), None)
+        n += log_trajectory_file(mlflow, f, dataset=ds, phase=phase, limit=limit,
+                                 tags={"hasp.epoch": epoch} if epoch is not None else None)
+    if n:
+        mlflow.flush_trace_async_logging()
+        mlflow.log_metric("traces", n)
+    return n
+
+
 def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str | None = None,
-              project_dir: Path | None = None, tags: dict[str, str] | None = None) -> str:
-    """Create the epoch's MLflow run; return its run id."""
+              project_dir: Path | None = None, tags: dict[str, str] | None = None, trace_eval: bool = True) -> str:
+    """Create the epoch's MLflow run; return its run id.
+
+    The run holds the epoch's episodes as traces (``tracking.traces_per_file`` per file; with
+    ``trace_eval`` the test evaluation's too — off when ``hasp eval`` logged those in a run of its
+    own) and the adapter the epoch trained, under ``adapter/``."""
     info = collect_epoch(out_root, epoch)
     ep = out_root / f"epoch_{epoch}"
     all_tags = {"hasp.experiment": "E1", "hasp.epoch": str(epoch), "hasp.domain": "search",
@@ -95,6 +131,9 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
             log_json_artifact(mlflow, rows, "trajectory_sample.json", artifact_path=f"epoch_{epoch}")
         if info["eval"]:
             log_json_artifact(mlflow, info["eval"], "eval_metrics.json", artifact_path="eval")
+        log_adapter(mlflow, Path(str((info["train"] or {}).get("adapter_dir") or out_root / "train" / "adapter")))
+        files = trajectory_files(ep) + (eval_files(out_root / "eval") if trace_eval else [])
+        log_traces(mlflow, files, params.tracking.traces_per_file)
         return run_id
 
 
@@ -207,4 +246,8 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
                 log_numeric(mlflow, {f"final.{label}": {k: m[k] for k in ("em", "f1", "mean_steps",
                                      "pf_fires_total", "library_size") if k in m}})
             mlflow.log_artifact(str(final_eval), artifact_path="eval")
+        files = [f for i in epochs for f in trajectory_files(out_root / f"epoch_{i}")]
+        if final_eval is not None:
+            files += eval_files(final_eval.parent)
+        log_traces(mlflow, files, params.tracking.traces_per_file)
         return run_id

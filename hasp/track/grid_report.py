@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params
-from hasp.track.mlflow_run import flatten, log_json_artifact, log_numeric, start_run
+from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, start_run
 
 #: the trainer log keys that are not curves
 NOT_CURVES = {"step", "epoch"}
@@ -157,9 +157,7 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
                     ev = ph.get("evolve")
                     if ev:
                         log_numeric(mlflow, {"evolve": {k: v for k, v in ev.items() if k != "mode"}}, step=i)
-                adapter = Path(str(e.get("adapter_dir") or "-"))  # a failed preset has none ("" would be cwd)
-                if adapter.is_dir():
-                    mlflow.log_artifacts(str(adapter), artifact_path="adapter")
+                log_adapter(mlflow, Path(str(e.get("adapter_dir") or "-")))  # a failed preset has none
                 log_json_artifact(mlflow, e, "experiment.json")
         rows = comparison_rows(grid)
         log_json_artifact(mlflow, rows, "comparison.json")

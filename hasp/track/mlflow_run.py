@@ -141,3 +141,51 @@ def find_runs(experiment: str, project_dir: Path | None = None) -> list[Any]:
         return []
     client = mlflow.tracking.MlflowClient()
     return list(client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"]))
+
+
+#: where an adapter sits in its run's artifacts, and the tag holding its URI
+ADAPTER_PATH = "adapter"
+ADAPTER_TAG = "hasp.adapter"
+
+
+def log_adapter(mlflow: Any, adapter_dir: Path) -> str | None:
+    """Log a PEFT adapter folder (config, weights, tokenizer) under ``adapter/`` of the active run
+    and tag the run with its URI (``runs:/<id>/adapter``) and base model; returns the URI, or None
+    when there is no adapter. Artifacts, not a model flavor: the base is often a local folder the
+    transformers flavor cannot name, and ``PeftModel.from_pretrained(base, <downloaded folder>)``
+    or vLLM ``--lora-modules`` read the folder as it is."""
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").is_file():
+        return None
+    run_id = mlflow.active_run().info.run_id
+    mlflow.log_artifacts(str(adapter_dir), artifact_path=ADAPTER_PATH)
+    uri = f"runs:/{run_id}/{ADAPTER_PATH}"
+    tags = {ADAPTER_TAG: uri}
+    try:
+        cfg = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+        tags[f"{ADAPTER_TAG}.base_model"] = str(cfg.get("base_model_name_or_path") or "")[:4000]
+        tags[f"{ADAPTER_TAG}.rank"] = str(cfg.get("r", ""))
+    except (OSError, ValueError):
+        pass
+    mlflow.set_tags(tags)
+    return uri
+
+
+#: where ``mlflow ui`` listens unless told otherwise
+LOCAL_UI = "http://127.0.0.1:5000"
+
+
+def ui_link(uri: str, experiment_id: str, run_id: str) -> tuple[str, str]:
+    """(address of a run in the MLflow UI, how to open it). A tracking server (http) is the address
+    itself; a local store needs ``mlflow ui`` started on it first, which the hint says."""
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}", f"run {run_id} on {uri}"
+    return (f"{LOCAL_UI}/#/experiments/{experiment_id}/runs/{run_id}",
+            f"run {run_id} in a local store: start the UI first with `mlflow ui --backend-store-uri {uri}`")
+
+
+def run_ui_link(run_id: str, project_dir: Path | None = None) -> tuple[str, str]:
+    """``ui_link`` of a run of the current tracking store (its experiment looked up there)."""
+    uri = tracking_uri(project_dir)
+    exp_id = _mlflow().tracking.MlflowClient(tracking_uri=uri).get_run(run_id).info.experiment_id
+    return ui_link(uri, exp_id, run_id)

@@ -9,10 +9,15 @@ The loop does not time individual PFs, so each PF-event span covers the dispatch
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from hasp.records import StepRecord, Trajectory
+
+log = logging.getLogger(__name__)
 
 _TEXT = 2000  # characters of prompts / observations kept on a span
 
@@ -26,11 +31,13 @@ def _cut(text: str) -> str:
 
 
 def log_episode_trace(mlflow: Any, t: Trajectory, *, start_ns: int, dataset: str, variant: str,
-                      attributes: Mapping[str, Any] | None = None, error: bool = False) -> str:
+                      attributes: Mapping[str, Any] | None = None, error: bool = False,
+                      tags: Mapping[str, str] | None = None) -> str:
     """Create the trace (linked to the active run, if any); return its trace id.
 
     ``attributes`` add to the root span what the caller knows beyond the trajectory (teacher
-    tokens, a judge verdict); ``error`` marks the root span as failed."""
+    tokens, a judge verdict); ``error`` marks the root span as failed; ``tags`` add to the trace's
+    tags (``hasp.phase`` for an evolution episode), so the MLflow UI filters on them."""
     start = start_ns
     attrs = {"qid": t.qid, "dataset": dataset, "variant": variant, "em": t.em, "f1": t.f1,
              "terminated": t.terminated, "n_steps": len(t.steps), "pf_fires": len(t.fired_skills()),
@@ -38,7 +45,7 @@ def log_episode_trace(mlflow: Any, t: Trajectory, *, start_ns: int, dataset: str
     root = mlflow.start_span_no_context(
         f"episode {t.qid}", span_type="AGENT", inputs={"question": t.question, "answers": t.answers},
         attributes=attrs, start_time_ns=start,
-        tags={"hasp.dataset": dataset, "hasp.variant": variant, "hasp.qid": t.qid})
+        tags={"hasp.dataset": dataset, "hasp.variant": variant, "hasp.qid": t.qid, **(tags or {})})
     cursor = start
     for step in t.steps:
         cursor = _step_spans(mlflow, root, step, cursor)
@@ -85,3 +92,54 @@ def _step_spans(mlflow: Any, root: Any, step: StepRecord, start: int) -> int:
         tool.end(outputs={"observation": _cut(step.observation)}, end_time_ns=end)
     span.end(outputs={"observation": _cut(step.observation)}, end_time_ns=end)
     return end
+
+
+def _start_times(path: Path) -> dict[str, int]:
+    """``{qid: start_ns}`` from the runner's ``<label>.episodes.jsonl`` beside ``<label>.jsonl``."""
+    side = path.with_name(path.stem + ".episodes.jsonl")
+    out: dict[str, int] = {}
+    if side.is_file():
+        for line in side.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+                out[str(d["qid"])] = int(d["start_ns"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def log_trajectory_file(mlflow: Any, path: Path, *, dataset: str, phase: str, limit: int,
+                        tags: Mapping[str, str] | None = None) -> int:
+    """One trace per episode of a trajectory file (a rollout, a val run, an evaluation), at most
+    ``limit``, tagged ``hasp.phase`` (plus ``tags``); returns how many were logged.
+
+    Start times come from the runner's episodes file when there is one; otherwise each episode is
+    anchored to end when the file was written (its durations stay the measured ones) and the root
+    span says so (``start_estimated``). An unreadable line or a trace that fails is logged and
+    skipped: traces are a view of the files, never a reason to lose the run."""
+    if limit <= 0 or not path.is_file():
+        return 0
+    starts = _start_times(path)
+    written_ns = path.stat().st_mtime_ns
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if n >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                t = Trajectory.from_dict(json.loads(line))
+            except (ValueError, TypeError, KeyError) as e:
+                log.warning("%s:%d: not a trajectory, no trace: %s", path, i, e)
+                continue
+            start = starts.get(t.qid)
+            attrs = {"phase": phase, "start_estimated": start is None}
+            try:
+                log_episode_trace(mlflow, t, start_ns=start if start is not None else written_ns - _ns(t.wall_s),
+                                  dataset=dataset, variant=t.variant, attributes=attrs,
+                                  error=t.terminated == "error", tags={"hasp.phase": phase, **(tags or {})})
+                n += 1
+            except Exception as e:  # noqa: BLE001 - a trace is a view; a failed one must not lose the run
+                log.warning("trace of %s %s not logged: %s", path, t.qid, e)
+    return n
