@@ -56,8 +56,9 @@ TIMING = ("wall", "_s", "latency", "eta")
 # ----------------------------------------------------------------------------- the fake endpoint
 def fake_reply(body: dict[str, Any]) -> str:
     """Deterministic replies: the policy (its calls stop at "Observation:") searches once, then
-    answers with the first capitalised words it saw; every other caller (summarizer, student) gets
-    one well-formed failure summary."""
+    answers with the first capitalised words it saw; the student's menu questions get option 1, so
+    declared candidates go through validation, the val gate and admission; every other caller (the
+    summarizer) gets one well-formed failure summary."""
     msgs = body.get("messages") or []
     if body.get("stop"):
         steps = sum(1 for m in msgs if m.get("role") == "assistant")
@@ -68,6 +69,9 @@ def fake_reply(body: dict[str, Any]) -> str:
         words = [w.strip(".,;:()[]\"'") for w in last.split()]
         caps = [w for w in words if w[:1].isupper() and w.isalpha() and w not in ("Observation", "Thought")]
         return f"Thought: I can answer.\nAction: FINAL[{' '.join(caps[:2]) or 'unknown'}]"
+    system = str(msgs[0].get("content", "")) if msgs else ""
+    if "number of one option" in system:  # the student's menu questions (declared proposals): the first option
+        return "1"
     return json.dumps({"category": "stale_evidence", "abstraction": "The agent answers from the first search "
                        "result without reading it.", "trigger": "FINAL right after one SEARCH",
                        "intervention_hint": "read the top document before answering"})
@@ -83,8 +87,12 @@ def make_project(path: Path, base_url: str | None, *, train: bool, port: int) ->
     p["data"].update(n_questions=12)
     p["agent"].update(max_steps=3, max_tokens=48)
     p["llm"].update(base_url=base_url, model="policy-double" if base_url else None, max_concurrency=4,
-                    port=port)  # the embedded server, the trained model's (+1) and the student's (+2)
-    p["evolve"].update(max_candidates=2, min_cluster_size=2, proposal_max_tokens=160)
+                    port=port,  # the embedded server, the trained model's (+1) and the student's (+2)
+                    timeout_s=1800)  # a loaded machine is slow, not broken: no timeout may change a result
+    p["harness"].update(timeout_seconds=3600)
+    p["evolve"].update(max_candidates=2, min_cluster_size=2, proposal_max_tokens=160,
+                       structured_output="choices",  # menus the fake student answers with option 1
+                       val_rule="no_drop")  # an unchanged val EM admits: the library changes, as in a real epoch
     p["train"].update(enabled=train, max_steps=2, max_length=512, per_device_train_batch_size=2)
     p["tracking"]["experiment"] = "hasp-chaos"
     p.pop("demo", None)  # the settings above are the run's scale; `hasp demo` must not rescale them
