@@ -41,11 +41,8 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
             yield client
         return
     if llm.base_url:
-        cfg = LLMConfig(base_url=llm.base_url, model=str(llm.model), api_key_env=llm.api_key_env,
-                        timeout_s=llm.timeout_s, max_retries=llm.max_retries,
-                        max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
-                        top_p=top_p, max_reply_chars=llm.max_reply_chars)
-        with LLMClient(cfg) as client:
+        with _client(llm, llm.base_url, str(llm.model), None, api_key_env=llm.api_key_env, max_tokens=max_tokens,
+                     temperature=temperature, top_p=top_p) as client:
             yield client
         return
     from hasp.llm.model_prep import prepare_model
@@ -53,16 +50,25 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
 
     folder = model_dir or prepare_model()
     base_url, model_name, handle = ensure_server(folder, port or llm.port, temperature=temperature, top_p=top_p)
+    with _client(llm, base_url, model_name, handle, api_key_env=None, max_tokens=max_tokens,
+                 temperature=temperature, top_p=top_p) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *, api_key_env: str | None,
+            max_tokens: int, temperature: float, top_p: float | None) -> Iterator[LLMClient]:
+    """The client of one endpoint with the params' timeouts, retries and caps; stops ``handle`` (the
+    server this block started, if any) on every exit path."""
     try:
-        cfg = LLMConfig(base_url=base_url, model=model_name, timeout_s=llm.timeout_s,
-                        max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
-                        max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                        max_reply_chars=llm.max_reply_chars)
+        cfg = LLMConfig(base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=llm.timeout_s,
+                        max_retries=llm.max_retries, max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
+                        temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars)
         with LLMClient(cfg) as client:
             yield client
     finally:
         if handle is not None:
-            handle.stop()
+            handle.stop()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -82,16 +88,9 @@ def _vllm_client(llm: LLMParams, model_dir: Path | None, port: int | None, max_t
         base_url, model = llm.base_url, attach(root_of(llm.base_url), ckpt, api_key=key)
     else:
         base_url, model, handle = ensure_vllm(ckpt, port or llm.port, llm.vllm, temperature=temperature)
-    try:
-        cfg = LLMConfig(base_url=base_url, model=model, api_key_env=llm.api_key_env if llm.base_url else None,
-                        timeout_s=llm.timeout_s, max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
-                        max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                        max_reply_chars=llm.max_reply_chars)
-        with LLMClient(cfg) as client:
-            yield client
-    finally:
-        if handle is not None:
-            handle.stop()
+    with _client(llm, base_url, model, handle, api_key_env=llm.api_key_env if llm.base_url else None,
+                 max_tokens=max_tokens, temperature=temperature, top_p=top_p) as client:
+        yield client
 
 
 def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | None:
