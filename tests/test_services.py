@@ -1,0 +1,199 @@
+"""The stack as services, each a real server on this machine: an MLflow tracking server (sqlite
+backend, local artifact store served over HTTP), a Prefect server, a process work pool with a real
+worker, the evolution flow deployed there on its cron schedule and run to COMPLETED; and a DVC
+local-directory remote that a fresh ``git clone`` pulls from. The commands are the ones
+``docs/services.md`` gives; only the model is a double (a scripted OpenAI endpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from doubles import OpenAIEndpointDouble
+
+from flows.services import (ServiceError, mlflow_server_command, port_in_use, prefect_server_command,
+                            prefect_worker_command, running, wait_healthy)
+from hasp.llm.server import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+POOL = "hasp-test-pool"
+DEPLOYMENT = "hasp-evolve/nightly-evolve"
+EXPERIMENT = "hasp-services-test"
+
+
+def sh(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, f"{cmd}: {r.stdout}\n{r.stderr}"
+    return r
+
+
+def tiny_params(work: Path, base_url: str) -> Path:
+    """The flow tests' tiny epoch, its model calls going to the endpoint double."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["data"].update(n_questions=10)
+    params["agent"].update(max_steps=3)
+    params["llm"].update(base_url=base_url, model="double-model", max_concurrency=2)
+    params["evolve"].update(max_candidates=2, min_cluster_size=2)
+    params["train"].update(enabled=False)
+    params["tracking"]["experiment"] = EXPERIMENT
+    path = work / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """MLflow server and Prefect server (started side by side), the work pool, a worker."""
+    work = tmp_path_factory.mktemp("services")
+    mlflow_port, prefect_port = free_port(), free_port()
+    api = f"http://127.0.0.1:{prefect_port}/api"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(work / "prefect"), "PREFECT_API_URL": api,
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{work / 'prefect.db'}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    with contextlib.ExitStack() as stack:
+        ml = stack.enter_context(running("mlflow server", mlflow_server_command(
+            mlflow_port, f"sqlite:///{work / 'mlflow.db'}", work / "mlartifacts"), port=mlflow_port, env=env,
+            log=work / "mlflow.log"))
+        pf = stack.enter_context(running("prefect server", prefect_server_command(prefect_port), port=prefect_port,
+                                         env=env, log=work / "prefect.log"))
+        wait_healthy("mlflow server", ml, f"http://127.0.0.1:{mlflow_port}/health", 240, work / "mlflow.log")
+        wait_healthy("prefect server", pf, f"{api}/health", 240, work / "prefect.log")
+        sh([PY, "-m", "prefect", "work-pool", "create", POOL, "--type", "process"], env)
+        worker = stack.enter_context(running("prefect worker", prefect_worker_command(POOL), env=env,
+                                             log=work / "worker.log"))
+        yield {"work": work, "env": env, "api": api, "mlflow": f"http://127.0.0.1:{mlflow_port}", "worker": worker}
+
+
+@pytest.fixture(scope="module")
+def deployed_run(stack):
+    """Deploy the evolution flow to the pool and run it once now; the run's state and the deployment."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    work, env = stack["work"], stack["env"]
+    with OpenAIEndpointDouble(reply=lambda body: "Thought: done\nAction: FINAL[Paris]") as ep:
+        params = tiny_params(work, ep.base_url)
+        shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        out = sh([PY, "-m", "flows.deploy", "--pool", POOL, "--cron", "0 2 * * *", "--timezone", "UTC",
+                  "--epochs", "1", "--mode", "lite", "--filtering", "full", "--params", str(params),
+                  "--out", str(work / "outputs"), "--library", str(work / "skills" / "search"),
+                  "--env", f"MLFLOW_TRACKING_URI={stack['mlflow']}"], env).stdout
+        assert DEPLOYMENT in out
+        said = sh([PY, "-m", "prefect", "deployment", "run", DEPLOYMENT], env).stdout
+        run_id = re.search(r"UUID: ([0-9a-f-]{36})", said)
+        assert run_id, said
+        with temporary_settings(updates={PREFECT_API_URL: stack["api"]}), get_client(sync_client=True) as client:
+            dep = client.read_deployment_by_name(DEPLOYMENT)
+            run = client.read_flow_run(run_id.group(1))
+            end = time.monotonic() + 240
+            while not run.state.is_final() and time.monotonic() < end:
+                time.sleep(1)
+                run = client.read_flow_run(run.id)
+        yield {"run": run, "deployment": dep, "requests": ep.requests}
+
+
+def test_deployed_evolution_completes_on_the_worker(stack, deployed_run):
+    run, dep = deployed_run["run"], deployed_run["deployment"]
+    log = (stack["work"] / "worker.log").read_text(errors="replace")[-3000:]
+    assert run.state.is_completed(), f"{run.state}\n{log}"
+    assert dep.work_pool_name == POOL and dep.entrypoint == "flows/evolve.py:evolve_flow"
+    assert [(s.schedule.cron, s.schedule.timezone) for s in dep.schedules] == [("0 2 * * *", "UTC")]
+    assert dep.parameters["epochs"] == 1 and dep.parameters["mode"] == "lite"
+    assert deployed_run["requests"] > 0  # the run's model calls reached the endpoint
+    assert (stack["work"] / "outputs" / "epoch_0" / "admission.json").exists()
+
+
+def test_the_run_logged_to_the_mlflow_server_over_http(stack, deployed_run):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=stack["mlflow"])
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    assert exp is not None and exp.artifact_location.startswith("mlflow-artifacts:")  # proxied by the server
+    (r,) = client.search_runs([exp.experiment_id])
+    assert [m.step for m in client.get_metric_history(r.info.run_id, "library_size")] == [0]
+    assert "final.pf.em" in r.data.metrics
+    arts = {a.path for a in client.list_artifacts(r.info.run_id, "epoch_0")}
+    assert "epoch_0/review_histogram.json" in arts
+    got = Path(client.download_artifacts(r.info.run_id, "epoch_0/review_histogram.json", str(stack["work"] / "dl")))
+    json.loads(got.read_text())
+    # the server stored it in its own artifact folder, not the client's
+    assert list((stack["work"] / "mlartifacts").rglob("review_histogram.json"))
+
+
+def test_deploy_refuses_a_missing_pool_in_one_line(stack):
+    r = sh([PY, "-m", "flows.deploy", "--pool", "no-such-pool"], stack["env"], ok=False)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"error: work pool 'no-such-pool' does not exist on {stack['api']}: create it with "
+        "`prefect work-pool create no-such-pool --type process`"]
+
+
+def test_deploy_without_a_server_is_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path),
+           "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api"}
+    r = sh([PY, "-m", "flows.deploy", "--pool", POOL], env, ok=False)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"error: no Prefect server answers at PREFECT_API_URL={env['PREFECT_API_URL']}: start it with "
+        "`prefect server start`"]
+
+
+def test_a_port_in_use_and_a_server_that_dies_are_one_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert port_in_use(port)
+        with pytest.raises(ServiceError, match=f"^mlflow server: port {port} on 127.0.0.1 is in use"):
+            with running("mlflow server", [PY, "-c", "pass"], port=port):
+                pass
+    log = tmp_path / "dead.log"
+    with pytest.raises(ServiceError, match=r"^prefect server exited with code 3 while starting \(log: "):
+        with running("prefect server", [PY, "-c", "import sys; sys.exit(3)"], health_url="http://127.0.0.1:9/x",
+                     log=log):
+            pass
+
+
+# ----------------------------------------------------------------------------- DVC remote
+def test_dvc_push_then_pull_into_a_fresh_clone(tmp_path):
+    """Data prepared in one checkout is pushed to a local-directory remote; a fresh clone pulls it
+    and DVC finds the stage up to date (nothing re-runs), byte for byte the same files."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    dvc = [PY, "-m", "dvc"]
+    repo, clone, remote = tmp_path / "repo", tmp_path / "clone", tmp_path / "remote"
+    repo.mkdir()
+    for name in ("dvc.yaml", "params.yaml", ".gitignore"):
+        shutil.copy(ROOT / name, repo / name)
+    for name in ("skills", "hasp"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    sh(["git", "init", "-q"], env, repo)
+    sh(dvc + ["init", "-q"], env, repo)
+    sh(dvc + ["remote", "add", "-d", "local", str(remote)], env, repo)
+    sh(dvc + ["repro", "prepare"], env, repo)
+    sh(["git", "add", "-A"], env, repo)
+    sh(["git", "commit", "-qm", "data"], env, repo)
+    sh(dvc + ["push"], env, repo)
+    assert list((remote / "files" / "md5").rglob("*"))
+    sh(["git", "clone", "-q", str(repo), str(clone)], env, tmp_path)
+    assert not (clone / "outputs" / "data" / "test.jsonl").exists()
+    sh(dvc + ["pull", "prepare"], env, clone)
+    status = sh(dvc + ["status", "prepare"], env, clone).stdout
+    assert "up to date" in status, status
+    for name in ("corpus.jsonl", "train.jsonl", "val.jsonl", "test.jsonl"):
+        assert (clone / "outputs" / "data" / name).read_bytes() == (repo / "outputs" / "data" / name).read_bytes()
