@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from hasp.llm.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+PYTHONPATH = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 POOL = "hasp-test-pool"
 DEPLOYMENT = "hasp-evolve/nightly-evolve"
 EXPERIMENT = "hasp-services-test"
@@ -60,7 +62,7 @@ def stack(tmp_path_factory):
     work = tmp_path_factory.mktemp("services")
     mlflow_port, prefect_port = free_port(), free_port()
     api = f"http://127.0.0.1:{prefect_port}/api"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(work / "prefect"), "PREFECT_API_URL": api,
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PREFECT_HOME": str(work / "prefect"), "PREFECT_API_URL": api,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{work / 'prefect.db'}"}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -73,9 +75,30 @@ def stack(tmp_path_factory):
         wait_healthy("mlflow server", ml, f"http://127.0.0.1:{mlflow_port}/health", 240, work / "mlflow.log")
         wait_healthy("prefect server", pf, f"{api}/health", 240, work / "prefect.log")
         sh([PY, "-m", "prefect", "work-pool", "create", POOL, "--type", "process"], env)
-        worker = stack.enter_context(running("prefect worker", prefect_worker_command(POOL), env=env,
-                                             log=work / "worker.log"))
+        worker = stack.enter_context(running("prefect worker", prefect_worker_command(POOL), log=work / "worker.log",
+                                             env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}))
         yield {"work": work, "env": env, "api": api, "mlflow": f"http://127.0.0.1:{mlflow_port}", "worker": worker}
+        groups = [p.pid for p in (worker, pf, ml)]
+        for pid in groups:  # all three stop at once; each exit below then waits for its own
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+    end = time.monotonic() + 20
+    while group_members(groups) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not group_members(groups), f"left behind by the stack: {group_members(groups)}"
+
+
+def group_members(groups: list[int]) -> dict[int, str]:
+    """Live processes (zombies excluded) whose process group is one of ``groups``, with their command."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if stat[0] != "Z" and int(stat[2]) in groups:
+                out[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +127,26 @@ def deployed_run(stack):
             while not run.state.is_final() and time.monotonic() < end:
                 time.sleep(1)
                 run = client.read_flow_run(run.id)
-        yield {"run": run, "deployment": dep, "requests": ep.requests}
+            scheduled = scheduled_runs(client, dep.id)
+        yield {"run": run, "deployment": dep, "requests": ep.requests, "scheduled": scheduled}
+
+
+def scheduled_runs(client, deployment_id) -> list:
+    """The runs the server's scheduler created from the deployment's cron schedule (it runs within
+    seconds of a deployment change). ``limit`` and ``sort`` are explicit: Prefect 3.8.8's client
+    sends them as null by default, which this server refuses."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId, FlowRunFilter, FlowRunFilterState
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    end = time.monotonic() + 60
+    while True:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type={"any_": ["SCHEDULED"]})),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=10, offset=0)
+        if runs or time.monotonic() > end:
+            return runs
+        time.sleep(1)
 
 
 def test_deployed_evolution_completes_on_the_worker(stack, deployed_run):
@@ -114,6 +156,10 @@ def test_deployed_evolution_completes_on_the_worker(stack, deployed_run):
     assert dep.work_pool_name == POOL and dep.entrypoint == "flows/evolve.py:evolve_flow"
     assert [(s.schedule.cron, s.schedule.timezone) for s in dep.schedules] == [("0 2 * * *", "UTC")]
     assert dep.parameters["epochs"] == 1 and dep.parameters["mode"] == "lite"
+    # the cron schedule is live: the scheduler has queued the next nights, each at 02:00 UTC
+    starts = [r.expected_start_time for r in deployed_run["scheduled"]]
+    assert starts and all((t.hour, t.minute, t.utcoffset().total_seconds()) == (2, 0, 0) for t in starts), \
+        (stack["work"] / "prefect.log").read_text(errors="replace")[-2000:]
     assert deployed_run["requests"] > 0  # the run's model calls reached the endpoint
     assert (stack["work"] / "outputs" / "epoch_0" / "admission.json").exists()
 
@@ -135,22 +181,35 @@ def test_the_run_logged_to_the_mlflow_server_over_http(stack, deployed_run):
     assert list((stack["work"] / "mlartifacts").rglob("review_histogram.json"))
 
 
-def test_deploy_refuses_a_missing_pool_in_one_line(stack):
-    r = sh([PY, "-m", "flows.deploy", "--pool", "no-such-pool"], stack["env"], ok=False)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
+def deploy_error(api: str, argv: list[str], monkeypatch, capsys) -> list[str]:
+    """``flows.deploy`` in this process against ``api``: its exit code must be 2; its stderr lines."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import flows.deploy
+
+    monkeypatch.setenv("PREFECT_API_URL", api)
+    with temporary_settings(updates={PREFECT_API_URL: api}), pytest.raises(SystemExit) as e:
+        flows.deploy.main(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_deploy_refuses_a_missing_pool_in_one_line(stack, monkeypatch, capsys):
+    assert deploy_error(stack["api"], ["--pool", "no-such-pool"], monkeypatch, capsys) == [
         f"error: work pool 'no-such-pool' does not exist on {stack['api']}: create it with "
         "`prefect work-pool create no-such-pool --type process`"]
 
 
-def test_deploy_without_a_server_is_one_line(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path),
-           "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api"}
-    r = sh([PY, "-m", "flows.deploy", "--pool", POOL], env, ok=False)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
-        f"error: no Prefect server answers at PREFECT_API_URL={env['PREFECT_API_URL']}: start it with "
-        "`prefect server start`"]
+def test_deploy_without_a_server_is_one_line(monkeypatch, capsys):
+    api = f"http://127.0.0.1:{free_port()}/api"
+    assert deploy_error(api, ["--pool", POOL], monkeypatch, capsys) == [
+        f"error: no Prefect server answers at PREFECT_API_URL={api}: start it with `prefect server start`"]
+    monkeypatch.delenv("PREFECT_API_URL")
+    import flows.deploy
+
+    with pytest.raises(SystemExit):
+        flows.deploy.main(["--pool", POOL])
+    assert capsys.readouterr().err.startswith("error: PREFECT_API_URL is not set: start a server")
 
 
 def test_a_port_in_use_and_a_server_that_dies_are_one_line(tmp_path):
@@ -173,7 +232,7 @@ def test_a_port_in_use_and_a_server_that_dies_are_one_line(tmp_path):
 def test_dvc_push_then_pull_into_a_fresh_clone(tmp_path):
     """Data prepared in one checkout is pushed to a local-directory remote; a fresh clone pulls it
     and DVC finds the stage up to date (nothing re-runs), byte for byte the same files."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t",
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     dvc = [PY, "-m", "dvc"]
     repo, clone, remote = tmp_path / "repo", tmp_path / "clone", tmp_path / "remote"
@@ -193,7 +252,11 @@ def test_dvc_push_then_pull_into_a_fresh_clone(tmp_path):
     sh(["git", "clone", "-q", str(repo), str(clone)], env, tmp_path)
     assert not (clone / "outputs" / "data" / "test.jsonl").exists()
     sh(dvc + ["pull", "prepare"], env, clone)
-    status = sh(dvc + ["status", "prepare"], env, clone).stdout
-    assert "up to date" in status, status
     for name in ("corpus.jsonl", "train.jsonl", "val.jsonl", "test.jsonl"):
         assert (clone / "outputs" / "data" / name).read_bytes() == (repo / "outputs" / "data" / name).read_bytes()
+    # the stage's uncached metrics file is not in git (outputs/ is ignored), so the clone reproduces
+    # the stage: the same data again, byte for byte, hence the same dvc.lock
+    sh(dvc + ["repro", "prepare"], env, clone)
+    sh(["git", "diff", "--exit-code", "dvc.lock"], env, clone)
+    status = sh(dvc + ["status", "prepare"], env, clone).stdout
+    assert "up to date" in status, status
