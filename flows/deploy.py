@@ -50,15 +50,16 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 def _main(argv: list[str] | None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(ap)
-    ap.add_argument("--pool", required=True, help="a process work pool (`prefect work-pool create NAME --type process`)")
+    ap.add_argument("--pool", required=True,
+                    help="a process work pool (`prefect work-pool create NAME --type process`)")
     ap.add_argument("--source", default=str(ROOT), help="the repository folder the worker runs the flow in")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment of each run")
     a = ap.parse_args(argv)
-    params = flow_parameters(a)
-    env = parse_env(a.env)
     source = Path(a.source).resolve()
     if not (source / ENTRYPOINT.split(":")[0]).is_file():
         raise DeployError(f"--source {source}: no {ENTRYPOINT.split(':')[0]} there")
+    params = flow_parameters(a, base=source)
+    env = parse_env(a.env)
     url = require_server()
     check_pool(a.pool, url)
     from prefect import flow

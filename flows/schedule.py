@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from hasp.config import ParamsError, load_params
@@ -29,10 +30,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--library", default="skills/search")
 
 
-def flow_parameters(a: argparse.Namespace) -> dict[str, Any]:
-    """The parameters of every scheduled run; a bad params file fails now, not at the first run."""
+def flow_parameters(a: argparse.Namespace, base: Path | None = None) -> dict[str, Any]:
+    """The parameters of every scheduled run; a bad params file fails now, not at the first run.
+    ``base``: the folder the runs start in, where a relative ``--params`` is read."""
     try:
-        load_params(a.params)
+        load_params((base or Path.cwd()) / a.params)
     except ParamsError as e:
         raise DeployError(str(e)) from None
     return {"epochs": a.epochs, "mode": a.mode, "filtering": a.filtering, "params_path": a.params,
@@ -59,7 +61,8 @@ def require_server() -> str:
 
     with get_client(sync_client=True) as client:
         if client.api_healthcheck() is not None:
-            raise DeployError(f"no Prefect server answers at PREFECT_API_URL={url}: start it with `prefect server start`")
+            raise DeployError(f"no Prefect server answers at PREFECT_API_URL={url}: "
+                              "start it with `prefect server start`")
     return url
 
 

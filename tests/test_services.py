@@ -212,6 +212,19 @@ def test_deploy_without_a_server_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err.startswith("error: PREFECT_API_URL is not set: start a server")
 
 
+def test_bad_deploy_arguments_are_one_line_before_any_server(tmp_path, capsys):
+    import flows.deploy
+
+    (tmp_path / "params.yaml").write_text("agent: {max_stepz: 3}\n")
+    for argv, start in ((["--source", str(tmp_path)], f"error: --source {tmp_path}: no flows/evolve.py there"),
+                        (["--params", str(tmp_path / "params.yaml")], f"error: {tmp_path / 'params.yaml'}"),
+                        (["--env", "NOEQUALS"], "error: --env 'NOEQUALS': expected KEY=VALUE")):
+        with pytest.raises(SystemExit) as e:
+            flows.deploy.main(["--pool", POOL, *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and err[0].startswith(start), (argv, err)
+
+
 def test_a_port_in_use_and_a_server_that_dies_are_one_line(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
