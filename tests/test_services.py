@@ -82,19 +82,21 @@ def stack(tmp_path_factory):
         for pid in groups:  # all three stop at once; each exit below then waits for its own
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
+    home = f"PREFECT_HOME={work / 'prefect'}".encode()
     end = time.monotonic() + 20
-    while group_members(groups) and time.monotonic() < end:
+    while leftovers(groups, home) and time.monotonic() < end:
         time.sleep(0.2)
-    assert not group_members(groups), f"left behind by the stack: {group_members(groups)}"
+    assert not leftovers(groups, home), f"left behind by the stack: {leftovers(groups, home)}"
 
 
-def group_members(groups: list[int]) -> dict[int, str]:
-    """Live processes (zombies excluded) whose process group is one of ``groups``, with their command."""
+def leftovers(groups: list[int], marker: bytes) -> dict[int, str]:
+    """Live processes (zombies excluded) in one of ``groups`` or with ``marker`` in their environment
+    (a flow run the worker started in a session of its own), with their command."""
     out = {}
     for proc in Path("/proc").iterdir():
         try:
             stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            if stat[0] != "Z" and int(stat[2]) in groups:
+            if stat[0] != "Z" and (int(stat[2]) in groups or marker in (proc / "environ").read_bytes().split(b"\0")):
                 out[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
         except (OSError, ValueError, IndexError):
             continue
