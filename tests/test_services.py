@@ -245,8 +245,10 @@ def test_a_port_in_use_and_a_server_that_dies_are_one_line(tmp_path):
 
 # ----------------------------------------------------------------------------- DVC remote
 def test_dvc_push_then_pull_into_a_fresh_clone(tmp_path):
-    """Data prepared in one checkout is pushed to a local-directory remote; a fresh clone pulls it
-    and DVC finds the stage up to date (nothing re-runs), byte for byte the same files."""
+    """The datasets and an admitted library made in one checkout are pushed to a local-directory
+    remote; a fresh clone pulls them byte for byte, and reproducing the data stage there gives the
+    same dvc.lock. The library is the ``admit`` stage's output for an epoch whose phases found
+    nothing (their files written as empty lists, no model run): the seed library and its history."""
     env = {**os.environ, "PYTHONPATH": PYTHONPATH, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     dvc = [PY, "-m", "dvc"]
@@ -260,15 +262,22 @@ def test_dvc_push_then_pull_into_a_fresh_clone(tmp_path):
     sh(dvc + ["init", "-q"], env, repo)
     sh(dvc + ["remote", "add", "-d", "local", str(remote)], env, repo)
     sh(dvc + ["repro", "prepare"], env, repo)
+    (repo / "outputs" / "epoch_0").mkdir()
+    for name in ("candidates", "validation", "reviews", "gate", "clusters"):
+        (repo / "outputs" / "epoch_0" / f"{name}.json").write_text("[]\n")
+    sh(dvc + ["repro", "--single-item", "admit"], env, repo)
+    library = sorted(p.relative_to(repo) for p in (repo / "outputs" / "epoch_0" / "library").rglob("*") if p.is_file())
+    assert Path("outputs/epoch_0/library/library_history.json") in library
     sh(["git", "add", "-A"], env, repo)
     sh(["git", "commit", "-qm", "data"], env, repo)
     sh(dvc + ["push"], env, repo)
     assert list((remote / "files" / "md5").rglob("*"))
     sh(["git", "clone", "-q", str(repo), str(clone)], env, tmp_path)
     assert not (clone / "outputs" / "data" / "test.jsonl").exists()
-    sh(dvc + ["pull", "prepare"], env, clone)
-    for name in ("corpus.jsonl", "train.jsonl", "val.jsonl", "test.jsonl"):
-        assert (clone / "outputs" / "data" / name).read_bytes() == (repo / "outputs" / "data" / name).read_bytes()
+    sh(dvc + ["pull", "prepare", "admit"], env, clone)
+    pulled = [Path("outputs/data") / n for n in ("corpus.jsonl", "train.jsonl", "val.jsonl", "test.jsonl")] + library
+    for rel in pulled:
+        assert (clone / rel).read_bytes() == (repo / rel).read_bytes(), rel
     # the stage's uncached metrics file is not in git (outputs/ is ignored), so the clone reproduces
     # the stage: the same data again, byte for byte, hence the same dvc.lock
     sh(dvc + ["repro", "prepare"], env, clone)
