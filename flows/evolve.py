@@ -13,7 +13,7 @@ run; ``tasks.artifacts``) and the run leaves the files ``dvc plots show`` draws 
 Runs without a server (ephemeral Prefect). Every task is cached on content hashes,
 so re-running an unchanged epoch replays summaries from the cache and skips the
 model entirely (the model server is started lazily, only if a task needs it).
-For a schedule, see ``flows/serve.py``.
+For a schedule, see ``flows/serve.py`` (served from one process) and ``flows/deploy.py`` (a work pool).
 """
 
 from __future__ import annotations

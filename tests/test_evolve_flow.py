@@ -219,10 +219,12 @@ def test_single_epoch_flow_still_runs_with_the_gate(env):
 
 
 def test_serve_registers_evolve_flow_with_a_cron_schedule(monkeypatch):
+    """Argument handling only; the scheduled flow on a real server and worker is tests/test_services.py."""
     import flows.serve as serve
 
     seen = {}
     monkeypatch.setattr(serve.evolve_flow, "serve", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(serve, "require_server", lambda: "http://127.0.0.1:4200/api")
     serve.main(["--cron", "30 1 * * *", "--epochs", "3", "--mode", "lite", "--filtering", "exec"])
     assert seen["cron"] == "30 1 * * *" and seen["name"] == "nightly-evolve"
     assert seen["parameters"]["epochs"] == 3 and seen["parameters"]["mode"] == "lite"
