@@ -1,0 +1,103 @@
+"""Rollout episodes as Prefect tasks, one per episode, through the task runner ``runner.kind`` names.
+
+``runner.kind: threads`` keeps the in-process thread pool of ``hasp.agent.rollout.run_many``
+(``make_executor`` returns None). ``dask`` submits every episode to prefect-dask's
+``DaskTaskRunner``: a ``LocalCluster`` of ``runner.n_workers`` processes started on the first
+episode, or the scheduler at ``runner.address``. A worker builds the episode function from the
+picklable spec once (``hasp.agent.remote.run_spec``) and reuses it for every episode of that spec.
+
+A worker that dies takes its running episodes with it: Dask re-runs them on another worker (up to
+``distributed.scheduler.allowed-failures`` times); a task that raises is retried ``runner.retries``
+times by Prefect; an episode that still fails is recorded as ``spec.failed`` (``terminated="error"``),
+so the run goes on and counts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+
+from hasp.agent.remote import EpisodeSpec, run_spec, spec_key
+from hasp.config import RunnerParams
+from hasp.progress import Progress
+
+log = logging.getLogger(__name__)
+
+
+@task(name="episode", cache_policy=NO_CACHE, persist_result=False)
+def episode(key: str, spec: EpisodeSpec, item: Any) -> Any:
+    """One episode in the worker that runs this task (never cached: a rollout is a measurement)."""
+    return run_spec(key, spec, item)
+
+
+class TaskRunnerExecutor:
+    """``hasp.agent.remote.EpisodeExecutor`` over a Prefect task runner; started on the first
+    ``run`` (a run served from the cache starts no cluster), closed with ``close``."""
+
+    def __init__(self, runner: Any, *, retries: int = 0) -> None:
+        self.runner = runner
+        self.task = episode.with_options(retries=retries)
+        self._lock = threading.Lock()
+        self._started = False
+
+    def _start(self) -> Any:
+        with self._lock:
+            if not self._started:
+                self.runner.__enter__()
+                self._started = True
+            return self.runner
+
+    def run(self, spec: EpisodeSpec, items: Sequence[Any], *, desc: str, progress: bool = True) -> list[Any]:
+        runner = self._start()
+        key = spec_key(spec)
+        out: list[Any] = [None] * len(items)
+        lost = 0
+        with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar:
+            index = {runner.submit(self.task, parameters={"key": key, "spec": spec, "item": it}): i
+                     for i, it in enumerate(items)}
+            for fut in as_completed(list(index)):
+                i = index[fut]
+                try:
+                    out[i] = fut.result()
+                except Exception as e:  # noqa: BLE001 - a lost episode is recorded, never the run's end
+                    lost += 1
+                    out[i] = spec.failed(items[i], f"{type(e).__name__}: {e}")
+                bar.advance()
+        if lost:
+            log.warning("%s: %d of %d episodes lost by the task runner (recorded as failed)", desc, lost, len(items))
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._started:
+                self.runner.__exit__(None, None, None)
+                self._started = False
+
+    def __enter__(self) -> TaskRunnerExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def dask_runner(r: RunnerParams) -> Any:
+    """prefect-dask's runner: the cluster at ``r.address``, or a LocalCluster of worker processes."""
+    from prefect_dask import DaskTaskRunner
+
+    if r.address:
+        return DaskTaskRunner(address=r.address)
+    return DaskTaskRunner(cluster_kwargs={"n_workers": r.n_workers, "threads_per_worker": r.threads_per_worker,
+                                          "processes": True, "dashboard_address": ":0"})
+
+
+def make_executor(r: RunnerParams) -> TaskRunnerExecutor | None:
+    """The executor of ``runner.kind``; None for threads (episodes stay on this process's threads)."""
+    if r.kind == "threads":
+        return None
+    return TaskRunnerExecutor(dask_runner(r), retries=r.retries)
