@@ -12,15 +12,17 @@ worker executes for one episode.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import logging
 import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hasp.config import RunnerParams
 from hasp.llm.client import LLMConfig
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,35 @@ class EpisodeExecutor(Protocol):
     it could not run comes back as ``spec.failed(item, error)``, never as an exception."""
 
     def run(self, spec: EpisodeSpec, items: Sequence[Any], *, desc: str, progress: bool = True) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+#: builds the executor of a ``runner`` section whose kind is not threads; plugged in by the CLI
+_executor_factory: Callable[[RunnerParams], EpisodeExecutor] | None = None
+
+
+def use_executors(factory: Callable[[RunnerParams], EpisodeExecutor]) -> None:
+    """Plug in what builds executors (the CLI plugs in the Prefect task runners of ``tasks/``, which
+    this library may not import)."""
+    global _executor_factory
+    _executor_factory = factory
+
+
+@contextlib.contextmanager
+def episode_executor(runner: RunnerParams) -> Iterator[EpisodeExecutor | None]:
+    """The executor ``runner.kind`` names for the block, closed after it; None for threads."""
+    if runner.kind == "threads":
+        yield None
+        return
+    if _executor_factory is None:
+        raise RuntimeError(f"runner.kind {runner.kind} runs episodes through Prefect task runners, which the "
+                           "hasp CLI and the Prefect flows provide; this entry point has none")
+    executor = _executor_factory(runner)
+    try:
+        yield executor
+    finally:
+        executor.close()
 
 
 def spec_key(spec: EpisodeSpec) -> str:
