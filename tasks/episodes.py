@@ -46,21 +46,25 @@ class TaskRunnerExecutor:
         self._lock = threading.Lock()
         self._started = False
 
-    def _start(self) -> Any:
+    def _start(self) -> tuple[Any, str]:
         with self._lock:
             if not self._started:
+                self._api_url = api_url()
                 self.runner.__enter__()
                 self._started = True
-            return self.runner
+            return self.runner, self._api_url
 
     def run(self, spec: EpisodeSpec, items: Sequence[Any], *, desc: str, progress: bool = True) -> list[Any]:
-        runner = self._start()
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        runner, api = self._start()
         key = spec_key(spec)
         out: list[Any] = [None] * len(items)
         lost = 0
         with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar:
-            index = {runner.submit(self.task, parameters={"key": key, "spec": spec, "item": it}): i
-                     for i, it in enumerate(items)}
+            with temporary_settings(updates={PREFECT_API_URL: api}):  # travels with each task to its worker
+                index = {runner.submit(self.task, parameters={"key": key, "spec": spec, "item": it}): i
+                         for i, it in enumerate(items)}
             for fut in as_completed(list(index)):
                 i = index[fut]
                 try:
@@ -84,6 +88,22 @@ class TaskRunnerExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def api_url() -> str:
+    """The Prefect API the workers report their task runs to: the configured one, else this process's
+    ephemeral server (without it, every worker process would start an ephemeral server of its own
+    on the same database)."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if url:
+        return url
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # one per process: the one this process's own client uses
+    server.start()
+    return server.api_url
 
 
 def dask_runner(r: RunnerParams) -> Any:

@@ -662,3 +662,23 @@ class KillOnceSpecDouble:
 
     def failed(self, item, error):
         return self.inner.failed(item, error)
+
+
+@dataclass(frozen=True)
+class SlowBuildSpecDouble:
+    """An episode spec whose build takes ``build_s`` and is counted in the file ``builds`` (one line per
+    build), so a test sees how often a process built it; its episode echoes the item."""
+
+    builds: Path
+    build_s: float = 0.3
+
+    def build(self):
+        from hasp.agent.remote import BuiltEpisode
+
+        with open(self.builds, "a", encoding="utf-8") as f:
+            f.write("built\n")
+        time.sleep(self.build_s)
+        return BuiltEpisode(lambda item: item)
+
+    def failed(self, item, error):
+        return None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doubles import KillOnceSpecDouble, OpenAIEndpointDouble, ReadThenAnswerReplyDouble
+from doubles import KillOnceSpecDouble, OpenAIEndpointDouble, ReadThenAnswerReplyDouble, SlowBuildSpecDouble
 
 from hasp.config import Params, ParamsError, RunnerParams, load_params
 from hasp.llm.client import LLMClient, LLMConfig
@@ -39,7 +39,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, prefect_harness: Path) -> An
                                     "agent": {"max_steps": 4}})
     prepare_data(params, data)
     with OpenAIEndpointDouble(reply=ReadThenAnswerReplyDouble()) as endpoint, \
-            make_executor(RunnerParams(kind="dask", n_workers=2, threads_per_worker=2)) as executor:
+            make_executor(RunnerParams(kind="dask", n_workers=2, threads_per_worker=4)) as executor:
         yield params, data, endpoint, executor
 
 
@@ -86,6 +86,20 @@ def test_a_worker_that_dies_costs_a_rerun_not_the_run(world: Any, tmp_path: Path
     assert all(t.terminated != "error" for t in trajs)  # re-run on a live worker, not lost
     again = executor.run(plain, items, desc="again", progress=False)
     assert [_timeless(t.to_dict()) for t in trajs] == [_timeless(t.to_dict()) for t in again]
+
+
+def test_a_worker_builds_a_spec_once_however_many_threads_ask(tmp_path: Path) -> None:
+    """Episodes of one spec start together on a worker's threads; building the skill library in several
+    threads at once races on the process-wide PF registry, so one builds and the others wait."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hasp.agent.remote import run_spec, spec_key
+
+    spec = SlowBuildSpecDouble(tmp_path / "builds")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        out = list(pool.map(lambda i: run_spec(spec_key(spec), spec, i), range(8)))
+    assert out == list(range(8))
+    assert (tmp_path / "builds").read_text().count("built") == 1
 
 
 def test_a_lost_episode_is_recorded_failed_not_raised() -> None:

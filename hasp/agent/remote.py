@@ -108,6 +108,7 @@ class _Entry:
 
 
 _lock = threading.Lock()
+_building = threading.Lock()
 _built: OrderedDict[str, _Entry] = OrderedDict()
 
 
@@ -120,28 +121,33 @@ def run_spec(key: str, spec: EpisodeSpec, item: Any) -> Any:
         _release(entry)
 
 
-def _acquire(key: str, spec: EpisodeSpec) -> _Entry:
+def _take(key: str) -> _Entry | None:
     with _lock:
         entry = _built.get(key)
         if entry is not None:
             _built.move_to_end(key)
             entry.users += 1
+        return entry
+
+
+def _acquire(key: str, spec: EpisodeSpec) -> _Entry:
+    entry = _take(key)
+    if entry is not None:
+        return entry
+    with _building:  # one build at a time: loading skills registers PF classes process-wide
+        entry = _take(key)  # built by another thread while this one waited
+        if entry is not None:
             return entry
-    built = spec.build()  # outside the lock: loading a library or an index takes a while
-    with _lock:
-        entry = _built.get(key)
-        if entry is None:
-            entry = _built[key] = _Entry(built)
-            built = None
-        entry.users += 1
-        stale = []
-        while len(_built) > KEEP_BUILT:
-            _, old = _built.popitem(last=False)
-            old.evicted = True
-            if old.users == 0:
-                stale.append(old)
-    if built is not None:  # another thread built the same spec first
-        built.close()
+        entry = _Entry(spec.build())  # outside ``_lock``: episodes of built specs go on meanwhile
+        with _lock:
+            _built[key] = entry
+            entry.users += 1
+            stale = []
+            while len(_built) > KEEP_BUILT:
+                _, old = _built.popitem(last=False)
+                old.evicted = True
+                if old.users == 0:
+                    stale.append(old)
     for old in stale:
         _close(old)
     return entry
