@@ -401,8 +401,11 @@ class RunnerParams(_Strict):
     address: str | None = Field(None, description="dask: scheduler address of a running cluster "
                                 "(tcp://host:8786); null = start a LocalCluster for the run")
     n_workers: int = Field(2, ge=1, description="dask LocalCluster: worker processes")
-    threads_per_worker: int = Field(8, ge=1, description="dask LocalCluster: episodes one worker process "
-                                    "runs at once (episodes wait on the model, so more than its cores)")
+    threads_per_worker: int = Field(8, ge=1, description="dask LocalCluster: tasks one worker process runs "
+                                    "at once (their episodes wait on the model, so more than its cores)")
+    episodes_per_task: int = Field(1, ge=1, description="dask: episodes one Prefect task runs side by side; "
+                                   "1 = one task per episode; more spread a task run's own cost (its API "
+                                   "client and events) over several episodes, and a lost task loses them all")
     retries: int = Field(1, ge=0, description="dask: Prefect task retries of an episode whose task raised; an "
                          "episode whose worker died is first re-run by Dask on another worker, and one that "
                          "still fails is recorded as a failed episode (terminated=error), never the run")

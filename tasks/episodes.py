@@ -1,4 +1,5 @@
-"""Rollout episodes as Prefect tasks, one per episode, through the task runner ``runner.kind`` names.
+"""Rollout episodes as Prefect tasks through the task runner ``runner.kind`` names: one task per
+episode, or ``runner.episodes_per_task`` side by side in one task.
 
 ``runner.kind: threads`` keeps the in-process thread pool of ``hasp.agent.rollout.run_many``
 (``make_executor`` returns None). ``dask`` submits every episode to prefect-dask's
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prefect import task
@@ -30,19 +32,24 @@ from hasp.progress import Progress
 log = logging.getLogger(__name__)
 
 
-@task(name="episode", cache_policy=NO_CACHE, persist_result=False)
-def episode(key: str, spec: EpisodeSpec, item: Any) -> Any:
-    """One episode in the worker that runs this task (never cached: a rollout is a measurement)."""
-    return run_spec(key, spec, item)
+@task(name="episodes", cache_policy=NO_CACHE, persist_result=False)
+def episodes(key: str, spec: EpisodeSpec, items: list[Any]) -> list[Any]:
+    """Episodes in the worker that runs this task, side by side (never cached: a rollout is a
+    measurement). One item is one episode per task; more spread a task run's own cost."""
+    if len(items) == 1:
+        return [run_spec(key, spec, items[0])]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(lambda it: run_spec(key, spec, it), items))
 
 
 class TaskRunnerExecutor:
     """``hasp.agent.remote.EpisodeExecutor`` over a Prefect task runner; started on the first
     ``run`` (a run served from the cache starts no cluster), closed with ``close``."""
 
-    def __init__(self, runner: Any, *, retries: int = 0) -> None:
+    def __init__(self, runner: Any, *, retries: int = 0, episodes_per_task: int = 1) -> None:
         self.runner = runner
-        self.task = episode.with_options(retries=retries)
+        self.task = episodes.with_options(retries=retries)
+        self.per_task = max(1, episodes_per_task)
         self._lock = threading.Lock()
         self._started = False
 
@@ -60,19 +67,23 @@ class TaskRunnerExecutor:
         runner, api = self._start()
         key = spec_key(spec)
         out: list[Any] = [None] * len(items)
+        chunks = [list(range(i, min(i + self.per_task, len(items)))) for i in range(0, len(items), self.per_task)]
         lost = 0
         with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar:
             with temporary_settings(updates={PREFECT_API_URL: api}):  # travels with each task to its worker
-                index = {runner.submit(self.task, parameters={"key": key, "spec": spec, "item": it}): i
-                         for i, it in enumerate(items)}
+                index = {runner.submit(self.task, parameters={"key": key, "spec": spec,
+                                                              "items": [items[i] for i in chunk]}): chunk
+                         for chunk in chunks}
             for fut in as_completed(list(index)):
-                i = index[fut]
+                chunk = index[fut]
                 try:
-                    out[i] = fut.result()
-                except Exception as e:  # noqa: BLE001 - a lost episode is recorded, never the run's end
-                    lost += 1
-                    out[i] = spec.failed(items[i], f"{type(e).__name__}: {e}")
-                bar.advance()
+                    for i, result in zip(chunk, fut.result(), strict=True):
+                        out[i] = result
+                except Exception as e:  # noqa: BLE001 - lost episodes are recorded, never the run's end
+                    lost += len(chunk)
+                    for i in chunk:
+                        out[i] = spec.failed(items[i], f"{type(e).__name__}: {e}")
+                bar.advance(len(chunk))
         if lost:
             log.warning("%s: %d of %d episodes lost by the task runner (recorded as failed)", desc, lost, len(items))
         return out
@@ -120,4 +131,4 @@ def make_executor(r: RunnerParams) -> TaskRunnerExecutor | None:
     """The executor of ``runner.kind``; None for threads (episodes stay on this process's threads)."""
     if r.kind == "threads":
         return None
-    return TaskRunnerExecutor(dask_runner(r), retries=r.retries)
+    return TaskRunnerExecutor(dask_runner(r), retries=r.retries, episodes_per_task=r.episodes_per_task)

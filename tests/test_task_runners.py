@@ -39,7 +39,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, prefect_harness: Path) -> An
                                     "agent": {"max_steps": 4}})
     prepare_data(params, data)
     with OpenAIEndpointDouble(reply=ReadThenAnswerReplyDouble()) as endpoint, \
-            make_executor(RunnerParams(kind="dask", n_workers=2, threads_per_worker=4)) as executor:
+            make_executor(RunnerParams(kind="dask", n_workers=2, threads_per_worker=2, episodes_per_task=2)) as executor:
         yield params, data, endpoint, executor
 
 
