@@ -11,7 +11,7 @@ pipeline ones (``SearchRolloutSpec``: the PF agent with the seed library, BM25 o
 corpus, greedy), and the dask trajectories are checked against the threaded ones.
 
     python bench/rollout_runners.py [--n 48] [--latency-ms 100] [--concurrency 16] [--workers 2]
-                                    [--threads-per-worker 8] [--per-task 4] [--noop 200]
+                                    [--threads-per-worker 8] [--per-task 8] [--noop 200]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16, help="thread-pool size of the threads mode")
     ap.add_argument("--workers", type=int, default=2, help="Dask LocalCluster worker processes")
     ap.add_argument("--threads-per-worker", type=int, default=8, help="episodes at once per Dask worker")
-    ap.add_argument("--per-task", type=int, default=4, help="episodes per Prefect task of the batched Dask row "
+    ap.add_argument("--per-task", type=int, default=8, help="episodes per Prefect task of the batched Dask row "
                     "(same concurrency: threads per worker shrink to match)")
     ap.add_argument("--noop", type=int, default=200, help="empty episodes for the per-episode runner cost")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
@@ -147,7 +147,7 @@ def main() -> None:
     for name, wall in rows:
         REPORT.line(f"{name:<50}{wall:>8.2f}{n / wall:>12.2f}{seq_s / wall:>13.1f}x")
     REPORT.line("")
-    REPORT.line(f"trajectories identical across the three modes: {'yes' if same else 'NO'}; episodes lost: {lost}")
+    REPORT.line(f"trajectories identical across all modes: {'yes' if same else 'NO'}; episodes lost: {lost}")
     REPORT.line(f"Dask start-up, not in the figures: Prefect API {prefect_s:.1f}s, cluster + first "
                 f"{a.workers * 2} episodes {warm_s:.1f}s")
     REPORT.line(f"runner cost per empty episode ({a.noop}): Prefect task on Dask {noop_dask_s / a.noop * 1e6:,.0f} us, "
@@ -157,7 +157,8 @@ def main() -> None:
         ratio = seq_s / wall
         REPORT.line(f"goal >= {GOAL:.0f}x concurrent/sequential: {name.split(' (')[0]}: {ratio:.1f}x "
                     f"({'met' if ratio >= GOAL else 'not met'})")
-    REPORT.line("the Prefect rows pay a task run's own cost (API client, state events to the server) per task; "
+    REPORT.line("the Prefect rows pay a task's own cost: prefect-dask serialises the whole Prefect context per "
+                "submitted task in this process, and each task run opens an API client and sends state events; "
                 "the plain thread pool pays none")
     if not a.no_write:
         REPORT.write()

@@ -11,6 +11,12 @@ A worker that dies takes its running episodes with it: Dask re-runs them on anot
 ``distributed.scheduler.allowed-failures`` times); a task that raises is retried ``runner.retries``
 times by Prefect; an episode that still fails is recorded as ``spec.failed`` (``terminated="error"``),
 so the run goes on and counts it.
+
+What a task costs besides its episodes: prefect-dask serialises the whole Prefect context (all
+settings) for every submitted task, in the submitting process, and each task run opens an API
+client in its worker; on two busy cores that is a few hundred ms of CPU per task
+(``bench/rollout_runners.py``), which caps one-task-per-episode throughput. ``episodes_per_task``
+spreads it.
 """
 
 from __future__ import annotations
@@ -36,8 +42,8 @@ log = logging.getLogger(__name__)
 def episodes(key: str, spec: EpisodeSpec, items: list[Any]) -> list[Any]:
     """Episodes in the worker that runs this task, side by side (never cached: a rollout is a
     measurement). One item is one episode per task; more spread a task run's own cost."""
-    if len(items) == 1:
-        return [run_spec(key, spec, items[0])]
+    if len(items) <= 1:
+        return [run_spec(key, spec, it) for it in items]
     with ThreadPoolExecutor(max_workers=len(items)) as pool:
         return list(pool.map(lambda it: run_spec(key, spec, it), items))
 
@@ -62,7 +68,7 @@ class TaskRunnerExecutor:
             return self.runner, self._api_url
 
     def run(self, spec: EpisodeSpec, items: Sequence[Any], *, desc: str, progress: bool = True) -> list[Any]:
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW, temporary_settings
 
         runner, api = self._start()
         key = spec_key(spec)
@@ -70,7 +76,9 @@ class TaskRunnerExecutor:
         chunks = [list(range(i, min(i + self.per_task, len(items)))) for i in range(0, len(items), self.per_task)]
         lost = 0
         with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar:
-            with temporary_settings(updates={PREFECT_API_URL: api}):  # travels with each task to its worker
+            # travels with each task to its worker; outside a flow (hasp eval) task logs stay local
+            quiet = {PREFECT_API_URL: api, PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW: "ignore"}
+            with temporary_settings(updates=quiet):
                 index = {runner.submit(self.task, parameters={"key": key, "spec": spec,
                                                               "items": [items[i] for i in chunk]}): chunk
                          for chunk in chunks}
