@@ -123,8 +123,8 @@ def main() -> None:
             _, noop_dask_s = _timed(lambda: dask.run(NoopSpec(), list(range(a.noop)), desc="noop", progress=False))
         batched = RunnerParams(kind="dask", n_workers=a.workers, episodes_per_task=a.per_task,
                                threads_per_worker=max(1, a.threads_per_worker // a.per_task))
-        with make_executor(batched) as dask:
-            dask.run(spec, items[: a.workers * 2], desc="warm-up", progress=False)
+        with make_executor(batched) as dask:  # warm-up: a task per worker, so every worker has built the spec
+            dask.run(spec, items[: a.workers * a.per_task], desc="warm-up", progress=False)
             bat, bat_s = _timed(lambda: dask.run(spec, items, desc="dask batched", progress=False))
         with TaskRunnerExecutor(ThreadPoolTaskRunner(max_workers=a.concurrency)) as pt:
             _, noop_pt_s = _timed(lambda: pt.run(NoopSpec(), list(range(a.noop)), desc="noop", progress=False))
