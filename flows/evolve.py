@@ -38,6 +38,7 @@ from hasp.track.dvc_plots import write_plot_data
 from tasks import phases
 from tasks.artifacts import publish_epoch
 from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
+from tasks.episodes import make_executor
 from tasks.phases import settle
 
 # Every hasp module an epoch executes (closed over their imports by ``module_closure``); their sources (plus the prompt files) are the code part of
@@ -133,13 +134,14 @@ class Clients:
     student: Any
     trained: Any
     teacher: Any = None
+    executor: Any = None  # where rollout episodes run (runner.kind); None = this process's threads
 
     @property
     def started(self) -> bool:
         return any(getattr(c, "started", False) for c in (self.policy, self.student, self.trained))
 
     def close(self) -> None:
-        for c in (self.policy, self.student, self.trained):
+        for c in (self.policy, self.student, self.trained, self.executor):
             _close(c)
 
     def release_student(self) -> None:
@@ -154,15 +156,16 @@ def _close(client: Any) -> None:
 
 
 def make_clients(p: Params, out: Path) -> Clients:
-    """Policy (greedy), student (sampling, own server), trained policy, teacher (or None).
-    Tests replace this function with one returning doubles."""
+    """Policy (greedy), student (sampling, own server), trained policy, teacher (or None), and the
+    episode executor of ``runner.kind`` (its cluster starts on the first episode). Tests replace
+    this function with one returning doubles."""
     return Clients(
         policy=LazyPolicy(p.llm, max_tokens=p.agent.max_tokens),
         student=LazyPolicy(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
                            temperature=p.evolve.proposal_temperature),
         trained=LazyPolicy(p.llm.model_copy(update={"base_url": None}), model_dir=out / "train" / "merged",
                            port=p.llm.port + 1, max_tokens=p.agent.max_tokens),
-        teacher=teacher_client(p.teacher, p.llm))
+        teacher=teacher_client(p.teacher, p.llm), executor=make_executor(p.runner))
 
 
 @dataclass
@@ -205,7 +208,8 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id, p.evolve.prefilter)
     ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
-        k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher)
+        k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher,
+        executor=clients.executor)
     roll_h = content_hash(ep_dir / "rollout.jsonl")
 
     summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
@@ -243,12 +247,14 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
     k = key_of(*val_key, library_hash(lib_in))
     ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
-                                    policy=clients.policy, teacher=clients.teacher, label="val_baseline")
+                                    policy=clients.policy, teacher=clients.teacher, label="val_baseline",
+                                    executor=clients.executor)
     if "gate" in run_phases:
         k = key_of(code, data_h, lib_h, cand_h, val_h, rev_h, p.section_hash("evolve"), agent_llm, model_id,
                    teacher_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
         ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / "gate.json",),
-            k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher)
+            k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher,
+            executor=clients.executor)
     gate_h = content_hash(ep_dir / "gate.json")
 
     k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve", "sandbox"), epoch)
@@ -259,7 +265,8 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     k = key_of(*val_key, library_hash(evolved))
     ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
-                                 policy=clients.policy, teacher=clients.teacher, label="val_after")
+                                 policy=clients.policy, teacher=clients.teacher, label="val_after",
+                                 executor=clients.executor)
     ph["frontier"] = pipe.run("frontier", phases.frontier, out, epoch, evolved, ph["val_after"], p,
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])
@@ -310,7 +317,8 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
                    p.section_hash("agent", "llm", "harness", "sandbox"), model_id, train_key if has_trained else None, teacher_id)
         eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval" / "metrics.json",),
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
-            trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib)
+            trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib,
+            executor=clients.executor)
     finally:
         servers_started = clients.started
         clients.close()
@@ -371,7 +379,7 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                        p.section_hash("agent", "llm", "harness", "sandbox"), *keys_model)
             eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval_evolution" / "metrics.json",),
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
-                teacher=clients.teacher, library_before=start_lib)
+                teacher=clients.teacher, library_before=start_lib, executor=clients.executor)
     finally:
         servers_started = clients.started
         clients.close()

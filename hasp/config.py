@@ -421,6 +421,33 @@ class SandboxParams(_Strict):
                                    "episode; past it the PF is disabled for the episode and logged")
 
 
+class RunnerParams(_Strict):
+    """Where rollout episodes run: threads in this process, or one Prefect task per episode on a
+    Dask cluster (``prefect-dask``). The runner changes where an episode runs, never what it does:
+    the same questions under greedy decoding give the same trajectories."""
+
+    kind: Literal["threads", "dask"] = Field(
+        "threads", description="threads = a thread pool in this process (llm.max_concurrency episodes at once); "
+        "dask = one Prefect task per episode through prefect-dask's DaskTaskRunner")
+    address: str | None = Field(None, description="dask: scheduler address of a running cluster "
+                                "(tcp://host:8786); null = start a LocalCluster for the run")
+    n_workers: int = Field(2, ge=1, description="dask LocalCluster: worker processes")
+    threads_per_worker: int = Field(8, ge=1, description="dask LocalCluster: tasks one worker process runs "
+                                    "at once (their episodes wait on the model, so more than its cores)")
+    episodes_per_task: int = Field(1, ge=1, description="dask: episodes one Prefect task runs side by side; "
+                                   "1 = one task per episode; more spread a task run's own cost (its API "
+                                   "client and events) over several episodes, and a lost task loses them all")
+    retries: int = Field(1, ge=0, description="dask: Prefect task retries of an episode whose task raised; an "
+                         "episode whose worker died is first re-run by Dask on another worker, and one that "
+                         "still fails is recorded as a failed episode (terminated=error), never the run")
+
+    @model_validator(mode="after")
+    def _address_needs_dask(self) -> "RunnerParams":
+        if self.address and self.kind != "dask":
+            raise ValueError(f"address is a Dask scheduler address; it needs kind: dask (kind is {self.kind})")
+        return self
+
+
 class TrackingParams(_Strict):
     experiment: str = Field("hasp-search", description="MLflow experiment name")
     traces_per_file: int = Field(
@@ -440,6 +467,7 @@ class Params(_Strict):
     tracking: TrackingParams = TrackingParams()
     eval: EvalParams = EvalParams()
     sandbox: SandboxParams = SandboxParams()
+    runner: RunnerParams = RunnerParams()
     demo: dict[str, Any] = Field(default_factory=dict, description="the scale `hasp demo` runs at: "
                                  "section.key -> value, applied over the sections above")
 

@@ -1,8 +1,9 @@
 """One Prefect task per phase. Each is a typed wrapper over ``hasp.evolve.epoch``.
 
 Tasks take a ``cache_key`` computed by the flow from content hashes (see
-``tasks.cache``); everything else they receive (paths, live clients) is not part
-of the key. Results (the phase summaries) are persisted so a second run of an
+``tasks.cache``); everything else they receive (paths, live clients, the episode
+executor of ``runner.kind``) is not part of the key: where episodes run does not
+change what they produce. Results (the phase summaries) are persisted so a second run of an
 unchanged epoch is served from the cache.
 
 A phase whose model calls failed (its summary counts ``failed_calls``) finishes by raising
@@ -58,8 +59,8 @@ def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any
 
 @task(name="A-rollout", **_opts)
 def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
-            policy: Any, teacher: Any = None) -> dict[str, Any]:
-    s = ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy, teacher=teacher)
+            policy: Any, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
+    s = ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy, teacher=teacher, executor=executor)
     return _uncached_if_failed("A-rollout", s)
 
 
@@ -93,19 +94,20 @@ def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, te
 
 @task(name="val-rollout", **_opts)
 def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
-                policy: Any, teacher: Any = None, label: str = "val") -> dict[str, Any]:
+                policy: Any, teacher: Any = None, label: str = "val", executor: Any = None) -> dict[str, Any]:
     """The PF agent on the val split with ``library`` (the gate's shared baseline, and the
     library after an epoch). Keyed on the library's content, so one run serves both."""
     s = ep.rollout(params, data_dir, library, "val", out_path, policy=policy, variant="pf", teacher=teacher,
-                   limit=params.evolve.val_limit or None, label=label)
+                   limit=params.evolve.val_limit or None, label=label, executor=executor)
     s["trajectories"] = str(Path(out_path).resolve())  # where a later cache hit finds the file
     return _uncached_if_failed("val-rollout", s)
 
 
 @task(name="E2-val-gate", **_opts)
 def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_dir: Path,
-         baseline: dict[str, Any], *, policy: Any, teacher: Any = None) -> dict[str, Any]:
-    run_val = ep.val_runner(params, data_dir, epoch_dir / "val_runs", policy=policy, teacher=teacher)
+         baseline: dict[str, Any], *, policy: Any, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
+    run_val = ep.val_runner(params, data_dir, epoch_dir / "val_runs", policy=policy, teacher=teacher,
+                            executor=executor)
     return _uncached_if_failed("E2-val-gate", ep.gate(epoch_dir, library, params, baseline, run_val))
 
 
@@ -135,9 +137,10 @@ def train(cache_key: str, sft_path: Path, params: Params, out_dir: Path) -> dict
 
 @task(name="evaluate", **_opts)
 def evaluate(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
-             policy: Any, trained_policy: Any, teacher: Any = None, library_before: Path | None = None) -> dict[str, Any]:
+             policy: Any, trained_policy: Any, teacher: Any = None, library_before: Path | None = None,
+             executor: Any = None) -> dict[str, Any]:
     s = ep.evaluate(params, data_dir, library, out_dir, policy=policy, trained_policy=trained_policy,
-                    teacher=teacher, library_before=library_before)
+                    teacher=teacher, library_before=library_before, executor=executor)
     return _uncached_if_failed("evaluate", s)
 
 

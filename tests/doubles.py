@@ -680,3 +680,70 @@ def library(*skills):
     lib = SkillLibrary(domain="search", root=Path("/virtual"), skills=list(skills))
     lib.skills.sort(key=lambda s: (-s.spec.priority, s.skill_id))
     return lib
+
+
+# ----------------------------------------------------------------------------- distributed rollouts
+class ReadThenAnswerReplyDouble:
+    """The reply of a greedy search policy behind an endpoint double: SEARCH the question, READ the first
+    hit, then answer with the first words of what was read. Every step depends on the retriever's
+    results, so two runs agree only if they searched the same index the same way."""
+
+    def __call__(self, body: dict) -> str:
+        last = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+        text = last.removeprefix("Observation: ").split("\nNext Thought", 1)[0]
+        if last.startswith("Question: "):
+            return f"Thought: look it up\nAction: SEARCH[{text.removeprefix('Question: ')[:80]}]"
+        hit = re.search(r"\[(d\d+)\]", text)
+        if hit and text.startswith("1. "):
+            return f"Thought: read the first hit\nAction: READ[{hit.group(1)}]"
+        words = re.sub(r"\[d\d+\]", "", text).split()
+        return f"Thought: answer\nAction: FINAL[{' '.join(words[:2]) or 'unknown'}]"
+
+
+@dataclass(frozen=True)
+class KillOnceSpecDouble:
+    """An episode spec whose episode ``qid`` kills its own worker process the first time it runs (the
+    ``marker`` file says it already happened); every other episode runs ``inner`` unchanged."""
+
+    inner: Any
+    qid: str
+    marker: Path
+
+    def build(self):
+        import os
+        import signal
+
+        from hasp.agent.remote import BuiltEpisode
+
+        built = self.inner.build()
+
+        def run(item):
+            if item.id == self.qid and not self.marker.exists():
+                self.marker.write_text(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return built.run(item)
+
+        return BuiltEpisode(run, built.close)
+
+    def failed(self, item, error):
+        return self.inner.failed(item, error)
+
+
+@dataclass(frozen=True)
+class SlowBuildSpecDouble:
+    """An episode spec whose build takes ``build_s`` and is counted in the file ``builds`` (one line per
+    build), so a test sees how often a process built it; its episode echoes the item."""
+
+    builds: Path
+    build_s: float = 0.3
+
+    def build(self):
+        from hasp.agent.remote import BuiltEpisode
+
+        with open(self.builds, "a", encoding="utf-8") as f:
+            f.write("built\n")
+        time.sleep(self.build_s)
+        return BuiltEpisode(lambda item: item)
+
+    def failed(self, item, error):
+        return None

@@ -167,17 +167,19 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
                    params: ParamsOpt = Path("params.yaml"), split: str = "train") -> None:
     """Phase A: PF-aware rollout of the policy on the seed split (behind the two-stage prefilter
     when ``evolve.prefilter`` is on; other splits always get the plain PF-aware rollout)."""
+    from hasp.agent.remote import episode_executor
     from hasp.evolve.epoch import phase_a_rollout, rollout
     from hasp.llm.endpoints import policy_client, teacher_client
 
     p = _params(params)
-    with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol:
+    with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
         teacher = teacher_client(p.teacher, p.llm)
         if split == "train":
-            s = phase_a_rollout(p, data, library, epoch_dir / "rollout.jsonl", policy=pol, teacher=teacher)
+            s = phase_a_rollout(p, data, library, epoch_dir / "rollout.jsonl", policy=pol, teacher=teacher,
+                                executor=ex)
         else:
             s = rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
-                        teacher=teacher)
+                        teacher=teacher, executor=ex)
     _save_summary(epoch_dir, "rollout", s)
 
 
@@ -308,6 +310,22 @@ def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, top
 
 
 from hasp.eval.cli import eval_command  # noqa: E402 - `hasp eval`: variants × datasets of any domain
+
+
+def _task_runner_executor(runner: Any) -> Any:
+    """Episodes through a Prefect task runner (``runner.kind`` other than threads); Prefect is
+    imported only when such a runner is asked for."""
+    from tasks.episodes import make_executor
+
+    return make_executor(runner)
+
+
+@app.callback()
+def _plug_task_runners() -> None:
+    # before any command: the library reaches the Prefect task runners only through this hook
+    from hasp.agent.remote import use_executors
+
+    use_executors(_task_runner_executor)
 
 app.command("eval")(eval_command)
 

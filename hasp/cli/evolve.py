@@ -83,6 +83,7 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
          data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
          params: Annotated[Path, typer.Option("--params")] = Path("params.yaml")) -> None:
     """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off)."""
+    from hasp.agent.remote import episode_executor
     from hasp.evolve.epoch import gate as gate_phase
     from hasp.atomic import write_json
     from hasp.evolve.epoch import rollout, val_runner
@@ -96,11 +97,12 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
                                     f"val_gate {p.evolve.val_gate})"}
     else:
         teacher = teacher_client(p.teacher, p.llm)
-        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol:
+        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
             base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol, variant="pf",
-                           teacher=teacher, limit=p.evolve.val_limit or None, label="val_baseline")
+                           teacher=teacher, limit=p.evolve.val_limit or None, label="val_baseline", executor=ex)
             summary = gate_phase(epoch_dir, library, p, base,
-                                 val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher))
+                                 val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher,
+                                            executor=ex))
     write_json(summary, epoch_dir / "summary_gate.json")
     typer.echo(json.dumps({"gate": summary}, default=str)[:2000])
 

@@ -95,6 +95,7 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
          trained: Path | None, judge: bool, snippets: bool, traces: bool, run_name: str | None, progress: bool,
          limit: int | None) -> tuple[Any, dict[str, Any]]:
     """Run the cells inside the open parent MLflow run, each cell logged as it finishes."""
+    from hasp.agent.remote import episode_executor
     from hasp.agent.variants import get_variant
     from hasp.eval.episodes import episode_config
     from hasp.eval.runner import Arm, run_eval
@@ -129,8 +130,10 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
                 experiment=p.tracking.experiment, domain=domain, params=run_params,
                 run_name=run_name or f"eval-{domain}-{time.strftime('%Y%m%d-%H%M%S')}",
                 cell_params={s.name: dataset_params(s) for s in sets}, traces=traces))
+            executor = stack.enter_context(episode_executor(p.runner))
             res = run_eval(p, sets, arms, policy=pol, library_root=library, out_dir=out, teacher=teacher,
-                           judge=judge, teacher_snippets=snippets, progress=progress, on_cell=run.log_cell)
+                           judge=judge, teacher_snippets=snippets, progress=progress, on_cell=run.log_cell,
+                           executor=executor)
             run.finish(res, {"library_size": res.library_size})
     finally:
         if teacher is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +117,26 @@ class EvalDataset:
     corpus_size: int
     load_report: str = ""
     domain: str = "search"
+    data_dir: Path | None = None  # generated: the folder it was loaded from
+    retriever_url: str | None = None  # a file without paragraphs: the Search-R1 retriever it searches
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def shipped(self) -> EvalDataset:
+        """The dataset as a worker process receives it: no items (each travels with its episode)
+        and, when it can be rebuilt from files, no retriever (a worker rebuilds it, ``with_retriever``)."""
+        rebuild = self.domain == "search" and (self.data_dir is not None or self.spec.path is not None)
+        return replace(self, questions=[], retriever=None if rebuild else self.retriever)
+
+    def with_retriever(self, params: Params) -> EvalDataset:
+        """A shipped dataset with its retriever rebuilt from the same files."""
+        if self.retriever is not None or self.domain != "search":
+            return self
+        loaded = load_eval_dataset(self.spec, params, split=self.split, data_dir=self.data_dir or Path("."),
+                                   retriever_url=self.retriever_url)
+        return replace(self, retriever=loaded.retriever)
 
 
 def load_eval_dataset(spec: DatasetSpec, params: Params, *, split: str = "test", limit: int | None = None,
@@ -147,7 +163,7 @@ def _load_generated(spec: DatasetSpec, params: Params, split: str, limit: int | 
     task = SearchTask.load(data_dir)
     items = task.questions(split)
     return EvalDataset(spec, split, items[:limit] if limit else items, task.retriever, len(items),
-                       len(task.retriever))
+                       len(task.retriever), data_dir=data_dir)
 
 
 def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,
@@ -175,7 +191,7 @@ def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,
         raise DatasetSpecError(f"dataset {spec.raw!r}: {spec.kind} files carry no paragraphs to search; "
                                "pass --retriever-url of a Search-R1 retriever (e.g. `hasp retriever-serve`)")
     return EvalDataset(spec, split, items[:limit] if limit else items, retriever, len(items), len(ds.corpus),
-                       ds.report.summary())
+                       ds.report.summary(), retriever_url=None if ds.corpus else retriever_url)
 
 
 #: the domains ``hasp eval`` runs; search is multi-step, math and code are single-step

@@ -4,7 +4,7 @@ An arm is a variant run by a policy under a label that says what ran (``pf_teach
 teacher is used, ``trained_pf`` for a trained policy), so ``hasp eval`` and the epoch's evaluation
 stage are the same loop with different arms. Episodes come from the dataset's domain
 (``hasp.eval.episodes``); everything else is domain-free. A cell's episodes run concurrently
-through ``run_many`` (thread pool + progress bar). An episode that raises (endpoint down after
+through ``run_many`` (thread pool + progress bar) or a task runner's executor. An episode that raises (endpoint down after
 retries, a harness bug) is recorded as ``terminated="error"``, logged and counted instead of
 discarding the whole evaluation; a cell in which *every* episode failed stops the run with that
 error, since its numbers would mean nothing.
@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hasp.agent.loop import Policy
+from hasp.agent.remote import EpisodeExecutor, endpoint_of
 from hasp.agent.rollout import run_many, write_trajectories
 from hasp.agent.variants import Variant, get_variant
 from hasp.atomic import write_jsonl
 from hasp.config import Params
 from hasp.eval.datasets import EvalDataset
-from hasp.eval.episodes import episodes, item_identity
-from hasp.eval.judge import judge_answer
+from hasp.eval.cell_spec import EvalCellSpec, cell_episode
 from hasp.eval.records import EpisodeRecord
 from hasp.eval.summary import by_hops, grading_weaker, summarize_cell
-from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +118,8 @@ def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: b
 def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence[str | Variant | Arm], *,
              policy: Policy, library_root: Path | None, out_dir: Path, teacher: Any = None, judge: bool = False,
              teacher_snippets: bool | None = None, progress: bool = True,
-             on_cell: Callable[[CellResult], None] | None = None) -> EvalResult:
+             on_cell: Callable[[CellResult], None] | None = None,
+             executor: EpisodeExecutor | None = None) -> EvalResult:
     """Evaluate every arm on every dataset (all of one domain) and write the outputs; see the
     module docstring.
 
@@ -129,7 +129,10 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
 
     ``teacher_snippets=None`` reads ``params.eval.teacher_snippets`` for search. Snippet mode is a
     property of the environment, so it applies to all arms (a fair comparison); it needs a
-    teacher, as does ``judge``. Both are search-only: math and code are graded exactly."""
+    teacher, as does ``judge``. Both are search-only: math and code are graded exactly.
+
+    ``executor`` (``runner.kind``) runs each cell's episodes in worker processes, which rebuild the
+    cell from an ``EvalCellSpec``; without it they run on threads here."""
     from hasp.atomic import write_json
     from hasp.pf.library import load_library
 
@@ -161,7 +164,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                 try:
                     cell = _run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm),
                                      teacher=teacher, judge=judge, snippets=snippets, out_dir=out_dir,
-                                     progress=progress)
+                                     progress=progress, executor=executor)
                 except Exception as exc:
                     _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"))
                     raise
@@ -209,11 +212,17 @@ def _domain_of(datasets: Sequence[EvalDataset]) -> str:
 
 
 def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib: Any, teacher: Any, judge: bool,
-              snippets: bool, out_dir: Path, progress: bool) -> CellResult:
+              snippets: bool, out_dir: Path, progress: bool, executor: EpisodeExecutor | None) -> CellResult:
     t0 = time.perf_counter()
-    fn = _episode_fn(params, ds, arm, policy=policy, lib=lib, teacher=teacher, judge=judge, snippets=snippets)
-    records = run_many(ds.questions, fn, concurrency=params.llm.max_concurrency, desc=f"{ds.name}:{arm.label}",
-                       progress=progress)
+    desc = f"{ds.name}:{arm.label}"
+    if executor is None:
+        fn = cell_episode(params, ds, arm.variant, arm.label, policy=policy, lib=lib, teacher=teacher, judge=judge,
+                          snippets=snippets)
+        records = run_many(ds.questions, fn, concurrency=params.llm.max_concurrency, desc=desc, progress=progress)
+    else:
+        spec = EvalCellSpec(params, ds.shipped(), arm.label, arm.variant, lib.root if lib is not None else None,
+                            endpoint_of(policy, "policy"), endpoint_of(teacher, "teacher"), judge, snippets)
+        records = executor.run(spec, ds.questions, desc=desc, progress=progress)
     wall = time.perf_counter() - t0
     path = out_dir / ds.name / f"{arm.label}.jsonl"
     write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why
@@ -239,29 +248,3 @@ def _raise_if_all_failed(records: Sequence[EpisodeRecord], dataset: str, label: 
     if errors:
         log.warning("%s/%s: %d of %d episodes failed (counted as episode_errors); first: %s",
                     dataset, label, len(errors), len(records), errors[0])
-
-
-def _episode_fn(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib: Any, teacher: Any,
-                judge: bool, snippets: bool) -> Any:
-    episode = episodes(params, ds, arm.variant, policy=policy, library=lib, teacher=teacher, snippets=snippets,
-                       label=arm.label)
-
-    def run(item: Any) -> EpisodeRecord:
-        start_ns = time.time_ns()
-        error, stats = "", None
-        try:
-            traj, stats = episode(item)
-        except Exception as exc:  # noqa: BLE001 - contained per episode, counted; all-failed cells raise
-            qid, question, answers = item_identity(item)
-            error = f"{type(exc).__name__}: {exc}"[:500]
-            log.warning("%s/%s %s: episode failed: %s", ds.name, arm.label, qid, error)
-            traj = Trajectory(qid=qid, question=question, answers=answers, variant=arm.label, terminated="error",
-                              wall_s=(time.time_ns() - start_ns) / 1e9)  # an infrastructure error, not a PF's
-        verdict = None
-        if judge and not error:
-            _, question, answers = item_identity(item)
-            verdict = judge_answer(teacher, question, answers, traj.prediction,
-                                   max_tokens=params.eval.judge_max_tokens)
-        return EpisodeRecord(traj, start_ns, stats, verdict, error)
-
-    return run

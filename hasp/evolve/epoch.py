@@ -23,7 +23,8 @@ from typing import Any
 
 from hasp.atomic import read_json, write_json
 
-from hasp.agent.loop import Policy, agent_config
+from hasp.agent.loop import Policy
+from hasp.agent.remote import EpisodeExecutor, endpoint_of
 from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
 from hasp.agent.variants import get_variant
 from hasp.config import Params, SandboxParams
@@ -44,14 +45,18 @@ def pipeline_variant(variant: str, teacher: Teacher | None) -> str:
 def rollout(params: Params, data_dir: Path, library_root: Path | None, split: str, out_path: Path,
             *, policy: Policy, variant: str = "pf", teacher: Teacher | None = None,
             limit: int | None = None, label: str | None = None,
-            qids: Collection[str] | None = None) -> dict[str, Any]:
+            qids: Collection[str] | None = None, executor: EpisodeExecutor | None = None) -> dict[str, Any]:
     """Phase A and the val gate: run ``variant`` on a split, write trajectories, return metrics.
 
     The pipeline's PF agent uses the teacher whenever one is configured: ``variant="pf"`` with a
     teacher runs as ``pf_teacher`` (the paper's Full row), so a configured teacher is never
     ignored; the summary's ``variant`` (and the trajectories, unless ``label`` names the run)
     say ``pf_teacher`` then.
+
+    Episodes run on threads here, or through ``executor`` (``runner.kind``) in worker processes
+    that rebuild the same episode function from a ``SearchRolloutSpec``.
     """
+    from hasp.domains.search.rollout_spec import SearchRolloutSpec, rollout_episode
     from hasp.domains.search.task import SearchTask
 
     variant = pipeline_variant(variant, teacher)
@@ -62,13 +67,15 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
         keep = set(qids)
         items = [it for it in items if it.id in keep]
     lib = load_library(library_root, "search", sandbox=params.sandbox) if library_root is not None else None
+    desc = f"{label or variant}:{split}"
     try:
-        fn = task.episode_fn(policy=policy, library=lib, cfg=agent_config(params),
-                             variant=get_variant(variant), top_k=params.agent.top_k,
-                             snippet_chars=params.agent.snippet_chars, read_chars=params.agent.read_chars,
-                             teacher=teacher, label=label, harness=params.harness)
-        trajs = run_many(items, fn, concurrency=params.llm.max_concurrency,
-                         desc=f"{label or variant}:{split}")
+        if executor is None:
+            fn = rollout_episode(params, task, lib, variant, label, policy=policy, teacher=teacher)
+            trajs = run_many(items, fn, concurrency=params.llm.max_concurrency, desc=desc)
+        else:
+            spec = SearchRolloutSpec(params, Path(data_dir), library_root, variant, label,
+                                     policy=endpoint_of(policy, "policy"), teacher=endpoint_of(teacher, "teacher"))
+            trajs = executor.run(spec, items, desc=desc)
     finally:
         if lib is not None:
             lib.close()
@@ -87,7 +94,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
 
 
 def phase_a_rollout(params: Params, data_dir: Path, library_root: Path, out_path: Path, *, policy: Policy,
-                    teacher: Teacher | None = None) -> dict[str, Any]:
+                    teacher: Teacher | None = None, executor: EpisodeExecutor | None = None) -> dict[str, Any]:
     """Phase A on the seed (train) split: the PF-aware rollout, optionally behind the two-stage prefilter.
 
     With ``evolve.prefilter`` a cheap pass (plain ReAct: no skills, no teacher, the shortest
@@ -96,12 +103,14 @@ def phase_a_rollout(params: Params, data_dir: Path, library_root: Path, out_path
     trajectories only; the cheap pass is kept beside it as ``prefilter.jsonl``.
     """
     if not params.evolve.prefilter:
-        return rollout(params, data_dir, library_root, "train", out_path, policy=policy, variant="pf", teacher=teacher)
+        return rollout(params, data_dir, library_root, "train", out_path, policy=policy, variant="pf", teacher=teacher,
+                       executor=executor)
     pre_path = out_path.with_name("prefilter.jsonl")
-    pre = rollout(params, data_dir, None, "train", pre_path, policy=policy, variant="react", label="prefilter")
+    pre = rollout(params, data_dir, None, "train", pre_path, policy=policy, variant="react", label="prefilter",
+                  executor=executor)
     failed = [t.qid for t in read_trajectories(pre_path) if t.em < 1.0]
     summary = rollout(params, data_dir, library_root, "train", out_path, policy=policy, variant="pf",
-                      teacher=teacher, qids=failed)
+                      teacher=teacher, qids=failed, executor=executor)
     summary["prefilter"] = {"n": pre["n"], "em": pre["em"], "f1": pre["f1"], "failed": len(failed),
                             "skipped": pre["n"] - len(failed)}
     return summary
@@ -361,13 +370,13 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     return summary
 
 
-def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None
-               ) -> Any:
+def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None,
+               executor: EpisodeExecutor | None = None) -> Any:
     """``run_val(library, label)`` for the val gate: the PF agent on the val split."""
     def run_val(library: Path, label: str) -> dict[str, Any]:
         return rollout(params, data_dir, library, "val", out_dir / f"{label.replace('+', '__')}.jsonl",
                        policy=policy, variant="pf", teacher=teacher,
-                       limit=params.evolve.val_limit or None, label=label)
+                       limit=params.evolve.val_limit or None, label=label, executor=executor)
     return run_val
 
 
@@ -588,7 +597,7 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
 # ----------------------------------------------------------------------------- evaluation
 def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, *, policy: Any,
              trained_policy: Any | None, teacher: Any = None, split: str = "test",
-             library_before: Path | None = None) -> dict[str, Any]:
+             library_before: Path | None = None, executor: EpisodeExecutor | None = None) -> dict[str, Any]:
     """Baseline ReAct vs PF agent vs trained PF agent on the generated benchmark's ``split``
     (same library, same data), through the evaluation runner every ``hasp eval`` uses. With
     ``library_before`` (the epoch's input library) the PF agent also runs with it, labelled
@@ -605,7 +614,7 @@ def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, 
         pf = get_variant(pipeline_variant("pf", teacher))
         arms.insert(1, Arm(f"{pf.name}_before", pf, None, library_before))
     res = run_eval(params, [ds], arms, policy=policy, library_root=library_root,
-                   out_dir=out_dir, teacher=teacher, teacher_snippets=False)
+                   out_dir=out_dir, teacher=teacher, teacher_snippets=False, executor=executor)
     return res.metrics()[ds.name]
 
 

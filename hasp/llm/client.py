@@ -280,6 +280,10 @@ class LLMClient:
         """Text-only convenience; the ``Teacher`` protocol PFs use."""
         return self.chat(messages, max_tokens=max_tokens, temperature=temperature).text
 
+    def endpoint(self) -> LLMConfig:
+        """Where this client calls: what a worker process needs to make its own."""
+        return self.config
+
     def close(self) -> None:
         self._client.close()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import LLMParams
-from hasp.llm.client import LLMClient
+from hasp.llm.client import LLMClient, LLMConfig
 
 
 class LazyPolicy:
@@ -40,6 +40,10 @@ class LazyPolicy:
                 self._stack = stack
                 self._ever_started = True
             return self._client
+
+    def endpoint(self) -> LLMConfig:
+        """The endpoint of the (started) server, for episodes that run in other processes."""
+        return self.client().endpoint()
 
     def chat(self, messages: list[dict[str, str]], **kw: Any) -> Any:
         return self.client().chat(messages, **kw)

@@ -1,0 +1,120 @@
+"""Rollouts through a Prefect task runner on a real Dask LocalCluster (two worker processes).
+
+The runner changes where episodes run, never what they do: the same questions against the same
+greedy endpoint give the trajectories the threaded run gives, and a worker that dies costs its
+episodes a re-run, not the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doubles import KillOnceSpecDouble, OpenAIEndpointDouble, ReadThenAnswerReplyDouble, SlowBuildSpecDouble
+
+from hasp.config import Params, ParamsError, RunnerParams, load_params
+from hasp.llm.client import LLMClient, LLMConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _timeless(d: Any) -> Any:
+    """A trajectory dict without its clock readings (wall, LLM, step, selection seconds)."""
+    if isinstance(d, dict):
+        return {k: _timeless(v) for k, v in d.items() if not (k.endswith("_s") and isinstance(v, float))}
+    if isinstance(d, list):
+        return [_timeless(v) for v in d]
+    return d
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, prefect_harness: Path) -> Any:
+    """Prepared data, a greedy endpoint double, and a dask executor (cluster started on first use)."""
+    from hasp.domains.search.prepare import prepare_data
+    from tasks.episodes import make_executor
+
+    data = tmp_path_factory.mktemp("runner_data")
+    params = Params.model_validate({"data": {"n_questions": 10, "hop_weights": {1: 1.0}},
+                                    "agent": {"max_steps": 4}})
+    prepare_data(params, data)
+    with OpenAIEndpointDouble(reply=ReadThenAnswerReplyDouble()) as endpoint, \
+            make_executor(RunnerParams(kind="dask", n_workers=2, threads_per_worker=2, episodes_per_task=2)) as executor:
+        yield params, data, endpoint, executor
+
+
+def test_dask_runner_gives_the_threaded_trajectories_of_phase_a_and_eval(world: Any, tmp_path: Path) -> None:
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+    from hasp.eval.runner import run_eval
+    from hasp.evolve.epoch import rollout
+    from hasp.agent.rollout import read_trajectories
+
+    params, data, endpoint, executor = world
+    policy = LLMClient(LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens))
+    runs = {}
+    for kind, ex in (("threads", None), ("dask", executor)):
+        s = rollout(params, data, ROOT / "skills" / "search", "train", tmp_path / kind / "rollout.jsonl",
+                    policy=policy, variant="pf", executor=ex)
+        assert s["n"] == 4 and "failure" not in s
+        runs[kind] = [_timeless(t.to_dict()) for t in read_trajectories(tmp_path / kind / "rollout.jsonl")]
+    assert runs["dask"] == runs["threads"]
+    assert all(len(t["steps"]) >= 2 for t in runs["dask"])  # searched and read: the worker's index was used
+
+    ds = load_eval_dataset(parse_dataset_spec("generated"), params, split="val", data_dir=data)
+    cells = {kind: run_eval(params, [ds], ["react"], policy=policy, library_root=None, out_dir=tmp_path / f"e_{kind}",
+                            progress=False, executor=ex).cells[0]
+             for kind, ex in (("threads", None), ("dask", executor))}
+    assert [_timeless(r.traj.to_dict()) for r in cells["dask"].records] == \
+        [_timeless(r.traj.to_dict()) for r in cells["threads"].records]
+    assert cells["dask"].summary["em"] == cells["threads"].summary["em"]
+
+
+def test_a_worker_that_dies_costs_a_rerun_not_the_run(world: Any, tmp_path: Path) -> None:
+    from hasp.domains.search.rollout_spec import SearchRolloutSpec
+    from hasp.domains.search.task import SearchTask
+    from hasp.llm.client import LLMConfig
+
+    params, data, endpoint, executor = world
+    items = SearchTask.load(data).questions("test")
+    cfg = LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens)
+    plain = SearchRolloutSpec(params, data, None, "react", None, cfg)
+    marker = tmp_path / "killed"
+    trajs = executor.run(KillOnceSpecDouble(plain, items[1].id, marker), items, desc="kill", progress=False)
+
+    assert marker.exists()  # the worker running items[1] was killed
+    assert [t.qid for t in trajs] == [it.id for it in items]
+    assert all(t.terminated != "error" for t in trajs)  # re-run on a live worker, not lost
+    again = executor.run(plain, items, desc="again", progress=False)
+    assert [_timeless(t.to_dict()) for t in trajs] == [_timeless(t.to_dict()) for t in again]
+
+
+def test_a_worker_builds_a_spec_once_however_many_threads_ask(tmp_path: Path) -> None:
+    """Episodes of one spec start together on a worker's threads; building the skill library in several
+    threads at once races on the process-wide PF registry, so one builds and the others wait."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hasp.agent.remote import run_spec, spec_key
+
+    spec = SlowBuildSpecDouble(tmp_path / "builds")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        out = list(pool.map(lambda i: run_spec(spec_key(spec), spec, i), range(8)))
+    assert out == list(range(8))
+    assert (tmp_path / "builds").read_text().count("built") == 1
+
+
+def test_a_lost_episode_is_recorded_failed_not_raised() -> None:
+    from hasp.domains.search.rollout_spec import SearchRolloutSpec
+    from hasp.domains.search.generator import QAItem
+
+    spec = SearchRolloutSpec(Params(), Path("."), None, "react", "val", LLMConfig(base_url="http://x", model="m"))
+    t = spec.failed(QAItem(id="q1", question="Who?", answers=["A"], hops=1, support=["d1"]), "KilledWorker: gone")
+    assert (t.qid, t.variant, t.terminated, t.pf_errors) == ("q1", "val", "error", ["KilledWorker: gone"])
+
+
+@pytest.mark.parametrize("key,value,says", [("runner.kind", "ray", "runner.kind"),
+                                            ("runner.address", "tcp://10.0.0.1:8786", "kind: dask"),
+                                            ("runner.n_workers", 0, "runner.n_workers")])
+def test_bad_runner_settings_fail_with_one_line(key: str, value: Any, says: str) -> None:
+    with pytest.raises(ParamsError) as e:
+        load_params(ROOT / "params.yaml", {key: value})
+    assert says in str(e.value) and "\n" not in str(e.value)
