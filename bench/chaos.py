@@ -84,8 +84,10 @@ def make_project(path: Path, base_url: str | None, *, train: bool, port: int) ->
     path.mkdir(parents=True, exist_ok=True)
     (path / "tmp").mkdir(exist_ok=True)
     p = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    p["data"].update(n_questions=12)
-    p["agent"].update(max_steps=3, max_tokens=48)
+    # the smallest epoch that still has every phase: 3 train / 2 val / 3 test questions, two steps each
+    # (the trained model's evaluation runs on the real embedded weights, the slowest part of a run)
+    p["data"].update(n_questions=8)
+    p["agent"].update(max_steps=2, max_tokens=48)
     p["llm"].update(base_url=base_url, model="policy-double" if base_url else None, max_concurrency=4,
                     port=port,  # the embedded server, the trained model's (+1) and the student's (+2)
                     timeout_s=1800)  # a loaded machine is slow, not broken: no timeout may change a result
