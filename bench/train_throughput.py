@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import resource
 import shutil
 import subprocess
@@ -263,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                     f" x accum {p.train.gradient_accumulation_steps}, max_length {p.train.max_length}, "
                     f"lora_r {p.train.lora_r}, torch_threads {p.train.torch_threads}")
         if recipes:
-            REPORT.line("tokens = prompt + target tokens through the model, no padding (dpo: the prompt with chosen and with rejected); "
-                        "peak RSS = the recipe's own process (load, train, merge)")
+            REPORT.line("tokens = prompt + target tokens through the model, no padding (dpo: the prompt with "
+                        "chosen and with rejected); peak RSS = the recipe's own process (load, train, merge)")
             REPORT.line(f"{'recipe':<7}{'rows':>6}{'steps':>7}{'tokens':>9}{'train s':>9}{'tokens/s':>10}"
                         f"{'peak RSS MB':>13}")
         for r in recipes:
