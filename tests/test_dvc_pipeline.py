@@ -80,6 +80,44 @@ def test_experiment_stage_follows_train_preset(repo):
     assert stale(repo, "experiment") == {"experiment"}
 
 
+def _experiments(repo: Path) -> dict[str, dict]:
+    """``dvc exp show --json`` as name -> (executor, params.yaml values, metrics file -> values)."""
+    import json
+
+    shown = json.loads(run(DVC + ["exp", "show", "--json"], repo))
+    out = {}
+    for top in shown:
+        for e in top.get("experiments") or []:
+            data = e["revs"][0]["data"]
+            out[e["name"]] = {"executor": e.get("executor"), "params": data["params"]["params.yaml"]["data"],
+                              "metrics": {f: v["data"] for f, v in (data.get("metrics") or {}).items()
+                                          if "data" in v}}
+    return out
+
+
+def test_dvc_exp_show_lists_experiments_with_their_params_and_metrics(repo):
+    """Real `dvc exp run`s of the experiment stage, compared by `dvc exp show`. A preset is queued the
+    way the grid is run (its run would train and serve the embedded model, so it stays queued here);
+    two experiments that differ in the data run for real to the experiment stage (with train.preset
+    null it trains nothing, the prepare stage before it writes the data metrics) and are listed with
+    the params they ran with and the metrics columns of both stages."""
+    run(DVC + ["exp", "run", "--queue", "-n", "E1_cpu", "-S", "train.preset=E1_cpu", "experiment"], repo)
+    run(DVC + ["exp", "run", "-n", "seed11", "-S", "data.seed=11", "experiment"], repo)
+    run(DVC + ["exp", "run", "-n", "seed13", "-S", "data.seed=13", "-S", "data.n_questions=40", "experiment"], repo)
+    exps = _experiments(repo)
+    assert set(exps) == {"E1_cpu", "seed11", "seed13"}
+    queued = exps["E1_cpu"]
+    assert queued["executor"]["state"] == "queued" and queued["params"]["train"]["preset"] == "E1_cpu"
+    for name, seed, n in (("seed11", 11, 30), ("seed13", 13, 40)):
+        e = exps[name]
+        assert e["params"]["data"]["seed"] == seed and e["params"]["data"]["n_questions"] == n
+        assert e["params"]["train"]["preset"] is None
+        assert e["metrics"]["outputs/experiment/metrics.json"] == {}
+        counts = e["metrics"]["outputs/data/summary.json"]["counts"]
+        assert counts["train"] + counts["val"] + counts["test"] == n
+        assert sum(e["metrics"]["outputs/data/summary.json"]["hops"].values()) == n
+
+
 def test_track_stage_writes_what_dvc_plots_show_draws(repo, monkeypatch):
     """The track stage's command on an epoch's files: `dvc plots show` then lists every plot of
     dvc.yaml with its data (training curves, per-epoch numbers, test EM per arm), and the epoch's
