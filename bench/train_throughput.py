@@ -52,7 +52,7 @@ class Reply:
     latency_s: float = 0.0
 
 
-class PoolPolicy:
+class GoldPoolPolicyDouble:
     """Answers the gold answer at every step: the seed PFs rewrite the early answers into SEARCH and
     READ, so the pool holds PF corrections and ends correct. Deterministic, so every run trains on
     the same rows."""
@@ -75,7 +75,7 @@ def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
     data = work / "data"
     prepare_data(p, data)
     questions = training_questions(data)
-    policy = PoolPolicy(questions)
+    policy = GoldPoolPolicyDouble(questions)
     sampler = PFRolloutSampler(p, data, library, rollout=p.train.rollout,
                                policy_for=lambda _: contextlib.nullcontext(policy))
     asked = [q for q in questions for _ in range(p.train.rollout.k)]
