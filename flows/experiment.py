@@ -37,6 +37,7 @@ from hasp.atomic import write_json
 from hasp.config import Params, load_params
 from hasp.progress import Pipeline, phase_result
 from tasks import experiment as texp
+from tasks.episodes import make_executor
 from tasks import phases
 from tasks.cache import content_hash, key_of, module_closure, outputs_complete
 
@@ -75,6 +76,7 @@ class GridClients:
         self.p = p
         self.llm = p.llm.model_copy(update={"base_url": None})  # checkpoints are served from their folders
         self.teacher = teacher_client(p.teacher, p.llm)
+        self.executor = make_executor(p.runner)  # where rollout episodes run (runner.kind); None = threads
         self._policies: dict[str, Any] = {}
         self._students: dict[str, Any] = {}
 
@@ -115,6 +117,8 @@ class GridClients:
     def close(self) -> None:
         for c in (*self._policies.values(), *self._students.values()):
             c.close()
+        if self.executor is not None:
+            self.executor.close()
 
 
 def make_grid_clients(p: Params) -> Any:
@@ -152,7 +156,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         ph_dir = e_dir / f"phase_{i}"
         if closed:
             ev = Clients(policy=clients.policy(ckpt), student=clients.student(ckpt), trained=None,
-                         teacher=clients.teacher)
+                         teacher=clients.teacher, executor=clients.executor)
             ep, lib = run_epoch(pe, e_dir / "evolve", data, lib, i, ev, RunKeys(code, ckpt_id, teacher_id, data_h),
                                 seed_frontier=(i == 0), pipe=pipe)
             clients.release_student()
@@ -177,13 +181,15 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         k = key_of(code, name, i, ckpt_id, t.model_dump(mode="json"), inputs, p.section_hash("signals"), teacher_id)
         tr = _phase(pipe, f"{name} phase {i}: train {t.recipe}", texp.train_phase, (ph_dir / "train" / SUMMARY_FILE,),
                     k, pe, t, ckpt, ph_dir / "train", rows=rows, data_dir=data, library=lib,
-                    sampler_policy=clients.sampler(t.rollout), teacher=clients.teacher)
+                    sampler_policy=clients.sampler(t.rollout), teacher=clients.teacher,
+                    executor=clients.executor)
         ph["train"] = tr
         ckpt, ckpt_id = Path(tr["model_dir"]), k
         done.append(ph)
     k = key_of(code, data_h, content_hash(lib), agent_h, ckpt_id, teacher_id)
     ev_sum = _phase(pipe, f"{name}: evaluate", texp.evaluate_arms, (e_dir / "eval" / "metrics.json",),
                     k, p, data, lib, e_dir / "eval", policy=clients.policy(ckpt), react_label="trained_react",
+                    executor=clients.executor,
                     pf_label="trained_pf" if clients.teacher is None else "trained_pf_teacher",
                     teacher=clients.teacher)
     wall = sum(float(ph["train"].get("wall_s", 0.0)) for ph in done) + \
@@ -240,6 +246,7 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
                    teacher_id)
         untrained = _phase(pipe, "evaluate untrained", texp.evaluate_arms, (out / "eval_untrained" / "metrics.json",),
                            k, p, data, lib, out / "eval_untrained", policy=clients.policy(base),
+                           executor=clients.executor,
                            react_label="untrained_react",
                            pf_label="untrained_pf" if clients.teacher is None else "untrained_pf_teacher",
                            teacher=clients.teacher)

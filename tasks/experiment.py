@@ -22,9 +22,10 @@ _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
 @task(name="train-phase", **_opts)
 def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path, out_dir: Path, *,
                 rows: Path | None = None, data_dir: Path | None = None, library: Path | None = None,
-                sampler_policy: Any = None, teacher: Any = None) -> dict[str, Any]:
+                sampler_policy: Any = None, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
     """One training phase: sft/dpo on ``rows``; rs/opd sample the train split with ``library`` through
-    ``sampler_policy`` (``model_dir -> policy context``). Finished RS/OPD rounds in ``out_dir`` are
+    ``sampler_policy`` (``model_dir -> policy context``), on threads or through ``executor``
+    (``runner.kind``). Finished RS/OPD rounds in ``out_dir`` are
     reused, so a phase that failed half-way resumes at its first unfinished round."""
     from hasp.train.run import run_recipe, teacher_fn
     from hasp.train.sampler import PFRolloutSampler, training_questions
@@ -35,7 +36,7 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
         assert data_dir is not None
         kw["questions"] = training_questions(data_dir)
         kw["sample"] = PFRolloutSampler(params, data_dir, library, rollout=train.rollout, policy_for=sampler_policy,
-                                        teacher=teacher)
+                                        teacher=teacher, executor=executor)
         kw["teacher"] = teacher_fn(teacher) if train.recipe == "opd" else None
     summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, **kw)
     summary["wall_s"] = time.perf_counter() - t0
@@ -44,7 +45,8 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
 
 @task(name="evaluate-arms", **_opts)
 def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
-                  policy: Any, react_label: str, pf_label: str, teacher: Any = None) -> dict[str, Any]:
+                  policy: Any, react_label: str, pf_label: str, teacher: Any = None,
+                  executor: Any = None) -> dict[str, Any]:
     """One policy on the test split, without PFs (plain ReAct) and with them (the PF agent, with the
     teacher when one is configured), through the one evaluation runner: ``{label: summary}``; failed
     episodes are counted in each summary's ``n_failed`` (a cell where all failed raises)."""
@@ -57,7 +59,7 @@ def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path,
     pf = get_variant("pf_teacher" if teacher is not None else "pf")
     arms = [Arm(react_label, get_variant("react"), policy), Arm(pf_label, pf, policy)]
     res = run_eval(params, [ds], arms, policy=policy, library_root=library, out_dir=out_dir, teacher=teacher,
-                   teacher_snippets=False, progress=True)
+                   teacher_snippets=False, progress=True, executor=executor)
     out = res.metrics()[ds.name]
     wall = time.perf_counter() - t0
     for s in out.values():

@@ -101,6 +101,7 @@ class GridClientsDouble:
 
     teacher = None
     started = False
+    executor = None  # episodes on threads (runner.kind threads)
 
     def __init__(self, policy, student):
         self._policy, self._student = policy, student

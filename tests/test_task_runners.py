@@ -69,6 +69,33 @@ def test_dask_runner_gives_the_threaded_trajectories_of_phase_a_and_eval(world: 
     assert cells["dask"].summary["em"] == cells["threads"].summary["em"]
 
 
+def test_dask_runner_gives_the_threaded_trajectories_of_the_training_sampler(world: Any) -> None:
+    """RS/OPD sampling (k samples per question, PFs on, the rollout's budgets) through the runner:
+    workers reach the served checkpoint over HTTP and return the threaded sampler's trajectories."""
+    import contextlib
+
+    from hasp.config import RolloutParams
+    from hasp.train.sampler import PFRolloutSampler, training_questions
+
+    params, data, endpoint, executor = world
+    cfg = LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens)
+
+    @contextlib.contextmanager
+    def served(model_dir: Path):  # the checkpoint "served" by the endpoint double
+        with LLMClient(cfg) as client:
+            yield client
+
+    questions = [q for q in training_questions(data) for _ in range(2)]  # k = 2
+    runs = {}
+    for kind, ex in (("threads", None), ("dask", executor)):
+        sampler = PFRolloutSampler(params, data, ROOT / "skills" / "search", rollout=RolloutParams(),
+                                   policy_for=served, executor=ex)
+        runs[kind] = [_timeless(t.to_dict()) for t in sampler(questions, Path("ckpt"))]
+    assert len(runs["dask"]) == len(questions) and runs["dask"] == runs["threads"]
+    assert {t["variant"] for t in runs["dask"]} == {"train_rollout"}
+    assert all(t["terminated"] != "error" for t in runs["dask"])
+
+
 def test_a_worker_that_dies_costs_a_rerun_not_the_run(world: Any, tmp_path: Path) -> None:
     from hasp.domains.search.rollout_spec import SearchRolloutSpec
     from hasp.domains.search.task import SearchTask

@@ -61,6 +61,7 @@ def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
 
 def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: Path, params: Path,
              preset: Optional[str]) -> None:
+    from hasp.agent.remote import episode_executor
     from hasp.llm.endpoints import teacher_client
     from hasp.train.run import resolve_model, run_recipe, teacher_fn
     from hasp.train.sampler import PFRolloutSampler, training_questions
@@ -71,9 +72,10 @@ def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: 
         model_dir = resolve_model(model)
         questions = training_questions(data)
         teacher = teacher_client(p.teacher, p.llm)
-        sampler = PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher)
-        s = run_recipe(p, model=model_dir, out_dir=out, train=t, questions=questions, sample=sampler,
-                       teacher=teacher_fn(teacher) if recipe == "opd" else None)
+        with episode_executor(p.runner) as executor:
+            sampler = PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor)
+            s = run_recipe(p, model=model_dir, out_dir=out, train=t, questions=questions, sample=sampler,
+                           teacher=teacher_fn(teacher) if recipe == "opd" else None)
     typer.echo(json.dumps({"recipe": recipe, "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
                            "rounds": [r["data"].get("kept", r["data"].get("opd_rows")) for r in s["rounds"]]},
                           default=str))

@@ -22,14 +22,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ContextManager
 
 from hasp.agent.loop import AgentConfig, Policy, agent_config, episode_runner
+from hasp.agent.remote import BuiltEpisode, EpisodeExecutor
 from hasp.agent.rollout import run_many
 from hasp.agent.variants import get_variant
 from hasp.config import Params, RolloutParams
+from hasp.llm.client import LLMConfig
 from hasp.records import Trajectory
 from hasp.train.rounds import RecipeError
 
@@ -83,53 +85,112 @@ class PFRolloutSampler:
     ``calls`` records (model folder, questions, trajectories) per call, for the run's summary."""
 
     def __init__(self, params: Params, data_dir: Path, library: Path | None, *, rollout: RolloutParams,
-                 policy_for: PolicyFor | None = None, teacher: Any = None) -> None:
+                 policy_for: PolicyFor | None = None, teacher: Any = None,
+                 executor: EpisodeExecutor | None = None) -> None:
         if rollout.teacher_snippets and teacher is None:
             raise RecipeError("train.rollout.teacher_snippets needs a teacher: set teacher.base_url and "
                               "teacher.model, or train.rollout.teacher_snippets: false")
         from hasp.domains.search.task import SearchTask
 
-        self.params, self.rollout, self.teacher = params, rollout, teacher
+        self.params, self.rollout, self.teacher, self.executor = params, rollout, teacher, executor
+        self.data_dir = Path(data_dir)
         self.library = Path(library) if library is not None else None
-        self.task = SearchTask.load(Path(data_dir))
+        self.task = SearchTask.load(self.data_dir)
         self.policy_for = policy_for or served_policy(params, rollout)
         self.calls: list[dict[str, Any]] = []
 
-    def _make_env(self) -> Any:
-        from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
-        from hasp.domains.search.tools import SearchEnvironment
-
-        a, e = self.params.agent, self.params.eval
-        env: Any = SearchEnvironment(self.task.retriever, top_k=a.top_k, snippet_chars=a.snippet_chars,
-                                     read_chars=a.read_chars)
-        if self.rollout.teacher_snippets:
-            env = TeacherSnippetEnvironment(env, self.teacher, max_tokens=e.snippet_max_tokens,
-                                            doc_chars=e.snippet_doc_chars)
-        return env
-
-    @contextlib.contextmanager
-    def _library(self) -> Iterator[Any]:
-        from hasp.pf.library import load_library
-
-        lib = load_library(self.library, "search", sandbox=self.params.sandbox) if self.library else None
-        try:
-            for err in (lib.load_errors if lib is not None else []):
-                log.warning("skill library: %s", err)
-            yield lib
-        finally:
-            if lib is not None:
-                lib.close()
-
     def __call__(self, questions: Sequence[Any], model_dir: Path) -> list[Trajectory]:
-        from hasp.domains.search.task import score
+        """The trajectories of ``questions`` sampled from ``model_dir``: on threads here, or through
+        ``executor`` (``runner.kind``) in worker processes that reach the served checkpoint over HTTP."""
+        from hasp.agent.remote import endpoint_of
 
-        variant = get_variant("pf_teacher" if self.teacher is not None else "pf")
-        with self._library() as lib, self.policy_for(Path(model_dir)) as policy:
-            episode = episode_runner(policy=policy, library=lib, cfg=rollout_config(self.params, self.rollout),
-                                     variant=variant, params=self.params.harness, make_env=self._make_env,
-                                     teacher=self.teacher, scorer=score, label=LABEL)
-            trajs = run_many(list(questions), episode, concurrency=self.params.llm.max_concurrency,
-                             desc=f"{LABEL}: {Path(model_dir).name}")
+        desc = f"{LABEL}: {Path(model_dir).name}"
+        with self.policy_for(Path(model_dir)) as policy:
+            if self.executor is None:
+                with _library(self.params, self.library) as lib:
+                    episode = sample_episode(self.params, self.rollout, self.task, lib, policy=policy,
+                                             teacher=self.teacher)
+                    trajs = run_many(list(questions), episode, concurrency=self.params.llm.max_concurrency,
+                                     desc=desc)
+            else:
+                spec = TrainingSampleSpec(self.params, self.rollout, self.data_dir, self.library,
+                                          endpoint_of(policy, "policy"), endpoint_of(self.teacher, "teacher"))
+                trajs = self.executor.run(spec, list(questions), desc=desc)
         self.calls.append({"model_dir": str(model_dir), "n": len(trajs),
                            "em": sum(t.em for t in trajs) / len(trajs) if trajs else 0.0})
         return trajs
+
+
+def sample_episode(params: Params, rollout: RolloutParams, task: Any, library: Any, *, policy: Policy,
+                   teacher: Any) -> Callable[[Any], Trajectory]:
+    """``item -> Trajectory``: the PF agent (``pf_teacher`` with a teacher) under the rollout's budgets
+    and sampling, in teacher-snippet mode when the rollout asks for it. The threaded sampler and a
+    worker's ``TrainingSampleSpec`` both build it here, so the two cannot drift apart."""
+    from hasp.domains.search.task import score
+    from hasp.domains.search.teacher_snippets import TeacherSnippetEnvironment
+    from hasp.domains.search.tools import SearchEnvironment
+
+    a, e = params.agent, params.eval
+
+    def make_env() -> Any:
+        env: Any = SearchEnvironment(task.retriever, top_k=a.top_k, snippet_chars=a.snippet_chars,
+                                     read_chars=a.read_chars)
+        if rollout.teacher_snippets:
+            env = TeacherSnippetEnvironment(env, teacher, max_tokens=e.snippet_max_tokens,
+                                            doc_chars=e.snippet_doc_chars)
+        return env
+
+    variant = get_variant("pf_teacher" if teacher is not None else "pf")
+    return episode_runner(policy=policy, library=library, cfg=rollout_config(params, rollout), variant=variant,
+                          params=params.harness, make_env=make_env, teacher=teacher, scorer=score, label=LABEL)
+
+
+@contextlib.contextmanager
+def _library(params: Params, root: Path | None) -> Iterator[Any]:
+    from hasp.pf.library import load_library
+
+    lib = load_library(root, "search", sandbox=params.sandbox) if root else None
+    try:
+        for err in (lib.load_errors if lib is not None else []):
+            log.warning("skill library: %s", err)
+        yield lib
+    finally:
+        if lib is not None:
+            lib.close()
+
+
+@dataclass(frozen=True)
+class TrainingSampleSpec:
+    """What a worker process needs to sample training trajectories: params, the rollout settings, the
+    data and library folders, and the endpoints of the served checkpoint and the teacher."""
+
+    params: Params
+    rollout: RolloutParams
+    data_dir: Path
+    library: Path | None
+    policy: LLMConfig
+    teacher: LLMConfig | None = None
+
+    def build(self) -> BuiltEpisode:
+        from hasp.domains.search.task import SearchTask
+        from hasp.llm.client import LLMClient
+
+        policy = LLMClient(self.policy)
+        teacher = LLMClient(self.teacher) if self.teacher is not None else None
+        stack = contextlib.ExitStack()
+        lib = stack.enter_context(_library(self.params, self.library))
+        run = sample_episode(self.params, self.rollout, SearchTask.load(self.data_dir), lib, policy=policy,
+                             teacher=teacher)
+
+        def close() -> None:
+            stack.close()
+            for held in (policy, teacher):
+                if held is not None:
+                    held.close()
+
+        return BuiltEpisode(run, close)
+
+    def failed(self, item: Any, error: str) -> Trajectory:
+        """An episode the runner lost: an infrastructure failure, not a sample of the checkpoint."""
+        return Trajectory(qid=item.id, question=item.question, answers=list(item.answers), variant=LABEL,
+                          terminated="error", pf_errors=[error[:500]])
