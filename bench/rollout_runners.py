@@ -48,14 +48,6 @@ class NoopSpec:
         return None
 
 
-def _timeless(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _timeless(v) for k, v in d.items() if not (k.endswith("_s") and isinstance(v, float))}
-    if isinstance(d, list):
-        return [_timeless(v) for v in d]
-    return d
-
-
 def _timed(fn: Any) -> tuple[Any, float]:
     t0 = time.perf_counter()
     out = fn()
@@ -80,6 +72,7 @@ def main() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "240")  # a fresh database migrates
 
     from doubles import OpenAIEndpointDouble, ReadThenAnswerReplyDouble
+    from traj_builders import timeless
     from prefect.task_runners import ThreadPoolTaskRunner
 
     from hasp.agent.rollout import run_many
@@ -133,8 +126,8 @@ def main() -> None:
     lib.close()
     policy.close()
 
-    same = [_timeless(t.to_dict()) for t in dsk] == [_timeless(t.to_dict()) for t in thr] == \
-        [_timeless(t.to_dict()) for t in seq] == [_timeless(t.to_dict()) for t in bat]
+    same = [timeless(t.to_dict()) for t in dsk] == [timeless(t.to_dict()) for t in thr] == \
+        [timeless(t.to_dict()) for t in seq] == [timeless(t.to_dict()) for t in bat]
     lost = sum(t.terminated == "error" for t in [*dsk, *bat])
     REPORT.line(f"model calls per episode: {calls / n:.1f}; EM {sum(t.em for t in seq) / n:.3f} (all modes)")
     REPORT.line("")

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +36,15 @@ from hasp.atomic import read_json, read_jsonl, write_json, write_jsonl
 from hasp.config import Params, TrainParams, load_params
 from results import Report  # noqa: E402 - bench/ is the script directory
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reply double, the tiny model
+from doubles import ReplyDouble  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ("sft", "rs", "opd", "dpo")
 REPORT = Report("Training throughput")
 
 
 # -- the fixed input -----------------------------------------------------------------------------
-
-@dataclass
-class Reply:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-
 
 class GoldPoolPolicyDouble:
     """Answers the gold answer at every step: the seed PFs rewrite the early answers into SEARCH and
@@ -60,10 +54,10 @@ class GoldPoolPolicyDouble:
     def __init__(self, questions: list[Any]) -> None:
         self.gold = {q.question: q.answers[0] for q in questions}
 
-    def chat(self, messages: list[dict[str, str]], **kw: Any) -> Reply:
+    def chat(self, messages: list[dict[str, str]], **kw: Any) -> ReplyDouble:
         user = "\n".join(m["content"] for m in messages if m["role"] == "user")
         answer = next(a for q, a in self.gold.items() if q in user)
-        return Reply(f"Thought: I can answer.\nAction: FINAL[{answer}]")
+        return ReplyDouble(f"Thought: I can answer.\nAction: FINAL[{answer}]", 0, 0)
 
 
 def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
@@ -91,24 +85,14 @@ def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
 def tiny_model(folder: Path) -> Path:
     """A tiny random Llama, as the tests build it: the embedded model's tokenizer when its folder is
     cached (nothing of its weights is read), else a small byte-level BPE with a chatml template."""
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from hasp.llm.model_prep import MODEL_SLUG, default_cache_dir
+    from tiny_model import write_tiny_llama
 
     real = default_cache_dir() / "models" / MODEL_SLUG
     tok = AutoTokenizer.from_pretrained(real) if (real / "tokenizer.json").is_file() else _bpe_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg)
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                               pad_token_id=tok.pad_token_id)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return write_tiny_llama(folder, tok)
 
 
 def _bpe_tokenizer() -> Any:

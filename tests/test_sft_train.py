@@ -59,21 +59,9 @@ def _tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from tiny_model import write_tiny_llama
 
-    out = tmp_path_factory.mktemp("tiny_llama")
-    tok = _tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg)
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                               pad_token_id=tok.pad_token_id)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), _tokenizer())
 
 
 def _traj(k: int, em: float) -> Trajectory:

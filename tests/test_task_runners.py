@@ -12,20 +12,12 @@ from typing import Any
 
 import pytest
 from doubles import KillOnceSpecDouble, OpenAIEndpointDouble, ReadThenAnswerReplyDouble, SlowBuildSpecDouble
+from traj_builders import timeless
 
 from hasp.config import Params, ParamsError, RunnerParams, load_params
 from hasp.llm.client import LLMClient, LLMConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _timeless(d: Any) -> Any:
-    """A trajectory dict without its clock readings (wall, LLM, step, selection seconds)."""
-    if isinstance(d, dict):
-        return {k: _timeless(v) for k, v in d.items() if not (k.endswith("_s") and isinstance(v, float))}
-    if isinstance(d, list):
-        return [_timeless(v) for v in d]
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +48,7 @@ def test_dask_runner_gives_the_threaded_trajectories_of_phase_a_and_eval(world: 
         s = rollout(params, data, ROOT / "skills" / "search", "train", tmp_path / kind / "rollout.jsonl",
                     policy=policy, variant="pf", executor=ex)
         assert s["n"] == 4 and "failure" not in s
-        runs[kind] = [_timeless(t.to_dict()) for t in read_trajectories(tmp_path / kind / "rollout.jsonl")]
+        runs[kind] = [timeless(t.to_dict()) for t in read_trajectories(tmp_path / kind / "rollout.jsonl")]
     assert runs["dask"] == runs["threads"]
     assert all(len(t["steps"]) >= 2 for t in runs["dask"])  # searched and read: the worker's index was used
 
@@ -64,8 +56,8 @@ def test_dask_runner_gives_the_threaded_trajectories_of_phase_a_and_eval(world: 
     cells = {kind: run_eval(params, [ds], ["react"], policy=policy, library_root=None, out_dir=tmp_path / f"e_{kind}",
                             progress=False, executor=ex).cells[0]
              for kind, ex in (("threads", None), ("dask", executor))}
-    assert [_timeless(r.traj.to_dict()) for r in cells["dask"].records] == \
-        [_timeless(r.traj.to_dict()) for r in cells["threads"].records]
+    assert [timeless(r.traj.to_dict()) for r in cells["dask"].records] == \
+        [timeless(r.traj.to_dict()) for r in cells["threads"].records]
     assert cells["dask"].summary["em"] == cells["threads"].summary["em"]
 
 
@@ -90,7 +82,7 @@ def test_dask_runner_gives_the_threaded_trajectories_of_the_training_sampler(wor
     for kind, ex in (("threads", None), ("dask", executor)):
         sampler = PFRolloutSampler(params, data, ROOT / "skills" / "search", rollout=RolloutParams(),
                                    policy_for=served, executor=ex)
-        runs[kind] = [_timeless(t.to_dict()) for t in sampler(questions, Path("ckpt"))]
+        runs[kind] = [timeless(t.to_dict()) for t in sampler(questions, Path("ckpt"))]
     assert len(runs["dask"]) == len(questions) and runs["dask"] == runs["threads"]
     assert {t["variant"] for t in runs["dask"]} == {"train_rollout"}
     assert all(t["terminated"] != "error" for t in runs["dask"])
@@ -112,7 +104,7 @@ def test_a_worker_that_dies_costs_a_rerun_not_the_run(world: Any, tmp_path: Path
     assert [t.qid for t in trajs] == [it.id for it in items]
     assert all(t.terminated != "error" for t in trajs)  # re-run on a live worker, not lost
     again = executor.run(plain, items, desc="again", progress=False)
-    assert [_timeless(t.to_dict()) for t in trajs] == [_timeless(t.to_dict()) for t in again]
+    assert [timeless(t.to_dict()) for t in trajs] == [timeless(t.to_dict()) for t in again]
 
 
 def test_a_worker_builds_a_spec_once_however_many_threads_ask(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""Builders for hand-made trajectories shared by the evolution tests."""
+"""Builders for hand-made trajectories shared by the evolution tests, and a clock-free view of one."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
@@ -17,3 +19,13 @@ def scripted_traj(qid: str, actions: list[tuple[str, str]], *, question: str = "
                                                  feedback=fb)))
     return Trajectory(qid=qid, question=question, answers=list(answers), variant="pf", steps=steps,
                       prediction=prediction, em=em)
+
+
+def timeless(d: Any) -> Any:
+    """A trajectory dict without its clock readings (wall, LLM, step, selection seconds): what two runs
+    of the same episodes must agree on wherever they ran."""
+    if isinstance(d, dict):
+        return {k: timeless(v) for k, v in d.items() if not (k.endswith("_s") and isinstance(v, float))}
+    if isinstance(d, list):
+        return [timeless(v) for v in d]
+    return d
