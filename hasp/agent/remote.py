@@ -38,6 +38,16 @@ class BuiltEpisode:
     run: Callable[[Any], Any]
     close: Callable[[], None] = field(default=lambda: None)
 
+    @classmethod
+    def holding(cls, run: Callable[[Any], Any], *held: Any) -> "BuiltEpisode":
+        """``run`` with ``close`` releasing what it holds (libraries, clients; None is skipped)."""
+        def close() -> None:
+            for h in held:
+                if h is not None:
+                    h.close()
+
+        return cls(run, close)
+
 
 class EpisodeSpec(Protocol):
     """Picklable recipe of an episode function; ``failed`` is the result recorded for an episode the

@@ -85,13 +85,7 @@ class EvalCellSpec:
         teacher = LLMClient(self.teacher) if self.teacher is not None else None
         run = cell_episode(self.params, ds, self.variant, self.label, policy=policy, lib=lib, teacher=teacher,
                            judge=self.judge, snippets=self.snippets)
-
-        def close() -> None:
-            for held in (lib, policy, teacher):
-                if held is not None:
-                    held.close()
-
-        return BuiltEpisode(run, close)
+        return BuiltEpisode.holding(run, lib, policy, teacher)
 
     def failed(self, item: Any, error: str) -> EpisodeRecord:
         log.warning("%s/%s %s: episode lost: %s", self.dataset.name, self.label, item_identity(item)[0], error)

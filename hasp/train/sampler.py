@@ -181,14 +181,7 @@ class TrainingSampleSpec:
         lib = stack.enter_context(_library(self.params, self.library))
         run = sample_episode(self.params, self.rollout, SearchTask.load(self.data_dir), lib, policy=policy,
                              teacher=teacher)
-
-        def close() -> None:
-            stack.close()
-            for held in (policy, teacher):
-                if held is not None:
-                    held.close()
-
-        return BuiltEpisode(run, close)
+        return BuiltEpisode.holding(run, stack, policy, teacher)
 
     def failed(self, item: Any, error: str) -> Trajectory:
         """An episode the runner lost: an infrastructure failure, not a sample of the checkpoint."""

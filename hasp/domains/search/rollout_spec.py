@@ -53,13 +53,7 @@ class SearchRolloutSpec:
         policy = LLMClient(self.policy)
         teacher = LLMClient(self.teacher) if self.teacher is not None else None
         run = rollout_episode(self.params, task, lib, self.variant, self.label, policy=policy, teacher=teacher)
-
-        def close() -> None:
-            for held in (lib, policy, teacher):
-                if held is not None:
-                    held.close()
-
-        return BuiltEpisode(run, close)
+        return BuiltEpisode.holding(run, lib, policy, teacher)
 
     def failed(self, item: Any, error: str) -> Trajectory:
         """An episode the runner lost: an infrastructure failure, counted apart from wrong answers."""
