@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hasp.evolve.story import em_by_qid, epoch_story  # noqa: E402
+from hasp.eval.paired import em_by_qid  # noqa: E402
+from hasp.evolve.story import epoch_story  # noqa: E402
 from hasp.stats import paired_difference, rate  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 

@@ -203,6 +203,21 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     return result
 
 
+def add_gains(p: Params, data: Path, out: Path, untrained: dict[str, Any], experiments: dict[str, Any]) -> None:
+    """Each preset's ``gains``: its trained arms minus the untrained arms on the same test questions,
+    overall and per hop count, each with its paired bootstrap interval (read from the trajectory files,
+    so a cached grid reports the same)."""
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+    from hasp.eval.paired import gains_over
+    from hasp.eval.summary import hop_counts
+
+    hops_of = hop_counts(load_eval_dataset(parse_dataset_spec("generated"), p, split="test", data_dir=data).questions)
+    for name, e in experiments.items():
+        if "error" not in e:
+            e["gains"] = gains_over(out / "eval_untrained", list(untrained), out / name / "eval", list(e["eval"]),
+                                    hops_of)
+
+
 def flat_metrics(summaries: dict[str, Any], wall: float | None = None) -> dict[str, Any]:
     """``{arm: {em, f1, n, n_failed, em_<h>hop}}`` (+ wall_s): what DVC reads as metrics."""
     out: dict[str, Any] = {}
@@ -214,6 +229,12 @@ def flat_metrics(summaries: dict[str, Any], wall: float | None = None) -> dict[s
     if wall is not None:
         out["wall_s"] = round(wall, 1)
     return out
+
+
+def flat_gains(gains: dict[str, Any]) -> dict[str, Any]:
+    """``{"<arm>_vs_<base arm>": {mean, lo, hi, n}}``: the paired gains as DVC metrics."""
+    return {pair.replace(" - ", "_vs_"): {"mean": g["mean"], "lo": g["ci95"][0], "hi": g["ci95"][1], "n": g["n"]}
+            for pair, g in gains.items()}
 
 
 @flow(name="hasp-experiment-grid", log_prints=True)
@@ -261,14 +282,18 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     finally:
         servers_started = clients.started
         clients.close()
+    add_gains(p, data, out, untrained, experiments)
     grid = {"presets": list(presets), "base_model": str(base), "untrained": untrained, "experiments": experiments}
     write_json(grid, out / "grid.json")
     metrics: dict[str, Any] = {"untrained": flat_metrics(untrained)}
     ran = {n: e for n, e in experiments.items() if "error" not in e}
     if len(presets) == 1:  # one preset per DVC experiment: the same keys in every row of `dvc exp show`
-        metrics["trained"] = flat_metrics(ran[presets[0]]["eval"], ran[presets[0]]["wall_s"]) if ran else {}
+        e = ran.get(presets[0])
+        metrics["trained"] = flat_metrics(e["eval"], e["wall_s"]) if e else {}
+        metrics["gain"] = flat_gains(e.get("gains", {})) if e else {}
     else:
-        metrics.update({n: flat_metrics(e["eval"], e["wall_s"]) for n, e in ran.items()})
+        metrics.update({n: {**flat_metrics(e["eval"], e["wall_s"]), "gain": flat_gains(e.get("gains", {}))}
+                        for n, e in ran.items()})
     write_json(metrics, out / "metrics.json")
     k = key_of(code, grid, p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())),
                run_name)

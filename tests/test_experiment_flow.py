@@ -99,7 +99,16 @@ def test_two_phases_evolve_then_train_from_the_last_checkpoint(first):
     assert set(e["eval"]) == {"trained_react", "trained_pf"} and "1" in e["eval"]["trained_pf"]["em_by_hops"]
     assert clients.policy_dirs[-1] == ck1  # the trained arms ran on the final checkpoint
     metrics = json.loads((work / "out" / "metrics.json").read_text())
-    assert set(metrics) == {"untrained", "trained"} and "em_1hop" in metrics["trained"]["trained_pf"]
+    assert set(metrics) == {"untrained", "trained", "gain"} and "em_1hop" in metrics["trained"]["trained_pf"]
+    # the trained arms minus the untrained ones, paired on the same test questions
+    n_test = len((work / "data" / "test.jsonl").read_text().splitlines())
+    assert set(e["gains"]) == {f"{a} - {b}" for a in ("trained_react", "trained_pf")
+                               for b in ("untrained_react", "untrained_pf")}
+    g = e["gains"]["trained_pf - untrained_pf"]
+    assert g["n"] == n_test == g["by_hops"]["1"]["n"]
+    assert g["mean"] == pytest.approx(e["eval"]["trained_pf"]["em"] - res["untrained"]["untrained_pf"]["em"], abs=1e-3)
+    assert g["ci95"][0] <= g["mean"] <= g["ci95"][1]
+    assert metrics["gain"]["trained_pf_vs_untrained_pf"]["n"] == n_test
 
 
 def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
@@ -122,12 +131,16 @@ def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
     for name in ("grad_norm", "entropy", "mean_token_accuracy", "num_tokens"):
         assert len(client.get_metric_history(child_id, name)) == 16, name
     assert "trained_pf.em" in child.data.metrics and "trained_pf.em_hops_1.mean" in child.data.metrics
+    g = res["experiments"][PRESET]["gains"]["trained_pf - untrained_pf"]
+    assert child.data.metrics["gain.trained_pf_vs_untrained_pf.mean"] == pytest.approx(g["mean"])
+    assert child.data.metrics["gain.trained_pf_vs_untrained_pf.lo"] == pytest.approx(g["ci95"][0])
     assert {a.path for a in client.list_artifacts(child_id, "adapter")} >= {"adapter/adapter_config.json"}
     parent_arts = {a.path for a in client.list_artifacts(res["parent_run_id"])}
     assert {"comparison.md", "comparison.json"} <= parent_arts
     table = Path(mlflow.artifacts.download_artifacts(run_id=res["parent_run_id"], artifact_path="comparison.md",
                                                      dst_path=str(work / "dl"))).read_text()
     assert f"| {PRESET} | trained_pf |" in table and "| untrained | untrained_react |" in table
+    assert f"| {PRESET} | trained_pf - untrained_pf | {g['mean']:+.3f} [" in table
 
 
 def test_rerun_is_served_from_the_cache(first):

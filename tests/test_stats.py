@@ -30,3 +30,32 @@ def test_paired_difference_is_the_bootstrap_of_per_question_differences():
     assert d == bootstrap_mean([1, 1, 0, 0, 0, 0, 0, 0]) and d.mean == pytest.approx(0.25) and d.lo >= 0
     with pytest.raises(ValueError, match="differ in length"):
         paired_difference([0], [0, 1])
+
+
+def test_paired_gain_over_common_questions_per_hop_count(tmp_path):
+    """The gain is after − before over the questions both cells scored (an errored episode is left out
+    of both sides), overall and per hop count, with an interval around the mean."""
+    import json
+
+    from hasp.eval.paired import em_by_qid, gains_over, paired_gain
+
+    rows = {"base": [("a", 0, "final"), ("b", 0, "final"), ("c", 1, "final"), ("d", 0, "error")],
+            "trained": [("a", 1, "final"), ("b", 1, "final"), ("c", 1, "final"), ("d", 1, "final"),
+                        ("e", 1, "final")]}
+    for label, rs in rows.items():
+        d = tmp_path / label / "generated"
+        d.mkdir(parents=True)
+        (d / f"{label}.jsonl").write_text("".join(json.dumps({"qid": q, "em": em, "terminated": t}) + "\n"
+                                                  for q, em, t in rs))
+    assert em_by_qid(tmp_path / "base" / "generated" / "base.jsonl") == {"a": 0.0, "b": 0.0, "c": 1.0}
+    hops = {"a": 1, "b": 2, "c": 2, "d": 1, "e": 1}
+    g = gains_over(tmp_path / "base", ["base"], tmp_path / "trained", ["trained"], hops)["trained - base"]
+    assert g["n"] == 3 and g["mean"] == pytest.approx(2 / 3, abs=1e-4)
+    assert 0.0 <= g["ci95"][0] <= g["mean"] <= g["ci95"][1] <= 1.0
+    assert g["by_hops"]["1"] == {"mean": 1.0, "n": 1, "ci95": [1.0, 1.0]}
+    assert g["by_hops"]["2"]["n"] == 2 and g["by_hops"]["2"]["mean"] == 0.5
+    # no gain on the same answers: the interval is a point at zero
+    same = paired_gain({"a": 1.0, "b": 0.0}, {"a": 1.0, "b": 0.0})
+    assert same["mean"] == 0.0 and same["ci95"] == [0.0, 0.0] and same["by_hops"] == {}
+    # a missing cell gives no comparison rather than a gain over nothing
+    assert gains_over(tmp_path / "base", ["base"], tmp_path / "trained", ["absent"]) == {}

@@ -61,6 +61,11 @@ def _run(names: list[str], params: Path, out: Path, library: Path, data: Optiona
         for label, m in e.get("eval", {}).items():
             typer.echo(json.dumps({"policy": name, "arm": label, "em": m["em"], "n": m["n"],
                                    "em_by_hops": m.get("em_by_hops", {}), "wall_s": round(e["wall_s"], 1)}))
+    for name, e in res["experiments"].items():
+        for pair, g in e.get("gains", {}).items():
+            typer.echo(json.dumps({"policy": name, "gain": pair, "em_diff": g["mean"], "ci95": g["ci95"], "n": g["n"],
+                                   "by_hops": {h: {"mean": v["mean"], "ci95": v["ci95"], "n": v["n"]}
+                                               for h, v in g.get("by_hops", {}).items()}}))
     typer.echo(f"comparison: {out / 'grid.json'}; MLflow parent run {res['parent_run_id']}")
     for n, err in failed.items():
         typer.echo(f"error: {n}: {err}", err=True)

@@ -32,7 +32,7 @@ from hasp.config import Params
 from hasp.eval.datasets import EvalDataset
 from hasp.eval.cell_spec import EvalCellSpec, cell_episode
 from hasp.eval.records import EpisodeRecord
-from hasp.eval.summary import by_hops, grading_weaker, summarize_cell
+from hasp.eval.summary import by_hops, grading_weaker, hop_counts, summarize_cell
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
     write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{arm.label}.episodes.jsonl")
     _raise_if_all_failed(records, ds.name, arm.label)
     summary = summarize_cell(records, wall)
-    hops = by_hops(records, {str(getattr(q, "id", "")): int(getattr(q, "hops", 0) or 0) for q in ds.questions})
+    hops = by_hops(records, hop_counts(ds.questions))
     if hops:
         summary["em_by_hops"] = hops
     summary.update({"domain": ds.domain, "dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split,

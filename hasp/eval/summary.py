@@ -131,6 +131,11 @@ def _failed(r: EpisodeRecord) -> bool:
     return bool(r.error) or r.traj.terminated == "error"
 
 
+def hop_counts(questions: Sequence[Any]) -> dict[str, int]:
+    """``{question id: hop count}`` of a dataset's questions (0 where an item has none)."""
+    return {str(getattr(q, "id", "")): int(getattr(q, "hops", 0) or 0) for q in questions}
+
+
 def by_hops(records: Sequence[EpisodeRecord], hops_of: dict[str, int]) -> dict[str, dict[str, Any]]:
     """EM per hop count over the scored episodes, each with n and a bootstrap 95 % interval.
 

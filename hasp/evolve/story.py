@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hasp.eval.paired import em_by_qid
 from hasp.stats import paired_difference, wilson
 from hasp.textutil import truncate
 
@@ -29,18 +30,6 @@ def _rate(em: float | None, n: int) -> str:
         return "n/a"
     r = wilson(round(em * n), n)
     return f"{r.p:.3f} [{r.lo:.2f}, {r.hi:.2f}]"
-
-
-def em_by_qid(path: Path) -> dict[str, float]:
-    out: dict[str, float] = {}
-    try:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                d = json.loads(line)
-                out[str(d.get("qid"))] = float(d.get("em") or 0.0)
-    except (OSError, ValueError):
-        return {}
-    return out
 
 
 def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eval_dir: Path | None = None

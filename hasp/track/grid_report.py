@@ -88,6 +88,26 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gains_markdown(grid: Mapping[str, Any]) -> str:
+    """Each preset's trained arms minus the untrained arms, question by question on the test split
+    (paired bootstrap 95 % interval), overall and per hop count."""
+    lines = ["| experiment | comparison | ΔEM (95% CI) | n | per hop count |", "|---|---|---|---|---|"]
+    for name, e in (grid.get("experiments") or {}).items():
+        for pair, g in (e.get("gains") or {}).items():
+            lo, hi = _ci(g)
+            hops = "; ".join(f"{h}-hop {v.get('mean', 0):+.3f} [{_ci(v)[0]:+.3f}, {_ci(v)[1]:+.3f}] n={v.get('n')}"
+                             for h, v in (g.get("by_hops") or {}).items()) or "-"
+            lines.append(f"| {name} | {pair} | {g.get('mean', 0):+.3f} [{lo:+.3f}, {hi:+.3f}] | {g.get('n')} | {hops} |")
+    return "\n".join(lines) + "\n"
+
+
+def _log_gains(mlflow: Any, gains: Mapping[str, Mapping[str, Any]]) -> None:
+    for pair, g in gains.items():
+        lo, hi = _ci(g)
+        log_numeric(mlflow, {"gain": {pair.replace(" - ", "_vs_"): {"mean": g.get("mean", 0.0), "n": g.get("n", 0),
+                                                                     "lo": lo, "hi": hi}}})
+
+
 def _curves_png(per_experiment: Mapping[str, list[tuple[int, dict[str, float]]]], path: Path) -> bool:
     try:
         import matplotlib
@@ -151,6 +171,7 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
                     mlflow.log_metrics(m, step=step)
                 mlflow.set_tag("hasp.phase_boundaries", ",".join(map(str, starts)))
                 _log_eval(mlflow, e.get("eval") or {})
+                _log_gains(mlflow, e.get("gains") or {})
                 if isinstance(e.get("wall_s"), (int, float)):
                     mlflow.log_metric("wall_s", float(e["wall_s"]))
                 for i, ph in enumerate(e.get("phases", [])):
@@ -163,7 +184,7 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
         log_json_artifact(mlflow, rows, "comparison.json")
         with tempfile.TemporaryDirectory() as d:
             md = Path(d) / "comparison.md"
-            md.write_text(table_markdown(rows), encoding="utf-8")
+            md.write_text(table_markdown(rows) + "\n" + gains_markdown(grid), encoding="utf-8")
             mlflow.log_artifact(str(md))
             png = Path(d) / "training_curves.png"
             if _curves_png(all_curves, png):

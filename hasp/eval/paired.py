@@ -1,0 +1,70 @@
+"""Two evaluation cells on the same questions, compared question by question.
+
+Why: whether a trained policy beats the untrained agent is a question about the same test items
+under two policies. Two independent rates with their own intervals overlap long after the paired
+difference (after − before per question, bootstrapped) has excluded zero, and a gain reported
+without its interval is not a result. Episodes that failed for infrastructure reasons are left out
+of both sides, as in every other evaluation metric.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hasp.stats import paired_difference
+
+
+def em_by_qid(path: Path) -> dict[str, float]:
+    """``{question id: EM}`` of one trajectory file; a missing or unreadable file gives ``{}``
+    (a report skips what is not there), an episode that ended in an error is left out."""
+    out: dict[str, float] = {}
+    try:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                if d.get("terminated") != "error":
+                    out[str(d.get("qid"))] = float(d.get("em") or 0.0)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def paired_gain(before: Mapping[str, float], after: Mapping[str, float],
+                hops_of: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """EM after − before over the questions both sides scored: ``{"mean", "n", "ci95", "by_hops"}``,
+    ``by_hops`` holding the same per hop count (when ``hops_of`` knows the questions)."""
+    common = sorted(set(before) & set(after))
+    out: dict[str, Any] = paired_difference([before[q] for q in common], [after[q] for q in common]).to_dict()
+    groups: dict[int, list[str]] = {}
+    for q in common:
+        h = (hops_of or {}).get(q)
+        if h:
+            groups.setdefault(int(h), []).append(q)
+    out["by_hops"] = {str(h): paired_difference([before[q] for q in qs], [after[q] for q in qs]).to_dict()
+                      for h, qs in sorted(groups.items())}
+    return out
+
+
+def cell_file(eval_dir: Path, label: str) -> Path:
+    """The trajectory file of arm ``label`` under an evaluation folder (``<dataset>/<label>.jsonl``)."""
+    return next(Path(eval_dir).rglob(f"{label}.jsonl"), Path(eval_dir) / f"{label}.jsonl")
+
+
+def gains_over(base_dir: Path, base_labels: list[str], eval_dir: Path, labels: list[str],
+               hops_of: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """Every arm of ``eval_dir`` against every arm of ``base_dir``: ``{"<arm> - <base arm>": gain}``.
+
+    For the post-training grid: the trained policy with PFs against the untrained PF agent (the
+    recipe's gain), without PFs against it (has the policy internalized the repairs?), and each
+    against the untrained arm of its own kind."""
+    base = {b: em_by_qid(cell_file(base_dir, b)) for b in base_labels}
+    out: dict[str, dict[str, Any]] = {}
+    for a in labels:
+        after = em_by_qid(cell_file(eval_dir, a))
+        for b, before in base.items():
+            if after and before:
+                out[f"{a} - {b}"] = paired_gain(before, after, hops_of)
+    return out
