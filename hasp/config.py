@@ -154,7 +154,11 @@ class HarnessParams(_Strict):
     max_skills_in_prompt: int = Field(6, ge=0, description="skill summaries in the system prompt (prompt variant)")
     max_phase_instructions: int = Field(2, ge=0, description="phase reminders per step")
     pre_final_step_threshold: int = Field(3, ge=1, description="from this step on, pre_final reminders may show")
-    timeout_seconds: float = Field(600.0, gt=0, description="wall budget per episode")
+    timeout_seconds: float | None = Field(
+        None, gt=0, description="wall budget per episode (paper: 600 on GPU serving); null = none: an episode "
+        "is bounded by agent.max_steps and each model call by llm.timeout_s. On a CPU server with many "
+        "episodes in flight a wall budget measures the server's queue, not the agent, and ends episodes "
+        "that would have finished")
     teacher_max_tokens: int = Field(64, ge=8, description="reply budget of harness teacher calls "
                                     "(gate, selection, post-processing)")
 

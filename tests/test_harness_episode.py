@@ -268,6 +268,13 @@ def test_episode_wall_budget(world):
                          make_env=lambda: SearchEnvironment(retr), scorer=score)
     t = run(bench.questions[0])
     assert t.terminated == "timeout" and 1 <= len(t.steps) < 10
+    # the default sets no wall budget: the same slow model runs the episode to its step cap
+    assert HarnessParams().timeout_seconds is None
+    run = episode_runner(policy=SlowPolicyDouble(["SEARCH[a]"] * 10, delay_s=0.05), library=None,
+                         cfg=AgentConfig(max_steps=4), variant=get_variant("react"), params=HarnessParams(),
+                         make_env=lambda: SearchEnvironment(retr), scorer=score)
+    t = run(bench.questions[0])
+    assert t.terminated == "max_steps" and len(t.steps) == 4 + 1 and not t.pf_errors  # + the answer-only turn
 
 
 def test_plain_run_episode_still_accepts_pfs_directly(world):
