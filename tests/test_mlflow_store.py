@@ -42,3 +42,21 @@ def test_a_run_killed_while_creating_the_store_leaves_no_half_made_database(tmp_
     (run,) = find_runs("exp")
     assert run.data.metrics["x"] == 1.0
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".mlflow.db.")]
+
+
+def test_artifacts_of_a_new_experiment_go_beside_the_database_not_into_the_working_folder(
+        tmp_path: Path, monkeypatch) -> None:
+    from hasp.track.mlflow_run import log_json_artifact, start_run
+
+    store, cwd = tmp_path / "store", tmp_path / "elsewhere"
+    store.mkdir()
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    with start_run("beside-the-store", "r1") as mlflow:
+        log_json_artifact(mlflow, {"a": 1}, "a.json")
+        run_id = mlflow.active_run().info.run_id
+    assert not (cwd / "mlruns").exists()
+    assert (store / "mlruns" / run_id / "artifacts" / "a.json").is_file()
+    with start_run("beside-the-store", "r2") as mlflow:  # the existing experiment is reused
+        assert mlflow.active_run().info.experiment_id == mlflow.get_run(run_id).info.experiment_id

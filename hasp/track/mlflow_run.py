@@ -88,9 +88,25 @@ def start_run(experiment: str, run_name: str, *, tags: Mapping[str, str] | None 
     uri = tracking_uri(project_dir)
     ensure_store(uri)
     mlflow.set_tracking_uri(uri)
+    _create_beside_store(mlflow, uri, experiment)
     mlflow.set_experiment(experiment)
     with mlflow.start_run(run_name=run_name, tags=dict(tags or {})):
         yield mlflow
+
+
+def _create_beside_store(mlflow: Any, uri: str, experiment: str) -> None:
+    """A new experiment of a SQLite store keeps its artifacts in ``mlruns/`` beside the database file.
+
+    Why: MLflow's default artifact root for a database store is ``./mlruns`` of the process's working
+    folder, so a store named by ``MLFLOW_TRACKING_URI`` elsewhere would scatter its artifacts into
+    whichever folder a command ran from. Existing experiments keep their location."""
+    if not uri.startswith("sqlite:///") or mlflow.get_experiment_by_name(experiment) is not None:
+        return
+    root = Path(uri[len("sqlite:///"):]).parent / "mlruns"
+    try:
+        mlflow.create_experiment(experiment, artifact_location=root.resolve().as_uri())
+    except mlflow.exceptions.MlflowException:
+        pass  # a concurrent creator won; its location stands
 
 
 #: the tag naming the isolation layers missing in the sandboxes a run's generated PFs ran in
