@@ -19,20 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hasp.eval.paired import gains_over  # noqa: E402
+from hasp.eval.paired import add_grid_gains  # noqa: E402
 from hasp.eval.summary import hop_counts  # noqa: E402
 from hasp.track.grid_report import comparison_rows, gains_markdown, table_markdown  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
 
 def _hops(data_dir: Path) -> dict[str, int]:
-    from hasp.atomic import read_jsonl
+    from hasp.domains.search.task import SearchTask
 
-    class Q:  # what hop_counts reads of a question
-        def __init__(self, row: dict) -> None:
-            self.id, self.hops = row.get("id"), row.get("hops")
-
-    return hop_counts([Q(r) for r in read_jsonl(data_dir / "test.jsonl")])
+    return hop_counts(SearchTask.load(data_dir).questions("test"))
 
 
 def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None) -> int:
@@ -41,11 +37,7 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None)
     except (OSError, ValueError) as e:
         print(f"error: {grid_dir / 'grid.json'}: {e}", file=sys.stderr)
         return 2
-    hops = _hops(data_dir or grid_dir / "data")
-    for name, e in (grid.get("experiments") or {}).items():
-        if "error" not in e:
-            e["gains"] = gains_over(grid_dir / "eval_untrained", list(grid.get("untrained") or {}),
-                                    grid_dir / name / "eval", list(e.get("eval") or {}), hops)
+    add_grid_gains(grid_dir, grid, _hops(data_dir or grid_dir / "data"))
     report.line(f"### {grid_dir.name}")
     report.line("")
     report.line(f"- ran: `{ran}`")

@@ -35,6 +35,9 @@ from flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, epoch
 from flows.evolve import run_epoch
 from hasp.atomic import write_json
 from hasp.config import Params, load_params
+from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+from hasp.eval.paired import add_grid_gains
+from hasp.eval.summary import hop_counts
 from hasp.progress import Pipeline, phase_result
 from tasks import experiment as texp
 from tasks.episodes import make_executor
@@ -203,21 +206,6 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     return result
 
 
-def add_gains(p: Params, data: Path, out: Path, untrained: dict[str, Any], experiments: dict[str, Any]) -> None:
-    """Each preset's ``gains``: its trained arms minus the untrained arms on the same test questions,
-    overall and per hop count, each with its paired bootstrap interval (read from the trajectory files,
-    so a cached grid reports the same)."""
-    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
-    from hasp.eval.paired import gains_over
-    from hasp.eval.summary import hop_counts
-
-    hops_of = hop_counts(load_eval_dataset(parse_dataset_spec("generated"), p, split="test", data_dir=data).questions)
-    for name, e in experiments.items():
-        if "error" not in e:
-            e["gains"] = gains_over(out / "eval_untrained", list(untrained), out / name / "eval", list(e["eval"]),
-                                    hops_of)
-
-
 def flat_metrics(summaries: dict[str, Any], wall: float | None = None) -> dict[str, Any]:
     """``{arm: {em, f1, n, n_failed, em_<h>hop}}`` (+ wall_s): what DVC reads as metrics."""
     out: dict[str, Any] = {}
@@ -282,8 +270,9 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     finally:
         servers_started = clients.started
         clients.close()
-    add_gains(p, data, out, untrained, experiments)
     grid = {"presets": list(presets), "base_model": str(base), "untrained": untrained, "experiments": experiments}
+    add_grid_gains(out, grid, hop_counts(load_eval_dataset(parse_dataset_spec("generated"), p, split="test",
+                                                           data_dir=data).questions))
     write_json(grid, out / "grid.json")
     metrics: dict[str, Any] = {"untrained": flat_metrics(untrained)}
     ran = {n: e for n, e in experiments.items() if "error" not in e}

@@ -68,3 +68,13 @@ def gains_over(base_dir: Path, base_labels: list[str], eval_dir: Path, labels: l
             if after and before:
                 out[f"{a} - {b}"] = paired_gain(before, after, hops_of)
     return out
+
+
+def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str, int] | None = None) -> None:
+    """Set ``gains`` on each preset of a grid that trained (``gains_over`` against the untrained arms),
+    read from the trajectory files under ``grid_dir`` so a cached or earlier grid is reported the same."""
+    untrained = list(grid.get("untrained") or {})
+    for name, e in (grid.get("experiments") or {}).items():
+        if "error" not in e:
+            e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, Path(grid_dir) / name / "eval",
+                                    list(e.get("eval") or {}), hops_of)
