@@ -5,6 +5,10 @@ stops it from an ``atexit`` hook, which a SIGKILL, an OOM kill or an unhandled S
 the ~200 MB server then outlives the run indefinitely. Here the run starts the same server itself,
 through ``flows.services.running`` (the server ends with this process however it ends), points
 Prefect at it for the duration of the block, and reports servers left by an earlier crash.
+
+Prefect sends run logs and events from background queues that drain at interpreter exit. If the
+server is stopped first, that drain keeps retrying a closed port and the process hangs for a minute
+or more after its work is done; so the block drains both queues while its server still answers.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from hasp.llm.guard import report_stale
 from hasp.llm.server import free_port
 
 APP = "prefect.server.api.server:create_app"
+DRAIN_TIMEOUT_S = 30.0  # bounded: a wedged queue must not hold the run's exit hostage
 
 
 def server_command(port: int) -> list[str]:
@@ -41,8 +46,21 @@ def owned_prefect_server(startup_timeout_s: float = 240.0) -> Iterator[str | Non
 
     report_stale(APP)
     port = free_port()
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    env = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network here; the user's setting wins
+           **os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
     url = f"http://127.0.0.1:{port}/api"
     with running("the Prefect API server", server_command(port), health_url=f"{url}/health", env=env,
                  timeout_s=startup_timeout_s), temporary_settings(updates={PREFECT_API_URL: url}):
-        yield url
+        try:
+            yield url
+        finally:
+            drain_prefect_queues()
+
+
+def drain_prefect_queues(timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+    """Send the queued run logs and events now, while the server that receives them is up."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=timeout_s)

@@ -136,6 +136,40 @@ def test_prefect_server_of_a_run_ends_when_the_run_is_killed(tmp_path: Path) -> 
         assert _wait_gone(pid, 30), f"Prefect server {pid} outlived the run"
 
 
+def test_run_logs_reach_the_owned_prefect_server_before_it_stops(tmp_path: Path) -> None:
+    """Task logs still queued when the block ends are sent while the server is up; stopping it first
+    left Prefect's exit-time drain retrying a closed port (one "Error logging to API" and a long hang)."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from prefect import flow, task, get_run_logger
+        from flows.prefect_server import owned_prefect_server
+
+        @task
+        def episode(i):
+            for j in range(5):
+                get_run_logger().info("episode %d step %d", i, j)
+                time.sleep(0.2)
+
+        @flow
+        def batch():
+            for f in [episode.submit(i) for i in range(4)]:
+                f.result()
+
+        with owned_prefect_server():
+            batch()
+        print("block left", flush=True)
+    """))
+    env = {**ENV, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_SERVER_ANALYTICS_ENABLED", None)  # the owned server turns it off itself
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "block left" in run.stdout
+    assert "Error logging to API" not in run.stderr, run.stderr[-2000:]
+    assert "telemetry" not in run.stderr, run.stderr[-2000:]
+
+
 def test_sandbox_folders_of_a_killed_run_are_swept_at_the_next_start(tmp_path: Path, caplog) -> None:
     """A process that made sandbox folders is SIGKILLed: its folders stay behind. The next process's
     first sandbox folder removes them (and only them: a live process's folder is kept), in one log line."""
