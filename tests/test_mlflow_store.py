@@ -60,3 +60,38 @@ def test_artifacts_of_a_new_experiment_go_beside_the_database_not_into_the_worki
     assert (store / "mlruns" / run_id / "artifacts" / "a.json").is_file()
     with start_run("beside-the-store", "r2") as mlflow:  # the existing experiment is reused
         assert mlflow.active_run().info.experiment_id == mlflow.get_run(run_id).info.experiment_id
+
+
+def test_a_two_round_recipe_run_marks_its_round_boundaries_and_preset(tmp_path: Path, monkeypatch) -> None:
+    """Each round's trainer counts from step 1; the run shifts round 2 past round 1, tags where each
+    round starts, logs the per-round data counts, and names the preset that chose the recipe."""
+    import json
+
+    import mlflow
+
+    from hasp.config import Params
+    from hasp.track.train_run import log_training
+    from hasp.train.presets import apply_preset
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    files = []
+    for r, losses in enumerate(([2.0, 1.5], [1.2, 1.0, 0.9])):
+        f = tmp_path / f"round_{r}" / "train_summary.json"
+        f.parent.mkdir()
+        f.write_text(json.dumps({"history": [{"step": i + 1, "loss": v} for i, v in enumerate(losses)]}))
+        files.append(str(f))
+    p = Params()
+    train = apply_preset(p.train, "E2_cpu")
+    summary = {"recipe": "rs", "start_model": "m", "adapter_dir": str(tmp_path / "no_adapter"),
+               "rounds": [{"data": {"kept": 3}}, {"data": {"kept": 5}}], "metrics": {"train_loss": 0.9},
+               "train_summaries": files}
+    run_id = log_training(p, train, summary)
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    run = mlflow.get_run(run_id)
+    client = mlflow.MlflowClient()
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [
+        (1, 2.0), (2, 1.5), (3, 1.2), (4, 1.0), (5, 0.9)]
+    assert run.data.tags["hasp.round_boundaries"] == "1,3"
+    assert run.data.tags["hasp.experiment"] == "E2_cpu" and run.data.tags["hasp.recipe"] == "rs"
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "data.kept")] == [(0, 3.0), (1, 5.0)]
+    assert run.data.metrics["final.train_loss"] == 0.9 and "hasp.adapter" not in run.data.tags

@@ -146,3 +146,49 @@ def test_sft_preset_trains_and_a_folder_without_weights_is_refused(tiny_model_di
     (empty / "config.json").write_text((tiny_model_dir / "config.json").read_text())
     with pytest.raises(ModelFolderError, match=r"empty: model folder has no weights"):
         train_sft(empty, path, tmp_path / "x", recipe)
+
+
+def _cli_params(tmp_path: Path) -> Path:
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["train"].update(TINY)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.mark.parametrize("recipe", ["sft", "dpo"])
+def test_command_line_training_is_one_mlflow_run_with_its_adapter(recipe: str, tiny_model_dir: Path,
+                                                                   tmp_path: Path, monkeypatch, capsys) -> None:
+    """``hasp train sft|dpo`` logs what it trained: knobs, per-step curves, final metrics and the adapter
+    (tagged with its base model), and says the run id; no preset means no ``hasp.experiment`` tag."""
+    import mlflow
+
+    from hasp.cli import main
+    from hasp.train.data import build_sft_rows
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    trajs = [traj(f"q{k}", n_steps=2) for k in range(4)]
+    rows = (build_sft_rows(trajs, reward_floor=-1.0) if recipe == "sft"
+            else build_dpo_rows(trajs, reward_floor=-1.0))
+    path = write_jsonl(rows, tmp_path / f"{recipe}.jsonl")
+    args = ["train", recipe, "--model", str(tiny_model_dir), "--out", str(tmp_path / "out"),
+            "--params", str(_cli_params(tmp_path)), "--data" if recipe == "sft" else "--rows", str(path)]
+    assert main(args) == 0
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = mlflow.get_run(said["mlflow_run_id"])
+    assert run.data.tags["hasp.recipe"] == recipe and "hasp.experiment" not in run.data.tags
+    assert run.data.params["train.lora_r"] == "4"
+    assert run.data.tags["hasp.adapter"] == f"runs:/{run.info.run_id}/adapter"
+    assert run.data.tags["hasp.adapter.rank"] == "4"
+    losses = mlflow.MlflowClient().get_metric_history(run.info.run_id, "loss")
+    assert [m.step for m in losses] == [1]
+    assert "final.global_step" in run.data.metrics
+    names = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "adapter")}
+    assert "adapter/adapter_config.json" in names
+    assert main(args + ["--no-track", "--out", str(tmp_path / "out2")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["mlflow_run_id"] is None

@@ -26,6 +26,8 @@ PresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", help="E1..E6 or E1_cpu..E6_cpu (default: train.preset); must be of this recipe.")]
 DataOpt = Annotated[Path, typer.Option("--data", help="Prepared data folder (its train split is sampled).")]
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library the sampling agent runs with.")]
+TrackOpt = Annotated[bool, typer.Option(
+    "--track/--no-track", help="Log the training as one MLflow run (knobs, curves, metrics, adapter).")]
 
 
 def register(train_app: typer.Typer) -> None:
@@ -48,6 +50,15 @@ def one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+def track_training(p: Any, train: Any, summary: dict[str, Any], track: bool) -> str | None:
+    """The MLflow run of a finished command-line training (None with ``--no-track``)."""
+    if not track:
+        return None
+    from hasp.track.train_run import log_training
+
+    return log_training(p, train, summary)
+
+
 def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
     from hasp.train.rounds import RecipeError
     from hasp.train.run import resolved_train
@@ -60,7 +71,7 @@ def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
 
 
 def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: Path, params: Path,
-             preset: Optional[str]) -> None:
+             preset: Optional[str], track: bool) -> None:
     from hasp.agent.remote import episode_executor
     from hasp.llm.endpoints import teacher_client
     from hasp.train.run import resolve_model, run_recipe, teacher_fn
@@ -76,31 +87,32 @@ def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: 
             sampler = PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor)
             s = run_recipe(p, model=model_dir, out_dir=out, train=t, questions=questions, sample=sampler,
                            teacher=teacher_fn(teacher) if recipe == "opd" else None)
+    run_id = track_training(p, t, s, track)
     typer.echo(json.dumps({"recipe": recipe, "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
-                           "rounds": [r["data"].get("kept", r["data"].get("opd_rows")) for r in s["rounds"]]},
-                          default=str))
+                           "rounds": [r["data"].get("kept", r["data"].get("opd_rows")) for r in s["rounds"]],
+                           "mlflow_run_id": run_id}, default=str))
 
 
 def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = Path("params.yaml"),
-       preset: PresetOpt = None) -> None:
+       preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
     checkpoint. Writes round_<i>/ (rollout, rows, adapter, merged) and recipe_summary.json."""
-    _sampled("rs", model, data, library, out, params, preset)
+    _sampled("rs", model, data, library, out, params, preset, track)
 
 
 def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None) -> None:
+        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
-    _sampled("opd", model, data, library, out, params, preset)
+    _sampled("opd", model, data, library, out, params, preset, track)
 
 
 def dpo(model: ModelOpt = None,
         rows: Annotated[Path, typer.Option("--rows", help="Objective-A preference rows (Phase H's dpo.jsonl).")]
         = Path("outputs/epoch_0/dpo.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None) -> None:
+        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""
     from hasp.train.run import resolve_model, run_recipe
 
@@ -108,5 +120,6 @@ def dpo(model: ModelOpt = None,
     with one_line_errors():
         t = _train_section(p, "dpo", preset)
         s = run_recipe(p, model=resolve_model(model), out_dir=out, train=t, rows=rows)
+    run_id = track_training(p, t, s, track)
     typer.echo(json.dumps({"recipe": "dpo", "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
-                           "train_loss": s["metrics"].get("train_loss")}, default=str))
+                           "train_loss": s["metrics"].get("train_loss"), "mlflow_run_id": run_id}, default=str))
