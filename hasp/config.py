@@ -243,8 +243,9 @@ class SFTParams(_Strict):
     gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
     max_length: int = Field(512, ge=64, description="max tokens of prompt+target; older history turns are "
                                                     "dropped to fit")
-    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed for LoRA init, data order and dropout "
-                                                       "(0..2^32-1)")
+    seed: int = Field(42, ge=0, le=SEED_MAX, description="seed for LoRA init, data order and dropout "
+                                                        "(0..2^32-1; the paper's runs used 42); presets keep it, "
+                                                        "so repeating a preset over seeds changes only this")
     weighting: Literal["loss", "oversample", "none"] = Field(
         "loss", description="how the step advantage A_t is honoured: per-row loss weight, oversampling, "
                             "or ignored")

@@ -199,6 +199,7 @@ def test_presets_equal_table_13(name):
     # App. D.3: shared by all six
     assert (t.lora_r, t.lora_alpha, t.precision, t.gradient_checkpointing) == (16, 32, "auto", True)
     assert (t.warmup_steps, t.seed, t.max_steps) == (0.03, 42, -1)
+    assert apply_preset(TrainParams(seed=43), name).seed == 43  # a seed is the run's, not the preset's
     # App. D.4: rollout of RS and OPD
     r = t.rollout
     assert (r.k, r.temperature, r.top_p, r.max_steps, r.max_search_calls) == (2, 0.9, 0.95, 5, 3)
