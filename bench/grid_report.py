@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hasp.eval.paired import add_grid_gains  # noqa: E402
+from hasp.eval.paired import add_grid_gains, gains_over_seeds  # noqa: E402
 from hasp.eval.summary import hop_counts  # noqa: E402
 from hasp.track.grid_report import comparison_rows, gains_markdown, table_markdown  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
@@ -31,12 +31,13 @@ def _hops(data_dir: Path) -> dict[str, int]:
     return hop_counts(SearchTask.load(data_dir).questions("test"))
 
 
-def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None) -> int:
+def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None) -> dict | None:
+    """One grid folder's section; returns the grid (None after one error line)."""
     try:
         grid = json.loads((grid_dir / "grid.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         print(f"error: {grid_dir / 'grid.json'}: {e}", file=sys.stderr)
-        return 2
+        return None
     add_grid_gains(grid_dir, grid, _hops(data_dir or grid_dir / "data"))
     report.line(f"### {grid_dir.name}")
     report.line("")
@@ -47,7 +48,21 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None)
     report.line("Paired gains on the same test questions (trained arm − untrained arm):")
     report.line("")
     report.line(gains_markdown(grid))
-    return 0
+    return grid
+
+
+def report_seeds(report: Report, grid_dirs: list[Path], grids: list[dict], data_dir: Path | None) -> None:
+    """Presets repeated over several grids (seeds): each side averaged over seeds per question."""
+    pooled = gains_over_seeds(grid_dirs, grids, _hops(data_dir or grid_dirs[0] / "data"))
+    if not pooled:
+        return
+    report.line("### Over seeds")
+    report.line("")
+    report.line(f"Grids pooled: {', '.join(d.name for d in grid_dirs)}. Per question (those every seed scored), each arm's EM is averaged over "
+                "the seeds; the interval is a paired bootstrap over questions.")
+    report.line("")
+    named = {f"{n} ({max(g['seeds'] for g in gs.values())} seeds)": {"gains": gs} for n, gs in pooled.items()}
+    report.line(gains_markdown({"experiments": named}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,9 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --ran given {len(args.ran)} times for {len(args.grid)} --grid folders", file=sys.stderr)
         return 2
     report = Report(args.section)
+    grids = []
     for grid_dir, ran in zip(args.grid, args.ran):
-        if report_grid(report, grid_dir, ran, args.data):
+        grid = report_grid(report, grid_dir, ran, args.data)
+        if grid is None:
             return 2
+        grids.append(grid)
+    if len(grids) > 1:
+        report_seeds(report, list(args.grid), grids, args.data)
     report.write()
     return 0
 

@@ -59,3 +59,32 @@ def test_paired_gain_over_common_questions_per_hop_count(tmp_path):
     assert same["mean"] == 0.0 and same["ci95"] == [0.0, 0.0] and same["by_hops"] == {}
     # a missing cell gives no comparison rather than a gain over nothing
     assert gains_over(tmp_path / "base", ["base"], tmp_path / "trained", ["absent"]) == {}
+
+
+def test_gains_over_seeds_average_each_question_over_the_repeats(tmp_path):
+    """Two seeds of one preset: per question the trained EM is averaged over seeds (on questions every
+    seed scored), then compared with the untrained arm; a preset trained in one grid only is not pooled."""
+    import json
+
+    from hasp.eval.paired import gains_over_seeds
+
+    def cell(path, rows):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"qid": q, "em": em, "terminated": "final"}) + "\n" for q, em in rows))
+
+    grids, dirs = [], []
+    for seed, trained in enumerate(([("a", 1), ("b", 1), ("c", 0)], [("a", 1), ("b", 0), ("c", 0), ("d", 1)])):
+        d = tmp_path / f"seed{seed}"
+        cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [("a", 0), ("b", 0), ("c", 0), ("d", 0)])
+        cell(d / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl", trained)
+        experiments = {"E2_cpu": {"eval": {"trained_pf": {}}}}
+        if seed == 0:
+            cell(d / "E1_cpu" / "eval" / "generated" / "trained_pf.jsonl", [("a", 1)])
+            experiments["E1_cpu"] = {"eval": {"trained_pf": {}}}
+        grids.append({"untrained": {"untrained_pf": {}}, "experiments": experiments})
+        dirs.append(d)
+    pooled = gains_over_seeds(dirs, grids, {"a": 1, "b": 1, "c": 2})
+    g = pooled["E2_cpu"]["trained_pf - untrained_pf"]
+    assert set(pooled) == {"E2_cpu"} and g["seeds"] == 2
+    assert g["n"] == 3 and g["mean"] == pytest.approx((1.0 + 0.5 + 0.0) / 3, abs=1e-4)  # d: one seed only
+    assert g["by_hops"]["2"] == {"mean": 0.0, "n": 1, "ci95": [0.0, 0.0]}

@@ -78,3 +78,35 @@ def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str
         if "error" not in e:
             e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, Path(grid_dir) / name / "eval",
                                     list(e.get("eval") or {}), hops_of)
+
+
+def seed_mean(cells: list[Mapping[str, float]]) -> dict[str, float]:
+    """Per question, the mean EM over seeds, on the questions every seed scored."""
+    common = set.intersection(*(set(c) for c in cells)) if cells else set()
+    return {q: sum(c[q] for c in cells) / len(cells) for q in common}
+
+
+def gains_over_seeds(grid_dirs: list[Path], grids: list[Mapping[str, Any]],
+                     hops_of: Mapping[str, int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{preset: {"<arm> - <base arm>": gain}}`` over the repeats of a grid with different seeds.
+
+    Each side is first averaged over seeds per question, so the interval (bootstrap over questions)
+    covers which questions were drawn, while the seeds' spread enters through the per-question means;
+    a preset counts only where it trained in at least two of the grids. Each gain says its ``seeds``."""
+    cells: dict[tuple[str, str, str], list[tuple[dict[str, float], dict[str, float]]]] = {}
+    for d, grid in zip(grid_dirs, grids):
+        for name, e in (grid.get("experiments") or {}).items():
+            if "error" in e:
+                continue
+            for a in e.get("eval") or {}:
+                after = em_by_qid(cell_file(Path(d) / name / "eval", a))
+                for b in grid.get("untrained") or {}:
+                    before = em_by_qid(cell_file(Path(d) / "eval_untrained", b))
+                    if after and before:
+                        cells.setdefault((name, a, b), []).append((before, after))
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (name, a, b), pairs in cells.items():
+        if len(pairs) >= 2:
+            g = paired_gain(seed_mean([p[0] for p in pairs]), seed_mean([p[1] for p in pairs]), hops_of)
+            out.setdefault(name, {})[f"{a} - {b}"] = {**g, "seeds": len(pairs)}
+    return out
