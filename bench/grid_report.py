@@ -58,8 +58,8 @@ def report_seeds(report: Report, grid_dirs: list[Path], grids: list[dict], data_
         return
     report.line("### Over seeds")
     report.line("")
-    report.line(f"Grids pooled: {', '.join(d.name for d in grid_dirs)}. Per question (those every seed scored), each arm's EM is averaged over "
-                "the seeds; the interval is a paired bootstrap over questions.")
+    report.line(f"Grids pooled: {', '.join(d.name for d in grid_dirs)}. Per question (those every seed scored), "
+                "each arm's EM is averaged over the seeds; the interval is a paired bootstrap over questions.")
     report.line("")
     named = {f"{n} ({max(g['seeds'] for g in gs.values())} seeds)": {"gains": gs} for n, gs in pooled.items()}
     report.line(gains_markdown({"experiments": named}))
