@@ -95,6 +95,20 @@ class VLLMParams(_Strict):
         return v
 
 
+class TransformersServeParams(_Strict):
+    """``transformers serve --continuous-batching`` as HASP starts it on a model folder (the CPU path).
+
+    Its paged KV cache must be sized: left alone, it takes most of the machine's free RAM. Pages hold
+    the running requests' keys and values and, while free pages remain, the prefixes of finished ones,
+    which a later prompt with the same beginning (the next step of an episode) reuses in whole pages."""
+
+    num_blocks: int = Field(64, ge=1, description="KV cache pages (--cb-num-blocks); x page size = cached tokens "
+                                                  "(SmolLM2-135M in fp32: ~46 KB per token)")
+    page_size: int | None = Field(None, ge=16, description="tokens per page (--cb-block-size); null = the "
+                                                           "server's default (256 in transformers 5.23)")
+    max_batch_tokens: int = Field(1024, ge=64, description="tokens per forward pass (--cb-max-batch-tokens)")
+
+
 class LLMParams(EndpointParams):
     backend: Literal["transformers", "vllm"] = Field(
         "transformers", description="what serves a model folder or a trained checkpoint: transformers "
@@ -102,6 +116,8 @@ class LLMParams(EndpointParams):
                                     "with the LoRA adapter registered by name, no merge; GPU, the gpu extra). With "
                                     "vllm and base_url set, checkpoints are loaded into that server at run time")
     vllm: VLLMParams = Field(VLLMParams(), description="vllm serve settings (backend vllm)")
+    transformers: TransformersServeParams = Field(TransformersServeParams(), description="transformers serve "
+                                                  "settings (backend transformers)")
     port: int = Field(8765, ge=1024, le=65535, description="loopback port of the embedded server")
     timeout_s: float = Field(300.0, gt=0, description="per-request timeout; a long proposal on a loaded "
                                                     "2-core CPU can take minutes")

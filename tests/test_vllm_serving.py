@@ -193,6 +193,36 @@ def test_sampler_on_transformers_keeps_the_merged_folder(tmp_path: Path, base: P
     assert Path(es.call_args.args[0]) == merged
 
 
+def test_transformers_serve_kv_cache_comes_from_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``llm.transformers`` sizes the CPU server's paged KV cache; the page size is passed only when set
+    (the server's own default otherwise). The server start is replaced: this checks the command line."""
+    from hasp.llm import server
+    from hasp.llm.endpoints import policy_client
+
+    commands: list[list[str]] = []
+
+    def start_double(self: server.LocalModelServer) -> server.LocalModelServer:
+        commands.append(self.command())
+        return self
+
+    monkeypatch.setattr(server, "pinned_model", lambda root, **kw: None)
+    monkeypatch.setattr(server.LocalModelServer, "start", start_double)
+    monkeypatch.setattr(server.LocalModelServer, "stop", lambda self: None)
+    for sets in ({}, {"llm.transformers.num_blocks": 512, "llm.transformers.page_size": 32,
+                      "llm.transformers.max_batch_tokens": 2048}):
+        llm = load_params(ROOT / "params.yaml", sets).llm
+        with policy_client(llm, model_dir=tmp_path, port=1, max_tokens=8):
+            pass
+    default, tuned = commands
+    flag = lambda cmd, name: cmd[cmd.index(name) + 1] if name in cmd else None  # noqa: E731
+    assert [flag(default, f) for f in ("--cb-num-blocks", "--cb-max-batch-tokens", "--cb-block-size")] == [
+        "64", "1024", None]
+    assert [flag(tuned, f) for f in ("--cb-num-blocks", "--cb-max-batch-tokens", "--cb-block-size")] == [
+        "512", "2048", "32"]
+    with pytest.raises(ParamsError, match="llm.transformers.page_size"):
+        load_params(ROOT / "params.yaml", {"llm.transformers.page_size": 4})
+
+
 # ----------------------------------------------------------------------------- the GPU compose stack
 def test_gpu_compose_wires_vllm_mlflow_and_prefect() -> None:
     spec = yaml.safe_load((ROOT / "docker" / "compose.gpu.yaml").read_text())

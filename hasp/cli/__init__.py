@@ -98,7 +98,7 @@ def model_serve(port: int = 8765,
     chosen = backend or p.llm.backend
     if chosen not in ("transformers", "vllm"):
         raise typer.BadParameter(f"--backend {chosen!r}: choose transformers or vllm")
-    srv = _vllm_server(p, port, folder, lora or []) if chosen == "vllm" else _transformers_server(port, folder, lora)
+    srv = _vllm_server(p, port, folder, lora or []) if chosen == "vllm" else _transformers_server(p, port, folder, lora)
     with srv:
         typer.echo(f"serving {srv.model_name} at {srv.base_url} (model name as above); Ctrl-C to stop")
         for a in getattr(srv, "adapters", []):
@@ -110,14 +110,16 @@ def model_serve(port: int = 8765,
             pass
 
 
-def _transformers_server(port: int, folder: Path | None, lora: list[str] | None) -> Any:
+def _transformers_server(p: Any, port: int, folder: Path | None, lora: list[str] | None) -> Any:
     from hasp.llm.model_prep import prepare_model
     from hasp.llm.server import LocalModelServer
 
     if lora:
         raise typer.BadParameter("--lora needs --backend vllm; transformers serve runs a merged folder "
                                  "(--folder <train out>/merged)")
-    return LocalModelServer(folder or prepare_model(), port)
+    t = p.llm.transformers
+    return LocalModelServer(folder or prepare_model(), port, cb_num_blocks=t.num_blocks, cb_page_size=t.page_size,
+                            cb_max_batch_tokens=t.max_batch_tokens)
 
 
 def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any:

@@ -49,7 +49,8 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     from hasp.llm.server import ensure_server
 
     folder = model_dir or prepare_model()
-    base_url, model_name, handle = ensure_server(folder, port or llm.port, temperature=temperature, top_p=top_p)
+    base_url, model_name, handle = ensure_server(folder, port or llm.port, temperature=temperature, top_p=top_p,
+                                                 serve=llm.transformers)
     with _client(llm, base_url, model_name, handle, api_key_env=None, max_tokens=max_tokens,
                  temperature=temperature, top_p=top_p) as client:
         yield client

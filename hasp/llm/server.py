@@ -15,8 +15,9 @@ model copy. Facts about transformers 5.23's server that this module relies on:
   (with ``top_p`` when given: the nucleus mass is frozen the same way).
 - On CPU the paged KV cache of continuous batching is sized, by default, to ~80-90% of the machine's
   *free RAM* (11 GB RSS seen on a 24 GB box, OOM-killed next to a training job). We always pass
-  ``--cb-num-blocks``/``--cb-max-batch-tokens``: 64 blocks x 256 tokens = 16k cached tokens, ~0.75 GB in
-  fp32 for SmolLM2-135M, enough for 8 concurrent 2k-token episodes; RSS then stays under ~2 GB.
+  ``--cb-num-blocks``/``--cb-max-batch-tokens`` (``llm.transformers``; default 64 blocks x 256 tokens =
+  16k cached tokens, ~0.75 GB in fp32 for SmolLM2-135M, enough for 8 concurrent 2k-token episodes; RSS
+  then stays under ~2 GB).
 - torch's default of one OpenMP thread per core collapses when anything else shares the cores; the
   server gets ``OMP_NUM_THREADS`` = half the cores unless told otherwise (see ``threads``).
 - ``GET /v1/models`` lists only the Hugging Face hub cache (HTTP 500 when it does not exist) and never
@@ -38,8 +39,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from hasp.llm.guard import guarded, report_stale, stop_group
+
+if TYPE_CHECKING:
+    from hasp.config import TransformersServeParams
 
 PROBE_MODEL = "__hasp_probe__"
 
@@ -96,7 +101,7 @@ class LocalModelServer:
     def __init__(self, folder: Path | str, port: int | None = None, *, host: str = "127.0.0.1",
                  log_path: Path | None = None, startup_timeout_s: float = 300.0,
                  extra_args: tuple[str, ...] = (), temperature: float = 0.0, top_p: float | None = None,
-                 cb_num_blocks: int = 64, cb_max_batch_tokens: int = 1024,
+                 cb_num_blocks: int = 64, cb_max_batch_tokens: int = 1024, cb_page_size: int | None = None,
                  threads: int | None = None) -> None:
         self.folder = Path(folder).resolve()
         self.host = host
@@ -108,6 +113,7 @@ class LocalModelServer:
         self.top_p = top_p
         self.cb_num_blocks = cb_num_blocks
         self.cb_max_batch_tokens = cb_max_batch_tokens
+        self.cb_page_size = cb_page_size
         # torch intra-op threads (OMP_NUM_THREADS). Default $HASP_LLM_THREADS, else half the cores: with
         # all cores, OpenMP spin-waits whenever anything else runs (client, training) — measured on 2
         # cores beside a training job, 1 thread gave 34 tok/s for 8 concurrent requests vs 6.6 with 2.
@@ -137,6 +143,7 @@ class LocalModelServer:
                 "serve", self.model_name, "--continuous-batching", "--host", self.host,
                 "--port", str(self.port), "--log-level", "info",
                 "--cb-num-blocks", str(self.cb_num_blocks), "--cb-max-batch-tokens", str(self.cb_max_batch_tokens),
+                *(["--cb-block-size", str(self.cb_page_size)] if self.cb_page_size else []),
                 *self.extra_args]
 
     def check(self) -> None:
@@ -219,14 +226,15 @@ class LocalModelServer:
 
 
 def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
-                  startup_timeout_s: float = 300.0, temperature: float = 0.0,
-                  top_p: float | None = None) -> tuple[str, str, LocalModelServer | None]:
+                  startup_timeout_s: float = 300.0, temperature: float = 0.0, top_p: float | None = None,
+                  serve: TransformersServeParams | None = None) -> tuple[str, str, LocalModelServer | None]:
     """``(base_url, model_name, handle)`` for a server of ``folder`` on ``port``.
 
     Reuses a healthy server already pinned to this folder (``handle`` is then None: not ours to stop);
     otherwise starts one and returns its handle, which the caller must ``stop()``. A server on that
     port pinned to a *different* model is an error rather than a silent mismatch. ``temperature`` and
-    ``top_p`` only apply to a newly started server (a reused one keeps the sampling mode it was warmed with).
+    ``top_p`` only apply to a newly started server (a reused one keeps the sampling mode it was warmed with),
+    and so does ``serve`` (``llm.transformers``: the KV cache's pages).
     """
     name = str(Path(folder).resolve())
     root = f"http://{host}:{port}"
@@ -235,6 +243,8 @@ def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
         return f"{root}/v1", name, None
     if running is not None:
         raise RuntimeError(f"{root} serves {running!r}, not {name!r}")
+    cache = {} if serve is None else {"cb_num_blocks": serve.num_blocks, "cb_page_size": serve.page_size,
+                                      "cb_max_batch_tokens": serve.max_batch_tokens}
     srv = LocalModelServer(name, port, host=host, startup_timeout_s=startup_timeout_s,
-                           temperature=temperature, top_p=top_p).start()
+                           temperature=temperature, top_p=top_p, **cache).start()
     return srv.base_url, srv.model_name, srv
