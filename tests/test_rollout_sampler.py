@@ -64,3 +64,33 @@ def test_teacher_snippets_without_a_teacher_is_refused(data: Path) -> None:
 def test_missing_train_split_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match=r"train.jsonl: no such file; prepare the data first"):
         training_questions(tmp_path)
+
+
+def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, tmp_path: Path, caplog) -> None:
+    """One question's endpoint fails after the client's retries: the other samples of the round are kept
+    (the failed one becomes no row), the failure is logged and counted; if every episode fails the
+    round ends with one line."""
+    import logging
+
+    from doubles import AnsweringPolicyDouble
+
+    qs = training_questions(data)
+    gold = {q.question: q.answers[0] for q in qs}
+    p = Params.model_validate({"llm": {"max_concurrency": 2}})
+
+    def sampler_with(policy):
+        @contextlib.contextmanager
+        def policy_for(model_dir: Path):
+            yield policy
+
+        return PFRolloutSampler(p, data, None, rollout=RolloutParams(k=1), policy_for=policy_for)
+
+    sampler = sampler_with(AnsweringPolicyDouble(gold, correct=set(gold), fail={qs[0].question}))
+    with caplog.at_level(logging.WARNING, logger="hasp.train.sampler"):
+        trajs = sampler(qs, tmp_path / "ckpt")
+    assert [t.qid for t in trajs] == [q.id for q in qs[1:]] and all(t.em == 1.0 for t in trajs)
+    assert sampler.calls[-1]["failed"] == 1 and sampler.calls[-1]["n"] == len(qs) - 1
+    assert f"1 of {len(qs)} sampled episodes failed" in caplog.text and "ConnectionError" in caplog.text
+    down = sampler_with(AnsweringPolicyDouble(gold, correct=set(), fail=set(gold)))
+    with pytest.raises(RecipeError, match=rf"all {len(qs)} sampled episodes failed; first: ConnectionError"):
+        down(qs, tmp_path / "ckpt")

@@ -108,17 +108,47 @@ class PFRolloutSampler:
         with self.policy_for(Path(model_dir)) as policy:
             if self.executor is None:
                 with _library(self.params, self.library) as lib:
-                    episode = sample_episode(self.params, self.rollout, self.task, lib, policy=policy,
-                                             teacher=self.teacher)
+                    episode = contained(sample_episode(self.params, self.rollout, self.task, lib, policy=policy,
+                                                       teacher=self.teacher))
                     trajs = run_many(list(questions), episode, concurrency=self.params.llm.max_concurrency,
                                      desc=desc)
             else:
                 spec = TrainingSampleSpec(self.params, self.rollout, self.data_dir, self.library,
                                           endpoint_of(policy, "policy"), endpoint_of(self.teacher, "teacher"))
                 trajs = self.executor.run(spec, list(questions), desc=desc)
-        self.calls.append({"model_dir": str(model_dir), "n": len(trajs),
+        failed = [t for t in trajs if t.terminated == "error"]
+        if trajs and len(failed) == len(trajs):
+            raise RecipeError(f"{desc}: all {len(trajs)} sampled episodes failed; first: "
+                              f"{(failed[0].pf_errors or ['no error recorded'])[0]}")
+        if failed:
+            log.warning("%s: %d of %d sampled episodes failed and are left out of the rows; first: %s", desc,
+                        len(failed), len(trajs), (failed[0].pf_errors or ["no error recorded"])[0])
+        trajs = [t for t in trajs if t.terminated != "error"]
+        self.calls.append({"model_dir": str(model_dir), "n": len(trajs), "failed": len(failed),
                            "em": sum(t.em for t in trajs) / len(trajs) if trajs else 0.0})
         return trajs
+
+
+def failed_sample(item: Any, error: str) -> Trajectory:
+    """An episode that did not run to its end (the endpoint failed after the client's retries, a harness
+    bug): an infrastructure failure, not a sample of the checkpoint, so it never becomes a row."""
+    return Trajectory(qid=item.id, question=item.question, answers=list(item.answers), variant=LABEL,
+                      terminated="error", pf_errors=[error[:500]])
+
+
+def contained(episode: Callable[[Any], Trajectory]) -> Callable[[Any], Trajectory]:
+    """``episode`` with its exceptions turned into ``failed_sample`` trajectories, so one episode whose
+    endpoint gave up cannot discard every other sample of the round (as the evaluation runner does)."""
+
+    def run(item: Any) -> Trajectory:
+        try:
+            return episode(item)
+        except Exception as exc:  # noqa: BLE001 - contained per episode, counted; an all-failed round raises
+            log.warning("%s %s: sampled episode failed: %s: %s", LABEL, getattr(item, "id", "?"),
+                        type(exc).__name__, exc)
+            return failed_sample(item, f"{type(exc).__name__}: {exc}")
+
+    return run
 
 
 def sample_episode(params: Params, rollout: RolloutParams, task: Any, library: Any, *, policy: Policy,
@@ -179,11 +209,10 @@ class TrainingSampleSpec:
         teacher = LLMClient(self.teacher) if self.teacher is not None else None
         stack = contextlib.ExitStack()
         lib = stack.enter_context(_library(self.params, self.library))
-        run = sample_episode(self.params, self.rollout, SearchTask.load(self.data_dir), lib, policy=policy,
-                             teacher=teacher)
+        run = contained(sample_episode(self.params, self.rollout, SearchTask.load(self.data_dir), lib,
+                                       policy=policy, teacher=teacher))
         return BuiltEpisode.holding(run, stack, policy, teacher)
 
     def failed(self, item: Any, error: str) -> Trajectory:
         """An episode the runner lost: an infrastructure failure, not a sample of the checkpoint."""
-        return Trajectory(qid=item.id, question=item.question, answers=list(item.answers), variant=LABEL,
-                          terminated="error", pf_errors=[error[:500]])
+        return failed_sample(item, error)
