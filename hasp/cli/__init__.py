@@ -112,14 +112,12 @@ def model_serve(port: int = 8765,
 
 def _transformers_server(p: Any, port: int, folder: Path | None, lora: list[str] | None) -> Any:
     from hasp.llm.model_prep import prepare_model
-    from hasp.llm.server import LocalModelServer
+    from hasp.llm.server import LocalModelServer, cache_kwargs
 
     if lora:
         raise typer.BadParameter("--lora needs --backend vllm; transformers serve runs a merged folder "
                                  "(--folder <train out>/merged)")
-    t = p.llm.transformers
-    return LocalModelServer(folder or prepare_model(), port, cb_num_blocks=t.num_blocks, cb_page_size=t.page_size,
-                            cb_max_batch_tokens=t.max_batch_tokens)
+    return LocalModelServer(folder or prepare_model(), port, **cache_kwargs(p.llm.transformers))
 
 
 def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any:

@@ -95,13 +95,13 @@ def gains_over_seeds(grid_dirs: list[Path], grids: list[Mapping[str, Any]],
     a preset counts only where it trained in at least two of the grids. Each gain says its ``seeds``."""
     cells: dict[tuple[str, str, str], list[tuple[dict[str, float], dict[str, float]]]] = {}
     for d, grid in zip(grid_dirs, grids):
+        base = {b: em_by_qid(cell_file(Path(d) / "eval_untrained", b)) for b in grid.get("untrained") or {}}
         for name, e in (grid.get("experiments") or {}).items():
             if "error" in e:
                 continue
             for a in e.get("eval") or {}:
                 after = em_by_qid(cell_file(Path(d) / name / "eval", a))
-                for b in grid.get("untrained") or {}:
-                    before = em_by_qid(cell_file(Path(d) / "eval_untrained", b))
+                for b, before in base.items():
                     if after and before:
                         cells.setdefault((name, a, b), []).append((before, after))
     out: dict[str, dict[str, dict[str, Any]]] = {}

@@ -243,8 +243,14 @@ def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
         return f"{root}/v1", name, None
     if running is not None:
         raise RuntimeError(f"{root} serves {running!r}, not {name!r}")
-    cache = {} if serve is None else {"cb_num_blocks": serve.num_blocks, "cb_page_size": serve.page_size,
-                                      "cb_max_batch_tokens": serve.max_batch_tokens}
     srv = LocalModelServer(name, port, host=host, startup_timeout_s=startup_timeout_s,
-                           temperature=temperature, top_p=top_p, **cache).start()
+                           temperature=temperature, top_p=top_p, **cache_kwargs(serve)).start()
     return srv.base_url, srv.model_name, srv
+
+
+def cache_kwargs(serve: TransformersServeParams | None) -> dict[str, int | None]:
+    """``LocalModelServer`` keyword arguments of ``llm.transformers`` (none: the class defaults)."""
+    if serve is None:
+        return {}
+    return {"cb_num_blocks": serve.num_blocks, "cb_page_size": serve.page_size,
+            "cb_max_batch_tokens": serve.max_batch_tokens}

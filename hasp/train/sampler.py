@@ -117,12 +117,12 @@ class PFRolloutSampler:
                                           endpoint_of(policy, "policy"), endpoint_of(self.teacher, "teacher"))
                 trajs = self.executor.run(spec, list(questions), desc=desc)
         failed = [t for t in trajs if t.terminated == "error"]
+        first = (failed[0].pf_errors or ["no error recorded"])[0] if failed else ""
         if trajs and len(failed) == len(trajs):
-            raise RecipeError(f"{desc}: all {len(trajs)} sampled episodes failed; first: "
-                              f"{(failed[0].pf_errors or ['no error recorded'])[0]}")
+            raise RecipeError(f"{desc}: all {len(trajs)} sampled episodes failed; first: {first}")
         if failed:
             log.warning("%s: %d of %d sampled episodes failed and are left out of the rows; first: %s", desc,
-                        len(failed), len(trajs), (failed[0].pf_errors or ["no error recorded"])[0])
+                        len(failed), len(trajs), first)
         trajs = [t for t in trajs if t.terminated != "error"]
         self.calls.append({"model_dir": str(model_dir), "n": len(trajs), "failed": len(failed),
                            "em": sum(t.em for t in trajs) / len(trajs) if trajs else 0.0})
