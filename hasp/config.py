@@ -309,12 +309,16 @@ class RolloutParams(_Strict):
 
 class HindsightParams(_Strict):
     """Material for a policy that almost never succeeds: a training question whose gold answer already
-    appeared in an observation gets a row that answers it at the first state after that observation.
+    appeared in an observation gets rows that answer it at the states after that observation.
     Gold labels of training questions only; the rows are counted apart from the recipe's own rows."""
 
     enabled: bool = Field(False, description="add hindsight rows (an option beside the paper's recipe, "
                           "reported apart)")
     weight: float = Field(1.0, gt=0, description="sample weight of a hindsight row before normalisation")
+    states: Literal["first", "after"] = Field(
+        "first", description="first: one row per question, at the first state after its gold answer was "
+        "observed; after: a row at every later state of every failed sample of the question (where a small "
+        "policy keeps searching or re-reading with the answer in view)")
 
 
 class RSParams(_Strict):

@@ -107,7 +107,8 @@ def test_an_empty_kept_set_is_one_clear_error_unless_hindsight_supplies_rows():
     row = rows[0]
     assert row["source"] == "hindsight" and row["qid"] == "q1"
     assert row["messages"][:-1] == fails[0].steps[1].prompt_messages  # the state after the observation
-    assert row["messages"][-1]["content"] == "Thought: thinking 1\nAction: FINAL[Velm City]"
+    # the neutral thought of the prompts file, not the one the policy wrote before another action
+    assert row["messages"][-1]["content"] == f"Thought: {load_prompts()['answer_thought']}\nAction: FINAL[Velm City]"
 
 
 def test_hindsight_needs_the_gold_in_an_observation_and_a_question_that_was_asked():
@@ -118,6 +119,22 @@ def test_hindsight_needs_the_gold_in_an_observation_and_a_question_that_was_aske
     assert [r["qid"] for r in rows] == ["q1"] and stats["not_asked"] == 1 and rows[0]["sample_weight"] == 0.5
     last = seen_last.steps[-1]
     assert rows[0]["messages"][:-1] == last.prompt_messages + last.to_messages(load_prompts())
+
+
+def test_hindsight_after_answers_at_every_later_state_of_every_failed_sample():
+    a, b = (traj("q1", terminated="max_steps", n_steps=4, gold_seen_at=1) for _ in range(2))
+    late = traj("q2", terminated="max_steps", n_steps=3, gold_seen_at=2)  # seen in the last observation
+    rows, stats = hindsight_rows([a, b, late], weight=1.0, states="after")
+    # q1: the states before steps 2 and 3 of both samples; q2: the state after its last step
+    assert [(r["qid"], r["step"], r["answer_seen_at"]) for r in rows] == [
+        ("q1", 2, 1), ("q1", 3, 1), ("q1", 2, 1), ("q1", 3, 1), ("q2", 3, 2)]
+    assert rows[1]["messages"][:-1] == a.steps[3].prompt_messages
+    assert all(r["messages"][-1]["content"].endswith("Action: FINAL[Velm City]") for r in rows)
+    first, _ = hindsight_rows([a, b, late], weight=1.0)  # the default: one row per question
+    assert [(r["qid"], r["step"]) for r in first] == [("q1", 2), ("q2", 3)]
+    assert stats["answer_seen"] == 3 and stats["rows"] == 5
+    with pytest.raises(RecipeError, match="hindsight.states: expected 'first' or 'after'"):
+        hindsight_rows([a], weight=1.0, states="all")
 
 
 @pytest.mark.parametrize("recipe", ["rs", "opd"])
@@ -224,7 +241,8 @@ def test_each_preset_has_a_cpu_variant_with_the_same_shape(name):
         "fp32", False, True, False)
     assert cpu.teacher is None
     if t.recipe in ("rs", "opd"):
-        assert getattr(t, t.recipe).hindsight.enabled  # the option, reported apart from the recipe
+        hs = getattr(t, t.recipe).hindsight
+        assert hs.enabled and hs.states == "after"  # the option, reported apart from the recipe
 
 
 def test_a_preset_keeps_the_knobs_it_does_not_name_and_says_where_it_came_from():

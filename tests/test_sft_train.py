@@ -109,13 +109,21 @@ def test_apportion_and_oversample_counts(tiny_model_dir: Path, rows: list[dict])
     assert len(ex) == 4 and WEIGHT_COLUMN not in ex[0]
 
 
-def test_fit_messages_trims_history_not_target(rows: list[dict]) -> None:
+def test_fit_messages_trims_history_then_the_demo_never_the_question_or_target(rows: list[dict]) -> None:
     tok = _tokenizer()
-    long = rows[1]["messages"]
-    assert len(long) == 5  # system, question, assistant, observation, target
-    full = len(tok.apply_chat_template(long, tokenize=True)["input_ids"])
-    fitted, dropped = fit_messages(tok, long, full - 1)
-    assert dropped == 2 and fitted[-1] == long[-1] and fitted[:2] == long[:2]
+    short = rows[1]["messages"]
+    assert len(short) == 5  # system, question, assistant, observation, target
+    n = lambda m: len(tok.apply_chat_template(m, tokenize=True)["input_ids"])  # noqa: E731
+    assert fit_messages(tok, short, n(short) - 1)[0] is None  # the latest observation is what the target answers
+    demo = [dict(m) for m in load_prompts()["demo"]]
+    extra = [{"role": "assistant", "content": "Thought: more.\nAction: SEARCH[x]"},
+             {"role": "user", "content": "Observation: nothing.\nNext Thought and Action:"}]
+    long = short[:1] + demo + short[1:2] + extra + short[2:]
+    full = n(long)
+    fitted, dropped = fit_messages(tok, long, full - 1)  # the oldest history pair goes first
+    assert dropped == 2 and fitted == short[:1] + demo + short[1:]
+    fitted, dropped = fit_messages(tok, long, n(short))  # then the demo, as one block
+    assert dropped == 2 + len(demo) and fitted == short
     assert fit_messages(tok, long, 5)[0] is None
     assert fit_messages(tok, long, full - 1, trim=False)[0] is None
 

@@ -87,7 +87,8 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, *, reward_
     rows, stats = opd_rows(trajs, train, reward_floor=reward_floor, teacher=teacher, weights=weights, rnd=rnd)
     hs: list[dict[str, Any]] = []
     if train.opd.hindsight.enabled:
-        hs, stats["hindsight"] = hindsight_rows(trajs, weight=train.opd.hindsight.weight, questions=questions)
+        hs, stats["hindsight"] = hindsight_rows(trajs, weight=train.opd.hindsight.weight, questions=questions,
+                                              states=train.opd.hindsight.states)
     stats["hindsight_rows"] = len(hs)
     if not rows and not hs:
         extra = "" if train.opd.hindsight.enabled else "; set train.opd.hindsight.enabled to add hindsight rows"

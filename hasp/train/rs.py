@@ -135,7 +135,8 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, questions:
         "verdicts": [v.to_dict() for v in verdicts]}
     hs: list[dict[str, Any]] = []
     if cfg.hindsight.enabled:
-        hs, hstats = hindsight_rows(trajs, weight=cfg.hindsight.weight, questions=questions, skip_qids=kept_q)
+        hs, hstats = hindsight_rows(trajs, weight=cfg.hindsight.weight, questions=questions, skip_qids=kept_q,
+                                    states=cfg.hindsight.states)
         stats["hindsight"] = hstats
     stats["hindsight_rows"] = len(hs)
     if not rows and not hs:

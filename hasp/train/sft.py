@@ -46,6 +46,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
+from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.atomic import read_jsonl  # noqa: E402
 from hasp.config import SFTParams  # noqa: E402
 from hasp.progress import Progress  # noqa: E402
@@ -86,24 +87,44 @@ def _n_tokens(tok: Any, messages: list[dict[str, str]]) -> int:
     return len(ids)
 
 
+def _episode_head(messages: list[dict[str, str]]) -> tuple[int, int]:
+    """``(demo_start, question_end)``: where a leading few-shot demo of the agent's prompts file starts
+    (it ends where the episode's question starts) and the index after that question."""
+    start = 1 if messages and messages[0]["role"] == "system" else 0
+    demo = [dict(m) for m in load_prompts().get("demo", [])]
+    q = start + len(demo) if demo and messages[start:start + len(demo)] == demo else start
+    return start, min(q + 1, len(messages))
+
+
 def fit_messages(tok: Any, messages: list[dict[str, str]], max_length: int | None,
                  trim: bool = True) -> tuple[list[dict[str, str]] | None, int]:
-    """Drop the oldest (assistant, user) pairs after system + question until the conversation fits.
+    """Make a conversation fit ``max_length`` tokens without losing the target or the question.
 
     TRL truncates sequences from the right (``keep_start`` is its only mode), which would cut the
-    target off a long multi-step prompt; trimming history here keeps the target intact. Returns
-    ``(messages or None if it cannot fit, number of messages dropped)``.
+    target off a long multi-step prompt. Trimming here drops, in order: the oldest (assistant,
+    observation) pairs of the episode's history, then the few-shot demo as one block. The system prompt,
+    the episode's question and the latest (assistant, observation) pair stay, since the target answers
+    them; a row that still does not fit is ``None``.
+    Returns ``(messages or None, number of messages dropped)``.
     """
     if max_length is None:
         return messages, 0
     msgs = list(messages)
-    head = 2 if msgs and msgs[0]["role"] == "system" else 1
+    demo_start, head = _episode_head(msgs)
     dropped = 0
     while _n_tokens(tok, msgs) > max_length:
-        if not trim or len(msgs) - head < 3:  # nothing left between the question and the target
+        if not trim:
             return None, dropped
-        del msgs[head:head + 2]
-        dropped += 2
+        if len(msgs) - head >= 5:  # an old (assistant, observation) pair before the latest one
+            del msgs[head:head + 2]
+            dropped += 2
+        elif head - 1 > demo_start:  # the demo, then nothing more to drop
+            n = head - 1 - demo_start
+            del msgs[demo_start:head - 1]
+            head -= n
+            dropped += n
+        else:
+            return None, dropped
     return msgs, dropped
 
 
