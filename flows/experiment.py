@@ -50,9 +50,19 @@ GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.t
                 "hasp.track.grid_report")
 
 
+# What the untrained agent's evaluation executes: editing a recipe does not re-run it.
+EVAL_MODULES = ("hasp.eval.runner", "hasp.eval.datasets", "hasp.agent.variants")
+
+
 def grid_code_version() -> str:
     """The epoch's code key plus the recipes, the sampler, the evaluation runner and the grid's tracking."""
     return key_of(code_version(), [(f.name, content_hash(f)) for f in module_closure(GRID_MODULES)])
+
+
+def eval_code_version() -> str:
+    """The code key of the untrained evaluation: the runner, the agent and its prompt files only."""
+    prompts = sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
+    return key_of(*[(f.name, content_hash(f)) for f in [*module_closure(EVAL_MODULES), *prompts]])
 
 
 def grid_names(suffix: str = "_cpu") -> list[str]:
@@ -251,8 +261,8 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
         if not outputs_complete(data / "corpus.jsonl", data / "train.jsonl", data / "test.jsonl"):
             _prepare(p, data, code, pipe)
         data_h = content_hash(data)
-        k = key_of(code, data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"), base_id,
-                   teacher_id)
+        k = key_of(eval_code_version(), data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"),
+                   base_id, teacher_id)
         untrained = _phase(pipe, "evaluate untrained", texp.evaluate_arms, (out / "eval_untrained" / "metrics.json",),
                            k, p, data, lib, out / "eval_untrained", policy=clients.policy(base),
                            executor=clients.executor,

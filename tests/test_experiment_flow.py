@@ -155,6 +155,18 @@ def test_rerun_is_served_from_the_cache(first):
     assert res2["experiments"][PRESET]["eval"] == res["experiments"][PRESET]["eval"]
 
 
+def test_the_untrained_evaluation_is_keyed_on_evaluation_code_only():
+    """Editing a recipe re-runs training and the trained evaluation, not the untrained agent's."""
+    from flows.experiment import EVAL_MODULES, GRID_MODULES
+    from tasks.cache import module_closure
+
+    ev = {f.resolve() for f in module_closure(EVAL_MODULES)}
+    train = {f.resolve() for f in module_closure(GRID_MODULES)} - ev
+    assert any(f.name == "runner.py" and f.parent.name == "eval" for f in ev)
+    assert any(f.parent.name == "agent" for f in ev) and not any(f.parent.name == "train" for f in ev)
+    assert {"rs.py", "hindsight.py", "sft.py"} <= {f.name for f in train}
+
+
 def test_cli_unknown_preset_is_one_line(capsys):
     from hasp.cli import main
 
