@@ -81,13 +81,13 @@ class TrainResult:
 
 # -- data ----------------------------------------------------------------------------------------
 
-def _n_tokens(tok: Any, messages: list[dict[str, str]]) -> int:
+def n_tokens(tok: Any, messages: list[dict[str, str]]) -> int:
     out = tok.apply_chat_template(messages, tokenize=True)
     ids = out["input_ids"] if isinstance(out, Mapping) else out
     return len(ids)
 
 
-def _episode_head(messages: list[dict[str, str]]) -> tuple[int, int]:
+def episode_head(messages: list[dict[str, str]]) -> tuple[int, int]:
     """``(demo_start, question_end)``: where a leading few-shot demo of the agent's prompts file starts
     (it ends where the episode's question starts) and the index after that question."""
     start = 1 if messages and messages[0]["role"] == "system" else 0
@@ -110,9 +110,9 @@ def fit_messages(tok: Any, messages: list[dict[str, str]], max_length: int | Non
     if max_length is None:
         return messages, 0
     msgs = list(messages)
-    demo_start, head = _episode_head(msgs)
+    demo_start, head = episode_head(msgs)
     dropped = 0
-    while _n_tokens(tok, msgs) > max_length:
+    while n_tokens(tok, msgs) > max_length:
         if not trim:
             return None, dropped
         if len(msgs) - head >= 5:  # an old (assistant, observation) pair before the latest one
