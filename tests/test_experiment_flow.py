@@ -122,14 +122,17 @@ def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
     assert child.data.tags["hasp.experiment"] == PRESET and child.data.tags["hasp.loop"] == "closed"
     assert child.data.params["train.rs.learning_rate"] == "0.0001"
     loss = client.get_metric_history(child_id, "loss")
-    assert sorted(m.step for m in loss) == list(range(1, 17))  # 8 steps per phase on one axis
-    assert child.data.tags["hasp.phase_boundaries"] == "1,9"
+    from hasp.train.presets import get_preset
+
+    n = get_preset(PRESET).train["max_steps"]  # the preset's step cap per phase
+    assert sorted(m.step for m in loss) == list(range(1, 2 * n + 1))  # two phases on one axis
+    assert child.data.tags["hasp.phase_boundaries"] == f"1,{n + 1}"
     phase = {m.step: m.value for m in client.get_metric_history(child_id, "phase")}
-    assert phase[8] == 0 and phase[9] == 1
+    assert phase[n] == 0 and phase[n + 1] == 1
     lr = {m.step: m.value for m in client.get_metric_history(child_id, "learning_rate")}
-    assert max(lr[s] for s in range(9, 17)) > lr[8]  # the schedule restarts with the phase
+    assert max(lr[s] for s in range(n + 1, 2 * n + 1)) > lr[n]  # the schedule restarts with the phase
     for name in ("grad_norm", "entropy", "mean_token_accuracy", "num_tokens"):
-        assert len(client.get_metric_history(child_id, name)) == 16, name
+        assert len(client.get_metric_history(child_id, name)) == 2 * n, name
     assert "trained_pf.em" in child.data.metrics and "trained_pf.em_hops_1.mean" in child.data.metrics
     g = res["experiments"][PRESET]["gains"]["trained_pf - untrained_pf"]
     assert child.data.metrics["gain.trained_pf_vs_untrained_pf.mean"] == pytest.approx(g["mean"])

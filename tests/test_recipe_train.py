@@ -123,11 +123,14 @@ def test_dpo_trims_prompt_history_so_the_answers_survive(tiny_model_dir: Path) -
     from hasp.train.sft import SFTRecipe
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    ex = preference_examples(build_dpo_rows([traj("q1", n_steps=3)], reward_floor=-1.0), "rows")[1]
-    assert len(ex["prompt"]) == 4  # system, question, step 0 turn, its observation
+    exs = preference_examples(build_dpo_rows([traj("q1", n_steps=4)], reward_floor=-1.0), "rows")
+    ex = max(exs, key=lambda e: len(e["prompt"]))
+    assert len(ex["prompt"]) == 6  # system, question, steps 0 and 1 with their observations
     full = len(tok.apply_chat_template(ex["prompt"] + ex["chosen"], tokenize=True)["input_ids"])
     out, stats = fit_pairs([ex], tok, SFTRecipe(max_length=full - 1))
-    assert stats["n_rows_trimmed"] == 1 and out[0]["prompt"] == ex["prompt"][:2] and out[0]["chosen"] == ex["chosen"]
+    # the oldest step goes; the question and the observation the answers respond to stay
+    assert stats["n_rows_trimmed"] == 1 and out[0]["chosen"] == ex["chosen"]
+    assert out[0]["prompt"] == ex["prompt"][:2] + ex["prompt"][4:]
     assert fit_pairs([ex], tok, SFTRecipe(max_length=64))[1]["n_rows_too_long"] == 1
 
 

@@ -246,9 +246,9 @@ def test_each_preset_has_a_cpu_variant_with_the_same_shape(name):
 
 
 def test_a_preset_keeps_the_knobs_it_does_not_name_and_says_where_it_came_from():
-    base = TrainParams(max_length=256, per_device_train_batch_size=1, preset="E5_cpu")
+    base = TrainParams(weight_decay=0.01, per_device_train_batch_size=1, preset="E5_cpu")
     t = apply_preset(base)
-    assert (t.max_length, t.per_device_train_batch_size, t.preset, t.recipe) == (256, 1, "E5_cpu", "rs")
+    assert (t.weight_decay, t.per_device_train_batch_size, t.preset, t.recipe) == (0.01, 1, "E5_cpu", "rs")
     assert apply_preset(TrainParams()) == TrainParams()  # no preset, no change
     assert len(load_presets()) == 12
 
