@@ -388,6 +388,11 @@ class TrainParams(SFTParams):
                            "(on-policy distillation), dpo (preference rows)")
     preset: str | None = Field(None, description="an E1-E6 preset (paper Table 13) or its _cpu variant "
                                "(hasp/train/presets.yaml); its values replace the train knobs it names")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="train knobs set over the preset, in the train section's own shape (e.g. max_steps: 5, "
+                    "rs: {iterations: 1}): shorten or vary a preset without editing it; "
+                    "from DVC: -S '++train.overrides.max_steps=5'")
     rollout: RolloutParams = Field(RolloutParams(), description="how RS and OPD sample training trajectories")
     rs: RSParams = Field(RSParams(), description="rejection sampling knobs (recipe rs)")
     opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs (recipe opd)")

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hasp.config import TrainParams
+from hasp.train.presets import apply_preset
+
 ROOT = Path(__file__).resolve().parents[1]
 DVC = [sys.executable, "-m", "dvc"]
 
@@ -101,13 +104,16 @@ def test_dvc_exp_show_lists_experiments_with_their_params_and_metrics(repo):
     two experiments that differ in the data run for real to the experiment stage (with train.preset
     null it trains nothing, the prepare stage before it writes the data metrics) and are listed with
     the params they ran with and the metrics columns of both stages."""
-    run(DVC + ["exp", "run", "--queue", "-n", "E1_cpu", "-S", "train.preset=E1_cpu", "experiment"], repo)
+    run(DVC + ["exp", "run", "--queue", "-n", "E1_cpu", "-S", "train.preset=E1_cpu",
+               "-S", "++train.overrides.max_steps=3", "experiment"], repo)
     run(DVC + ["exp", "run", "-n", "seed11", "-S", "data.seed=11", "experiment"], repo)
     run(DVC + ["exp", "run", "-n", "seed13", "-S", "data.seed=13", "-S", "data.n_questions=40", "experiment"], repo)
     exps = _experiments(repo)
     assert set(exps) == {"E1_cpu", "seed11", "seed13"}
     queued = exps["E1_cpu"]
     assert queued["executor"]["state"] == "queued" and queued["params"]["train"]["preset"] == "E1_cpu"
+    queued_train = TrainParams.model_validate(queued["params"]["train"])
+    assert apply_preset(queued_train).max_steps == 3  # a shortened preset, set from the command line
     for name, seed, n in (("seed11", 11, 30), ("seed13", 13, 40)):
         e = exps[name]
         assert e["params"]["data"]["seed"] == seed and e["params"]["data"]["n_questions"] == n

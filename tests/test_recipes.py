@@ -253,6 +253,26 @@ def test_a_preset_keeps_the_knobs_it_does_not_name_and_says_where_it_came_from()
     assert len(load_presets()) == 12
 
 
+def test_overrides_win_over_the_preset_and_an_unknown_override_is_one_line():
+    """A user shortens a preset (a smoke run of E2_cpu) without editing the presets file; the preset's
+    other knobs stay, and the knobs the run changed are the ones ``replaced_knobs`` reports."""
+    from hasp.train.presets import replaced_knobs
+
+    t = apply_preset(TrainParams(preset="E2_cpu", overrides={"max_steps": 3, "rs": {"iterations": 1}}))
+    assert (t.max_steps, t.rs.iterations, t.rs.learning_rate, t.recipe) == (3, 1, 1e-4, "rs")
+    assert apply_preset(t) == t  # applying again changes nothing
+    changed = replaced_knobs(TrainParams(overrides={"max_steps": 3}), "E2_cpu")
+    assert changed["train.max_steps"] == (10, 3) and changed["train.recipe"] == ("sft", "rs")
+    assert apply_preset(TrainParams(overrides={"lora_r": 4})).lora_r == 4  # no preset: still applied
+    with pytest.raises(PresetError, match=r"^train.overrides.rs.iteratons: unknown train knob") as e:
+        apply_preset(TrainParams(preset="E2_cpu", overrides={"rs": {"iteratons": 1}}))
+    assert "\n" not in str(e.value)
+    with pytest.raises(PresetError, match=r"^train.overrides.preset: unknown train knob"):
+        apply_preset(TrainParams(overrides={"preset": "E1"}))
+    with pytest.raises(PresetError, match=r"^train.preset E2_cpu: train.max_steps: Input should be a valid integer"):
+        apply_preset(TrainParams(preset="E2_cpu", overrides={"max_steps": "many"}))
+
+
 def test_unknown_preset_and_unknown_knobs_are_one_line_errors_naming_the_key(tmp_path, monkeypatch):
     with pytest.raises(PresetError, match=r"^train.preset: unknown preset 'E7'; known: E1, E1_cpu") as e:
         apply_preset(TrainParams(preset="E7"))

@@ -67,24 +67,44 @@ def get_preset(name: str, *, key: str = "train.preset") -> ExperimentPreset:
     return presets[name]
 
 
-def apply_preset(train: TrainParams, name: str | None = None) -> TrainParams:
-    """``train`` with the preset's knobs merged over it (``name`` defaults to ``train.preset``).
+def _unknown_knobs(top: Mapping[str, Any], base: Mapping[str, Any], prefix: str) -> list[str]:
+    """Dotted keys of ``top`` that ``base`` (a dumped train section) does not have."""
+    out: list[str] = []
+    for k, v in top.items():
+        if k not in base or k in ("preset", "overrides"):
+            out.append(f"{prefix}{k}")
+        elif isinstance(v, Mapping) and isinstance(base[k], Mapping):
+            out.extend(_unknown_knobs(v, base[k], f"{prefix}{k}."))
+    return out
 
-    No preset: ``train`` unchanged. The returned section names the preset it came from."""
+
+def apply_preset(train: TrainParams, name: str | None = None) -> TrainParams:
+    """``train`` with the preset's knobs merged over it (``name`` defaults to ``train.preset``), then
+    ``train.overrides`` over both, so a user can shorten a preset (fewer steps, one round) from the
+    params file or ``dvc exp run -S`` without editing the presets file.
+
+    No preset and no overrides: ``train`` unchanged. The returned section names the preset it came from."""
     name = name or train.preset
-    if not name:
+    if not name and not train.overrides:
         return train
-    preset = get_preset(name)
-    merged = deep_merge(train.model_dump(), {**preset.train, "preset": name})
+    merged = train.model_dump()
+    if name:
+        merged = deep_merge(merged, {**get_preset(name).train, "preset": name})
+    unknown = _unknown_knobs(train.overrides, merged, "train.overrides.")
+    if unknown:
+        raise PresetError(f"{unknown[0]}: unknown train knob (an override names a key of the train section)")
+    merged = deep_merge(merged, train.overrides)
     try:
         return TrainParams.model_validate(merged)
     except ValidationError as e:
-        raise PresetError(f"train.preset {name}: {_errors(e, 'train.')}") from None
+        where = f"train.preset {name}" if name else "train.overrides"
+        raise PresetError(f"{where}: {_errors(e, 'train.')}") from None
 
 
 def replaced_knobs(train: TrainParams, name: str) -> dict[str, tuple[Any, Any]]:
-    """``dotted key -> (value before, preset value)`` for the knobs applying ``name`` changes: what a
-    run should log so a value set in the params file and replaced by the preset is visible."""
+    """``dotted key -> (value before, value run)`` for the knobs applying ``name`` (and the overrides)
+    changes: what a run should log so a value set in the params file and replaced by the preset is
+    visible."""
     before = train.model_dump()
     after = apply_preset(train, name).model_dump()
     out: dict[str, tuple[Any, Any]] = {}
