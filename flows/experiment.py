@@ -157,8 +157,11 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     evolution epochs and rollout pools print their own times in the progress log."""
     from hasp.train.run import SUMMARY_FILE
 
+    from hasp.train.presets import replaced_knobs
+
     pe, preset = _preset_params(p, name)
     t = pe.train
+    replaced = {k: list(v) for k, v in replaced_knobs(p.train, name).items()}
     closed = preset.loop.kind == "closed"
     e_dir = out / name
     agent_h = p.section_hash("agent", "llm", "harness", "sandbox")
@@ -208,7 +211,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     wall = sum(float(ph["train"].get("wall_s", 0.0)) for ph in done) + \
         max((float(s.get("eval_wall_s", 0.0)) for s in ev_sum.values()), default=0.0)
     result = {"name": name, "recipe": t.recipe, "preset": preset.model_dump(mode="json"),
-              "train": t.model_dump(mode="json"), "phases": done, "eval": ev_sum, "final_model": str(ckpt),
+              "train": t.model_dump(mode="json"), "replaced": replaced, "phases": done, "eval": ev_sum, "final_model": str(ckpt),
               "adapter_dir": done[-1]["train"]["adapter_dir"], "library": str(lib), "wall_s": wall}
     write_json(result, e_dir / "experiment.json")
     write_json(flat_metrics(ev_sum, wall), e_dir / "metrics.json")

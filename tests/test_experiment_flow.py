@@ -121,6 +121,9 @@ def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
     assert child.data.tags["mlflow.parentRunId"] == res["parent_run_id"]
     assert child.data.tags["hasp.experiment"] == PRESET and child.data.tags["hasp.loop"] == "closed"
     assert child.data.params["train.rs.learning_rate"] == "0.0001"
+    # what the preset replaced in the params file is visible on the run, not only the values it ran with
+    replaced = child.data.tags["hasp.replaced_knobs"].split("; ")
+    assert "train.recipe: sft -> rs" in replaced and "train.max_length: 256 -> 1024" in replaced
     loss = client.get_metric_history(child_id, "loss")
     from hasp.train.presets import get_preset
 

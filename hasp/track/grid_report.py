@@ -1,7 +1,8 @@
 """The post-training grid in MLflow: one parent run per grid, one child run per preset.
 
 A child carries the tag ``hasp.experiment`` (the preset's name as the grid ran it), the preset's
-loop and recipe, its resolved train knobs as params, the per-step training curves of every phase
+loop and recipe, its resolved train knobs as params (and in the tag ``hasp.replaced_knobs`` the params-file
+values the preset or ``train.overrides`` replaced), the per-step training curves of every phase
 and round on one step axis (with ``phase`` and ``round`` logged beside them so the V2 phase
 boundaries show as steps in those curves, and listed in the tag ``hasp.phase_boundaries``), the
 evaluation of the trained policy with and without PFs (per hop count too), and the final adapter
@@ -160,6 +161,9 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
                     "hasp.loop": str(loop.get("kind")), "hasp.evolve_mode": str(loop.get("evolve_mode"))}
             if e.get("error"):
                 tags["hasp.error"] = str(e["error"])[:4000]
+            if e.get("replaced"):  # params-file values the preset (or train.overrides) replaced
+                tags["hasp.replaced_knobs"] = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in
+                                                        sorted(e["replaced"].items()))[:4000]
             with mlflow.start_run(run_name=e_name, nested=True, tags=tags) as child:
                 children[e_name] = child.info.run_id
                 mlflow.log_params({k: str(v)[:500] for k, v in flatten(e.get("train", {}), "train.").items()})
