@@ -155,9 +155,8 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     ``wall_s`` is the training and evaluation time of the tasks that produced the results (kept with
     their cached summaries, so a cached re-run reports the time of the run that did the work); the
     evolution epochs and rollout pools print their own times in the progress log."""
-    from hasp.train.run import SUMMARY_FILE
-
     from hasp.train.presets import replaced_knobs
+    from hasp.train.run import SUMMARY_FILE
 
     pe, preset = _preset_params(p, name)
     t = pe.train
@@ -211,8 +210,8 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     wall = sum(float(ph["train"].get("wall_s", 0.0)) for ph in done) + \
         max((float(s.get("eval_wall_s", 0.0)) for s in ev_sum.values()), default=0.0)
     result = {"name": name, "recipe": t.recipe, "preset": preset.model_dump(mode="json"),
-              "train": t.model_dump(mode="json"), "replaced": replaced, "phases": done, "eval": ev_sum, "final_model": str(ckpt),
-              "adapter_dir": done[-1]["train"]["adapter_dir"], "library": str(lib), "wall_s": wall}
+              "train": t.model_dump(mode="json"), "replaced": replaced, "phases": done, "eval": ev_sum,
+              "final_model": str(ckpt), "adapter_dir": done[-1]["train"]["adapter_dir"], "library": str(lib), "wall_s": wall}
     write_json(result, e_dir / "experiment.json")
     write_json(flat_metrics(ev_sum, wall), e_dir / "metrics.json")
     phase_result(name, ", ".join(f"{lab} EM {s['em']:.3f}" for lab, s in ev_sum.items()) + f", wall {wall:.0f}s")
