@@ -1,12 +1,17 @@
 """What post-training grid runs measured, written into the results file: per grid folder the test-split
 table (untrained agent and each preset's trained policy, without and with PFs; EM per hop count with n
-and 95 % intervals; wall time per preset) and each trained arm's paired gain over the untrained arms.
+and 95 % intervals; wall time per preset), each trained arm's paired gain over the untrained arms, and
+per arm the episodes where a PF rewrote the policy's correct answer into another action.
 
 Why a bench script: whether a recipe moves the policy is a measured result like any speed figure; it
 goes into ``bench/RESULTS.md`` with the command that produced each grid. The gains are recomputed from
 the grid's trajectory files, so a grid that ran before a reporting change is reported the same way.
 
     python bench/grid_report.py --grid outputs/experiment --ran "hasp experiment run E2_cpu --params p.yaml"
+
+``--archive bench/grid_runs`` also keeps a small copy of each grid (``hasp.track.grid_archive``) under
+``bench/grid_runs/<name>``; ``--grid`` reads such a copy like a run folder, so seeds measured on
+different machines are reported and pooled together.
 """
 
 from __future__ import annotations
@@ -19,26 +24,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hasp.eval.paired import add_grid_gains, gains_over_seeds  # noqa: E402
+from hasp.atomic import read_json  # noqa: E402
+from hasp.domains.search.blocked import blocked_in_file  # noqa: E402
+from hasp.eval.paired import add_grid_gains, cell_file, gains_over_seeds  # noqa: E402
 from hasp.eval.summary import hop_counts  # noqa: E402
+from hasp.track.grid_archive import HOPS_FILE, archive_grid  # noqa: E402
 from hasp.track.grid_report import comparison_rows, gains_markdown, table_markdown  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
 
-def _hops(data_dir: Path) -> dict[str, int]:
+def _hops(grid_dir: Path, data_dir: Path | None) -> dict[str, int]:
+    """Hop count per test question: an archive's own file, else the prepared data folder."""
+    if data_dir is None and (grid_dir / HOPS_FILE).is_file():
+        return {str(k): int(v) for k, v in read_json(grid_dir / HOPS_FILE).items()}
     from hasp.domains.search.task import SearchTask
 
-    return hop_counts(SearchTask.load(data_dir).questions("test"))
+    return hop_counts(SearchTask.load(data_dir or grid_dir / "data").questions("test"))
 
 
-def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None) -> dict | None:
-    """One grid folder's section; returns the grid (None after one error line)."""
+def blocked_markdown(grid_dir: Path, grid: dict) -> str:
+    """Per arm: episodes in which a PF rewrote the policy's correct FINAL, and by which PFs."""
+    cells = [("untrained", grid_dir / "eval_untrained", a) for a in grid.get("untrained") or {}]
+    cells += [(n, grid_dir / n / "eval", a) for n, e in (grid.get("experiments") or {}).items()
+              if "error" not in e for a in e.get("eval") or {}]
+    lines = ["| experiment | arm | episodes with a correct FINAL rewritten | rewrites by PF |", "|---|---|---|---|"]
+    for name, d, arm in cells:
+        b = blocked_in_file(cell_file(d, arm))
+        who = ", ".join(f"{k} {v}" for k, v in b["by_skill"].items()) or "-"
+        lines.append(f"| {name} | {arm} | {b['episodes']}/{b['n']} | {who} |")
+    return "\n".join(lines) + "\n"
+
+
+def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
+                archive: Path | None = None) -> dict | None:
+    """One grid folder's section (and its archive under ``archive``); returns the grid (None after
+    one error line)."""
     try:
         grid = json.loads((grid_dir / "grid.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         print(f"error: {grid_dir / 'grid.json'}: {e}", file=sys.stderr)
         return None
-    add_grid_gains(grid_dir, grid, _hops(data_dir or grid_dir / "data"))
+    hops = _hops(grid_dir, data_dir)
+    add_grid_gains(grid_dir, grid, hops)
     report.line(f"### {grid_dir.name}")
     report.line("")
     report.line(f"- ran: `{ran}`")
@@ -48,12 +75,20 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None)
     report.line("Paired gains on the same test questions (trained arm − untrained arm):")
     report.line("")
     report.line(gains_markdown(grid))
+    report.line("Correct answers a PF took away (the policy proposed FINAL[gold], a PF rewrote the step):")
+    report.line("")
+    report.line(blocked_markdown(grid_dir, grid))
+    if archive is not None:
+        dest = archive / grid_dir.name
+        n = len(archive_grid(grid_dir, dest, hops))
+        report.line(f"- archived: {n} files in {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
+        report.line("")
     return grid
 
 
 def report_seeds(report: Report, grid_dirs: list[Path], grids: list[dict], data_dir: Path | None) -> None:
     """Presets repeated over several grids (seeds): each side averaged over seeds per question."""
-    pooled = gains_over_seeds(grid_dirs, grids, _hops(data_dir or grid_dirs[0] / "data"))
+    pooled = gains_over_seeds(grid_dirs, grids, _hops(grid_dirs[0], data_dir))
     if not pooled:
         return
     report.line("### Over seeds")
@@ -72,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ran", action="append", required=True,
                     help="the command that produced each --grid, in the same order")
     ap.add_argument("--data", type=Path, default=None, help="prepared data folder (default: <grid>/data)")
+    ap.add_argument("--archive", type=Path, default=None,
+                    help="also keep a small copy of each grid in <archive>/<grid folder name> (e.g. bench/grid_runs)")
     ap.add_argument("--section", default="Post-training grid on the embedded model")
     args = ap.parse_args(argv)
     if len(args.ran) != len(args.grid):
@@ -80,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(args.section)
     grids = []
     for grid_dir, ran in zip(args.grid, args.ran):
-        grid = report_grid(report, grid_dir, ran, args.data)
+        grid = report_grid(report, grid_dir, ran, args.data, args.archive)
         if grid is None:
             return 2
         grids.append(grid)

@@ -1,0 +1,110 @@
+"""Where a PF took a correct answer away, and the small archive of a grid that the report reads like
+its run folder."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from hasp.domains.search.blocked import blocked_answers, blocked_in_file
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
+from hasp.track.grid_archive import HOPS_FILE, archive_grid, slim_episode
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _step(i: int, orig: tuple[str, str], final: tuple[str, str], fired: list[dict] | None = None) -> StepRecord:
+    audit = AuditEvent(state={"question": "q" * 500}, a_orig=Action(*orig), a_final=Action(*final),
+                       fired=fired or [], feedback={"hit_ids": ["d1", "d2"], "score": 1.0})
+    return StepRecord(index=i, raw_output="x" * 900, audit=audit, observation="o" * 900,
+                      prompt_messages=[{"role": "user", "content": "p" * 2000}])
+
+
+def _episode(qid: str, steps: list[StepRecord], em: float = 0.0) -> dict:
+    return Trajectory(qid=qid, question="Who?", answers=["Ada Lovelace", "Lovelace"], variant="pf",
+                      steps=steps, em=em, terminated="final" if em else "max_steps").to_dict()
+
+
+READ_FIRST = [{"skill_id": "insufficient_exploration", "type": "MODIFY_ACTION", "applied": True}]
+
+
+def _episodes() -> list[dict]:
+    return [
+        # the policy answered right after its search; a PF made it READ, the episode ran out of steps
+        _episode("blocked", [_step(0, ("SEARCH", "who"), ("SEARCH", "who")),
+                             _step(1, ("FINAL", "the Ada Lovelace!"), ("READ", "d1"), READ_FIRST)]),
+        # a wrong FINAL rewritten: not a correct answer taken away
+        _episode("wrong", [_step(0, ("FINAL", "Babbage"), ("READ", "d1"), READ_FIRST)]),
+        # a correct FINAL that ran (only its spelling changed by a PF): kept
+        _episode("kept", [_step(0, ("FINAL", "ada lovelace"), ("FINAL", "Ada Lovelace"))], em=1.0),
+        # an unparseable step has no audit
+        {"qid": "noaudit", "answers": ["x"], "steps": [{"index": 0, "raw_output": "??", "audit": None}]},
+    ]
+
+
+def test_a_correct_final_rewritten_by_a_pf_is_counted_with_the_pf_that_did_it(tmp_path: Path) -> None:
+    eps = _episodes()
+    assert blocked_answers(eps[0]) == [{"step": 1, "to": "READ[d1]", "skill_ids": ["insufficient_exploration"]}]
+    assert [blocked_answers(e) for e in eps[1:]] == [[], [], []]
+    f = tmp_path / "trained_pf.jsonl"
+    f.write_text("".join(json.dumps(e) + "\n" for e in eps) + "not json\n")
+    assert blocked_in_file(f) == {"n": 4, "episodes": 1, "by_skill": {"insufficient_exploration": 1}}
+    assert blocked_in_file(tmp_path / "absent.jsonl") == {"n": 0, "episodes": 0, "by_skill": {}}
+
+
+def _grid(root: Path) -> Path:
+    g = root / "experiment"
+    eps = _episodes()[:3]
+    untrained = [{**e, "steps": [], "em": 0.0} for e in eps]
+    for path, rows in ((g / "eval_untrained" / "generated" / "untrained_pf.jsonl", untrained),
+                       (g / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl", eps)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(e) + "\n" for e in rows))
+    (g / "E2_cpu" / "phase_0" / "train" / "round_0").mkdir(parents=True)
+    (g / "E2_cpu" / "phase_0" / "train" / "round_0" / "recipe_summary.json").write_text('{"history": []}')
+    (g / "E2_cpu" / "phase_0" / "train" / "adapter").mkdir()
+    (g / "E2_cpu" / "phase_0" / "train" / "adapter" / "adapter_model.safetensors").write_bytes(b"\0" * 4096)
+    (g / "E2_cpu" / "experiment.json").write_text('{"name": "E2_cpu"}')
+    grid = {"base_model": "m", "untrained": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}},
+            "experiments": {"E2_cpu": {"eval": {"trained_pf": {"n": 3, "em": 1 / 3, "f1": 1 / 3}}, "wall_s": 9.0}}}
+    (g / "grid.json").write_text(json.dumps(grid))
+    return g
+
+
+def _bench_report(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # the script imports its sibling ``results``
+    spec = importlib.util.spec_from_file_location("grid_report_bench", ROOT / "bench" / "grid_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_archive_is_small_and_reports_like_the_run_folder(tmp_path: Path, monkeypatch) -> None:
+    g = _grid(tmp_path)
+    hops = {"blocked": 1, "wrong": 1, "kept": 1}
+    written = archive_grid(g, tmp_path / "archive" / "E2_cpu-seed42", hops)
+    a = tmp_path / "archive" / "E2_cpu-seed42"
+    names = {p.relative_to(a).as_posix() for p in written}
+    assert {"grid.json", HOPS_FILE, "E2_cpu/experiment.json", "E2_cpu/phase_0/train/round_0/recipe_summary.json",
+            "eval_untrained/generated/untrained_pf.jsonl", "E2_cpu/eval/generated/trained_pf.jsonl"} == names
+    assert not (a / "E2_cpu" / "phase_0" / "train" / "adapter").exists()
+    slim = [json.loads(x) for x in (a / "E2_cpu/eval/generated/trained_pf.jsonl").read_text().splitlines()]
+    step = slim[0]["steps"][1]
+    assert step["prompt_messages"] == [] and len(step["observation"]) == 200 and step["audit"]["state"] == {}
+    assert step["audit"]["feedback"] == {"score": 1.0}  # lists and payloads go, numbers stay
+    assert Trajectory.from_dict(slim[0]).audits()[1].a_orig == Action("FINAL", "the Ada Lovelace!")
+    assert slim_episode(slim[0]) == slim[0]  # archiving an archive changes nothing
+
+    outs = []
+    for d in (g, a):
+        bench = _bench_report(monkeypatch)
+        if d is g:  # the run folder reads hop counts from prepared data, which this test has not made
+            bench._hops = lambda grid_dir, data_dir: dict(hops)
+        report = bench.Report("test")
+        assert bench.report_grid(report, d, "ran", None) is not None
+        outs.append([x for x in report.lines if not x.startswith("- outputs:") and not x.startswith("### ")])
+    assert outs[0] == outs[1]
+    text = "\n".join(outs[1])
+    assert "| E2_cpu | trained_pf | 1/3 | insufficient_exploration 1 |" in text
+    assert "| E2_cpu | trained_pf - untrained_pf | +0.333" in text
