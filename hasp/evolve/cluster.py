@@ -15,20 +15,25 @@ Steps (paper App. C.2, with our own choices where it is silent):
    ``novelty = 1 - max similarity``; ``novelty >= new_threshold`` (0.3) -> ``is_new_category``.
    The most similar skill is kept as ``nearest_skill`` (the "existing group" the
    cluster falls into, so a proposal can refine it instead of duplicating it).
+   A cluster of harmful rewrites (``REWRITE_CATEGORY``) is about the PF that did the
+   rewriting, whatever the words say: its nearest skill is the library PF its episodes
+   name most often, with novelty 0, so the proposal revises that PF.
 3. **Support filter.** ``support`` = number of distinct failed episodes (qids);
    groups below ``min_cluster_size`` (3) are dropped.
-4. **Rank** by (is_new_category, support) descending, then category name for determinism.
+4. **Rank** by (is_new_category, support) descending, then category name for determinism;
+   a cluster of harmful rewrites ranks with the new categories.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.evolve.detectors import FailurePattern, content_tokens, jaccard, tokens
 
-__all__ = ["Cluster", "ExistingSkill", "cluster_patterns", "dedup_patterns", "novelty",
+__all__ = ["Cluster", "ExistingSkill", "REWRITE_CATEGORY", "cluster_patterns", "rewriting_skill", "dedup_patterns", "novelty",
            "existing_from_library", "clusters_to_json", "clusters_from_json"]
 
 
@@ -110,6 +115,18 @@ def novelty(category: str, abstraction: str, existing: Iterable[ExistingSkill | 
     return round(1.0 - best, 4), best_id
 
 
+#: the failure category whose patterns name the PFs that rewrote the action (``evidence["skill_ids"]``)
+REWRITE_CATEGORY = "pf_override_harmful"
+
+
+def rewriting_skill(group: Iterable[FailurePattern], existing_ids: Iterable[str]) -> str | None:
+    """The library PF named most often as the rewriter in a group of harmful-rewrite patterns
+    (ties: the first named), or None when none of the named PFs is in the library."""
+    ids = set(existing_ids)
+    named = Counter(sid for p in group for sid in (p.evidence or {}).get("skill_ids") or () if sid in ids)
+    return named.most_common(1)[0][0] if named else None
+
+
 def dedup_patterns(patterns: Iterable[FailurePattern], dup_threshold: float = 0.5
                    ) -> list[list[FailurePattern]]:
     """Greedy leader grouping within each category; the first member is the representative."""
@@ -140,10 +157,14 @@ def cluster_patterns(patterns: Iterable[FailurePattern],
             continue
         rep = group[0]
         nov, nearest = novelty(rep.category, rep.abstraction, existing_l)
+        if rep.category == REWRITE_CATEGORY:
+            who = rewriting_skill(group, (e.skill_id for e in existing_l))
+            nov, nearest = (0.0, who) if who else (nov, nearest)
         out.append(Cluster(category=rep.category, patterns=group, support=len(qids), novelty=nov,
                            is_new_category=nov >= new_threshold, representative=rep,
                            nearest_skill=nearest, qids=qids))
-    out.sort(key=lambda c: (not c.is_new_category, -c.support, c.category))
+    # a PF whose rewrites keep failing is as urgent as a gap in the library: it ranks with the new ones
+    out.sort(key=lambda c: (not (c.is_new_category or c.category == REWRITE_CATEGORY), -c.support, c.category))
     return out
 
 

@@ -9,6 +9,11 @@ not compile gets one retry with the error shown, then a logged refusal that keep
 Two reply formats, one parser: a JSON object (the endpoint's structured output, ``response_format``
 with a JSON schema, where the server supports it) or short ``KEY: value`` lines (lenient about case,
 bullets and markdown), for servers that reject ``response_format`` such as ``transformers serve``.
+
+A cluster of harmful rewrites whose rewriting PF is a declared one is answered with a revision
+instead (``propose_revision``): the student picks, from the conditions that held where the PF
+rewrote and the episode failed, the one under which the PF should stay quiet; the candidate is
+that PF's declaration with the condition negated, under the PF's own id (its next version).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hasp.agent.replay import ReplayedStep
-from hasp.evolve.cluster import Cluster
+from hasp.evolve.cluster import REWRITE_CATEGORY, Cluster
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.evolve.propose import LLM_CALL_FAILED, Candidate, ChatModel, FeedbackHistory, _suggested_id
 from hasp.pf.declaration import PFDeclaration
@@ -418,12 +423,84 @@ def _ask(student: ChatModel, convo: list[dict[str, str]], kw: dict[str, Any], no
         return str(getattr(student.chat(convo, **kw), "text", "") or "")
 
 
+def narrowing_options(base: PFDeclaration, menus: Menus) -> list[str]:
+    """Conditions that held on the harmful rewrites' steps and that ``base`` does not test yet."""
+    have = {c.lstrip("!") for c in base.when if isinstance(c, str)}
+    return [c for c in menus.conditions if c not in have]
+
+
+def revised_skill(base: SkillSpec, condition: str, support: int) -> SkillSpec:
+    """``base`` with its PF quiet when ``condition`` holds (appended as ``!condition``); the rest of
+    the skill (phases, priority, texts) is kept, the description and body say what changed."""
+    assert base.pf is not None
+    decl = base.pf.model_copy(update={"when": [*base.pf.when, f"!{condition}"]})
+    what = CONDITIONS[condition][1]
+    note = f"Not when: {what}."
+    body = (f"{base.body.rstrip()}\n\n## Revision\nIts rewrites failed in {support} episode(s) where {what}; "
+            "this version no longer fires then.\n")
+    return base.model_copy(update={"pf": decl, "body": body,
+                                   "description": f"{truncate(base.description, MAX_DESCRIPTION - len(note) - 1)} {note}"})
+
+
+def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, options: Sequence[str],
+                     kw: dict[str, Any], epoch: int, seed: int | None) -> Candidate:
+    """One revision of ``base`` for a cluster of its harmful rewrites: the student names the
+    condition (from ``options``) under which it should stay quiet; a reply naming none is asked
+    once more, then refused with the replies kept."""
+    rewrites = (cluster.representative.evidence or {}).get("rewrites") or [{}]
+    context = _p("revise_context", skill=base.skill_id, abstraction=cluster.representative.abstraction,
+                 orig=rewrites[0].get("from", "?"), final=rewrites[0].get("to", "?"))
+    convo = [{"role": "system", "content": _p("choice_system")},
+             {"role": "user", "content": _p("ask_unless", context=context, skill=base.skill_id,
+                                            options=_numbered(options))}]
+    notes: list[str] = []
+    replies: list[str] = []
+    error = ""
+    for attempt in range(2):
+        if attempt:
+            kw["seed"] = None if seed is None else seed + 1
+        try:
+            reply = _ask(student, convo, kw, notes)
+        except Exception as e:  # noqa: BLE001 - recorded on the candidate
+            error = f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
+            break
+        replies.append(reply)
+        named = _mentions(reply, options)
+        if not named:
+            error = "the reply names none of the options"
+            notes.append(f"attempt {attempt + 1}: {error}")
+            continue
+        spec = revised_skill(base, named[0], cluster.support)
+        try:
+            compile_declaration(base.skill_id, spec.pf, "revision")
+        except SkillFormatError as e:
+            error = str(e)
+            notes.append(f"attempt {attempt + 1}: {error}")
+            continue
+        notes.append(f"revision of {base.skill_id} (v{base.version}): quiet when {named[0]}; "
+                     "the rest of the skill kept, skill_id and description set by the project")
+        cand = Candidate(skill_id=base.skill_id, skill_md=render_skill_md(spec), code="",
+                         cluster_category=cluster.category, raw_reply=f"UNLESS? {truncate(reply, 300)}", notes=notes,
+                         epoch=epoch, declaration=spec.pf.model_dump(exclude_defaults=True), revises=base.skill_id)
+        break
+    else:
+        cand = None
+    if cand is None:
+        log.warning("revision of %s refused: %s", base.skill_id, error)
+        cand = Candidate(skill_id=base.skill_id, skill_md="", code="", cluster_category=cluster.category,
+                         raw_reply="\n---\n".join(replies), notes=notes, epoch=epoch, revises=base.skill_id,
+                         parse_error=f"revision refused: {error}" if replies else error)
+    cand.prompt_messages = [dict(m) for m in convo]
+    return cand
+
+
 def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
                         replayed: dict[str, list[ReplayedStep]], history: FeedbackHistory | None = None,
                         epoch: int = 0, max_candidates: int = 5, temperature: float = 0.7, max_tokens: int = 200,
                         seed: int | None = None, reply_format: str = "lines",
                         gold: dict[str, list[str]] | None = None, per_cluster: int = 1,
-                        on_done: Callable[[], None] | None = None) -> list[Candidate]:
+                        on_done: Callable[[], None] | None = None,
+                        declared_skills: dict[str, SkillSpec] | None = None) -> list[Candidate]:
     """One declared candidate per cluster (the first ``max_candidates``); each gets one retry.
 
     ``replayed`` maps qid -> its replayed steps (the rollout). ``reply_format``: ``json`` asks the
@@ -433,7 +510,9 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     invalid is a candidate with ``parse_error`` set and the reply kept, so the epoch's record shows it.
     ``gold`` (qid -> answers, training questions only) orders the repair menu by counterfactual replay.
     ``per_cluster`` proposals are sampled per cluster; one that declares what an earlier one of the
-    same cluster did is dropped (and counted in the first one's notes).
+    same cluster did is dropped (and counted in the first one's notes). ``declared_skills`` (id ->
+    spec of the library's declared PFs) lets a cluster of harmful rewrites by one of them be
+    answered with a revision of it (``propose_revision``).
     """
     background = [s for steps in replayed.values() for s in steps]
     existing = list(existing_skill_ids)
@@ -444,6 +523,16 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
         msgs = build_messages(cluster, menus, focus, existing, history)
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
                               "seed": None if seed is None else seed + 1000 * sample}
+        base = (declared_skills or {}).get(cluster.nearest_skill or "") if cluster.category == REWRITE_CATEGORY else None
+        options = narrowing_options(base.pf, menus) if base is not None and base.pf is not None else []
+        if base is not None and options:
+            cand = propose_revision(student, cluster, base, options, kw, epoch, kw["seed"])
+            cand.proposal_format = "declarative"
+            if on_done is not None:
+                on_done()
+            if not any(c.revises == cand.revises and c.declaration == cand.declaration for c in out if c.declared):
+                out.append(cand)
+            continue
         if reply_format == "json":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "pf_declaration", "schema": REPLY_SCHEMA}}

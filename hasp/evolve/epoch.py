@@ -187,6 +187,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     clusters = clusters_from_json(read_json(clusters_path))
     lib = load_library(library_root, "search", sandbox=params.sandbox)
     ids = lib.ids
+    declared = {s.skill_id: s.spec for s in lib.skills if s.spec.pf is not None}  # revisable by declaration
     lib.close()
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
@@ -205,7 +206,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
                 max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
                 seed=epoch, reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
                 gold={t.qid: list(t.answers) for t in trajs}, per_cluster=per,
-                on_done=bar.advance)
+                on_done=bar.advance, declared_skills=declared)
         else:
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
             cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,

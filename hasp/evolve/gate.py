@@ -27,6 +27,10 @@ keep such code contained at run time.
 Structural checks that the library needs to store a skill at all (folder id,
 SKILL.md parses, size cap) are applied by ``hasp.evolve.admit`` in every mode.
 
+``new_id`` refuses an id the library already has, except for a revision (``Candidate.revises``):
+a candidate that declares itself a new version of that skill keeps its id, and admission stores
+it as the skill's next version, which replaces the older one at run time (App. C.6).
+
 The **val gate** (EvoSkill-style held-out check): the PF agent runs on the val split
 with the library plus the candidate and with the library alone (one baseline run
 shared by every candidate of the epoch). With ``val_rule: gain`` (the default, EvoSkill's
@@ -194,7 +198,7 @@ def _sandbox_exec(ev: Evidence) -> list[str]:
 
 def _new_id(ev: Evidence) -> list[str]:
     sid = ev.candidate.skill_id
-    if sid in ev.library_ids:
+    if sid in ev.library_ids and ev.candidate.revises != sid:
         return [f"skill id {sid!r} already in the library"]
     if sid in ev.earlier_ids:
         return [f"skill id {sid!r} proposed twice in this batch"]

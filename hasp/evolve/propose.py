@@ -273,6 +273,8 @@ class Candidate:
     #: "code" (``code`` holds pf.py) or "declarative" (``declaration`` holds the PF as data, no code)
     proposal_format: str = "code"
     declaration: dict[str, Any] | None = None
+    #: the library skill this candidate is a new version of (a revision keeps its id), else None
+    revises: str | None = None
 
     @property
     def declared(self) -> bool:
