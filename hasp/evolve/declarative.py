@@ -423,6 +423,14 @@ def _ask(student: ChatModel, convo: list[dict[str, str]], kw: dict[str, Any], no
         return str(getattr(student.chat(convo, **kw), "text", "") or "")
 
 
+def _called(call: Callable[[], Any]) -> tuple[Any, str]:
+    """``(result, "")``, or ``(None, why)`` when the model call raised (recorded on the candidate)."""
+    try:
+        return call(), ""
+    except Exception as e:  # noqa: BLE001 - a failed call is a refused candidate, never a crash
+        return None, f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
+
+
 def narrowing_options(base: PFDeclaration, menus: Menus) -> list[str]:
     """Conditions that held on the harmful rewrites' steps and that ``base`` does not test yet."""
     have = {c.lstrip("!") for c in base.when if isinstance(c, str)}
@@ -459,10 +467,8 @@ def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, opti
     for attempt in range(2):
         if attempt:
             kw["seed"] = None if seed is None else seed + 1
-        try:
-            reply = _ask(student, convo, kw, notes)
-        except Exception as e:  # noqa: BLE001 - recorded on the candidate
-            error = f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
+        reply, error = _called(lambda: _ask(student, convo, kw, notes))
+        if reply is None:
             break
         replies.append(reply)
         named = _mentions(reply, options)
@@ -543,13 +549,12 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
         convo = list(msgs)
         for attempt in range(2):
             fields = None
-            try:
-                if reply_format == "choices":
-                    reply, fields = interview(student, cluster, menus, focus, kw, notes)
-                else:
-                    reply = _ask(student, convo, kw, notes)
-            except Exception as e:  # noqa: BLE001 - recorded on the candidate
-                error = f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
+            if reply_format == "choices":
+                got, error = _called(lambda: interview(student, cluster, menus, focus, kw, notes))
+                reply, fields = got if got is not None else (None, None)
+            else:
+                reply, error = _called(lambda: _ask(student, convo, kw, notes))
+            if reply is None:
                 break
             replies.append(reply)
             try:
