@@ -39,18 +39,20 @@ def _episodes() -> list[dict]:
         # a correct FINAL that ran (only its spelling changed by a PF): kept
         _episode("kept", [_step(0, ("FINAL", "ada lovelace"), ("FINAL", "Ada Lovelace"))], em=1.0),
         # an unparseable step has no audit
-        {"qid": "noaudit", "answers": ["x"], "steps": [{"index": 0, "raw_output": "??", "audit": None}]},
+        Trajectory(qid="noaudit", question="Who?", answers=["x"], variant="pf",
+                   steps=[StepRecord(index=0, raw_output="??", parse_error="no action")]).to_dict(),
     ]
 
 
 def test_a_correct_final_rewritten_by_a_pf_is_counted_with_the_pf_that_did_it(tmp_path: Path) -> None:
     eps = _episodes()
-    assert blocked_answers(eps[0]) == [{"step": 1, "to": "READ[d1]", "skill_ids": ["insufficient_exploration"]}]
-    assert [blocked_answers(e) for e in eps[1:]] == [[], [], []]
+    trajs = [Trajectory.from_dict(e) for e in eps]
+    assert blocked_answers(trajs[0]) == [{"step": 1, "to": "READ[d1]", "skill_ids": ["insufficient_exploration"]}]
+    assert [blocked_answers(t) for t in trajs[1:]] == [[], [], []]
     f = tmp_path / "trained_pf.jsonl"
-    f.write_text("".join(json.dumps(e) + "\n" for e in eps) + "not json\n")
-    assert blocked_in_file(f) == {"n": 4, "episodes": 1, "by_skill": {"insufficient_exploration": 1}}
-    assert blocked_in_file(tmp_path / "absent.jsonl") == {"n": 0, "episodes": 0, "by_skill": {}}
+    f.write_text("".join(json.dumps(e) + "\n" for e in eps) + "not json\n" + '{"qid": "no fields"}\n')
+    assert blocked_in_file(f) == {"n": 4, "episodes": 1, "by_skill": {"insufficient_exploration": 1}, "unreadable": 2}
+    assert blocked_in_file(tmp_path / "absent.jsonl") == {"n": 0, "episodes": 0, "by_skill": {}, "unreadable": 0}
 
 
 def _grid(root: Path) -> Path:

@@ -1,6 +1,7 @@
-"""Evolution revises a declared PF whose rewrites failed: the harmful-rewrite cluster points at the
-PF that rewrote, the student picks the condition under which it should stay quiet, and the revision
-is admitted as that PF's next version, which replaces it at run time.
+"""Evolution revises a declared PF that took correct answers away: the harmful-rewrite cluster names
+the PF that rewrote a FINAL carrying the gold answer, the student picks the condition under which it
+should stay quiet, and the revision is admitted as that PF's next version, which replaces it at run
+time. Rewrites of wrong answers in failed episodes name no PF to revise.
 
 The student is a scripted double; the library is the project's real seed library.
 """
@@ -14,7 +15,7 @@ from doubles import ScriptedPolicyDouble
 
 from hasp.agent.replay import replay
 from hasp.evolve.cluster import REWRITE_CATEGORY, cluster_patterns, existing_from_library
-from hasp.evolve.declarative import compiled_pf, propose_declarative, validate_declared
+from hasp.evolve.declarative import compiled_pf, propose_declarative, revision_options, validate_declared
 from hasp.evolve.detectors import detect_failures
 from hasp.evolve.gate import Evidence, refusals
 from hasp.evolve.review import heuristic_review, trigger_hit_rate
@@ -56,23 +57,31 @@ def test_a_harmful_rewrite_cluster_is_answered_with_a_revision_that_replaces_the
     lib.close()
     patterns = [p for p in detect_failures(trajs) if p.category == REWRITE_CATEGORY]
     assert len(patterns) == 3 and all(p.evidence["skill_ids"] == [PF] for p in patterns)
+    assert all(p.evidence["blocked_steps"] == [1] and p.evidence["blocked_skill_ids"] == [PF] for p in patterns)
 
     (cluster,) = [c for c in cluster_patterns(patterns, existing) if c.category == REWRITE_CATEGORY]
-    assert cluster.nearest_skill == PF and cluster.novelty == 0.0 and not cluster.is_new_category
+    assert cluster.revises == PF and cluster.nearest_skill == PF and cluster.novelty == 0.0
+    assert not cluster.is_new_category
     # it ranks with the new categories (by support, then name), not after them
     unseen = blocked("q3")
     unseen.answers = ["Seirngeesh Hall"]  # a rewrite in an episode whose answer never showed
     ranked = cluster_patterns(detect_failures([*trajs, unseen]), existing)
-    assert [(c.category, c.support, c.is_new_category) for c in ranked] == [
-        (REWRITE_CATEGORY, 4, False), ("answer_seen_not_given", 3, True)]
+    assert [(c.category, c.support, c.is_new_category, c.revises) for c in ranked] == [
+        (REWRITE_CATEGORY, 4, False, PF), ("answer_seen_not_given", 3, True, None)]
 
-    replayed = {t.qid: list(replay(t, 5)) for t in trajs}
+    # the same PF also fires on a wrong answer elsewhere (a rewrite that did not take an answer away)
+    wrong = blocked("w", answer="Babbage Hall")
+    replayed = {t.qid: list(replay(t, 5)) for t in [*trajs, wrong]}
+    options = revision_options(declared[PF], cluster, replayed)
+    assert options[0] == "answer_in_evidence"  # holds where it hurt, never on its other firing
+    assert "no_read_yet" not in options  # the PF tests that already
+    assert "evidence_has_answer" not in options  # holds on its other firing too: negated, it would silence the PF
     student = ScriptedPolicyDouble(["It should leave it alone when answer_in_evidence."])
     (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids, replayed=replayed,
                                   reply_format="choices", declared_skills=declared)
     asked = student.seen[0][-1]["content"]
     assert f'When should "{PF}" leave' in asked and "FINAL[1836]" in asked and "READ[doc0003]" in asked
-    assert "answer_in_evidence" in asked and "no_read_yet" not in asked  # the PF tests that already
+    assert "1) answer_in_evidence" in asked
     assert cand.revises == PF and cand.skill_id == PF and not cand.parse_error
     assert cand.declaration["when"] == [*declared[PF].pf.model_dump()["when"], "!answer_in_evidence"]
     spec = parse_skill_md(cand.skill_md)
@@ -108,20 +117,34 @@ def test_a_harmful_rewrite_cluster_is_answered_with_a_revision_that_replaces_the
     after.close()
 
 
-def test_without_a_condition_to_add_or_a_declared_rewriter_the_usual_proposal_runs() -> None:
+def guessed(qid: str) -> Trajectory:
+    """The untrained agent's failure: it answers before searching, a seed PF turns that into a SEARCH,
+    and the episode still fails. The rewrite took nothing away."""
+    search = Action("SEARCH", "Roholt founded")
+    fired = [{"skill_id": "premature_final", "type": "MODIFY_ACTION", "applied": True}]
+    return Trajectory(qid=qid, question="In what year was Roholt founded?", answers=["1836"], variant="pf", steps=[
+        _step(0, Action("FINAL", "Roholt"), search, RESULTS, {"n_hits": 2, "hit_ids": ["doc0003"]}, fired),
+        _step(1, Action("READ", "doc0099"), Action("READ", "doc0099"), "No document matches.", {"found": False}),
+    ], em=0.0, terminated="max_steps")
+
+
+def test_rewrites_of_wrong_answers_or_a_mute_student_give_no_revision() -> None:
     lib = load_library(SEED, "search")
     declared = {s.skill_id: s.spec for s in lib.skills if s.spec.pf is not None}
     existing, ids = existing_from_library(lib), lib.ids
     lib.close()
+    guesses = [guessed(f"g{i}") for i in range(3)]
+    (plain,) = [c for c in cluster_patterns(detect_failures(guesses), existing) if c.category == REWRITE_CATEGORY]
+    assert plain.revises is None and all(p.evidence["blocked_steps"] == [] for p in plain.patterns)
+    student = ScriptedPolicyDouble([], default="1")
+    (new,) = propose_declarative([plain], student, existing_skill_ids=ids, reply_format="choices",
+                                 replayed={t.qid: list(replay(t, 5)) for t in guesses}, declared_skills=declared)
+    assert new.revises is None and new.skill_id not in ids  # the usual new-skill proposal
+
     trajs = [blocked(f"q{i}") for i in range(3)]
     (cluster,) = [c for c in cluster_patterns(detect_failures(trajs), existing) if c.category == REWRITE_CATEGORY]
-    replayed = {t.qid: list(replay(t, 5)) for t in trajs}
     mute = ScriptedPolicyDouble([], default="I do not know.")
-    (refused,) = propose_declarative([cluster], mute, existing_skill_ids=ids, replayed=replayed,
-                                     reply_format="choices", declared_skills=declared)
+    (refused,) = propose_declarative([cluster], mute, existing_skill_ids=ids, reply_format="choices",
+                                     replayed={t.qid: list(replay(t, 5)) for t in trajs}, declared_skills=declared)
     assert refused.revises == PF and refused.parse_error == "revision refused: the reply names none of the options"
-    assert len(mute.seen) == 2  # one retry
-    # no declared skills given: the cluster gets a new skill, as before
-    student = ScriptedPolicyDouble([], default="1")
-    (new,) = propose_declarative([cluster], student, existing_skill_ids=ids, replayed=replayed, reply_format="choices")
-    assert new.revises is None and new.skill_id != PF
+    assert len(mute.seen) == 2 and not refused.declared  # one retry, then a refusal that keeps the replies

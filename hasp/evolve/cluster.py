@@ -15,13 +15,16 @@ Steps (paper App. C.2, with our own choices where it is silent):
    ``novelty = 1 - max similarity``; ``novelty >= new_threshold`` (0.3) -> ``is_new_category``.
    The most similar skill is kept as ``nearest_skill`` (the "existing group" the
    cluster falls into, so a proposal can refine it instead of duplicating it).
-   A cluster of harmful rewrites (``REWRITE_CATEGORY``) is about the PF that did the
-   rewriting, whatever the words say: its nearest skill is the library PF its episodes
-   name most often, with novelty 0, so the proposal revises that PF.
+   A cluster of harmful rewrites (``REWRITE_CATEGORY``) in which a library PF rewrote a
+   FINAL that carried the gold answer is about that PF, whatever the words say: it becomes
+   the cluster's ``revises`` (and nearest skill, novelty 0), so the proposal revises it.
+   Rewrites of wrong answers in failed episodes do not count: the untrained agent fails
+   nearly everything, and a PF that forces a search before a made-up answer is not harmful
+   because the episode failed anyway.
 3. **Support filter.** ``support`` = number of distinct failed episodes (qids);
    groups below ``min_cluster_size`` (3) are dropped.
 4. **Rank** by (is_new_category, support) descending, then category name for determinism;
-   a cluster of harmful rewrites ranks with the new categories.
+   a cluster with a PF to revise ranks with the new categories.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Cluster:
     representative: FailurePattern
     nearest_skill: str | None = None
     qids: list[str] = field(default_factory=list)
+    #: the library PF this cluster's episodes show taking away correct answers (a revision target)
+    revises: str | None = None
 
     @property
     def count(self) -> int:
@@ -76,7 +81,8 @@ class Cluster:
                    support=int(d["support"]), novelty=float(d["novelty"]),
                    is_new_category=bool(d["is_new_category"]),
                    representative=FailurePattern.from_dict(d["representative"]),
-                   nearest_skill=d.get("nearest_skill"), qids=list(d.get("qids", [])))
+                   nearest_skill=d.get("nearest_skill"), qids=list(d.get("qids", [])),
+                   revises=d.get("revises"))
 
 
 def _as_existing(existing: Iterable[ExistingSkill | str] | Mapping[str, str] | None) -> list[ExistingSkill]:
@@ -120,10 +126,10 @@ REWRITE_CATEGORY = "pf_override_harmful"
 
 
 def rewriting_skill(group: Iterable[FailurePattern], existing_ids: Iterable[str]) -> str | None:
-    """The library PF named most often as the rewriter in a group of harmful-rewrite patterns
-    (ties: the first named), or None when none of the named PFs is in the library."""
+    """The library PF named most often as having rewritten a correct FINAL in a group of
+    harmful-rewrite patterns (``evidence["blocked_skill_ids"]``; ties: the first named), or None."""
     ids = set(existing_ids)
-    named = Counter(sid for p in group for sid in (p.evidence or {}).get("skill_ids") or () if sid in ids)
+    named = Counter(sid for p in group for sid in (p.evidence or {}).get("blocked_skill_ids") or () if sid in ids)
     return named.most_common(1)[0][0] if named else None
 
 
@@ -157,14 +163,13 @@ def cluster_patterns(patterns: Iterable[FailurePattern],
             continue
         rep = group[0]
         nov, nearest = novelty(rep.category, rep.abstraction, existing_l)
-        if rep.category == REWRITE_CATEGORY:
-            who = rewriting_skill(group, (e.skill_id for e in existing_l))
-            nov, nearest = (0.0, who) if who else (nov, nearest)
+        who = rewriting_skill(group, (e.skill_id for e in existing_l)) if rep.category == REWRITE_CATEGORY else None
+        nov, nearest = (0.0, who) if who else (nov, nearest)
         out.append(Cluster(category=rep.category, patterns=group, support=len(qids), novelty=nov,
                            is_new_category=nov >= new_threshold, representative=rep,
-                           nearest_skill=nearest, qids=qids))
-    # a PF whose rewrites keep failing is as urgent as a gap in the library: it ranks with the new ones
-    out.sort(key=lambda c: (not (c.is_new_category or c.category == REWRITE_CATEGORY), -c.support, c.category))
+                           nearest_skill=nearest, qids=qids, revises=who))
+    # a PF that takes correct answers away is as urgent as a gap in the library: it ranks with the new ones
+    out.sort(key=lambda c: (not (c.is_new_category or c.revises), -c.support, c.category))
     return out
 
 

@@ -10,10 +10,11 @@ Two reply formats, one parser: a JSON object (the endpoint's structured output, 
 with a JSON schema, where the server supports it) or short ``KEY: value`` lines (lenient about case,
 bullets and markdown), for servers that reject ``response_format`` such as ``transformers serve``.
 
-A cluster of harmful rewrites whose rewriting PF is a declared one is answered with a revision
-instead (``propose_revision``): the student picks, from the conditions that held where the PF
-rewrote and the episode failed, the one under which the PF should stay quiet; the candidate is
-that PF's declaration with the condition negated, under the PF's own id (its next version).
+A cluster whose episodes show a declared PF rewriting correct answers away (``Cluster.revises``)
+is answered with a revision instead (``propose_revision``): the student picks, from the conditions
+that held where the PF took the answer away (``revision_options``), the one under which it should
+stay quiet; the candidate is that PF's declaration with the condition negated, under the PF's own
+id (its next version).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hasp.agent.replay import ReplayedStep
-from hasp.evolve.cluster import REWRITE_CATEGORY, Cluster
+from hasp.evolve.cluster import Cluster
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.evolve.propose import LLM_CALL_FAILED, Candidate, ChatModel, FeedbackHistory, _suggested_id
 from hasp.pf.declaration import PFDeclaration
@@ -431,10 +432,29 @@ def _called(call: Callable[[], Any]) -> tuple[Any, str]:
         return None, f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
 
 
-def narrowing_options(base: PFDeclaration, menus: Menus) -> list[str]:
-    """Conditions that held on the harmful rewrites' steps and that ``base`` does not test yet."""
-    have = {c.lstrip("!") for c in base.when if isinstance(c, str)}
-    return [c for c in menus.conditions if c not in have]
+def revision_options(base: SkillSpec, cluster: Cluster, replayed: dict[str, list[ReplayedStep]]) -> list[str]:
+    """Conditions under which a revision of ``base`` should stay quiet, best first.
+
+    The focus is the steps where ``base`` rewrote a FINAL that carried the gold answer (the
+    patterns' ``blocked_steps``). A condition is offered when it holds on at least half of them,
+    ``base`` does not test it yet, and it does not hold on every other step where ``base`` fires
+    (negating such a condition would silence the PF everywhere, not just where it hurt); the
+    ones that hold most often on the blocked steps and least often on the other firings come first."""
+    assert base.pf is not None
+    blocked = {(p.qid, i) for p in cluster.patterns for i in (p.evidence or {}).get("blocked_steps") or ()}
+    steps = [s for v in replayed.values() for s in v]
+    focus = [s for s in steps if (s.qid, s.index) in blocked]
+    pf = compile_declaration(base.skill_id, base.pf, "revision")
+    others = [s for s in steps if (s.qid, s.index) not in blocked and pf.should_activate(dict(s.ctx), s.action, s.arg)]
+    have = {c.lstrip("!") for c in base.pf.when if isinstance(c, str)}
+    scored = []
+    for name, (test, _) in CONDITIONS.items():
+        if name == "always" or name in have:
+            continue
+        here, there = _rate(test, focus), _rate(test, others)
+        if here >= 0.5 and (not others or there < 1.0):
+            scored.append((here - there, here, name))
+    return [n for _, _, n in sorted(scored, key=lambda x: (-x[0], -x[1], x[2]))][:MAX_MENU]
 
 
 def revised_skill(base: SkillSpec, condition: str, support: int) -> SkillSpec:
@@ -517,7 +537,7 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     ``gold`` (qid -> answers, training questions only) orders the repair menu by counterfactual replay.
     ``per_cluster`` proposals are sampled per cluster; one that declares what an earlier one of the
     same cluster did is dropped (and counted in the first one's notes). ``declared_skills`` (id ->
-    spec of the library's declared PFs) lets a cluster of harmful rewrites by one of them be
+    spec of the library's declared PFs) lets a cluster that names one of them in ``revises`` be
     answered with a revision of it (``propose_revision``).
     """
     background = [s for steps in replayed.values() for s in steps]
@@ -529,8 +549,8 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
         msgs = build_messages(cluster, menus, focus, existing, history)
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
                               "seed": None if seed is None else seed + 1000 * sample}
-        base = (declared_skills or {}).get(cluster.nearest_skill or "") if cluster.category == REWRITE_CATEGORY else None
-        options = narrowing_options(base.pf, menus) if base is not None and base.pf is not None else []
+        base = (declared_skills or {}).get(cluster.revises or "")
+        options = revision_options(base, cluster, replayed) if base is not None and base.pf is not None else []
         if base is not None and options:
             cand = propose_revision(student, cluster, base, options, kw, epoch, kw["seed"])
             cand.proposal_format = "declarative"

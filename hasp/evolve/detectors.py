@@ -443,7 +443,11 @@ def excessive_steps_no_progress(traj: Trajectory) -> FailurePattern | None:
 
 @detector("pf_override_harmful")
 def pf_override_harmful(traj: Trajectory) -> FailurePattern | None:
-    """A PF applied a MODIFY_ACTION (a_orig != a_final) in this failed episode."""
+    """A PF applied a MODIFY_ACTION (a_orig != a_final) in this failed episode. The steps where the
+    rewritten action was a FINAL with the gold answer are kept apart (``blocked_steps``, with the
+    PFs that did it in ``blocked_skill_ids``): there the rewrite provably took the answer away."""
+    from hasp.domains.search.blocked import blocked_answers
+
     rewrites = []
     for s, a in _acted(traj):
         au = s.audit
@@ -455,8 +459,11 @@ def pf_override_harmful(traj: Trajectory) -> FailurePattern | None:
     if not rewrites:
         return None
     first = rewrites[0]
+    blocked = blocked_answers(traj)
     p = _pattern("pf_override_harmful", traj, rewrites=rewrites, step=first["step"],
-                 skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}))
+                 skill_ids=sorted({x for r in rewrites for x in r["skill_ids"]}),
+                 blocked_steps=[b["step"] for b in blocked],
+                 blocked_skill_ids=sorted({x for b in blocked for x in b["skill_ids"]}))
     pos = next(i for i, s in enumerate(traj.steps) if s.index == first["step"])
     who = ", ".join(first["skill_ids"]) or "a PF"
     p.evidence[EVIDENCE_KEY] = [failing_step(traj, pos, f"{who} rewrote {first['from']} to {first['to']}, "

@@ -37,9 +37,9 @@ Heuristic reviewer (no teacher), deterministic, from the code's AST and the clus
   would have fired, see ``trigger_hit_rate()``) when given; otherwise the proxy
   ``0.8 * mean(trigger, intervene)`` (discounted because it is not measured).
 
-A revision of a PF whose rewrites failed (``Candidate.revises``, cluster category
-``REWRITE_CATEGORY``) keeps that PF's repair, so its intervention fits by definition, and its
-trigger should stay quiet on those episodes: val is one minus the hit rate there.
+A revision of the PF a cluster names in ``Cluster.revises`` (one that took correct answers away)
+keeps that PF's repair, so its intervention fits by definition, and its trigger should stay quiet
+on those episodes: val is one minus the hit rate there.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from hasp.records import Trajectory
-from hasp.evolve.cluster import REWRITE_CATEGORY, Cluster
+from hasp.evolve.cluster import Cluster
 from hasp.evolve.detectors import replay_contexts
 from hasp.evolve.propose import INTERVENTION_KWARGS, STEP_CONTEXT_FIELDS, Candidate
 from hasp.pf.skill_md import SkillFormatError, parse_skill_md
@@ -388,9 +388,8 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
     desc, body = _frontmatter(candidate)
     support = min(1.0, cluster.support / 6)
     refine = bool(cluster.nearest_skill) and candidate.skill_id == cluster.nearest_skill
-    # a revision of the PF whose rewrites failed: it keeps that PF's repair and should stay quiet there
-    revision = refine and candidate.revises == cluster.nearest_skill
-    quiet = revision and cluster.category == REWRITE_CATEGORY
+    # a revision of the PF that took correct answers away: it keeps that PF's repair and should stay quiet there
+    revision = bool(candidate.revises) and candidate.revises == cluster.revises
     nov = cluster.novelty if cluster.is_new_category or not refine else max(cluster.novelty, 0.6)
     desc_ok = (0.5 if "description synthesized" in notes else 1.0) if len(desc.split()) >= 5 else 0.0
     body_ok = (0.3 if "body synthesized" in notes else 1.0) if len(body.split()) >= 15 else (
@@ -467,11 +466,11 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
 
     # val
     if trigger_hit_rate is not None:
-        val = max(0.0, min(1.0, 1.0 - trigger_hit_rate if quiet else trigger_hit_rate))
+        val = max(0.0, min(1.0, 1.0 - trigger_hit_rate if revision else trigger_hit_rate))
         if f.trigger_constant:
             val = min(val, 0.1)
         reasons.append(f"trigger fired on {trigger_hit_rate:.0%} of the cluster's failed episodes"
-                       + (" (a revision should stay quiet there)" if quiet else ""))
+                       + (" (a revision should stay quiet there)" if revision else ""))
     else:
         val = 0.8 * (trigger + intervene) / 2
     scores = {"concept": _clip(concept), "trigger": _clip(trigger), "intervene": _clip(intervene),
