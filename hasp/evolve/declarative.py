@@ -484,6 +484,7 @@ def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, opti
     notes: list[str] = []
     replies: list[str] = []
     error = ""
+    cand: Candidate | None = None
     for attempt in range(2):
         if attempt:
             kw["seed"] = None if seed is None else seed + 1
@@ -509,8 +510,6 @@ def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, opti
                          cluster_category=cluster.category, raw_reply=f"UNLESS? {truncate(reply, 300)}", notes=notes,
                          epoch=epoch, declaration=spec.pf.model_dump(exclude_defaults=True), revises=base.skill_id)
         break
-    else:
-        cand = None
     if cand is None:
         log.warning("revision of %s refused: %s", base.skill_id, error)
         cand = Candidate(skill_id=base.skill_id, skill_md="", code="", cluster_category=cluster.category,
@@ -544,9 +543,6 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     existing = list(existing_skill_ids)
     out = []
     for cluster, sample in ((c, j) for c in list(clusters)[: max(0, max_candidates)] for j in range(per_cluster)):
-        focus = focus_steps(cluster, replayed)
-        menus = rank_menus(focus, background, gold)
-        msgs = build_messages(cluster, menus, focus, existing, history)
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
                               "seed": None if seed is None else seed + 1000 * sample}
         base = (declared_skills or {}).get(cluster.revises or "")
@@ -559,6 +555,9 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
             if not any(c.revises == cand.revises and c.declaration == cand.declaration for c in out if c.declared):
                 out.append(cand)
             continue
+        focus = focus_steps(cluster, replayed)
+        menus = rank_menus(focus, background, gold)
+        msgs = build_messages(cluster, menus, focus, existing, history)
         if reply_format == "json":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "pf_declaration", "schema": REPLY_SCHEMA}}
