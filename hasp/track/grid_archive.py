@@ -34,6 +34,8 @@ def slim_episode(ep: Mapping[str, Any]) -> dict[str, Any]:
     the feedback payloads go; observations and replies are cut to ``KEEP_CHARS``. What stays still
     loads with ``Trajectory.from_dict``."""
     out = dict(ep)
+    if "steps" not in ep:  # an evaluation's per-episode record file, not trajectories: kept as it is
+        return out
     steps = []
     for s in ep.get("steps") or []:
         s = dict(s)
