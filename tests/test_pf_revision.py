@@ -117,6 +117,35 @@ def test_a_harmful_rewrite_cluster_is_answered_with_a_revision_that_replaces_the
     after.close()
 
 
+def test_the_revision_question_shows_a_rewrite_of_the_pf_it_revises() -> None:
+    """When another PF rewrote an earlier step of the same episodes, the question about the PF being
+    revised still shows one of that PF's own harmful rewrites, and only its steps make the menu."""
+    lib = load_library(SEED, "search")
+    declared = {s.skill_id: s.spec for s in lib.skills if s.spec.pf is not None}
+    existing, ids = existing_from_library(lib), lib.ids
+    lib.close()
+    trajs = []
+    for i in range(3):
+        t = blocked(f"m{i}")
+        first = [{"skill_id": "premature_final", "type": "MODIFY_ACTION", "applied": True}]
+        t.steps[0] = _step(0, Action("FINAL", "Seirngeesh"), Action("SEARCH", "Roholt founded"), RESULTS,
+                           {"n_hits": 2, "hit_ids": ["doc0003", "doc0007"]}, first)
+        trajs.append(t)
+    patterns = [p for p in detect_failures(trajs) if p.category == REWRITE_CATEGORY]
+    assert all(p.evidence["rewrites"][0]["skill_ids"] == ["premature_final"] for p in patterns)
+    (cluster,) = [c for c in cluster_patterns(patterns, existing) if c.category == REWRITE_CATEGORY]
+    assert cluster.revises == PF
+    replayed = {t.qid: list(replay(t, 5)) for t in trajs}
+    assert revision_options(declared[PF], cluster, replayed)[0] == "answer_in_evidence"
+    student = ScriptedPolicyDouble(["answer_in_evidence"])
+    (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids, replayed=replayed,
+                                  reply_format="choices", declared_skills=declared)
+    asked = student.seen[0][-1]["content"]
+    assert "the agent proposed FINAL[1836]; insufficient_exploration changed it to READ[doc0003]" in asked
+    assert "FINAL[Seirngeesh]" not in asked
+    assert cand.revises == PF and not cand.parse_error
+
+
 def guessed(qid: str) -> Trajectory:
     """The untrained agent's failure: it answers before searching, a seed PF turns that into a SEARCH,
     and the episode still fails. The rewrite took nothing away."""

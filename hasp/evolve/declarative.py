@@ -432,16 +432,29 @@ def _called(call: Callable[[], Any]) -> tuple[Any, str]:
         return None, f"{LLM_CALL_FAILED}: {type(e).__name__}: {e}"
 
 
+def blocked_rewrites(cluster: Cluster, skill_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(qid, rewrite)`` of each step of the cluster where ``skill_id`` rewrote a FINAL that carried
+    the gold answer (the detector's ``rewrites`` at its ``blocked_steps``). Why per PF: a blocked step
+    may be another PF's doing, and a revision of this one must be judged on its own harm."""
+    out = []
+    for p in cluster.patterns:
+        ev = p.evidence or {}
+        blocked = set(ev.get("blocked_steps") or ())
+        out += [(p.qid, r) for r in ev.get("rewrites") or ()
+                if r.get("step") in blocked and skill_id in (r.get("skill_ids") or ())]
+    return out
+
+
 def revision_options(base: SkillSpec, cluster: Cluster, replayed: dict[str, list[ReplayedStep]]) -> list[str]:
     """Conditions under which a revision of ``base`` should stay quiet, best first.
 
-    The focus is the steps where ``base`` rewrote a FINAL that carried the gold answer (the
-    patterns' ``blocked_steps``). A condition is offered when it holds on at least half of them,
+    The focus is the steps where ``base`` rewrote a FINAL that carried the gold answer
+    (``blocked_rewrites``). A condition is offered when it holds on at least half of them,
     ``base`` does not test it yet, and it does not hold on every other step where ``base`` fires
     (negating such a condition would silence the PF everywhere, not just where it hurt); the
     ones that hold most often on the blocked steps and least often on the other firings come first."""
     assert base.pf is not None
-    blocked = {(p.qid, i) for p in cluster.patterns for i in (p.evidence or {}).get("blocked_steps") or ()}
+    blocked = {(q, r["step"]) for q, r in blocked_rewrites(cluster, base.skill_id)}
     steps = [s for v in replayed.values() for s in v]
     focus = [s for s in steps if (s.qid, s.index) in blocked]
     pf = compile_declaration(base.skill_id, base.pf, "revision")
@@ -475,9 +488,11 @@ def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, opti
     """One revision of ``base`` for a cluster of its harmful rewrites: the student names the
     condition (from ``options``) under which it should stay quiet; a reply naming none is asked
     once more, then refused with the replies kept."""
-    rewrites = (cluster.representative.evidence or {}).get("rewrites") or [{}]
+    shown = next((r for _, r in blocked_rewrites(cluster, base.skill_id)), None)  # one of its own harmful rewrites
+    if shown is None:
+        shown = ((cluster.representative.evidence or {}).get("rewrites") or [{}])[0]
     context = _p("revise_context", skill=base.skill_id, abstraction=cluster.representative.abstraction,
-                 orig=rewrites[0].get("from", "?"), final=rewrites[0].get("to", "?"))
+                 orig=shown.get("from", "?"), final=shown.get("to", "?"))
     convo = [{"role": "system", "content": _p("choice_system")},
              {"role": "user", "content": _p("ask_unless", context=context, skill=base.skill_id,
                                             options=_numbered(options))}]
@@ -541,12 +556,14 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     """
     background = [s for steps in replayed.values() for s in steps]
     existing = list(existing_skill_ids)
+    chosen = list(clusters)[: max(0, max_candidates)]
+    revisable = {id(c): (b, revision_options(b, c, replayed)) for c in chosen
+                 if (b := (declared_skills or {}).get(c.revises or "")) is not None and b.pf is not None}
     out = []
-    for cluster, sample in ((c, j) for c in list(clusters)[: max(0, max_candidates)] for j in range(per_cluster)):
+    for cluster, sample in ((c, j) for c in chosen for j in range(per_cluster)):
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
                               "seed": None if seed is None else seed + 1000 * sample}
-        base = (declared_skills or {}).get(cluster.revises or "")
-        options = revision_options(base, cluster, replayed) if base is not None and base.pf is not None else []
+        base, options = revisable.get(id(cluster), (None, []))
         if base is not None and options:
             cand = propose_revision(student, cluster, base, options, kw, epoch, kw["seed"])
             cand.proposal_format = "declarative"
