@@ -72,7 +72,8 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     report.line(f"- outputs: {grid_dir}; base model {grid.get('base_model')}")
     report.line("")
     report.line(table_markdown(comparison_rows(grid)))
-    report.line("Paired gains on the same test questions (trained arm − untrained arm):")
+    report.line("Paired gains on the same test questions (trained arm − untrained arm; for a closed loop also "
+                "the evolved library − the starting library, both under the trained policy):")
     report.line("")
     report.line(gains_markdown(grid))
     report.line("Correct answers a PF took away (the policy proposed FINAL[gold], a PF rewrote the step):")

@@ -11,7 +11,9 @@
    and DPO get a new PF-aware rollout pool of the current checkpoint (Phase A) and its rows; RS and
    OPD sample their own rollouts with the new library. Every phase is a new trainer, so the
    learning-rate schedule restarts per phase;
-3. per preset, the trained policy on the test split without and with PFs (the final library);
+3. per preset, the trained policy on the test split without and with PFs (the final library); a V2
+   preset also runs it with the starting library (``trained_pf_start_library``), so its gain splits into
+   what training did and what the evolved library adds;
 4. one MLflow parent run with a child per preset (``hasp.track.grid_report``).
 
 A checkpoint's identity in every later cache key is the key of the training task that wrote it, so a
@@ -36,7 +38,7 @@ from flows.evolve import run_epoch
 from hasp.atomic import write_json
 from hasp.config import Params, load_params
 from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
-from hasp.eval.paired import add_grid_gains
+from hasp.eval.paired import START_LIBRARY, add_grid_gains
 from hasp.eval.summary import hop_counts
 from hasp.progress import Pipeline, phase_result
 from tasks import experiment as texp
@@ -201,12 +203,18 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         ph["train"] = tr
         ckpt, ckpt_id = Path(tr["model_dir"]), k
         done.append(ph)
+    pf_label = "trained_pf" if clients.teacher is None else "trained_pf_teacher"
     k = key_of(code, data_h, content_hash(lib), agent_h, ckpt_id, teacher_id)
     ev_sum = _phase(pipe, f"{name}: evaluate", texp.evaluate_arms, (e_dir / "eval" / "metrics.json",),
                     k, p, data, lib, e_dir / "eval", policy=clients.policy(ckpt), react_label="trained_react",
-                    executor=clients.executor,
-                    pf_label="trained_pf" if clients.teacher is None else "trained_pf_teacher",
-                    teacher=clients.teacher)
+                    executor=clients.executor, pf_label=pf_label, teacher=clients.teacher)
+    if closed:  # the same policy with the library the grid started from: training's share vs the library's
+        start_dir = e_dir / "eval" / "start_library"
+        k = key_of(eval_code_version(), data_h, content_hash(library), agent_h, ckpt_id, teacher_id)
+        ev_sum = {**ev_sum, **_phase(pipe, f"{name}: evaluate with the starting library", texp.evaluate_arms,
+                                     (start_dir / "metrics.json",), k, p, data, library, start_dir,
+                                     policy=clients.policy(ckpt), react_label=None, executor=clients.executor,
+                                     pf_label=pf_label + START_LIBRARY, teacher=clients.teacher)}
     wall = sum(float(ph["train"].get("wall_s", 0.0)) for ph in done) + \
         max((float(s.get("eval_wall_s", 0.0)) for s in ev_sum.values()), default=0.0)
     result = {"name": name, "recipe": t.recipe, "preset": preset.model_dump(mode="json"),
@@ -256,8 +264,10 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     base_id = model_identity(base)
     teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"
     clients = make_grid_clients(p)
-    n_epochs = sum(get_preset(n).loop.phases for n in presets if get_preset(n).loop.kind == "closed")
-    pipe = Pipeline(f"grid {', '.join(presets)}", 3 + 4 * len(presets) + n_epochs * (epoch_phase_count(p) + 1))
+    closed = [get_preset(n) for n in presets if get_preset(n).loop.kind == "closed"]
+    n_epochs = sum(c.loop.phases for c in closed)
+    pipe = Pipeline(f"grid {', '.join(presets)}",
+                    3 + 4 * len(presets) + len(closed) + n_epochs * (epoch_phase_count(p) + 1))
     experiments: dict[str, Any] = {}
     try:
         if not outputs_complete(data / "corpus.jsonl", data / "train.jsonl", data / "test.jsonl"):

@@ -45,11 +45,12 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
 
 @task(name="evaluate-arms", **_opts)
 def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path, out_dir: Path, *,
-                  policy: Any, react_label: str, pf_label: str, teacher: Any = None,
+                  policy: Any, react_label: str | None, pf_label: str, teacher: Any = None,
                   executor: Any = None) -> dict[str, Any]:
-    """One policy on the test split, without PFs (plain ReAct) and with them (the PF agent, with the
-    teacher when one is configured), through the one evaluation runner: ``{label: summary}``; failed
-    episodes are counted in each summary's ``n_failed`` (a cell where all failed raises)."""
+    """One policy on the test split, without PFs (plain ReAct; no such arm when ``react_label`` is None)
+    and with them (the PF agent, with the teacher when one is configured), through the one evaluation
+    runner: ``{label: summary}``; failed episodes are counted in each summary's ``n_failed`` (a cell
+    where all failed raises)."""
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
     from hasp.eval.runner import Arm, run_eval
     from hasp.agent.variants import get_variant
@@ -57,7 +58,8 @@ def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path,
     t0 = time.perf_counter()
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split="test", data_dir=data_dir)
     pf = get_variant("pf_teacher" if teacher is not None else "pf")
-    arms = [Arm(react_label, get_variant("react"), policy), Arm(pf_label, pf, policy)]
+    arms = [Arm(react_label, get_variant("react"), policy)] if react_label else []
+    arms.append(Arm(pf_label, pf, policy))
     res = run_eval(params, [ds], arms, policy=policy, library_root=library, out_dir=out_dir, teacher=teacher,
                    teacher_snippets=False, progress=True, executor=executor)
     out = res.metrics()[ds.name]

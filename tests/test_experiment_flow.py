@@ -96,14 +96,23 @@ def test_two_phases_evolve_then_train_from_the_last_checkpoint(first):
     assert sampled_kw and all(kw.get("seed") is None for kw in sampled_kw)
     # the untrained and the trained policy, each with and without PFs, per hop count
     assert set(res["untrained"]) == {"untrained_react", "untrained_pf"}
-    assert set(e["eval"]) == {"trained_react", "trained_pf"} and "1" in e["eval"]["trained_pf"]["em_by_hops"]
+    start = "trained_pf_start_library"
+    assert set(e["eval"]) == {"trained_react", "trained_pf", start} and "1" in e["eval"]["trained_pf"]["em_by_hops"]
     assert clients.policy_dirs[-1] == ck1  # the trained arms ran on the final checkpoint
+    # V2: the trained policy also ran with the library the grid started from, not the evolved one
+    n_start = len([d for d in (work / "skills" / "search").iterdir() if (d / "SKILL.md").is_file()])
+    assert e["eval"][start]["library_size"] == n_start
+    assert e["eval"]["trained_pf"]["library_size"] == p1["evolve"]["library_size"]
+    assert (e_dir / "eval" / "start_library" / "generated" / f"{start}.jsonl").is_file()
     metrics = json.loads((work / "out" / "metrics.json").read_text())
     assert set(metrics) == {"untrained", "trained", "gain"} and "em_1hop" in metrics["trained"]["trained_pf"]
     # the trained arms minus the untrained ones, paired on the same test questions
     n_test = len((work / "data" / "test.jsonl").read_text().splitlines())
-    assert set(e["gains"]) == {f"{a} - {b}" for a in ("trained_react", "trained_pf")
-                               for b in ("untrained_react", "untrained_pf")}
+    assert set(e["gains"]) == {f"{a} - {b}" for a in ("trained_react", "trained_pf", start)
+                               for b in ("untrained_react", "untrained_pf")} | {f"trained_pf - {start}"}
+    lib_gain = e["gains"][f"trained_pf - {start}"]  # what the evolved library adds to the trained policy
+    assert lib_gain["n"] == n_test
+    assert lib_gain["mean"] == pytest.approx(e["eval"]["trained_pf"]["em"] - e["eval"][start]["em"], abs=1e-3)
     g = e["gains"]["trained_pf - untrained_pf"]
     assert g["n"] == n_test == g["by_hops"]["1"]["n"]
     assert g["mean"] == pytest.approx(e["eval"]["trained_pf"]["em"] - res["untrained"]["untrained_pf"]["em"], abs=1e-3)

@@ -88,3 +88,36 @@ def test_gains_over_seeds_average_each_question_over_the_repeats(tmp_path):
     assert set(pooled) == {"E2_cpu"} and g["seeds"] == 2
     assert g["n"] == 3 and g["mean"] == pytest.approx((1.0 + 0.5 + 0.0) / 3, abs=1e-4)  # d: one seed only
     assert g["by_hops"]["2"] == {"mean": 0.0, "n": 1, "ci95": [0.0, 0.0]}
+
+
+def test_a_closed_loop_gain_splits_into_training_and_the_evolved_library(tmp_path):
+    """A V2 preset's trained policy with the starting library is compared with the untrained arms
+    (training's share) and is the base of the evolved library's share, in one grid and over seeds."""
+    import json
+
+    from hasp.eval.paired import add_grid_gains, gains_over_seeds
+
+    def cell(path, ems):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"qid": q, "em": em, "terminated": "final"}) + "\n"
+                                for q, em in zip("abcd", ems)))
+
+    grids, dirs = [], []
+    for seed, (final, start) in enumerate((([1, 1, 1, 0], [1, 0, 0, 0]), ([1, 1, 0, 0], [0, 0, 0, 0]))):
+        d = tmp_path / f"seed{seed}"
+        cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [0, 0, 0, 0])
+        cell(d / "E5_cpu" / "eval" / "generated" / "trained_pf.jsonl", final)
+        cell(d / "E5_cpu" / "eval" / "start_library" / "generated" / "trained_pf_start_library.jsonl", start)
+        grid = {"untrained": {"untrained_pf": {}},
+                "experiments": {"E5_cpu": {"eval": {"trained_pf": {}, "trained_pf_start_library": {}}}}}
+        add_grid_gains(d, grid)
+        gains = grid["experiments"]["E5_cpu"]["gains"]
+        assert set(gains) == {"trained_pf - untrained_pf", "trained_pf_start_library - untrained_pf",
+                              "trained_pf - trained_pf_start_library"}
+        assert gains["trained_pf - trained_pf_start_library"]["mean"] == pytest.approx((sum(final) - sum(start)) / 4)
+        grids.append(grid)
+        dirs.append(d)
+    pooled = gains_over_seeds(dirs, grids)["E5_cpu"]["trained_pf - trained_pf_start_library"]
+    assert pooled["seeds"] == 2 and pooled["n"] == 4
+    # per question, the mean over seeds: final (1, 1, 0.5, 0), start (0.5, 0, 0, 0)
+    assert pooled["mean"] == pytest.approx((1 + 1 + 0.5 - 0.5) / 4)

@@ -10,7 +10,7 @@ of both sides, as in every other evaluation metric.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +70,34 @@ def gains_over(base_dir: Path, base_labels: list[str], eval_dir: Path, labels: l
     return out
 
 
+#: label suffix of a closed-loop preset's extra arm: the trained policy with the library the grid started
+#: from (``trained_pf`` runs the library evolution left), so the gain splits into training and library
+START_LIBRARY = "_start_library"
+
+
+def library_cells(eval_dir: Path, labels: list[str]) -> Iterator[tuple[str, str, dict[str, float], dict[str, float]]]:
+    """``(arm with the evolved library, the same policy with the starting library, EM of the latter,
+    EM of the former)`` among one preset's arms: their paired difference is what the evolved library
+    adds to the trained policy."""
+    for b in labels:
+        a = b[: -len(START_LIBRARY)]
+        if b.endswith(START_LIBRARY) and a in labels:
+            before, after = em_by_qid(cell_file(eval_dir, b)), em_by_qid(cell_file(eval_dir, a))
+            if before and after:
+                yield a, b, before, after
+
+
 def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str, int] | None = None) -> None:
-    """Set ``gains`` on each preset of a grid that trained (``gains_over`` against the untrained arms),
-    read from the trajectory files under ``grid_dir`` so a cached or earlier grid is reported the same."""
+    """Set ``gains`` on each preset of a grid that trained (``gains_over`` against the untrained arms,
+    plus the evolved library against the starting one for the same trained policy), read from the
+    trajectory files under ``grid_dir`` so a cached or earlier grid is reported the same."""
     untrained = list(grid.get("untrained") or {})
     for name, e in (grid.get("experiments") or {}).items():
         if "error" not in e:
-            e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, Path(grid_dir) / name / "eval",
-                                    list(e.get("eval") or {}), hops_of)
+            ev, labels = Path(grid_dir) / name / "eval", list(e.get("eval") or {})
+            e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, ev, labels, hops_of)
+            for a, b, before, after in library_cells(ev, labels):
+                e["gains"][f"{a} - {b}"] = paired_gain(before, after, hops_of)
 
 
 def seed_mean(cells: list[Mapping[str, float]]) -> dict[str, float]:
@@ -99,11 +119,14 @@ def gains_over_seeds(grid_dirs: list[Path], grids: list[Mapping[str, Any]],
         for name, e in (grid.get("experiments") or {}).items():
             if "error" in e:
                 continue
-            for a in e.get("eval") or {}:
-                after = em_by_qid(cell_file(Path(d) / name / "eval", a))
+            ev, labels = Path(d) / name / "eval", list(e.get("eval") or {})
+            for a in labels:
+                after = em_by_qid(cell_file(ev, a))
                 for b, before in base.items():
                     if after and before:
                         cells.setdefault((name, a, b), []).append((before, after))
+            for a, b, before, after in library_cells(ev, labels):
+                cells.setdefault((name, a, b), []).append((before, after))
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for (name, a, b), pairs in cells.items():
         if len(pairs) >= 2:

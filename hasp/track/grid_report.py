@@ -90,8 +90,9 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def gains_markdown(grid: Mapping[str, Any]) -> str:
-    """Each preset's trained arms minus the untrained arms, question by question on the test split
-    (paired bootstrap 95 % interval), overall and per hop count."""
+    """Each preset's trained arms minus the untrained arms (and, for V2, the evolved library minus the
+    starting one under the trained policy), question by question on the test split (paired bootstrap
+    95 % interval), overall and per hop count."""
     lines = ["| experiment | comparison | ΔEM (95% CI) | n | per hop count |", "|---|---|---|---|---|"]
     for name, e in (grid.get("experiments") or {}).items():
         for pair, g in (e.get("gains") or {}).items():
