@@ -89,6 +89,12 @@ def _phase(pipe: Pipeline, name: str, task: Any, outputs: tuple[Path, ...], *arg
     return pipe.run(name, settle(call), *args, **kwargs)
 
 
+def copy_output(src: Path, dst: Path) -> None:
+    """Copy a finished output file (atomically: a reader never sees half of it)."""
+    text = src.read_text(encoding="utf-8")
+    atomic_write(dst, lambda f: f.write(text))
+
+
 def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, library: Path, out_path: Path,
                **kwargs: Any) -> dict[str, Any]:
     """The shared val rollout. Its key is the library's skills, so a hit may come from a run that wrote
@@ -100,8 +106,7 @@ def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, l
         return summary
     src = Path(summary.get("trajectories", ""))
     if summary.get("trajectories") and output_complete(src):
-        text = src.read_text(encoding="utf-8")
-        atomic_write(out_path, lambda f: f.write(text))
+        copy_output(src, out_path)
         return summary
     call = settle(phases.val_rollout.with_options(refresh_cache=True))
     return pipe.run(f"{name} (re-run: trajectories missing)", call, key, p, data_dir, library, out_path, **kwargs)

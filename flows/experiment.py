@@ -8,7 +8,8 @@
    V2 (closed): each phase first runs one evolution epoch (``flows.evolve.run_epoch``; ``full`` or
    ``lite`` from the preset) with the current checkpoint as policy and student, then refreshes the
    data with the library it carried, then trains from the current checkpoint. Data refresh means: SFT
-   and DPO get a new PF-aware rollout pool of the current checkpoint (Phase A) and its rows; RS and
+   and DPO get a new PF-aware rollout pool of the current checkpoint (Phase A) and its rows (the epoch's
+   own Phase A rollout when evolution admitted nothing: same checkpoint, skills and questions); RS and
    OPD sample their own rollouts with the new library. Every phase is a new trainer, so the
    learning-rate schedule restarts per phase;
 3. per preset, the trained policy on the test split without and with PFs (the final library); a V2
@@ -33,18 +34,19 @@ from typing import Any
 
 from prefect import flow
 
-from flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, epoch_phase_count
+from flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, copy_output, epoch_phase_count
 from flows.evolve import run_epoch
 from hasp.atomic import write_json
 from hasp.config import Params, load_params
 from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 from hasp.eval.paired import START_LIBRARY, add_grid_gains
 from hasp.eval.summary import hop_counts
+from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from tasks import experiment as texp
 from tasks.episodes import make_executor
 from tasks import phases
-from tasks.cache import content_hash, key_of, module_closure, outputs_complete
+from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
 
 GRID = ("E1", "E2", "E3", "E4", "E5", "E6")
 GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.train.opd", "hasp.train.dpo",
@@ -171,6 +173,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     for i in range(preset.loop.phases):
         ph: dict[str, Any] = {"phase": i, "start_model": str(ckpt)}
         ph_dir = e_dir / f"phase_{i}"
+        lib_in, ep = lib, None
         if closed:
             ev = Clients(policy=clients.policy(ckpt), student=clients.student(ckpt), trained=None,
                          teacher=clients.teacher, executor=clients.executor)
@@ -185,9 +188,16 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         rows = None
         if t.recipe in ("sft", "dpo"):
             pool = ph_dir / "rollout.jsonl"
-            k = key_of(code, data_h, lib_h, agent_h, ckpt_id, teacher_id, p.evolve.prefilter)
-            ph["rollout"] = _phase(pipe, f"{name} phase {i}: rollout pool", phases.rollout, (pool,),
-                                   k, pe, data, lib, pool, policy=clients.policy(ckpt), teacher=clients.teacher)
+            a_roll = e_dir / "evolve" / f"epoch_{i}" / "rollout.jsonl"
+            if ep is not None and library_hash(lib) == library_hash(lib_in) and output_complete(a_roll):
+                # evolution admitted nothing: its Phase A rollout already ran this checkpoint with these
+                # skills on the training questions, so it is the refreshed pool (not rolled out twice)
+                copy_output(a_roll, pool)
+                ph["rollout"] = {**ep["rollout"], "reused_from": str(a_roll)}
+            else:
+                k = key_of(code, data_h, lib_h, agent_h, ckpt_id, teacher_id, p.evolve.prefilter)
+                ph["rollout"] = _phase(pipe, f"{name} phase {i}: rollout pool", phases.rollout, (pool,),
+                                       k, pe, data, lib, pool, policy=clients.policy(ckpt), teacher=clients.teacher)
             k = key_of(code, content_hash(pool), p.section_hash("signals", "evolve"))
             ph["build_data"] = _phase(pipe, f"{name} phase {i}: rows", phases.build_data, (ph_dir / "sft.jsonl",),
                                       k, pool, pe, ph_dir)

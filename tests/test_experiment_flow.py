@@ -230,3 +230,30 @@ def test_a_preset_that_cannot_train_is_recorded_and_the_grid_goes_on(env, monkey
     assert "E1_cpu" in metrics and "E2_cpu" not in metrics
     child = mlflow.tracking.MlflowClient().get_run(res["child_run_ids"]["E1_cpu"])
     assert child.data.tags["mlflow.parentRunId"] == res["parent_run_id"]
+
+
+def test_a_closed_loop_sft_phase_where_nothing_was_admitted_trains_on_the_epochs_rollout(env):
+    """E4_cpu (V2, SFT, full evolution) with no proposals: each phase's refreshed pool is the epoch's own
+    Phase A rollout (same checkpoint, same skills), copied rather than rolled out a second time; the
+    rows, training and both trained evaluations follow from it as usual."""
+    from flows.experiment import experiment_flow
+
+    work, clients, model = env
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["evolve"].update(max_candidates=0)
+    params["train"]["overrides"] = {"max_steps": 2}
+    (work / "params_e4.yaml").write_text(yaml.safe_dump(params))
+    out = work / "out_e4"
+    res = experiment_flow(presets=["E4_cpu"], params_path=str(work / "params_e4.yaml"), out_root=str(out),
+                          library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
+    e = res["experiments"]["E4_cpu"]
+    assert "error" not in e and e["recipe"] == "sft" and len(e["phases"]) == 2
+    for i, ph in enumerate(e["phases"]):
+        a_roll = out / "E4_cpu" / "evolve" / f"epoch_{i}" / "rollout.jsonl"
+        assert ph["evolve"]["admitted"] == 0 and ph["rollout"]["reused_from"] == str(a_roll)
+        pool = out / "E4_cpu" / f"phase_{i}" / "rollout.jsonl"
+        assert pool.read_bytes() == a_roll.read_bytes()
+        assert (out / "E4_cpu" / f"phase_{i}" / "sft.jsonl").is_file()
+    assert Path(e["final_model"]) == out / "E4_cpu" / "phase_1" / "train" / "merged"
+    # nothing admitted: the start-library arm runs the same skills as the final library
+    assert e["eval"]["trained_pf_start_library"]["library_size"] == e["eval"]["trained_pf"]["library_size"]
