@@ -488,9 +488,8 @@ def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, opti
     """One revision of ``base`` for a cluster of its harmful rewrites: the student names the
     condition (from ``options``) under which it should stay quiet; a reply naming none is asked
     once more, then refused with the replies kept."""
-    shown = next((r for _, r in blocked_rewrites(cluster, base.skill_id)), None)  # one of its own harmful rewrites
-    if shown is None:
-        shown = ((cluster.representative.evidence or {}).get("rewrites") or [{}])[0]
+    # one of its own harmful rewrites (``options`` is empty unless there is one)
+    shown = next((r for _, r in blocked_rewrites(cluster, base.skill_id)), {})
     context = _p("revise_context", skill=base.skill_id, abstraction=cluster.representative.abstraction,
                  orig=shown.get("from", "?"), final=shown.get("to", "?"))
     convo = [{"role": "system", "content": _p("choice_system")},
