@@ -274,10 +274,10 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     base_id = model_identity(base)
     teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"
     clients = make_grid_clients(p)
-    closed = [get_preset(n) for n in presets if get_preset(n).loop.kind == "closed"]
-    n_epochs = sum(c.loop.phases for c in closed)
+    closed_loops = [get_preset(n).loop for n in presets if get_preset(n).loop.kind == "closed"]
+    n_epochs = sum(loop.phases for loop in closed_loops)
     pipe = Pipeline(f"grid {', '.join(presets)}",
-                    3 + 4 * len(presets) + len(closed) + n_epochs * (epoch_phase_count(p) + 1))
+                    3 + 4 * len(presets) + len(closed_loops) + n_epochs * (epoch_phase_count(p) + 1))
     experiments: dict[str, Any] = {}
     try:
         if not outputs_complete(data / "corpus.jsonl", data / "train.jsonl", data / "test.jsonl"):
