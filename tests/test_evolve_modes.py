@@ -341,6 +341,25 @@ def test_frontier_update_rolls_back_when_val_drops(tmp_path):
     assert [m["epoch"] for m in fr["members"]] == [0, -1, 1]
 
 
+def test_a_rerun_epoch_ignores_later_epochs_of_the_earlier_run(tmp_path):
+    """Re-running over a finished run's folder: epoch 0 must not roll back to that run's epoch 1."""
+    out = tmp_path / "outputs"
+    seed = _snap(tmp_path, "seed_lib", "seed_skill")
+    p = _params(tmp_path, rollback_tolerance=0.05, frontier_size=3)
+    from hasp.evolve.admit import snapshot
+    libs = []
+    for i, (skill, em) in enumerate((("skill_a", 0.1), ("skill_b", 0.4))):
+        lib = _snap(out / f"epoch_{i}", "library", skill)
+        snapshot(lib, lib / "snapshots" / f"epoch_{i}")
+        ep.frontier_update(out, i, lib, {"em": em}, p, seed=(seed, {"em": 0.0}) if i == 0 else None)
+        libs.append(lib)
+    again = ep.frontier_update(out, 0, libs[0], {"em": 0.1}, p, seed=(seed, {"em": 0.0}))
+    assert again["rolled_back_to"] is None  # the first run's epoch 1 (0.4) would have made it roll back
+    assert read_carry(out / "epoch_0")["library"] == str(libs[0])
+    fr = json.loads((out / "frontier.json").read_text())
+    assert [m["epoch"] for m in fr["members"]] == [0, -1]
+
+
 def test_rollback_cli(tmp_path):
     from hasp.cli import main
 

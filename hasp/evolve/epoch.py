@@ -444,12 +444,17 @@ def frontier_update(out_root: Path, epoch: int, library_out: Path, val_summary: 
 
     ``seed`` = (input library, its val summary) adds the starting library as member
     ``SEED_EPOCH`` (first epoch only). Writes ``epoch_<i>/carry.json`` naming the library
-    the next epoch starts from: this epoch's, or a restored copy of the best snapshot."""
+    the next epoch starts from: this epoch's, or a restored copy of the best snapshot. Members
+    of later epochs (left by an earlier run in the same folder) are dropped first."""
     from hasp.evolve.admit import snapshot
     from hasp.evolve.frontier import SEED_EPOCH, Frontier, restore_snapshot, write_carry
 
     e = params.evolve
     fr = Frontier.load(out_root / "frontier.json", e.frontier_size)
+    gone = fr.drop_after(epoch)
+    if gone:
+        log.info("epoch %d: frontier forgets epochs %s of an earlier run (they are redone after this one)",
+                 epoch, gone)
     if seed is not None and fr.get(SEED_EPOCH) is None:
         seed_lib, seed_val = seed
         snap = snapshot(seed_lib, out_root / "frontier_seed")

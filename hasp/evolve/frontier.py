@@ -84,6 +84,16 @@ class Frontier:
         self._trim()
         return any(m.epoch == epoch for m in self.members)
 
+    def drop_after(self, epoch: int) -> list[int]:
+        """Forget the versions of epochs after ``epoch`` (the seed member stays); returns their epochs.
+
+        Why: re-running epoch ``epoch`` over an earlier run's output folder redoes every later
+        epoch, so their old scores must not decide this epoch's rollback (they would carry a
+        library from a run that is being replaced)."""
+        gone = [m.epoch for m in self.members if m.epoch > epoch and m.epoch != SEED_EPOCH]
+        self.members = [m for m in self.members if m.epoch not in gone]
+        return gone
+
     def best(self) -> Member | None:
         return self.members[0] if self.members else None
 
