@@ -29,6 +29,7 @@ evolve/epoch_<i>/`` (V2), ``<out>/<preset>/eval/``, ``<out>/eval_untrained/``, `
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +280,8 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     pipe = Pipeline(f"grid {', '.join(presets)}",
                     3 + 4 * len(presets) + len(closed_loops) + n_epochs * (epoch_phase_count(p) + 1))
     experiments: dict[str, Any] = {}
+    spans: dict[str, tuple[float, float]] = {}  # when each preset ran in this command (MLflow run times)
+    started = time.time()
     try:
         if not outputs_complete(data / "corpus.jsonl", data / "train.jsonl", data / "test.jsonl"):
             _prepare(p, data, code, pipe)
@@ -292,6 +295,7 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
                            pf_label="untrained_pf" if clients.teacher is None else "untrained_pf_teacher",
                            teacher=clients.teacher)
         for n in presets:
+            t0 = time.time()
             try:
                 experiments[n] = run_experiment(n, p, out=out, data=data, library=lib, base=base, base_id=base_id,
                                                 code=code, teacher_id=teacher_id, data_h=data_h, clients=clients,
@@ -299,6 +303,7 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
             except RecipeError as e:  # nothing to train on, a teacher that failed: this preset only
                 experiments[n] = {"name": n, "error": str(e)}
                 phase_result(n, f"failed: {e}")
+            spans[n] = (t0, time.time())
     finally:
         servers_started = clients.started
         clients.close()
@@ -318,5 +323,6 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     write_json(metrics, out / "metrics.json")
     k = key_of(code, grid, p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())),
                run_name)
-    tracked = pipe.run("track (MLflow)", texp.track_grid, k, out, p, grid, run_name or f"grid-{'-'.join(presets)}")
+    tracked = pipe.run("track (MLflow)", texp.track_grid, k, out, p, grid, run_name or f"grid-{'-'.join(presets)}",
+                       {"grid": (started, time.time()), **spans})
     return {**grid, **tracked, "model_used": servers_started}

@@ -70,7 +70,8 @@ def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path,
 
 
 @task(name="track-grid", **_opts)
-def track_grid(cache_key: str, out_root: Path, params: Params, grid: dict[str, Any], name: str) -> dict[str, Any]:
+def track_grid(cache_key: str, out_root: Path, params: Params, grid: dict[str, Any], name: str,
+               spans: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
     from hasp.track.grid_report import log_grid
 
-    return log_grid(out_root, params, grid, run_name=name)
+    return log_grid(out_root, params, grid, run_name=name, spans=spans)

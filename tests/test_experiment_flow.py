@@ -129,6 +129,9 @@ def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
     child = client.get_run(child_id)
     assert child.data.tags["mlflow.parentRunId"] == res["parent_run_id"]
     assert child.data.tags["hasp.experiment"] == PRESET and child.data.tags["hasp.loop"] == "closed"
+    parent = client.get_run(res["parent_run_id"])  # dated by the work, not by the seconds spent logging it
+    assert parent.info.start_time <= child.info.start_time < child.info.end_time <= parent.info.end_time
+    assert child.info.end_time - child.info.start_time >= 1000 * res["experiments"][PRESET]["wall_s"]
     assert child.data.params["train.rs.learning_rate"] == "0.0001"
     # what the preset replaced in the params file is visible on the run, not only the values it ran with
     replaced = child.data.tags["hasp.replaced_knobs"].split("; ")

@@ -95,3 +95,29 @@ def test_a_two_round_recipe_run_marks_its_round_boundaries_and_preset(tmp_path: 
     assert run.data.tags["hasp.experiment"] == "E2_cpu" and run.data.tags["hasp.recipe"] == "rs"
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "data.kept")] == [(0, 3.0), (1, 5.0)]
     assert run.data.metrics["final.train_loss"] == 0.9 and "hasp.adapter" not in run.data.tags
+
+
+def test_grid_runs_are_dated_by_when_their_work_ran_not_when_they_were_logged(tmp_path: Path, monkeypatch) -> None:
+    """The grid logs after the work; without the spans the parent showed a duration of under a second."""
+    import mlflow
+
+    from hasp.config import load_params
+    from hasp.track.grid_report import log_grid
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    p = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    grid = {"untrained": {}, "experiments": {
+        "E1_cpu": {"preset": {"loop": {"kind": "open", "phases": 1}}, "train": {}, "phases": [], "eval": {},
+                   "gains": {}, "wall_s": 5000.0}}}
+    spans = {"grid": (1_700_000_000.0, 1_700_007_200.0), "E1_cpu": (1_700_000_100.0, 1_700_005_100.0)}
+    res = log_grid(tmp_path, p, grid, run_name="grid-dated", spans=spans)
+    client = mlflow.tracking.MlflowClient()
+    parent, child = client.get_run(res["parent_run_id"]), client.get_run(res["child_run_ids"]["E1_cpu"])
+    assert parent.info.start_time == 1_700_000_000_000
+    assert (child.info.start_time, child.info.end_time) == (1_700_000_100_000, 1_700_005_100_000)
+    assert child.info.status == "FINISHED" and parent.info.status == "FINISHED"
+    assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert child.data.metrics["wall_s"] == 5000.0
+    undated = log_grid(tmp_path, p, grid, run_name="grid-undated")  # without spans: runs dated as they are logged
+    assert client.get_run(undated["child_run_ids"]["E1_cpu"]).info.start_time > 1_700_007_200_000
+    assert "training_curves.png" not in {a.path for a in client.list_artifacts(res["parent_run_id"])}  # no curve

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params
-from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, start_run
+from hasp.track.mlflow_run import dated_child_run, flatten, log_adapter, log_json_artifact, log_numeric, start_run
 
 #: the trainer log keys that are not curves
 NOT_CURVES = {"step", "epoch"}
@@ -111,6 +111,9 @@ def _log_gains(mlflow: Any, gains: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def _curves_png(per_experiment: Mapping[str, list[tuple[int, dict[str, float]]]], path: Path) -> bool:
+    """Training loss of every preset on one plot; False (no file) when no preset has a loss curve."""
+    if not any("loss" in m for pts in per_experiment.values() for _, m in pts):
+        return False
     try:
         import matplotlib
 
@@ -142,16 +145,24 @@ def _log_eval(mlflow: Any, summaries: Mapping[str, Mapping[str, Any]]) -> None:
                                                             "lo": lo, "hi": hi}})
 
 
-def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_name: str | None = None) -> dict[str, Any]:
+def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_name: str | None = None,
+             spans: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Any]:
     """Log ``grid`` (what the experiment flow returned) as a parent run with a child per preset;
-    returns ``{"parent_run_id": ..., "child_run_ids": {preset: run id}}``."""
+    returns ``{"parent_run_id": ..., "child_run_ids": {preset: run id}}``.
+
+    ``spans`` = ``{"grid" | preset: (start, end)}`` in seconds since the epoch: when the grid and each
+    preset ran in this command, so the runs' durations in the UI are theirs (a preset served from the
+    cache took seconds; its ``wall_s`` metric keeps the time of the run that did the work)."""
     import tempfile
 
     names = list((grid.get("experiments") or {}).keys())
     name = run_name or f"grid-{'-'.join(names)}"
     children: dict[str, str] = {}
     all_curves: dict[str, list[tuple[int, dict[str, float]]]] = {}
-    with start_run(params.tracking.experiment, name, tags={"hasp.grid": ",".join(names)}) as mlflow:
+    spans = spans or {}
+    grid_span = spans.get("grid")
+    with start_run(params.tracking.experiment, name, tags={"hasp.grid": ",".join(names)},
+                   start_time=grid_span[0] if grid_span else None) as mlflow:
         parent = mlflow.active_run().info.run_id
         mlflow.log_params({"presets": ",".join(names), "base_model": str(grid.get("base_model", ""))})
         _log_eval(mlflow, grid.get("untrained") or {})
@@ -165,7 +176,7 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
             if e.get("replaced"):  # params-file values the preset (or train.overrides) replaced
                 tags["hasp.replaced_knobs"] = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in
                                                         sorted(e["replaced"].items()))[:4000]
-            with mlflow.start_run(run_name=e_name, nested=True, tags=tags) as child:
+            with dated_child_run(mlflow, e_name, tags=tags, span=spans.get(e_name)) as child:
                 children[e_name] = child.info.run_id
                 mlflow.log_params({k: str(v)[:500] for k, v in flatten(e.get("train", {}), "train.").items()})
                 mlflow.log_params({"loop.kind": loop.get("kind"), "loop.phases": loop.get("phases"),

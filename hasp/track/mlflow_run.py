@@ -82,16 +82,43 @@ def _mlflow():
 
 @contextlib.contextmanager
 def start_run(experiment: str, run_name: str, *, tags: Mapping[str, str] | None = None,
-              project_dir: Path | None = None) -> Iterator[Any]:
-    """Context manager around one MLflow run; yields the ``mlflow`` module bound to it."""
+              project_dir: Path | None = None, start_time: float | None = None) -> Iterator[Any]:
+    """Context manager around one MLflow run; yields the ``mlflow`` module bound to it.
+
+    ``start_time`` (seconds since the epoch) dates the run from when its work began: results logged
+    after the work would otherwise show the logging time as the run's duration in the UI."""
     mlflow = _mlflow()
     uri = tracking_uri(project_dir)
     ensure_store(uri)
     mlflow.set_tracking_uri(uri)
     _create_beside_store(mlflow, uri, experiment)
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=run_name, tags=dict(tags or {})):
+    exp = mlflow.set_experiment(experiment)
+    if start_time is None:
+        with mlflow.start_run(run_name=run_name, tags=dict(tags or {})):
+            yield mlflow
+        return
+    run = mlflow.MlflowClient().create_run(exp.experiment_id, start_time=int(start_time * 1000),
+                                           tags=dict(tags or {}), run_name=run_name)
+    with mlflow.start_run(run_id=run.info.run_id):
         yield mlflow
+
+
+@contextlib.contextmanager
+def dated_child_run(mlflow: Any, run_name: str, *, tags: Mapping[str, str] | None = None,
+                    span: tuple[float, float] | None = None) -> Iterator[Any]:
+    """A nested run under the active one; ``span`` = (start, end) in seconds since the epoch, the
+    time its work took, so the UI shows that duration and not the seconds spent logging it."""
+    if span is None:
+        with mlflow.start_run(run_name=run_name, nested=True, tags=dict(tags or {})) as run:
+            yield run
+        return
+    client = mlflow.MlflowClient()
+    parent = mlflow.active_run()
+    run = client.create_run(parent.info.experiment_id, start_time=int(span[0] * 1000), run_name=run_name,
+                            tags={**dict(tags or {}), "mlflow.parentRunId": parent.info.run_id})
+    with mlflow.start_run(run_id=run.info.run_id, nested=True) as active:
+        yield active
+    client.set_terminated(run.info.run_id, "FINISHED", end_time=int(span[1] * 1000))
 
 
 def _create_beside_store(mlflow: Any, uri: str, experiment: str) -> None:
