@@ -47,8 +47,7 @@ EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.clus
                  "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.evolve.summarize",
                  "hasp.evolve.gate", "hasp.evolve.frontier", "hasp.signals.coarse",
                  "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandboxed",
-                 "hasp.pf.sandbox_driver", "hasp.sandbox.policy", "hasp.sandbox.child", "hasp.track.epoch_report",
-                 "hasp.llm.endpoints",
+                 "hasp.pf.sandbox_driver", "hasp.sandbox.policy", "hasp.sandbox.child", "hasp.llm.endpoints",
                  # imported by the search seed skills' pf.py (the skills themselves are in the library hash)
                  "hasp.domains.search.pf_support", "hasp.pf.teacher_ask")
 
@@ -58,6 +57,12 @@ EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.clus
 # clusters, candidates, validations and reviews and differs only where the rows differ.
 GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_rule", "evolve.val_limit", "evolve.r_skill_lambda",
              "evolve.frontier_size", "evolve.rollback_tolerance", "evolve.max_library_size")
+
+
+def tracking_code_version(*roots: str) -> str:
+    """Code key of a tracking task only (MLflow logging): it is left out of the phases' key, so
+    editing how results are logged re-logs them and never re-runs rollouts or training."""
+    return key_of(*[(f.name, content_hash(f)) for f in module_closure(roots)])
 
 
 def code_version() -> str:
@@ -327,7 +332,8 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
     finally:
         servers_started = clients.started
         clients.close()
-    k = key_of(code, {n: s for n, s in phase_out.items() if n != "train"}, eval_res,
+    k = key_of(code, tracking_code_version("hasp.track.epoch_report"),
+               {n: s for n, s in phase_out.items() if n != "train"}, eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
     run_id = pipe.run("track (MLflow)", phases.track, k, out, p, epoch)
     write_plot_data(out, eval_metrics=out / "eval" / "metrics.json", eval_epoch=epoch)
@@ -388,7 +394,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     finally:
         servers_started = clients.started
         clients.close()
-    k = key_of(code, [{n: s for n, s in ph.items() if n != "frontier"} for ph in per_epoch], eval_res,
+    k = key_of(code, tracking_code_version("hasp.track.epoch_report"),
+               [{n: s for n, s in ph.items() if n != "frontier"} for ph in per_epoch], eval_res,
                p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())))
     final_metrics = out / "eval_evolution" / "metrics.json" if final_eval else None
     run_id = pipe.run("track (MLflow)", phases.track_evolution, k, out, p, ran, final_metrics)

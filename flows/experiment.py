@@ -36,7 +36,7 @@ from typing import Any
 from prefect import flow
 
 from flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, copy_output, epoch_phase_count
-from flows.evolve import run_epoch
+from flows.evolve import run_epoch, tracking_code_version
 from hasp.atomic import write_json
 from hasp.config import Params, load_params
 from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
@@ -51,8 +51,7 @@ from tasks.cache import content_hash, key_of, module_closure, output_complete, o
 
 GRID = ("E1", "E2", "E3", "E4", "E5", "E6")
 GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.train.opd", "hasp.train.dpo",
-                "hasp.train.rounds", "hasp.train.hindsight", "hasp.train.presets", "hasp.eval.runner",
-                "hasp.track.grid_report")
+                "hasp.train.rounds", "hasp.train.hindsight", "hasp.train.presets", "hasp.eval.runner")
 
 
 # What the untrained agent's evaluation executes: editing a recipe does not re-run it.
@@ -60,7 +59,8 @@ EVAL_MODULES = ("hasp.eval.runner", "hasp.eval.datasets", "hasp.agent.variants")
 
 
 def grid_code_version() -> str:
-    """The epoch's code key plus the recipes, the sampler, the evaluation runner and the grid's tracking."""
+    """The epoch's code key plus the recipes, the sampler and the evaluation runner (not the tracking:
+    the grid's MLflow task has its own code key)."""
     return key_of(code_version(), [(f.name, content_hash(f)) for f in module_closure(GRID_MODULES)])
 
 
@@ -321,7 +321,7 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
         metrics.update({n: {**flat_metrics(e["eval"], e["wall_s"]), "gain": flat_gains(e.get("gains", {}))}
                         for n, e in ran.items()})
     write_json(metrics, out / "metrics.json")
-    k = key_of(code, grid, p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())),
+    k = key_of(code, tracking_code_version("hasp.track.grid_report"), grid, p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())),
                run_name)
     tracked = pipe.run("track (MLflow)", texp.track_grid, k, out, p, grid, run_name or f"grid-{'-'.join(presets)}",
                        {"grid": (started, time.time()), **spans})

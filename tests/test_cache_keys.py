@@ -19,6 +19,17 @@ def test_module_closure_follows_function_level_imports():
     assert "hasp/eval/runner.py" in files and "hasp/eval/cli.py" not in files and "hasp/eval/tracking.py" not in files
 
 
+def test_how_results_are_logged_is_not_in_the_key_of_what_produced_them():
+    """Editing MLflow logging must not re-run rollouts or training (hours), only the tracking task."""
+    from flows.evolve import EPOCH_MODULES
+    from flows.experiment import GRID_MODULES
+
+    phases = {str(f.relative_to(ROOT)) for f in module_closure((*EPOCH_MODULES, *GRID_MODULES))}
+    assert not [f for f in phases if f.startswith("hasp/track/")]
+    tracking = {str(f.relative_to(ROOT)) for f in module_closure(("hasp.track.grid_report",))}
+    assert {"hasp/track/grid_report.py", "hasp/track/mlflow_run.py"} <= tracking
+
+
 def test_code_version_does_not_depend_on_what_is_imported():
     # The regression: the key came from sys.modules, so a second identical flow run in the same
     # interpreter (after more hasp modules had been imported lazily) missed the whole cache.
