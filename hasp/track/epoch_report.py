@@ -91,7 +91,10 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
     own) and the adapter the epoch trained, under ``adapter/``."""
     info = collect_epoch(out_root, epoch)
     ep = out_root / f"epoch_{epoch}"
-    all_tags = {"hasp.experiment": "E1", "hasp.epoch": str(epoch), "hasp.domain": "search",
+    trained = bool((info["train"] or {}).get("history"))
+    all_tags = {"hasp.kind": "epoch", "hasp.epoch": str(epoch), "hasp.domain": "search",
+                **({"hasp.recipe": "sft"} if trained else {}),  # an epoch trains SFT on its rows, or nothing
+                **({"hasp.experiment": params.train.preset} if params.train.preset else {}),
                 **sandbox_tags(sandbox_weaker(ep)), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"epoch_{epoch}", tags=all_tags,
                    project_dir=project_dir) as mlflow:
