@@ -321,8 +321,8 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
         metrics.update({n: {**flat_metrics(e["eval"], e["wall_s"]), "gain": flat_gains(e.get("gains", {}))}
                         for n, e in ran.items()})
     write_json(metrics, out / "metrics.json")
-    k = key_of(code, tracking_code_version("hasp.track.grid_report"), grid, p.model_dump(mode="json"), os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())),
-               run_name)
+    k = key_of(code, tracking_code_version("hasp.track.grid_report"), grid, p.model_dump(mode="json"),
+               os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())), run_name)
     tracked = pipe.run("track (MLflow)", texp.track_grid, k, out, p, grid, run_name or f"grid-{'-'.join(presets)}",
                        {"grid": (started, time.time()), **spans})
     return {**grid, **tracked, "model_used": servers_started}
