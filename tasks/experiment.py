@@ -38,7 +38,7 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
         kw["sample"] = PFRolloutSampler(params, data_dir, library, rollout=train.rollout, policy_for=sampler_policy,
                                         teacher=teacher, executor=executor)
         kw["teacher"] = teacher_fn(teacher) if train.recipe == "opd" else None
-    summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, **kw)
+    summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
     summary["wall_s"] = time.perf_counter() - t0
     return summary
 

@@ -56,6 +56,15 @@ def test_rs_two_rounds_second_samples_from_the_first_checkpoint(tiny_model_dir: 
     again = RolloutSamplerDouble([])
     res2 = train_rs(tiny_model_dir, questions, again, tmp_path / "rs", train)
     assert again.calls == [] and res2.model_dir == res.model_dir
+    # another seed over the same folder must not reuse those rounds (it did: seed 43 got seed 42's checkpoint)
+    other = RolloutSamplerDouble(batch)
+    res3 = train_rs(tiny_model_dir, questions, other, tmp_path / "rs", train.model_copy(update={"seed": 43}))
+    assert len(other.calls) == 2 and res3.rounds[0]["fingerprint"] != res.rounds[0]["fingerprint"]
+    # and a caller input the knobs do not show (the grid's phase key: library, data) decides too
+    keyed = RolloutSamplerDouble(batch)
+    train_rs(tiny_model_dir, questions, keyed, tmp_path / "rs", train.model_copy(update={"seed": 43}),
+             inputs_key="another library")
+    assert len(keyed.calls) == 2
 
 
 def test_rs_round_with_nothing_kept_fails_and_leaves_earlier_rounds(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, *, reward_
 
 def train_opd(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
               reward_floor: float, teacher: Teacher | None = None, split: str = "train",
-              weights: SignalWeights | None = None, log_callback: LogCallback | None = None) -> RecipeResult:
+              weights: SignalWeights | None = None, log_callback: LogCallback | None = None,
+              inputs_key: str | None = None) -> RecipeResult:
     """``train.opd.iterations`` rounds of on-policy distillation from ``model_dir``.
 
     ``reward_floor`` is ``train.opd.reward_floor`` when set, else the caller's ``signals.reward_floor``."""
@@ -112,4 +113,4 @@ def train_opd(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_di
                       num_train_epochs=train.opd.num_train_epochs,
                       build_rows=lambda trajs, i: round_rows(trajs, i, train, reward_floor=floor, teacher=teacher,
                                                              questions=questions, weights=weights),
-                      log_callback=log_callback)
+                      log_callback=log_callback, inputs_key=inputs_key)

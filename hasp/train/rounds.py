@@ -4,7 +4,10 @@ Each round samples from the checkpoint the previous round wrote (the base model 
 the trajectories into SFT rows with a recipe-specific builder, and trains a LoRA adapter on them with
 the weighted SFT trainer, starting from that same checkpoint. A round's folder is complete only once
 its ``round.json`` is written; a later run reuses finished rounds and starts at the first unfinished
-one, so a failed round leaves the earlier checkpoints intact.
+one, so a failed round leaves the earlier checkpoints intact. A finished round is reused only when it
+was made from the same inputs (``round.json`` keeps their fingerprint: recipe, start checkpoint, questions,
+train knobs including the seed, the caller's ``inputs_key``); a round left by other settings in the same
+folder is run again.
 
 The sampler is passed in (``sample(questions, model_dir) -> trajectories``): it owns the agent, the
 library and the serving of ``model_dir``, which keeps this module free of servers and testable with a
@@ -13,7 +16,10 @@ scripted policy.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,10 +67,24 @@ def question_id(q: Any) -> str | None:
     return getattr(q, "id", None) or getattr(q, "qid", None)
 
 
+def round_fingerprint(recipe: str, start: Path, questions: Sequence[Any], train: TrainParams, index: int,
+                      previous: str | None, inputs_key: str | None) -> str:
+    """What a round's result depends on, as a hash: a finished round with another fingerprint (another
+    seed, knob, start checkpoint or caller input) must not be reused."""
+    blob = json.dumps({"recipe": recipe, "start": str(start), "questions": [question_id(q) for q in questions],
+                       "train": train.model_dump(mode="json"), "round": index, "previous": previous,
+                       "inputs": inputs_key}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
 def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path,
                train: TrainParams, *, rounds: int, learning_rate: float, num_train_epochs: float,
-               build_rows: RowBuilder, log_callback: LogCallback | None = None) -> RecipeResult:
-    """``rounds`` rounds of sample → rows → LoRA SFT; returns the last checkpoint and every round's summary."""
+               build_rows: RowBuilder, log_callback: LogCallback | None = None,
+               inputs_key: str | None = None) -> RecipeResult:
+    """``rounds`` rounds of sample → rows → LoRA SFT; returns the last checkpoint and every round's summary.
+
+    ``inputs_key`` names what the sampler depends on beyond the arguments (library, data, agent
+    settings; the grid passes its phase's cache key): it is part of each round's fingerprint."""
     from hasp.train.sft import SFTRecipe, check_model, train_sft
 
     check_model(model_dir)
@@ -75,13 +95,19 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
     done: list[dict[str, Any]] = []
     step0 = 0
     k = train.rollout.k
+    previous: str | None = None
     for i in range(rounds):
         rdir = out_dir / f"round_{i}"
         marker = rdir / ROUND_FILE
-        if marker.is_file():
-            summary = read_json(marker)
+        fp = round_fingerprint(recipe, current, questions, train, i, previous, inputs_key)
+        summary = read_json(marker) if marker.is_file() else None
+        if summary is not None and summary.get("fingerprint") == fp:
             log.info("%s round %d already finished (%s); resuming after it", recipe, i + 1, marker)
         else:
+            if summary is not None:
+                log.warning("%s round %d in %s was made from other inputs (seed, knobs, start model or data); "
+                            "running it again", recipe, i + 1, rdir)
+                shutil.rmtree(rdir)
             rdir.mkdir(parents=True, exist_ok=True)
             asked = [q for q in questions for _ in range(k)]
             trajs = as_trajectories(sample(asked, current))
@@ -98,8 +124,9 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
             summary = {"round": i, "start_model": str(current), "n_trajectories": len(trajs),
                        "n_questions": len(questions), "k": k, "data": stats,
                        "metrics": res.metrics, "step_offset": offset,
-                       "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir)}
+                       "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir), "fingerprint": fp}
             write_json(summary, marker)
+        previous = fp
         done.append(summary)
         step0 = int(summary["step_offset"]) + int(summary["metrics"].get("global_step", 0))
         current, adapter = Path(summary["merged_dir"]), Path(summary["adapter_dir"])

@@ -150,7 +150,7 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, questions:
 
 def train_rs(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
              split: str = "train", weights: SignalWeights | None = None,
-             log_callback: LogCallback | None = None) -> RecipeResult:
+             log_callback: LogCallback | None = None, inputs_key: str | None = None) -> RecipeResult:
     """``train.rs.iterations`` rounds of rejection sampling from ``model_dir``; see the module docstring.
 
     ``sample(questions, model_dir)`` gets every question ``train.rollout.k`` times and returns their
@@ -161,4 +161,4 @@ def train_rs(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir
                       rounds=train.rs.iterations, learning_rate=train.rs.learning_rate,
                       num_train_epochs=train.rs.num_train_epochs,
                       build_rows=lambda trajs, i: round_rows(trajs, i, train, questions, weights),
-                      log_callback=log_callback)
+                      log_callback=log_callback, inputs_key=inputs_key)

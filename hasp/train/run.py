@@ -59,11 +59,13 @@ def resolved_train(p: Params, preset: str | None = None) -> TrainParams:
 
 def run_recipe(p: Params, *, model: Path, out_dir: Path, train: TrainParams | None = None,
                rows: Path | None = None, questions: Sequence[Any] = (), sample: Sampler | None = None,
-               teacher: TeacherFn | None = None, log_callback: LogCallback | None = None) -> dict[str, Any]:
+               teacher: TeacherFn | None = None, log_callback: LogCallback | None = None,
+               inputs_key: str | None = None) -> dict[str, Any]:
     """Train ``model`` with ``train.recipe`` into ``out_dir``; returns (and writes) the phase summary.
 
     ``rows`` feeds sft/dpo; ``questions`` and ``sample`` feed rs/opd (``sample`` gets every question
-    ``train.rollout.k`` times). A missing input is a ``RecipeError`` naming it."""
+    ``train.rollout.k`` times). A missing input is a ``RecipeError`` naming it. ``inputs_key`` (what the
+    sampler depends on) decides with the knobs whether a finished rs/opd round in ``out_dir`` is reused."""
     train = train or resolved_train(p)
     out_dir = Path(out_dir)
     recipe = train.recipe
@@ -94,12 +96,12 @@ def run_recipe(p: Params, *, model: Path, out_dir: Path, train: TrainParams | No
         if recipe == "rs":
             from hasp.train.rs import train_rs
 
-            rr = train_rs(model, questions, sample, out_dir, train, log_callback=log_callback)
+            rr = train_rs(model, questions, sample, out_dir, train, log_callback=log_callback, inputs_key=inputs_key)
         else:
             from hasp.train.opd import train_opd
 
             rr = train_opd(model, questions, sample, out_dir, train, reward_floor=p.signals.reward_floor,
-                           teacher=teacher, log_callback=log_callback)
+                           teacher=teacher, log_callback=log_callback, inputs_key=inputs_key)
         summary = {**base, "model_dir": str(rr.model_dir), "adapter_dir": str(rr.adapter_dir),
                    "rounds": rr.rounds, "metrics": rr.rounds[-1]["metrics"] if rr.rounds else {},
                    "train_summaries": [str(Path(r["adapter_dir"]).parent / "train_summary.json")
