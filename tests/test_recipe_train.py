@@ -204,3 +204,25 @@ def test_command_line_training_is_one_mlflow_run_with_its_adapter(recipe: str, t
     assert "adapter/adapter_config.json" in names
     assert main(args + ["--no-track", "--out", str(tmp_path / "out2")]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["mlflow_run_id"] is None
+
+
+def test_the_train_command_keys_its_rounds_on_the_training_questions_and_the_library(tmp_path: Path) -> None:
+    """``hasp train rs|opd --out X`` run again with another library or data must not reuse X's rounds."""
+    import shutil
+
+    from hasp.cli.train import _sampling_inputs
+    from hasp.config import Params
+
+    root = Path(__file__).resolve().parents[1]
+    lib = tmp_path / "lib"
+    shutil.copytree(root / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
+    data = tmp_path / "data"
+    write_jsonl([{"id": "q1", "question": "a?", "answers": ["b"]}], data / "train.jsonl")
+    p = Params()
+    key = _sampling_inputs(p, data, lib)
+    assert key == _sampling_inputs(p, data, lib)
+    (next(lib.rglob("SKILL.md"))).write_text("changed", encoding="utf-8")
+    assert _sampling_inputs(p, data, lib) != key
+    changed_lib = _sampling_inputs(p, data, lib)
+    write_jsonl([{"id": "q2", "question": "c?", "answers": ["d"]}], data / "train.jsonl")
+    assert _sampling_inputs(p, data, lib) != changed_lib

@@ -70,6 +70,20 @@ def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
     return t.model_copy(update={"recipe": recipe})
 
 
+def _sampling_inputs(p: Any, data: Path, library: Path) -> str:
+    """What the sampler reads besides the train knobs (training questions, skills, agent settings):
+    a finished round in ``--out`` made from other inputs is run again, not reused."""
+    import hashlib
+
+    from hasp.pf.library import library_hash
+
+    train_split = data / "train.jsonl"
+    h = hashlib.sha256(train_split.read_bytes() if train_split.is_file() else b"<no train split>")
+    h.update(library_hash(library).encode())
+    h.update(p.section_hash("agent", "llm", "harness", "sandbox", "teacher").encode())
+    return h.hexdigest()[:32]
+
+
 def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: Path, params: Path,
              preset: Optional[str], track: bool) -> None:
     from hasp.agent.remote import episode_executor
@@ -86,7 +100,8 @@ def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: 
         with episode_executor(p.runner) as executor:
             sampler = PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor)
             s = run_recipe(p, model=model_dir, out_dir=out, train=t, questions=questions, sample=sampler,
-                           teacher=teacher_fn(teacher) if recipe == "opd" else None)
+                           teacher=teacher_fn(teacher) if recipe == "opd" else None,
+                           inputs_key=_sampling_inputs(p, data, library))
     run_id = track_training(p, t, s, track)
     typer.echo(json.dumps({"recipe": recipe, "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
                            "rounds": [r["data"].get("kept", r["data"].get("opd_rows")) for r in s["rounds"]],
