@@ -37,7 +37,7 @@ from hasp.progress import Pipeline, phase_result
 from hasp.track.dvc_plots import write_plot_data
 from tasks import phases
 from tasks.artifacts import publish_epoch
-from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
+from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete, source_key
 from tasks.episodes import make_executor
 from tasks.phases import settle
 
@@ -62,14 +62,14 @@ GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_rule", "evolve.v
 def tracking_code_version(*roots: str) -> str:
     """Code key of a tracking task only (MLflow logging): it is left out of the phases' key, so
     editing how results are logged re-logs them and never re-runs rollouts or training."""
-    return key_of(*[(f.name, content_hash(f)) for f in module_closure(roots)])
+    return source_key(module_closure(roots))
 
 
 def code_version() -> str:
     files = module_closure(EPOCH_MODULES)
     files += sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
     files.append(Path(__file__).resolve().parents[1] / "hasp" / "train" / "presets.yaml")  # train.preset's values
-    return key_of(*[(f.name, content_hash(f)) for f in files])
+    return source_key(files)
 
 
 def _model_identity(params: Any) -> str:

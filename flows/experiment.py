@@ -47,7 +47,7 @@ from hasp.progress import Pipeline, phase_result
 from tasks import experiment as texp
 from tasks.episodes import make_executor
 from tasks import phases
-from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete
+from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete, source_key
 
 GRID = ("E1", "E2", "E3", "E4", "E5", "E6")
 GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.train.opd", "hasp.train.dpo",
@@ -67,7 +67,7 @@ def grid_code_version() -> str:
 def eval_code_version() -> str:
     """The code key of the untrained evaluation: the runner, the agent and its prompt files only."""
     prompts = sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
-    return key_of(*[(f.name, content_hash(f)) for f in [*module_closure(EVAL_MODULES), *prompts]])
+    return source_key([*module_closure(EVAL_MODULES), *prompts])
 
 
 def grid_names(suffix: str = "_cpu") -> list[str]:

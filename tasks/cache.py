@@ -88,6 +88,11 @@ def key_of(*parts: Any) -> str:
     return h.hexdigest()[:32]
 
 
+def source_key(files: list[Path]) -> str:
+    """Code key of source files: their names and contents (the code part of a task's cache key)."""
+    return key_of(*[(f.name, content_hash(f)) for f in files])
+
+
 class ByCacheKey(CachePolicy):
     """Use the task's ``cache_key`` argument (computed by the flow from content hashes) as the key."""
 
