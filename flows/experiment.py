@@ -165,7 +165,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
 
     pe, preset = _preset_params(p, name)
     t = pe.train
-    replaced = {k: list(v) for k, v in replaced_knobs(p.train, name).items()}
+    replaced = {k: list(v) for k, v in replaced_knobs(p.train, t).items()}
     closed = preset.loop.kind == "closed"
     e_dir = out / name
     agent_h = p.section_hash("agent", "llm", "harness", "sandbox")

@@ -261,7 +261,8 @@ def test_overrides_win_over_the_preset_and_an_unknown_override_is_one_line():
     t = apply_preset(TrainParams(preset="E2_cpu", overrides={"max_steps": 3, "rs": {"iterations": 1}}))
     assert (t.max_steps, t.rs.iterations, t.rs.learning_rate, t.recipe) == (3, 1, 1e-4, "rs")
     assert apply_preset(t) == t  # applying again changes nothing
-    changed = replaced_knobs(TrainParams(overrides={"max_steps": 3}), "E2_cpu")
+    short = TrainParams(overrides={"max_steps": 3})
+    changed = replaced_knobs(short, apply_preset(short, "E2_cpu"))
     assert changed["train.max_steps"] == (10, 3) and changed["train.recipe"] == ("sft", "rs")
     assert apply_preset(TrainParams(overrides={"lora_r": 4})).lora_r == 4  # no preset: still applied
     with pytest.raises(PresetError, match=r"^train.overrides.rs.iteratons: unknown train knob") as e:

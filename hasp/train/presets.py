@@ -101,12 +101,12 @@ def apply_preset(train: TrainParams, name: str | None = None) -> TrainParams:
         raise PresetError(f"{where}: {_errors(e, 'train.')}") from None
 
 
-def replaced_knobs(train: TrainParams, name: str) -> dict[str, tuple[Any, Any]]:
-    """``dotted key -> (value before, value run)`` for the knobs applying ``name`` (and the overrides)
-    changes: what a run should log so a value set in the params file and replaced by the preset is
-    visible."""
+def replaced_knobs(train: TrainParams, applied: TrainParams) -> dict[str, tuple[Any, Any]]:
+    """``dotted key -> (value before, value run)`` for the knobs in which ``applied`` (``train`` with a
+    preset and the overrides applied) differs: what a run should log so a value set in the params file
+    and replaced by the preset is visible."""
     before = train.model_dump()
-    after = apply_preset(train, name).model_dump()
+    after = applied.model_dump()
     out: dict[str, tuple[Any, Any]] = {}
 
     def walk(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str) -> None:
