@@ -86,6 +86,9 @@ class VLLMParams(_Strict):
                                      "model and answer its first request")
     extra_args: list[str] = Field(default_factory=list, description="further vllm serve arguments, e.g. "
                                   "[--gpu-memory-utilization, '0.85', --max-model-len, '8192']")
+    executable: str = Field("vllm", description="the vllm console script HASP runs when vllm is not importable "
+                            "in its own Python: a name on PATH or a path into vLLM's own environment (vLLM's "
+                            "pins conflict with HASP's, so it is installed apart)")
 
     @field_validator("max_lora_rank")
     @classmethod
@@ -113,7 +116,8 @@ class LLMParams(EndpointParams):
     backend: Literal["transformers", "vllm"] = Field(
         "transformers", description="what serves a model folder or a trained checkpoint: transformers "
                                     "(transformers serve on the merged folder; CPU) or vllm (vllm serve --enable-lora "
-                                    "with the LoRA adapter registered by name, no merge; GPU, the gpu extra). With "
+                                    "with the LoRA adapter registered by name, no merge; GPU; vLLM is installed apart, "
+                                    "see llm.vllm.executable). With "
                                     "vllm and base_url set, checkpoints are loaded into that server at run time")
     vllm: VLLMParams = Field(VLLMParams(), description="vllm serve settings (backend vllm)")
     transformers: TransformersServeParams = Field(TransformersServeParams(), description="transformers serve "

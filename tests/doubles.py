@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -394,7 +395,8 @@ class OpenAIEndpointDouble:
     """
 
     def __init__(self, statuses: list[int | str] | None = None, *, always: int | str | None = None,
-                 delay_s: float = 0.0, hang_s: float = 120.0, reply: Callable[[dict], str] | None = None) -> None:
+                 delay_s: float = 0.0, hang_s: float = 120.0, reply: Callable[[dict], str] | None = None,
+                 port: int = 0) -> None:
         self.statuses = list(statuses or [])
         self.always = always
         self.delay_s, self.hang_s = delay_s, hang_s
@@ -405,7 +407,7 @@ class OpenAIEndpointDouble:
         self.bodies: list[dict] = []
         self._closing = threading.Event()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -535,10 +537,10 @@ class VLLMEndpointDouble(OpenAIEndpointDouble):
     every (method, path, body); the chat bodies are in ``bodies`` as for the parent double."""
 
     def __init__(self, base: str, adapters: dict[str, str] | None = None, *, runtime_lora: bool = True,
-                 reply: Callable[[dict], str] | None = None) -> None:
+                 reply: Callable[[dict], str] | None = None, port: int = 0) -> None:
         self.base, self.adapters, self.runtime_lora = base, dict(adapters or {}), runtime_lora
         self.calls: list[tuple[str, str, dict | None]] = []
-        super().__init__(reply=reply or (lambda body: "Thought: done\nAction: FINAL[Paris]"))
+        super().__init__(reply=reply or (lambda body: "Thought: done\nAction: FINAL[Paris]"), port=port)
 
     def models(self) -> list[str]:
         return [self.base, *self.adapters]
@@ -573,6 +575,35 @@ class VLLMEndpointDouble(OpenAIEndpointDouble):
             return 404, json.dumps({"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                               "type": "NotFoundError", "code": 404}}).encode()
         return super()._payload(status, body)
+
+
+def vllm_console_script_double(bin_dir: Path) -> Path:
+    """An executable ``bin_dir/vllm``, as vLLM installed in an environment of its own puts on PATH:
+    ``vllm serve <base> [--lora-modules name=path ...] --port N ...`` serves ``VLLMEndpointDouble``
+    on that port (adapters registered by name) until it is stopped, and appends its argv to
+    ``bin_dir/argv.jsonl``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = bin_dir / "vllm"
+    exe.write_text(f"""#!{sys.executable}
+import json, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from doubles import VLLMEndpointDouble
+args = sys.argv[1:]
+with open({str(bin_dir / "argv.jsonl")!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+assert args[0] == "serve", args
+mods = []
+if "--lora-modules" in args:
+    for a in args[args.index("--lora-modules") + 1:]:
+        if a.startswith("--"):
+            break
+        mods.append(a.split("=", 1))
+with VLLMEndpointDouble(args[1], dict(mods), port=int(args[args.index("--port") + 1])):
+    while True:
+        time.sleep(1)
+""")
+    exe.chmod(0o755)
+    return exe
 
 
 class RetrieverServerDouble:

@@ -1,6 +1,7 @@
 """vLLM with LoRA adapters behind the one client: the command line HASP builds, adapters loaded at run
 time, the adapter name as the model for ``hasp eval`` and the RS/OPD sampler, and the GPU compose
-stack's wiring. No GPU here: the server is ``VLLMEndpointDouble``; vllm itself is not installed."""
+stack's wiring. No GPU here: the server is ``VLLMEndpointDouble``, started through a double of vLLM's
+console script where a server is started; vllm itself is not installed."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from doubles import VLLMEndpointDouble
+from doubles import VLLMEndpointDouble, vllm_console_script_double
 
 from hasp.config import Params, ParamsError, RolloutParams, VLLMParams, load_params
 from hasp.llm.adapters import AdapterError, adapter_name, resolve_checkpoint
-from hasp.llm.vllm_server import ServeError, VLLMServer, attach
+from hasp.llm.vllm_server import ServeError, VLLMServer, attach, ensure_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_VLLM = importlib.util.find_spec("vllm") is None
@@ -32,6 +33,12 @@ def _round(tmp: Path, base: Path, *, r: int = 16, name: str = "round_0") -> Path
 
 
 @pytest.fixture
+def vllm_exe(tmp_path: Path) -> Path:
+    """vLLM's console script in an environment of its own (a double serving VLLMEndpointDouble)."""
+    return vllm_console_script_double(tmp_path / "vllm-env" / "bin")
+
+
+@pytest.fixture
 def base(tmp_path: Path) -> Path:
     b = tmp_path / "base-model"
     b.mkdir()
@@ -40,11 +47,12 @@ def base(tmp_path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- the command line
-def test_vllm_command_registers_each_adapter_by_name(tmp_path: Path, base: Path) -> None:
+def test_vllm_command_registers_each_adapter_by_name(tmp_path: Path, base: Path, vllm_exe: Path) -> None:
     one = resolve_checkpoint(_round(tmp_path, base) / "merged")  # the merged folder -> the adapter beside it
     two = resolve_checkpoint(_round(tmp_path, base, r=12, name="round_1") / "adapter")
     assert one.base == two.base == str(base) and one.adapter == tmp_path / "round_0" / "adapter"
-    srv = VLLMServer(str(base), [one, two], 8123, settings=VLLMParams(max_loras=3, extra_args=["--max-model-len", "4096"]))
+    srv = VLLMServer(str(base), [one, two], 8123, settings=VLLMParams(
+        max_loras=3, extra_args=["--max-model-len", "4096"], executable=str(vllm_exe)))
     cmd = srv.command()
     tail = cmd[cmd.index("serve"):]
     assert tail == ["serve", str(base), "--enable-lora",
@@ -56,12 +64,13 @@ def test_vllm_command_registers_each_adapter_by_name(tmp_path: Path, base: Path)
     assert adapter_name(one.adapter) == one.name != adapter_name(tmp_path / "other" / "round_0" / "adapter")
 
 
-def test_lora_rank_rounds_up_and_a_too_small_setting_is_one_line(tmp_path: Path, base: Path) -> None:
+def test_lora_rank_rounds_up_and_a_too_small_setting_is_one_line(tmp_path: Path, base: Path, vllm_exe: Path) -> None:
     ckpt = resolve_checkpoint(_round(tmp_path, base, r=40) / "adapter")
     assert VLLMServer(str(base), [ckpt]).max_lora_rank == 64  # vLLM accepts 1, 8, 16, 32, 64, ...
     with pytest.raises(AdapterError, match=r"^llm.vllm.max_lora_rank is 32, but an adapter has rank 40; set it to 64"):
         VLLMServer(str(base), [ckpt], settings=VLLMParams(max_lora_rank=32))
-    assert "--max-lora-rank" not in VLLMServer(str(base)).command()  # no adapter: vLLM's own default
+    no_adapter = VLLMServer(str(base), settings=VLLMParams(executable=str(vllm_exe)))
+    assert "--max-lora-rank" not in no_adapter.command()  # no adapter: vLLM's own default
 
 
 def test_backend_and_rank_values_are_checked_at_load() -> None:
@@ -80,15 +89,39 @@ def test_vllm_backend_without_vllm_is_one_line(tmp_path: Path, capsys: pytest.Ca
     params.write_text(yaml.safe_dump({"llm": {"backend": "vllm"}}))
     assert main(["model", "serve", "--params", str(params)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "vllm is not installed" in err[0] and "gpu extra" in err[0], err
+    assert len(err) == 1 and "vllm is not installed" in err[0] and "llm.vllm.executable" in err[0], err
     # the library path (sampler, eval --trained) refuses the same way before spawning anything
     from hasp.llm.endpoints import policy_client
     from hasp.llm.server import free_port
 
     llm = Params.model_validate({"llm": {"backend": "vllm", "port": free_port()}}).llm
-    with pytest.raises(ServeError, match=r"install the gpu extra"):
+    with pytest.raises(ServeError, match=r"no `vllm` on PATH .* environment of its own"):
         with policy_client(llm, model_dir=tmp_path):
             pass
+
+
+@pytest.mark.skipif(not NO_VLLM, reason="vllm is installed here: it runs in this interpreter")
+def test_vllm_installed_apart_runs_through_its_console_script(tmp_path: Path, base: Path, vllm_exe: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM cannot share HASP's environment (conflicting pins), so HASP starts its console script:
+    at ``llm.vllm.executable``, or found on PATH under the default name, and serves a checkpoint."""
+    from hasp.llm.server import _http, free_port
+
+    ckpt = resolve_checkpoint(_round(tmp_path, base) / "merged")
+    base_url, model, handle = ensure_vllm(ckpt, free_port(), VLLMParams(executable=str(vllm_exe)))
+    try:
+        assert handle is not None and handle.command()[0] == str(vllm_exe) and model == ckpt.name
+        status, text = _http("POST", f"{base_url}/chat/completions", timeout=30.0,
+                             body={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 200 and "FINAL[Paris]" in text
+    finally:
+        handle.stop()
+    argv = [json.loads(line) for line in (vllm_exe.parent / "argv.jsonl").read_text().splitlines()]
+    assert argv == [["serve", str(base), "--enable-lora", "--lora-modules", ckpt.lora_module(),
+                     "--max-loras", "2", "--max-lora-rank", "16", "--host", "127.0.0.1",
+                     "--port", base_url.rsplit(":", 1)[1].split("/")[0]]]
+    monkeypatch.setenv("PATH", f"{vllm_exe.parent}:{tmp_path / 'empty'}")
+    assert VLLMServer(str(base), [ckpt]).command()[0] == str(vllm_exe)  # the default name, on PATH
 
 
 # ----------------------------------------------------------------------------- run-time loading

@@ -126,7 +126,7 @@ def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any
     from hasp.llm.adapters import adapter_checkpoint, resolve_checkpoint
     from hasp.llm.vllm_server import VLLMServer, require_vllm, same_model
 
-    require_vllm()
+    require_vllm(p.llm.vllm)
     adapters = []
     for spec in lora:
         name, sep, path = spec.partition("=")

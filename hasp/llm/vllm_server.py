@@ -11,8 +11,10 @@ A server that runs with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` also takes ada
 checkpoint on a server that is already up (the GPU compose stack's, or one a previous call started),
 after checking that the server's base is the one the adapter was trained on.
 
-vllm is the optional ``gpu`` extra; it is looked up, not imported, so choosing it where it is not
-installed fails with one line before anything starts.
+vLLM pins its own torch, transformers and fastapi, and no release installs beside HASP's pins, so it
+lives in an environment of its own and HASP runs its ``vllm`` console script (``llm.vllm.executable``,
+looked up on PATH); a vllm importable in this interpreter is used in place. Neither is imported
+here, so choosing the backend where vllm is missing fails with one line before anything starts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,11 +41,25 @@ class ServeError(RuntimeError):
     """A model server that cannot serve what was asked; the message is one line."""
 
 
-def require_vllm() -> None:
-    """Refuse the vllm backend where vllm is not installed (one line naming the extra)."""
-    if importlib.util.find_spec("vllm") is None:
-        raise ServeError("llm.backend is vllm, but vllm is not installed here; install the gpu extra "
-                         "(pip install 'hasp[gpu]', on a CUDA machine) or set llm.backend: transformers")
+def vllm_launcher(settings: VLLMParams) -> list[str]:
+    """The command that runs ``vllm``: this interpreter when vllm is importable here (no reliance on
+    PATH), else the console script ``settings.executable`` of vLLM's own environment. One line naming
+    both ways when there is neither."""
+    if importlib.util.find_spec("vllm") is not None:
+        return [sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
+                "sys.argv[0] = 'vllm'; sys.exit(main())"]
+    exe = shutil.which(settings.executable)
+    if exe is None:
+        raise ServeError(f"llm.backend is vllm, but vllm is not installed here: no `{settings.executable}` on "
+                         "PATH and no vllm in this Python; install it in an environment of its own on a CUDA "
+                         "machine (e.g. uv tool install vllm==0.30.0) and set llm.vllm.executable to its "
+                         "vllm, or set llm.backend: transformers")
+    return [exe]
+
+
+def require_vllm(settings: VLLMParams) -> None:
+    """Refuse the vllm backend where vllm cannot be run (one line)."""
+    vllm_launcher(settings)
 
 
 class VLLMServer(LocalModelServer):
@@ -52,7 +69,6 @@ class VLLMServer(LocalModelServer):
     environment, so ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` set here lets ``attach`` add adapters later."""
 
     label = "vllm serve"
-    stale_marker = "vllm.entrypoints.cli"
 
     def __init__(self, base: str, adapters: Sequence[Checkpoint] = (), port: int | None = None, *,
                  host: str = "127.0.0.1", log_path: Path | None = None, settings: VLLMParams | None = None,
@@ -62,17 +78,21 @@ class VLLMServer(LocalModelServer):
                          extra_args=tuple(settings.extra_args), temperature=temperature)
         self.base = str(base)
         self.adapters = [a for a in adapters if a.adapter is not None]
+        self.settings = settings
         self.max_loras = settings.max_loras
         self.max_lora_rank = lora_rank_for(self.adapters, settings.max_lora_rank)
+
+    @property
+    def stale_marker(self) -> str:  # type: ignore[override]
+        """What a leftover server's command line holds, for either way ``vllm_launcher`` runs it."""
+        return "vllm.entrypoints.cli" if importlib.util.find_spec("vllm") is not None else "vllm serve"
 
     @property
     def model_name(self) -> str:
         return self.adapters[0].model if self.adapters else self.base
 
     def command(self) -> list[str]:
-        # What the `vllm` console script does, via this interpreter: no reliance on PATH.
-        cmd = [sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
-               "sys.argv[0] = 'vllm'; sys.exit(main())", "serve", self.base, "--enable-lora"]
+        cmd = [*vllm_launcher(self.settings), "serve", self.base, "--enable-lora"]
         if self.adapters:
             cmd += ["--lora-modules", *(a.lora_module() for a in self.adapters)]
         cmd += ["--max-loras", str(self.max_loras)]
@@ -81,7 +101,7 @@ class VLLMServer(LocalModelServer):
         return [*cmd, "--host", self.host, "--port", str(self.port), *self.extra_args]
 
     def check(self) -> None:
-        require_vllm()
+        require_vllm(self.settings)
 
     def env(self) -> dict[str, str]:
         return dict(os.environ)
