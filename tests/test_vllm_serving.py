@@ -262,6 +262,7 @@ def test_gpu_compose_wires_vllm_mlflow_and_prefect() -> None:
     svc = spec["services"]
     assert {"vllm", "mlflow-db", "mlflow", "prefect-server", "prefect-worker"} <= set(svc)
     vllm = svc["vllm"]
+    assert vllm["image"] == "${VLLM_IMAGE:-vllm/vllm-openai:v0.30.0}"  # a release, never :latest
     assert vllm["environment"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     cmd = " ".join(map(str, vllm["command"]))
     assert "--enable-lora" in cmd and "--max-lora-rank" in cmd and "--max-loras" in cmd
