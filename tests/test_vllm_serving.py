@@ -122,6 +122,9 @@ def test_vllm_installed_apart_runs_through_its_console_script(tmp_path: Path, ba
                      "--port", base_url.rsplit(":", 1)[1].split("/")[0]]]
     monkeypatch.setenv("PATH", f"{vllm_exe.parent}:{tmp_path / 'empty'}")
     assert VLLMServer(str(base), [ckpt]).command()[0] == str(vllm_exe)  # the default name, on PATH
+    monkeypatch.setenv("HOME", str(tmp_path))  # a path under ~, as docs/gpu.md writes it
+    at_home = VLLMServer(str(base), [ckpt], settings=VLLMParams(executable="~/vllm-env/bin/vllm"))
+    assert at_home.command()[0] == str(vllm_exe)
 
 
 # ----------------------------------------------------------------------------- run-time loading

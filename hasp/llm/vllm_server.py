@@ -48,7 +48,7 @@ def vllm_launcher(settings: VLLMParams) -> list[str]:
     if importlib.util.find_spec("vllm") is not None:
         return [sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; "
                 "sys.argv[0] = 'vllm'; sys.exit(main())"]
-    exe = shutil.which(settings.executable)
+    exe = shutil.which(os.path.expanduser(settings.executable))
     if exe is None:
         raise ServeError(f"llm.backend is vllm, but vllm is not installed here: no `{settings.executable}` on "
                          "PATH and no vllm in this Python; install it in an environment of its own on a CUDA "
