@@ -35,11 +35,11 @@ SEED_MAX = 2**32 - 1
 class DataParams(_Strict):
     seed: int = Field(7, ge=0, le=SEED_MAX, description="generator seed for the multi-hop benchmark "
                                                         "(0..2^32-1, the range numpy and torch accept)")
-    n_questions: int = Field(30, ge=6, description="questions generated (split into train/val/test)")
+    n_questions: int = Field(80, ge=6, description="questions generated (split into train/val/test)")
     fractions: tuple[float, float, float] = Field(
-        (0.4, 0.2, 0.4), description="train (evolution seed split) / val / test")
+        (0.35, 0.15, 0.5), description="train (evolution seed split) / val / test")
     hop_weights: dict[int, float] = Field(
-        default_factory=lambda: {2: 0.7, 3: 0.3},
+        default_factory=lambda: {1: 1.0},
         description="hop count (1-4) -> weight of generated questions; one-hop questions are the ones a "
                     "small policy can answer, multi-hop ones need chained lookups")
 

@@ -114,7 +114,7 @@ def test_dvc_exp_show_lists_experiments_with_their_params_and_metrics(repo):
     assert queued["executor"]["state"] == "queued" and queued["params"]["train"]["preset"] == "E1_cpu"
     queued_train = TrainParams.model_validate(queued["params"]["train"])
     assert apply_preset(queued_train).max_steps == 3  # a shortened preset, set from the command line
-    for name, seed, n in (("seed11", 11, 30), ("seed13", 13, 40)):
+    for name, seed, n in (("seed11", 11, 80), ("seed13", 13, 40)):
         e = exps[name]
         assert e["params"]["data"]["seed"] == seed and e["params"]["data"]["n_questions"] == n
         assert e["params"]["train"]["preset"] is None
