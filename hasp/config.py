@@ -33,7 +33,7 @@ SEED_MAX = 2**32 - 1
 
 
 class DataParams(_Strict):
-    seed: int = Field(7, ge=0, le=SEED_MAX, description="generator seed for the multi-hop benchmark "
+    seed: int = Field(7, ge=0, le=SEED_MAX, description="generator seed for the generated benchmark "
                                                         "(0..2^32-1, the range numpy and torch accept)")
     n_questions: int = Field(80, ge=6, description="questions generated (split into train/val/test)")
     fractions: tuple[float, float, float] = Field(
