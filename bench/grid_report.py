@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.ran) != len(args.grid):
         print(f"error: --ran given {len(args.ran)} times for {len(args.grid)} --grid folders", file=sys.stderr)
         return 2
-    report = Report(args.section)
+    report = Report(args.section, markdown=True)
     grids = []
     for grid_dir, ran in zip(args.grid, args.ran):
         grid = report_grid(report, grid_dir, ran, args.data, args.archive)

@@ -39,8 +39,11 @@ def _machine() -> str:
 class Report:
     """Collects what a bench script prints and writes it as its section of the results file."""
 
-    def __init__(self, section: str, *, note: str | None = None) -> None:
+    def __init__(self, section: str, *, note: str | None = None, markdown: bool = False) -> None:
         self.section = section
+        # markdown=True: the lines are markdown (tables, headings) and go in as is; otherwise they are
+        # console text and go in a code block, so their columns keep their alignment
+        self.markdown = markdown
         # what else was running on the machine: set HASP_BENCH_NOTE for the run
         self.note = note if note is not None else os.environ.get("HASP_BENCH_NOTE", "")
         self.lines: list[str] = []
@@ -60,7 +63,7 @@ class Report:
                 f"- machine: {_machine()}"]
         if self.note:
             body.append(f"- note: {self.note}")
-        body += ["", "```", *self.lines, "```", ""]
+        body += ["", *self.lines, ""] if self.markdown else ["", "```", *self.lines, "```", ""]
         write_section(path, self.section, "\n".join(body))
         print(f"results written to {path} (section '{self.section}')", flush=True)
         return path
