@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prefect import task
@@ -33,6 +32,7 @@ from prefect.futures import as_completed
 
 from hasp.agent.remote import EpisodeSpec, run_spec, spec_key
 from hasp.config import RunnerParams
+from hasp.llm.cancel import worker_pool
 from hasp.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def episodes(key: str, spec: EpisodeSpec, items: list[Any]) -> list[Any]:
     measurement). One item is one episode per task; more spread a task run's own cost."""
     if len(items) <= 1:
         return [run_spec(key, spec, it) for it in items]
-    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+    with worker_pool(len(items), "episode") as pool:
         return list(pool.map(lambda it: run_spec(key, spec, it), items))
 
 

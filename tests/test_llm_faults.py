@@ -2,7 +2,8 @@
 
 Every failure surfaces as one ``LLMError`` naming endpoint and model; the ones that may pass on a
 second attempt are retried; an interrupt or an episode deadline ends a hung call within a second,
-including a real SIGINT to a process whose worker threads wait on a hung endpoint.
+including a real SIGINT to a process whose worker threads wait on a hung endpoint and a real
+SIGTERM to a Prefect flow run (whose own SIGTERM handler aborts nothing) in the same state.
 """
 
 from __future__ import annotations
@@ -174,6 +175,53 @@ def test_sigint_stops_a_process_waiting_on_a_hung_endpoint_within_seconds(tmp_pa
     assert took < 3.0, took
     assert "KeyboardInterrupt" in proc.stderr.read()
 
+
+
+def test_sigterm_stops_a_prefect_flow_whose_episodes_wait_on_a_hung_endpoint(prefect_harness, tmp_path: Path) -> None:
+    """Inside a flow run Prefect installs its own SIGTERM handler, which raises ``TerminationSignal``
+    and aborts nothing. The episode pool must still end its hung calls at once, not after the
+    shipped 300 s timeout: a real flow, a real ``run_many`` pool, a real SIGTERM."""
+    from prefect.settings import PREFECT_API_URL
+
+    script = tmp_path / "flow_hung.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from prefect import flow
+        from hasp.agent.rollout import run_many
+        from hasp.llm.cancel import install_signal_handlers
+        from hasp.llm.client import LLMClient, LLMConfig
+        install_signal_handlers()
+        client = LLMClient(LLMConfig(base_url=sys.argv[1], model="m", timeout_s=300.0, max_retries=3))
+
+        @flow(name="hung-episodes")
+        def hung() -> None:
+            print("calling", flush=True)
+            run_many(range(8), lambda i: client.chat([{"role": "user", "content": str(i)}]),
+                     concurrency=4, progress=False)
+
+        hung()
+    """))
+    with OpenAIEndpointDouble(always="hang", hang_s=600) as ep:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+        proc = subprocess.Popen([sys.executable, str(script), ep.base_url], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
+        deadline = time.monotonic() + 60
+        while ep.in_flight < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ep.in_flight == 4
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+        took = time.monotonic() - t0
+        requests = ep.requests
+    assert took < 15.0, took  # Prefect reports the crash to its API first; the calls end in 0.1 s
+    assert proc.returncode == -signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM, proc.returncode
+    assert requests == 4  # the queued episodes were cancelled, never sent
+    assert "termination signal" in proc.stderr.read()
 
 def test_runaway_reply_is_cut_and_the_cap_recorded() -> None:
     with OpenAIEndpointDouble(reply=lambda body: "x" * 5_000_000) as ep:

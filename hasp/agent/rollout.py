@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hasp.llm.cancel import worker_pool
 from hasp.progress import Progress
 from hasp.records import Trajectory
 
@@ -26,7 +27,7 @@ def run_many(items: Sequence[Any], episode: Callable[[Any], T], *, concurrency: 
     not in submission order, so the count and ETA move with every finished episode."""
     out: list[Any] = [None] * len(items)
     with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar, \
-            ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            worker_pool(concurrency, "episode") as pool:
         index = {pool.submit(episode, it): i for i, it in enumerate(items)}
         for f in as_completed(index):
             out[index[f]] = f.result()

@@ -28,13 +28,13 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hasp.records import Trajectory
 from hasp.evolve.detectors import FailurePattern, final_action
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_step, step_problem
+from hasp.llm.cancel import worker_pool
 from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
@@ -217,8 +217,7 @@ def summarize_failures(trajs: Iterable[Trajectory], model: ChatModel, *, known_c
     def one(t: Trajectory) -> tuple[FailurePattern | None, str, int, str]:
         return _summarize_one(t, model, known, temperature=temperature, max_tokens=max_tokens, retries=retries)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, len(failed))),
-                            thread_name_prefix="summarize") as pool:
+    with worker_pool(min(max_concurrency, len(failed)), "summarize") as pool:
         results = list(pool.map(one, failed))
     for t, (pat, reason, attempts, call_error) in zip(failed, results):
         if attempts > 1:

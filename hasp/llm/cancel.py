@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 #: How often a waiting call looks at the abort flag and its deadline (seconds).
@@ -76,3 +77,26 @@ def install_signal_handlers() -> None:
 
     signal.signal(signal.SIGINT, on_int)
     signal.signal(signal.SIGTERM, on_term)
+
+
+@contextlib.contextmanager
+def worker_pool(max_workers: int, name: str = "hasp") -> Iterator[ThreadPoolExecutor]:
+    """A thread pool that an interrupt empties at once; every pool of model calls uses it.
+
+    Why: leaving a ``with ThreadPoolExecutor`` block waits for every running worker, so an interrupt
+    of the main thread would wait for the slowest in-flight model call (minutes against a hung
+    endpoint). Inside a Prefect flow run the interrupt is not even ours: Prefect swaps its own
+    SIGTERM handler in, which raises ``TerminationSignal`` without aborting anything. Here any
+    interrupt (an exception that is not an ``Exception``) aborts model calls in every thread and
+    cancels queued work, so the workers end within a poll interval and the interrupt unwinds on.
+    A plain error also cancels the queued work: its caller has failed and will not read it.
+    """
+    pool = ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix=name)
+    try:
+        yield pool
+    except BaseException as e:
+        if not isinstance(e, Exception):
+            abort_calls()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)

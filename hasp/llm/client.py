@@ -15,7 +15,6 @@ import json
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -273,7 +272,7 @@ class LLMClient:
         if not batch:
             return []
         workers = min(len(batch), max(1, self.config.max_concurrency))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
+        with cancel.worker_pool(workers, "llm") as pool:
             return list(pool.map(lambda m: self.chat(m, **kw), batch))
 
     def generate(self, messages: Messages, max_tokens: int = 256, temperature: float = 0.0) -> str:

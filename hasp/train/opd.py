@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from hasp.agent.parser import ParsedAction, parse_action
 from hasp.config import TrainParams
+from hasp.llm.cancel import worker_pool
 from hasp.records import Action, StepRecord, Trajectory
 from hasp.signals.coarse import SignalWeights
 from hasp.train.data import build_sft_rows
@@ -63,7 +63,7 @@ def opd_rows(trajs: Sequence[Trajectory], train: TrainParams, *, reward_floor: f
     if source == "teacher" and rows:
         states = [r["messages"][:-1] for r in rows]
         try:
-            with ThreadPoolExecutor(max_workers=min(cfg.teacher_concurrency, len(states))) as pool:
+            with worker_pool(min(cfg.teacher_concurrency, len(states)), "opd-teacher") as pool:
                 replies = list(pool.map(lambda m: teacher(m, cfg.teacher_max_tokens), states))  # type: ignore[misc]
         except Exception as e:  # noqa: BLE001 - any teacher failure ends the round with one line
             raise RecipeError(f"OPD round {rnd + 1}: teacher failed on {len(states)} states: "

@@ -8,9 +8,9 @@ programs to grade at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from hasp.llm.cancel import worker_pool
 from hasp.sandbox.program import TestResult, run_program
 
 if TYPE_CHECKING:
@@ -34,5 +34,5 @@ def run_many(jobs: Sequence[tuple[str, CodeItem]], *, workers: int = 2, **kw: An
     """``run_tests`` over (solution, item) pairs with bounded parallelism, in input order."""
     if workers <= 1 or len(jobs) <= 1:
         return [run_tests(s, it, **kw) for s, it in jobs]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hasp-code-sbx") as ex:
+    with worker_pool(workers, "hasp-code-sbx") as ex:
         return list(ex.map(lambda j: run_tests(j[0], j[1], **kw), jobs))
