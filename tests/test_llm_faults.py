@@ -141,6 +141,30 @@ def test_single_step_wall_budget_ends_a_hung_policy_call() -> None:
     assert "deadline" in traj.pf_errors[-1]
 
 
+def _interrupt_when_waiting(script: Path, sig: int, env: dict[str, str] | None = None) -> tuple[float, int, int, str]:
+    """Run ``script`` against a hung endpoint; once it printed "calling" and four calls are in
+    flight, send ``sig``. Returns (seconds to exit, return code, requests the endpoint got, stderr)."""
+    with OpenAIEndpointDouble(always="hang", hang_s=600) as ep:
+        proc = subprocess.Popen([sys.executable, str(script), ep.base_url], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
+        deadline = time.monotonic() + 60
+        while ep.in_flight < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ep.in_flight == 4
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+        took = time.monotonic() - t0
+        requests = ep.requests
+    assert proc.stderr is not None
+    return took, proc.returncode, requests, proc.stderr.read()
+
+
 def test_sigint_stops_a_process_waiting_on_a_hung_endpoint_within_seconds(tmp_path: Path) -> None:
     """A real process: a thread pool of calls against a hung endpoint, the shipped 300 s timeout."""
     script = tmp_path / "hung.py"
@@ -157,24 +181,9 @@ def test_sigint_stops_a_process_waiting_on_a_hung_endpoint_within_seconds(tmp_pa
             for f in futures:
                 f.result()
     """))
-    with OpenAIEndpointDouble(always="hang") as ep:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, str(script), ep.base_url], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
-        deadline = time.monotonic() + 30
-        while ep.in_flight < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        finally:
-            proc.kill()
-        took = time.monotonic() - t0
+    took, _, _, stderr = _interrupt_when_waiting(script, signal.SIGINT)
     assert took < 3.0, took
-    assert "KeyboardInterrupt" in proc.stderr.read()
-
+    assert "KeyboardInterrupt" in stderr
 
 
 def test_sigterm_stops_a_prefect_flow_whose_episodes_wait_on_a_hung_endpoint(prefect_harness, tmp_path: Path) -> None:
@@ -201,27 +210,13 @@ def test_sigterm_stops_a_prefect_flow_whose_episodes_wait_on_a_hung_endpoint(pre
 
         hung()
     """))
-    with OpenAIEndpointDouble(always="hang", hang_s=600) as ep:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-        proc = subprocess.Popen([sys.executable, str(script), ep.base_url], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
-        deadline = time.monotonic() + 60
-        while ep.in_flight < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ep.in_flight == 4
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        finally:
-            proc.kill()
-        took = time.monotonic() - t0
-        requests = ep.requests
+    took, rc, requests, stderr = _interrupt_when_waiting(
+        script, signal.SIGTERM, {"PREFECT_API_URL": str(PREFECT_API_URL.value())})
     assert took < 15.0, took  # Prefect reports the crash to its API first; the calls end in 0.1 s
-    assert proc.returncode == -signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM, proc.returncode
+    assert rc in (-signal.SIGTERM, 128 + signal.SIGTERM), rc
     assert requests == 4  # the queued episodes were cancelled, never sent
-    assert "termination signal" in proc.stderr.read()
+    assert "termination signal" in stderr
+
 
 def test_runaway_reply_is_cut_and_the_cap_recorded() -> None:
     with OpenAIEndpointDouble(reply=lambda body: "x" * 5_000_000) as ep:

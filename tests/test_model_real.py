@@ -55,7 +55,7 @@ def test_ensure_server_reuses_the_running_server(real_llm: LLMClient, tmp_path: 
     base_url, model, handle = ensure_server(prepare_model(), port)
     assert handle is None  # reused, not ours to stop
     assert (base_url, model) == (real_llm.config.base_url, real_llm.config.model)
-    with pytest.raises(RuntimeError, match="serves"):
+    with pytest.raises(RuntimeError, match=f"serves .*another run holds port {port}.*llm.port"):
         ensure_server(tmp_path, port)  # a different folder must not silently reuse it
 
 

@@ -242,7 +242,8 @@ def ensure_server(folder: Path | str, port: int, *, host: str = "127.0.0.1",
     if running == name:
         return f"{root}/v1", name, None
     if running is not None:
-        raise RuntimeError(f"{root} serves {running!r}, not {name!r}")
+        raise RuntimeError(f"{root} serves {running!r}, not {name!r}: another run holds port {port}; "
+                           "stop it or give this run another llm.port")
     srv = LocalModelServer(name, port, host=host, startup_timeout_s=startup_timeout_s,
                            temperature=temperature, top_p=top_p, **cache_kwargs(serve)).start()
     return srv.base_url, srv.model_name, srv
