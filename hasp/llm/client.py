@@ -79,6 +79,9 @@ class LLMConfig:
     temperature: float = 0.0
     max_tokens: int = 256
     top_p: float | None = None  # nucleus mass sent with every request; None = the server's default
+    #: fields every request carries beyond the OpenAI ones, e.g. llama.cpp's ``lora`` list that selects a
+    #: trained checkpoint's adapters on a server holding several (``hasp.llm.llamacpp_server``)
+    extra_body: dict[str, Any] | None = None
 
     def api_key(self) -> str:
         if not self.api_key_env:
@@ -153,6 +156,8 @@ class LLMClient:
             kwargs["seed"] = seed
         if response_format is not None:
             kwargs["response_format"] = response_format
+        if cfg.extra_body:
+            kwargs["extra_body"] = dict(cfg.extra_body)
         t0 = time.perf_counter()
         end = cancel.deadline()
         self._wait_for(lambda: self._sem.acquire(timeout=cancel.POLL_S), end, "a free request slot")
