@@ -127,6 +127,12 @@ class LlamaCppParams(_Strict):
     ctx_per_slot: int = Field(4096, ge=256, description="context tokens each slot holds (the server allocates "
                               "parallel x ctx_per_slot KV cells, ~24 KB per token for SmolLM2-135M in f16)")
     batch: int = Field(512, ge=32, description="prompt tokens per forward pass (--batch-size / --ubatch-size)")
+    cache_ram_mib: int = Field(1024, ge=0, description="MiB of RAM for the prompts of finished requests, which "
+                               "the next step of the same episode resumes from when its slot was taken meanwhile")
+    busy_wait: bool = Field(False, description="decoding threads spin at each of the ~300 barriers per token "
+                            "(OpenMP active wait) instead of sleeping: a little faster on an idle machine, but when "
+                            "anything else runs on the cores a descheduled thread stalls the others and decoding "
+                            "collapses (measured: 1-3 tok/s instead of 14-47 on 2 busy cores)")
     startup_timeout_s: float = Field(120.0, gt=0, description="seconds the server may take to load the "
                                      "GGUF and answer its first request")
     gguf: str | None = Field(None, description="the base model's GGUF; null = the embedded SmolLM2-135M-Instruct "

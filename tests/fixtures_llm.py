@@ -1,7 +1,7 @@
 """Session fixture for tests that need the real embedded model behind a real server.
 
-Why session scope: preparing the model (first time ~30 s) and starting ``transformers serve``
-(~15-30 s on 2 cores) are paid once per test run; every test then shares one warm server.
+Why session scope: the server (llama.cpp on the embedded GGUF, the default CPU engine; a few seconds
+to start) is paid once per test run; every test then shares one warm server.
 Wire it in with ``from fixtures_llm import real_llm`` in ``tests/conftest.py``.
 """
 
@@ -11,16 +11,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from hasp.config import LlamaCppParams
 from hasp.llm.client import LLMClient, LLMConfig
-from hasp.llm.model_prep import prepare_model
-from hasp.llm.server import LocalModelServer
+from hasp.llm.llamacpp_server import LlamaCppServer, resolve_gguf_checkpoint
 
 
 @pytest.fixture(scope="session")
 def real_llm() -> Iterator[LLMClient]:
     """An ``LLMClient`` (greedy, max_concurrency 8) talking to a fresh local SmolLM2-135M server."""
-    folder = prepare_model()
-    with LocalModelServer(folder, startup_timeout_s=600.0) as srv:
+    settings = LlamaCppParams(startup_timeout_s=600.0)
+    with LlamaCppServer.from_settings(resolve_gguf_checkpoint(None, None), None, settings) as srv:
         client = LLMClient(LLMConfig(base_url=srv.base_url, model=srv.model_name, timeout_s=300.0,
                                      max_retries=2, max_concurrency=8, temperature=0.0, max_tokens=64))
         try:

@@ -3,8 +3,10 @@
 Pointing ``llm.base_url``/``llm.model`` (or ``teacher.*``) in params.yaml at any
 OpenAI-compatible server (vLLM, a hosted API) needs no code change; a trained adapter on a vLLM
 server is selected by sending its name as ``llm.model``. ``llm.backend`` decides what serves a
-model folder: ``transformers serve`` on it (CPU), or ``vllm serve`` with the checkpoint's LoRA
-adapter registered by name (GPU; ``hasp.llm.vllm_server``).
+model or checkpoint: llama.cpp on its GGUF with the checkpoint's LoRA adapters converted to GGUF and
+selected per request (CPU, the default; ``hasp.llm.llamacpp_server``), ``transformers serve`` on a merged
+folder (CPU, models without a GGUF), or ``vllm serve`` with the checkpoint's LoRA adapter registered
+by name (GPU; ``hasp.llm.vllm_server``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
         with _vllm_client(llm, model_dir, port, max_tokens, temperature, top_p) as client:
             yield client
         return
+    if llm.backend == "llamacpp" and (model_dir is not None or not llm.base_url):
+        with _llamacpp_client(llm, model_dir, port, max_tokens, temperature, top_p) as client:
+            yield client
+        return
     if llm.base_url:
         with _client(llm, llm.base_url, str(llm.model), None, api_key_env=llm.api_key_env, max_tokens=max_tokens,
                      temperature=temperature, top_p=top_p) as client:
@@ -58,13 +64,15 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
 
 @contextlib.contextmanager
 def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *, api_key_env: str | None,
-            max_tokens: int, temperature: float, top_p: float | None) -> Iterator[LLMClient]:
+            max_tokens: int, temperature: float, top_p: float | None,
+            extra_body: dict | None = None) -> Iterator[LLMClient]:
     """The client of one endpoint with the params' timeouts, retries and caps; stops ``handle`` (the
     server this block started, if any) on every exit path."""
     try:
         cfg = LLMConfig(base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
-                        temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars)
+                        temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars,
+                        extra_body=extra_body)
         with LLMClient(cfg) as client:
             yield client
     finally:
@@ -91,6 +99,30 @@ def _vllm_client(llm: LLMParams, model_dir: Path | None, port: int | None, max_t
         base_url, model, handle = ensure_vllm(ckpt, port or llm.port, llm.vllm, temperature=temperature)
     with _client(llm, base_url, model, handle, api_key_env=llm.api_key_env if llm.base_url else None,
                  max_tokens=max_tokens, temperature=temperature, top_p=top_p) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _llamacpp_client(llm: LLMParams, model_dir: Path | None, port: int | None, max_tokens: int,
+                     temperature: float, top_p: float | None) -> Iterator[LLMClient]:
+    """llama.cpp on the base GGUF, a trained checkpoint's adapters converted and selected per request.
+    A running server (``base_url``) serves a plain model folder; llama.cpp loads adapters only at start,
+    so a checkpoint with adapters always gets a server of its own."""
+    from hasp.llm.llamacpp_server import ServeError, ensure_llamacpp, resolve_gguf_checkpoint
+
+    ckpt = resolve_gguf_checkpoint(model_dir, llm.llamacpp.gguf)
+    extra = {"lora": ckpt.lora_request()} if ckpt.adapters else None
+    if llm.base_url:
+        if ckpt.adapters:
+            raise ServeError(f"llm.base_url is set, but the checkpoint {model_dir} has LoRA adapters that llama.cpp "
+                             "loads only at start; leave llm.base_url empty so HASP starts a server for it")
+        with _client(llm, llm.base_url, str(llm.model), None, api_key_env=llm.api_key_env, max_tokens=max_tokens,
+                     temperature=temperature, top_p=top_p) as client:
+            yield client
+        return
+    base_url, model, handle = ensure_llamacpp(ckpt, port or llm.port, llm.llamacpp)
+    with _client(llm, base_url, model, handle, api_key_env=None, max_tokens=max_tokens, temperature=temperature,
+                 top_p=top_p, extra_body=extra) as client:
         yield client
 
 
