@@ -80,15 +80,18 @@ def model_serve(port: int = 8765,
                     help="Model folder (vllm: also a hub name) to serve; default: the embedded one, or the "
                          "base the --lora adapters were trained on.")] = None,
                 backend: Annotated[Optional[str], typer.Option(
-                    help="transformers | vllm; default llm.backend of the params file.")] = None,
+                    help="llamacpp | transformers | vllm; default llm.backend of the params file.")] = None,
                 lora: Annotated[Optional[list[str]], typer.Option(
                     "--lora", help="vllm: a trained adapter to register, NAME=DIR or DIR (an adapter folder or "
-                                   "the merged folder beside it; the name is then derived). Repeatable.")] = None,
+                                   "the merged folder beside it; the name is then derived). Repeatable. "
+                                   "llamacpp: one checkpoint (adapter or merged folder), its adapters converted "
+                                   "to GGUF and applied to every request.")] = None,
                 params: Annotated[Optional[Path], typer.Option(
                     "--params", help="params.yaml to read (llm.backend, llm.vllm); default ./params.yaml "
                                      "when it exists")] = None) -> None:
-    """Serve a model OpenAI-compatibly until Ctrl-C: transformers serve on a folder (CPU), or vllm serve
-    with LoRA adapters selectable by name (GPU)."""
+    """Serve a model OpenAI-compatibly until Ctrl-C: llama.cpp on the GGUF, with a trained checkpoint's
+    adapters (CPU), transformers serve on a folder (CPU), or vllm serve with LoRA adapters selectable by
+    name (GPU)."""
     import time
 
     from hasp.config import Params
@@ -96,9 +99,14 @@ def model_serve(port: int = 8765,
     p = _params(params) if params is not None else (
         _params(Path("params.yaml")) if Path("params.yaml").is_file() else Params())
     chosen = backend or p.llm.backend
-    if chosen not in ("transformers", "vllm"):
-        raise typer.BadParameter(f"--backend {chosen!r}: choose transformers or vllm")
-    srv = _vllm_server(p, port, folder, lora or []) if chosen == "vllm" else _transformers_server(p, port, folder, lora)
+    if chosen not in ("llamacpp", "transformers", "vllm"):
+        raise typer.BadParameter(f"--backend {chosen!r}: choose llamacpp, transformers or vllm")
+    if chosen == "vllm":
+        srv = _vllm_server(p, port, folder, lora or [])
+    elif chosen == "llamacpp":
+        srv = _llamacpp_server(p, port, folder, lora)
+    else:
+        srv = _transformers_server(p, port, folder, lora)
     with srv:
         typer.echo(f"serving {srv.model_name} at {srv.base_url} (model name as above); Ctrl-C to stop")
         for a in getattr(srv, "adapters", []):
@@ -108,6 +116,22 @@ def model_serve(port: int = 8765,
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+
+
+def _llamacpp_server(p: Any, port: int, folder: Path | None, lora: list[str] | None) -> Any:
+    """llama.cpp on the GGUF of ``folder`` (default: the embedded model), with the one checkpoint named
+    by ``--lora`` applied to every request."""
+    from hasp.llm.llamacpp_server import LlamaCppServer, resolve_gguf_checkpoint
+
+    if lora and len(lora) > 1:
+        raise typer.BadParameter("--backend llamacpp serves one checkpoint per server: give one --lora")
+    target = Path(lora[0].partition("=")[2] or lora[0]) if lora else folder
+    ckpt = resolve_gguf_checkpoint(target, p.llm.llamacpp.gguf)
+    srv = LlamaCppServer.from_settings(ckpt, port, p.llm.llamacpp)
+    srv.apply_adapters = True
+    if ckpt.adapters:
+        typer.echo(f"adapters applied to every request: {', '.join(map(str, ckpt.adapters))}")
+    return srv
 
 
 def _transformers_server(p: Any, port: int, folder: Path | None, lora: list[str] | None) -> Any:

@@ -63,7 +63,7 @@ def read_adapter_config(adapter: Path) -> dict:
         raise AdapterError(f"{path}: unreadable ({e})") from None
     if not isinstance(cfg, dict) or cfg.get("peft_type", "LORA") != "LORA":
         raise AdapterError(f"{path}: peft_type is {cfg.get('peft_type') if isinstance(cfg, dict) else cfg!r}, "
-                           "vLLM serves LORA adapters only")
+                           "only LORA adapters can be served")
     return cfg
 
 

@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--cache-ram-mib", type=int, default=1024)
     ap.add_argument("--lora", action="append", default=[], help="a GGUF LoRA adapter (repeatable; ids in order)")
+    ap.add_argument("--apply-lora", action="store_true", help="apply the adapters to every request (scale 1) "
+                    "instead of loading them at scale 0 for requests to select")
     return ap.parse_args(argv)
 
 
@@ -58,8 +60,8 @@ def build_params(a: argparse.Namespace):  # type: ignore[no-untyped-def]
     p.warmup = True
     p.endpoint_metrics = True
     if a.lora:
-        p.lora_adapters = [xlc.CommonAdapterLoraInfo(path, 0.0) for path in a.lora]
-        p.lora_init_without_apply = True
+        p.lora_adapters = [xlc.CommonAdapterLoraInfo(path, 1.0 if a.apply_lora else 0.0) for path in a.lora]
+        p.lora_init_without_apply = not a.apply_lora
     return p
 
 

@@ -172,7 +172,7 @@ class LlamaCppServer(LocalModelServer):
     def __init__(self, ckpt: GGUFCheckpoint, port: int | None = None, *, host: str = "127.0.0.1",
                  log_path: Path | None = None, threads: int | None = None, parallel: int = 4,
                  ctx_per_slot: int = 4096, batch: int = 512, cache_ram_mib: int = 1024,
-                 busy_wait: bool = False, startup_timeout_s: float = 120.0) -> None:
+                 busy_wait: bool = False, startup_timeout_s: float = 120.0, apply_adapters: bool = False) -> None:
         env_threads = os.environ.get("HASP_LLM_THREADS")
         # all cores: with passive waits (env) the threads sleep at barriers instead of spinning, so a
         # busy neighbour slows decoding down in proportion rather than collapsing it
@@ -182,6 +182,8 @@ class LlamaCppServer(LocalModelServer):
         self.ckpt = ckpt
         self.parallel, self.ctx_per_slot, self.batch, self.cache_ram_mib = parallel, ctx_per_slot, batch, cache_ram_mib
         self.busy_wait = busy_wait
+        #: True: every request runs with the adapters (``hasp model serve``); False: a request selects them
+        self.apply_adapters = apply_adapters
 
     @classmethod
     def from_settings(cls, ckpt: GGUFCheckpoint, port: int | None, settings: LlamaCppParams, *,
@@ -194,7 +196,7 @@ class LlamaCppServer(LocalModelServer):
     @property
     def alias(self) -> str:
         """What ``/v1/models`` reports: the GGUF and the adapter files, so a reused server is this one."""
-        files = [str(self.ckpt.gguf.resolve()), *map(str, self.ckpt.lora_files)]
+        files = [str(self.ckpt.gguf.resolve()), *map(str, self.ckpt.lora_files), f"applied={self.apply_adapters}"]
         return f"{self.ckpt.gguf.stem}-{hashlib.sha256(chr(0).join(files).encode()).hexdigest()[:12]}"
 
     @property
@@ -209,7 +211,7 @@ class LlamaCppServer(LocalModelServer):
                "--cache-ram-mib", str(self.cache_ram_mib)]
         for f in self.ckpt.lora_files:
             cmd += ["--lora", str(f)]
-        return cmd
+        return cmd + (["--apply-lora"] if self.apply_adapters else [])
 
     def check(self) -> None:
         require_avx2()
