@@ -58,6 +58,15 @@ class ScriptedPolicyDouble:
         return ReplyDouble(r, self.prompt_tokens, self.completion_tokens)
 
 
+class DialectPolicyDouble(ScriptedPolicyDouble):
+    """A scripted policy that names its request dialect, as ``LLMClient.dialect`` does, so the loop's
+    ``llm.constrained: auto`` can resolve against it."""
+
+    def __init__(self, replies=(), dialect: str = "llamacpp", **kw):
+        super().__init__(replies, **kw)
+        self.dialect = dialect
+
+
 class RolloutSamplerDouble:
     """The sampler RS and OPD call (``sample(questions, model_dir) -> trajectories``): answers each
     call with the next scripted batch (the last one repeats) and records the questions and the model
@@ -527,6 +536,24 @@ class SelectiveOutageEndpointDouble(OpenAIEndpointDouble):
         status = super()._next_status(body)
         text = " ".join(str(m.get("content", "")) for m in body["messages"])
         return self.fault if any(q in text for q in self.down_for) else status
+
+
+class ConstraintRefusingEndpointDouble(OpenAIEndpointDouble):
+    """An OpenAI chat endpoint that refuses constrained requests the way llama.cpp's server refuses a
+    grammar it cannot parse: HTTP 400 with ``message`` whenever the body carries one of ``refused``
+    (body fields). Every other request is answered by ``reply`` (default: a FINAL at once)."""
+
+    def __init__(self, refused=("grammar",), *,
+                 message: str = "Failed to initialize samplers: failed to parse grammar",
+                 reply: Callable[[dict], str] | None = None) -> None:
+        self.refused, self.message = tuple(refused), message
+        super().__init__(reply=reply or (lambda body: "Thought: done\nAction: FINAL[Paris]"))
+
+    def _payload(self, status: int | str, body: dict) -> tuple[int, bytes]:
+        if status == 200 and any(k in body for k in self.refused):
+            return 400, json.dumps({"error": {"code": 400, "message": self.message,
+                                              "type": "invalid_request_error"}}).encode()
+        return super()._payload(status, body)
 
 
 class VLLMEndpointDouble(OpenAIEndpointDouble):

@@ -6,7 +6,9 @@ environment executes the final action, phase reminders are added to the next
 observation, and the step record with its audit event is appended. The step renders
 the turns it adds to the prompt itself (``StepRecord.to_messages``), the rendering
 training rows use too. Model mistakes (unparseable output) are recorded and shown to
-the model; harness bugs raise.
+the model; harness bugs raise. Where the engine constrains decoding (``llm.constrained``),
+every policy step carries the action grammar (``hasp.agent.parser.action_grammar``) and the
+answer-only turn after the budget a FINAL-only one, so a step the parser refuses cannot be written.
 
 ``episode_runner`` is the one function rollouts and evaluations use to get ``item -> Trajectory``.
 """
@@ -23,11 +25,12 @@ from typing import Any, Protocol
 
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness, Harness
-from hasp.agent.parser import ParseFailure, parse_action
+from hasp.agent.parser import ParseFailure, action_grammar, parse_action
 from hasp.agent.variants import Variant
-from hasp.config import AgentParams, HarnessParams, Params, default_of
+from hasp.config import AgentParams, HarnessParams, LLMParams, Params, default_of
 from hasp.llm.cancel import call_deadline
 from hasp.llm.client import LLMDeadlineExceeded
+from hasp.llm.structured import constrains_actions, dialect_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.library import SkillLibrary
 from hasp.prompts import load_prompts as prompt_file
@@ -43,11 +46,12 @@ class ChatReply(Protocol):
 
 
 class Policy(Protocol):
-    """Anything that answers chat messages; ``hasp.llm.client.LLMClient`` or a test double."""
+    """Anything that answers chat messages; ``hasp.llm.client.LLMClient`` or a test double. ``grammar``
+    is passed only when the step is constrained, so a double without it still serves unconstrained runs."""
 
     def chat(self, messages: list[dict[str, str]], *, temperature: float | None = None,
              max_tokens: int | None = None, stop: list[str] | None = None,
-             seed: int | None = None) -> ChatReply: ...
+             seed: int | None = None, grammar: str | None = None) -> ChatReply: ...
 
 
 class Environment(Protocol):
@@ -77,6 +81,9 @@ class AgentConfig:
     #: wall budget of one single-step episode, enforced during its model calls (None: none); the
     #: search loop takes the same budget from its harness (``harness.timeout_seconds``)
     timeout_s: float | None = None
+    #: ``llm.constrained``: whether policy steps carry their reply grammar, resolved against the
+    #: policy's dialect when an episode starts (``step_grammar``)
+    constrained: str = default_of(LLMParams, "constrained")
 
 
 def agent_config(params: Params) -> AgentConfig:
@@ -86,7 +93,13 @@ def agent_config(params: Params) -> AgentConfig:
     return AgentConfig(max_steps=a.max_steps, max_search_calls=a.max_search_calls,
                        max_read_calls=a.max_read_calls, temperature=a.temperature,
                        max_tokens=a.max_tokens, max_modify_fires=a.max_modify_fires,
-                       final_on_budget=a.final_on_budget)
+                       final_on_budget=a.final_on_budget, constrained=params.llm.constrained)
+
+
+def step_grammar(cfg: AgentConfig, policy: Any, grammar: str) -> dict[str, str]:
+    """``{"grammar": grammar}`` when ``cfg.constrained`` resolves to actions for the policy's dialect,
+    else ``{}``: the keyword arguments a policy call adds, so an unconstrained call is unchanged."""
+    return {"grammar": grammar} if constrains_actions(cfg.constrained, dialect_of(policy)) else {}
 
 
 def load_prompts(name: str = "search_react") -> Mapping[str, Any]:
@@ -137,6 +150,7 @@ def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, 
 
 def _steps(traj: Trajectory, messages: list[dict[str, str]], state: EpisodeState, h: EpisodeHarness,
            policy: Policy, env: Environment, cfg: AgentConfig, p: Mapping[str, Any]) -> None:
+    constraint = step_grammar(cfg, policy, action_grammar(max_tokens=cfg.max_tokens))
     for i in range(cfg.max_steps):
         if h.out_of_time():
             traj.terminated = "timeout"
@@ -144,7 +158,7 @@ def _steps(traj: Trajectory, messages: list[dict[str, str]], state: EpisodeState
         ts = time.perf_counter()
         state.step_count = i
         reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            stop=["Observation:"], seed=cfg.seed)
+                            stop=["Observation:"], seed=cfg.seed, **constraint)
         traj.prompt_tokens += reply.prompt_tokens
         traj.completion_tokens += reply.completion_tokens
         step = StepRecord(index=i, raw_output=reply.text, llm_s=time.perf_counter() - ts,
@@ -194,8 +208,9 @@ def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: P
     """
     ts = time.perf_counter()
     messages.append({"role": "user", "content": p["budget_final"]})
+    answer_only = step_grammar(cfg, policy, action_grammar(("FINAL",), cfg.max_tokens))
     reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                        stop=["Observation:"], seed=cfg.seed)
+                        stop=["Observation:"], seed=cfg.seed, **answer_only)
     traj.prompt_tokens += reply.prompt_tokens
     traj.completion_tokens += reply.completion_tokens
     step = StepRecord(index=len(traj.steps), raw_output=reply.text, llm_s=time.perf_counter() - ts,

@@ -8,13 +8,20 @@ refused, so ``answered`` counts only answers: prose that mentions an answer ("th
 somewhere in the documents"), a prompt placeholder copied back (``FINAL[answer]``) and an
 unclosed argument that runs on (a sentence cut by the token budget). A refusal is a
 ``ParseFailure`` that the loop records and shows to the model; the parser never raises.
+
+``action_grammar`` is the same format as a GBNF grammar, for engines that constrain decoding
+(``llm.constrained``): built from this module's action names, placeholders and bounds, so every reply
+it admits parses to the action on its ``Action:`` line.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
+from hasp.llm import gbnf
 from hasp.textutil import balanced
 
 ACTIONS = ("SEARCH", "READ", "FINAL")
@@ -113,3 +120,51 @@ def parse_action(text: str) -> ParsedAction | ParseFailure:
     if _STATED.search(text):
         return ParseFailure("an answer stated in prose is not an action: " + _NO_ACTION, thought)
     return ParseFailure(_NO_ACTION, thought)
+
+
+# ----------------------------------------------------------------------------- the format as a grammar
+
+#: longest thought line the action grammar admits (characters)
+MAX_THOUGHT_CHARS = 120
+#: tokens of a reply budget kept for what follows the thought: the labels, the action name and ten
+#: tokens of argument. A token holds at least one character, so a thought of (budget - this) characters
+#: always leaves the action line room to start, and an argument the budget cuts has at most ten words,
+#: which the parser still takes (``MAX_UNCLOSED_WORDS``)
+ACTION_LINE_TOKENS = 20
+#: longest argument the action grammar admits (characters)
+MAX_ARG_CHARS = 80
+#: characters a thought line may not hold: a line break ends it, and without brackets or colons no
+#: part of it reads as an action (``NAME[...]``, ``Action: NAME: ...``) ahead of the real one
+_THOUGHT_BANNED = "\n[](){}<>:"
+#: characters an argument may not hold: brackets (the first ``]`` closes it), line breaks and
+#: quotes other than an apostrophe, which the parser would strip; a space or an apostrophe only
+#: between two other characters, so the argument is what the parser reads, unstripped
+_ARG_BANNED = "[]\n\r\t\"`"
+_ARG_SEPARATORS = " '"
+
+
+@lru_cache(maxsize=None)
+def action_grammar(actions: Sequence[str] = ACTIONS, max_tokens: int | None = None) -> str:
+    """GBNF for one reply: an optional ``Thought: ...`` line, then ``Action: NAME[argument]`` for a
+    NAME of ``actions``; the argument is not one of the prompt's ``PLACEHOLDERS`` (in any case).
+    ``actions=("FINAL",)`` is the answer-only turn's grammar. The thought has at most
+    ``MAX_THOUGHT_CHARS`` characters, and with a reply budget ``max_tokens`` at most
+    ``max_tokens - ACTION_LINE_TOKENS``, so the budget cannot cut a reply before its action."""
+    actions = tuple(actions)
+    if not actions or any(a not in ACTIONS for a in actions):
+        raise ValueError(f"actions must be some of {ACTIONS}, not {actions}")
+    thought_chars = MAX_THOUGHT_CHARS if max_tokens is None else \
+        min(MAX_THOUGHT_CHARS, max(0, max_tokens - ACTION_LINE_TOKENS))
+    arg = gbnf.any_word_but(PLACEHOLDERS, banned=_ARG_BANNED, separators=_ARG_SEPARATORS, prefix="arg",
+                            rest="arg-rest")
+    word_char = gbnf.char_class(set(_ARG_BANNED) | set(_ARG_SEPARATORS), negated=True)
+    sep = gbnf.char_class(_ARG_SEPARATORS)
+    thought = {"thought": f'{gbnf.literal("Thought: ")} {gbnf.char_class(_THOUGHT_BANNED, negated=True)}'
+                          f'{{0,{thought_chars}}} {gbnf.literal(chr(10))}'} if thought_chars else {}
+    return gbnf.rules({
+        "root": f'{"thought? " if thought else ""}{gbnf.literal("Action: ")} action',
+        **thought,
+        "action": " | ".join(f'{gbnf.literal(a + "[")} arg {gbnf.literal("]")}' for a in actions),
+        **arg,
+        "arg-rest": f"({sep}? {word_char}){{0,{MAX_ARG_CHARS - 1}}}",
+    })

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hasp.agent.loop import AgentConfig, Policy
+from hasp.agent.loop import AgentConfig, Policy, step_grammar
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.agent.variants import Variant, get_variant
 from hasp.llm.cancel import call_deadline
@@ -108,7 +108,8 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
                     variant: Variant | str, cfg: AgentConfig, extract: Extract, scorer: Scorer,
                     ctx_builder: CtxBuilder, teacher: Teacher | None = None, revise: bool = True,
                     label: str | None = None, format_hint: str = DEFAULT_FORMAT_HINT,
-                    score_steps: bool = True, stop: list[str] | None = None) -> Trajectory:
+                    score_steps: bool = True, stop: list[str] | None = None,
+                    grammar: str | None = None) -> Trajectory:
     """Run one single-step episode (plus at most one PF-triggered revision turn).
 
     ``messages`` are the domain's prompt, already rendered for the variant (skill summaries in
@@ -120,6 +121,9 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
 
     A non-final answered step that a PF rewrote (MODIFY_ACTION) has its rewritten answer in
     ``a_final``; if the revision reply holds no answer, that rewritten first answer is the prediction.
+
+    ``grammar`` is the domain's answer format as GBNF; every call carries it when ``cfg.constrained``
+    resolves to actions for the policy's dialect.
     """
     v = get_variant(variant) if isinstance(variant, str) else variant
     t0 = time.perf_counter()
@@ -134,13 +138,14 @@ def run_single_step(*, qid: str, question: str, answers: Sequence[str],
     private: dict[str, Any] = {}
     history: list[str] = []
     max_steps = 2 if (revise and v.use_pfs) else 1
+    constraint = step_grammar(cfg, policy, grammar) if grammar else {}
     for i in range(max_steps):
         ts = time.perf_counter()
         left = None if cfg.timeout_s is None else cfg.timeout_s - (ts - t0)
         try:
             with call_deadline(left):  # the wall budget also ends a model call that hangs
                 reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-                                    seed=cfg.seed)
+                                    seed=cfg.seed, **constraint)
         except LLMError as e:  # the endpoint failed after the client's retries, or the wall budget ran out
             # during the call: contain it to this episode (the runner counts it in n_failed, not as EM 0)
             err = f"{type(e).__name__}: {e}"[:500]

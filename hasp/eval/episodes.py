@@ -41,7 +41,8 @@ def episode_config(params: Params, domain: str) -> AgentConfig:
         return agent_config(params)
     a = params.agent
     return AgentConfig(max_steps=1, temperature=a.temperature, max_tokens=SINGLE_STEP_MAX_TOKENS[domain],
-                       max_modify_fires=a.max_modify_fires, timeout_s=params.harness.timeout_seconds)
+                       max_modify_fires=a.max_modify_fires, timeout_s=params.harness.timeout_seconds,
+                       constrained=params.llm.constrained)
 
 
 def episodes(params: Params, ds: EvalDataset, variant: Variant, *, policy: Policy, library: Any,

@@ -9,6 +9,9 @@ not compile gets one retry with the error shown, then a logged refusal that keep
 Two reply formats, one parser: a JSON object (the endpoint's structured output, ``response_format``
 with a JSON schema, where the server supports it) or short ``KEY: value`` lines (lenient about case,
 bullets and markdown), for servers that reject ``response_format`` such as ``transformers serve``.
+Where decoding is constrained (``llm.constrained``), the JSON schema is the cluster's own
+(``reply_schema`` with its menus): names only from the menus, so every reply that follows it is a
+declaration that compiles.
 
 A cluster whose episodes show a declared PF rewriting correct answers away (``Cluster.revises``)
 is answered with a revision instead (``propose_revision``): the student picks, from the conditions
@@ -50,18 +53,56 @@ _NOT = re.compile(r"^\s*(?:not\s+|!)\s*([a-z_]+)\s*$", re.I)
 _SPLIT = re.compile(r"\s*(?:,|;|\band\b)\s*", re.I)
 MAX_MENU = 8
 
-#: JSON schema of a reply, for endpoints with structured output
-REPLY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "skill_id": {"type": "string"}, "description": {"type": "string"},
-        "watches": {"type": "array", "items": {"type": "string", "enum": list(ACTIONS)}, "minItems": 1},
-        "when": {"type": "array", "items": {"type": "string"}},
-        "rewrite": {"type": "string"}, "inject": {"type": "string"},
+#: bounds of the free texts of a schema-constrained reply: the whole object has to fit in
+#: ``evolve.declarative_max_tokens``, or the budget cuts it into invalid JSON
+SCHEMA_TEXT_CHARS = 160
+SCHEMA_MAX_CONDITIONS = 2
+
+
+def _menu_schema(menus: Menus, skill_id: str) -> dict[str, Any]:
+    """The reply schema narrowed to one cluster: its skill id, one watched action and one or two
+    conditions from the ranked menus (every condition when the menu is empty), and a rewrite from
+    ``repair_options`` (an injected text without placeholders when no source has a value there)."""
+    options = [o for o in repair_options(menus, menus.watches[0]) if not _example_copy({"rewrite": o})]
+    conditions = menus.conditions or sorted(c for c in CONDITIONS if c != "always")
+    repair: dict[str, Any] = {"rewrite": {"type": "string", "enum": options}} if options else {
+        "inject": {"type": "string",
+                   "pattern": rf'^[A-Za-z][^{{}}"\\\n]{{0,{SCHEMA_TEXT_CHARS - 1}}}$'}}
+    properties = {
+        "skill_id": {"type": "string", "enum": [skill_id]},
+        "description": {"type": "string", "maxLength": SCHEMA_TEXT_CHARS},
+        "watches": {"type": "array", "items": {"type": "string", "enum": list(menus.watches)},
+                    "minItems": 1, "maxItems": 1},
+        "when": {"type": "array", "items": {"type": "string", "enum": conditions},
+                 "minItems": 1, "maxItems": SCHEMA_MAX_CONDITIONS},
+        **repair,
         "max_fires": {"type": "integer", "minimum": 1, "maximum": 3},
-    },
-    "required": ["skill_id", "description", "watches", "when", "max_fires"],
-}
+    }
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def reply_schema(menus: Menus | None = None, skill_id: str | None = None) -> dict[str, Any]:
+    """JSON schema of a reply. Without menus, any names (``check_reply`` judges them afterwards): what
+    ``response_format`` asks of an endpoint with structured output. With a cluster's ``menus`` and the
+    ``skill_id`` its prompt names, the names come from the menus, so a reply that follows it is a
+    declaration that compiles: what constrained decoding enforces token by token."""
+    if menus is not None:
+        return _menu_schema(menus, skill_id or "repair")
+    return {
+        "type": "object",
+        "properties": {
+            "skill_id": {"type": "string"}, "description": {"type": "string"},
+            "watches": {"type": "array", "items": {"type": "string", "enum": list(ACTIONS)}, "minItems": 1},
+            "when": {"type": "array", "items": {"type": "string"}},
+            "rewrite": {"type": "string"}, "inject": {"type": "string"},
+            "max_fires": {"type": "integer", "minimum": 1, "maximum": 3},
+        },
+        "required": ["skill_id", "description", "watches", "when", "max_fires"],
+    }
+
+
+#: JSON schema of a reply, for endpoints with structured output
+REPLY_SCHEMA: dict[str, Any] = reply_schema()
 
 
 def _p(key: str, **fields: object) -> str:
@@ -386,11 +427,14 @@ def choose_format(setting: str, history: FeedbackHistory | None) -> str:
     return "code" if passed >= 2 else "declarative"
 
 
-def reply_format_for(setting: str, embedded: bool) -> str:
+def reply_format_for(setting: str, embedded: bool, constrained: bool = False) -> str:
     """``evolve.structured_output`` resolved to a reply format of ``propose_declarative``: ``auto`` is
     JSON through ``response_format`` for a served model, and the one-question-per-field ``choices``
-    for the embedded 135M student (its server rejects ``response_format`` and the model does not
-    keep a multi-line format)."""
+    for the embedded 135M student (without constrained decoding it does not keep a multi-line format).
+    ``constrained`` (``llm.constrained`` says proposals are constrained for the student's dialect)
+    turns ``auto`` and ``json_schema`` into ``schema``: JSON under the cluster's own schema."""
+    if constrained and setting in ("auto", "json_schema"):
+        return "schema"
     if setting == "auto":
         return "choices" if embedded else "json"
     return {"json_schema": "json"}.get(setting, setting)
@@ -544,8 +588,10 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
 
     ``replayed`` maps qid -> its replayed steps (the rollout). ``reply_format``: ``json`` asks the
     endpoint for JSON through ``response_format`` (an endpoint that refuses it is asked again for
-    lines); ``lines`` asks for ``KEY: value`` lines; ``choices`` asks one short question per field
-    (``interview``), for students too small to keep a format. A failed call or a reply that stays
+    lines); ``schema`` constrains decoding to the cluster's ``reply_schema`` (the client encodes it
+    for its dialect and answers without it, counted, where it is refused); ``lines`` asks for
+    ``KEY: value`` lines; ``choices`` asks one short question per field (``interview``), for students
+    too small to keep a format. A failed call or a reply that stays
     invalid is a candidate with ``parse_error`` set and the reply kept, so the epoch's record shows it.
     ``gold`` (qid -> answers, training questions only) orders the repair menu by counterfactual replay.
     ``per_cluster`` proposals are sampled per cluster; one that declares what an earlier one of the
@@ -577,6 +623,8 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
         if reply_format == "json":
             kw["response_format"] = {"type": "json_schema",
                                      "json_schema": {"name": "pf_declaration", "schema": REPLY_SCHEMA}}
+        elif reply_format == "schema":
+            kw["json_schema"] = reply_schema(menus, _suggested_id(cluster, existing))
         notes: list[str] = []
         replies: list[str] = []
         cand: Candidate | None = None

@@ -183,6 +183,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.declarative import choose_format, propose_declarative, reply_format_for
     from hasp.evolve.propose import LLM_CALL_FAILED, propose_candidates
+    from hasp.llm.structured import constrains_json, dialect_of
 
     clusters = clusters_from_json(read_json(clusters_path))
     lib = load_library(library_root, "search", sandbox=params.sandbox)
@@ -201,11 +202,12 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
             rollout_path = rollout_path or clusters_path.parent / "rollout.jsonl"
             trajs = read_trajectories(rollout_path) if rollout_path.exists() else []
             replayed = {t.qid: list(replay(t, params.agent.max_steps)) for t in trajs}
+            reply_format = reply_format_for(e.structured_output, params.llm.base_url is None,
+                                            constrains_json(params.llm.constrained, dialect_of(student)))
             cands = propose_declarative(
                 clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
                 max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
-                seed=epoch, reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
-                gold={t.qid: list(t.answers) for t in trajs}, per_cluster=per,
+                seed=epoch, reply_format=reply_format, gold={t.qid: list(t.answers) for t in trajs}, per_cluster=per,
                 on_done=bar.advance, declared_skills=declared)
         else:
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns

@@ -189,6 +189,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     from hasp.evolve.declarative import compiled_pf, propose_declarative, reply_format_for, validate_declared
     from hasp.evolve.detectors import detect_failures
     from hasp.evolve.review import heuristic_review, trigger_hit_rate
+    from hasp.llm.structured import constrains_json, dialect_of
     from hasp.pf.library import load_library
     from hasp.progress import Progress
 
@@ -196,6 +197,8 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     chains = build_chains(task.questions(split, limit), chain_length, seed=params.data.seed)
     items = [it for chain in chains for it in chain]
     cfg, a, e = agent_config(params), params.agent, params.evolve
+    reply_format = reply_format_for(e.structured_output, params.llm.base_url is None,
+                                    constrains_json(params.llm.constrained, dialect_of(student)))
 
     def episode(lib: Any) -> Callable[[Any], Trajectory]:
         return task.episode_fn(policy=policy, library=lib, cfg=cfg, variant=get_variant("pf"), top_k=a.top_k,
@@ -226,7 +229,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
                                       replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
                                       temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
-                                      reply_format=reply_format_for(e.structured_output, params.llm.base_url is None),
+                                      reply_format=reply_format,
                                       gold={traj.qid: list(traj.answers)} if split == "train" else None)
         if not cand.declared:
             return [], [cand.parse_error]

@@ -12,16 +12,20 @@ failure kind goes through the same policy.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import openai
 
 from hasp.config import LLMParams, default_of
 import hasp.llm.cancel as cancel
+import hasp.llm.structured as structured
+
+log = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
 
@@ -35,12 +39,13 @@ class LLMError(RuntimeError):
     """A model call failed (after the retries that made sense); names the endpoint and model.
 
     ``kind`` says what failed: ``http <status>``, ``connection``, ``timeout``, ``non-JSON body``,
-    ``no choices``, ``deadline`` or ``config``."""
+    ``no choices``, ``deadline`` or ``config``; ``detail`` is what the endpoint said."""
 
     def __init__(self, message: str, *, endpoint: str = "", model: str = "", kind: str = "",
-                 attempts: int = 0) -> None:
+                 attempts: int = 0, detail: str = "") -> None:
         super().__init__(message)
         self.endpoint, self.model, self.kind, self.attempts = endpoint, model, kind, attempts
+        self.detail = detail
 
 
 class LLMDeadlineExceeded(LLMError):
@@ -82,6 +87,13 @@ class LLMConfig:
     #: fields every request carries beyond the OpenAI ones, e.g. llama.cpp's ``lora`` list that selects a
     #: trained checkpoint's adapters on a server holding several (``hasp.llm.llamacpp_server``)
     extra_body: dict[str, Any] | None = None
+    #: how the server takes a grammar or JSON schema (``hasp.llm.structured``): llamacpp, vllm or openai
+    dialect: str = "openai"
+
+    def __post_init__(self) -> None:
+        if self.dialect not in structured.DIALECTS:
+            raise ValueError(f"LLMConfig.dialect must be one of {', '.join(structured.DIALECTS)}, "
+                             f"not {self.dialect!r}")
 
     def api_key(self) -> str:
         if not self.api_key_env:
@@ -105,11 +117,15 @@ class ChatResult:
 
 @dataclass(frozen=True)
 class Usage:
-    """Cumulative totals over a client's lifetime."""
+    """Cumulative totals over a client's lifetime. ``constrained``: requests answered under the
+    grammar or JSON schema they asked for; ``constraint_fallbacks``: requests that asked for one and
+    were answered without it (the dialect cannot say it, or the endpoint refused it)."""
 
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    constrained: int = 0
+    constraint_fallbacks: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -130,17 +146,58 @@ class LLMClient:
         self._sem = threading.BoundedSemaphore(max(1, config.max_concurrency))
         self._lock = threading.Lock()
         self._usage = Usage()
+        self._refused: set[str] = set()  # constraints this endpoint refused: not sent again
+        self._warned: set[str] = set()   # constraint kinds whose fallback was logged as a warning
 
     @property
     def usage(self) -> Usage:
         with self._lock:
             return self._usage
 
+    @property
+    def dialect(self) -> str:
+        """How this endpoint takes a grammar or a JSON schema (``hasp.llm.structured``)."""
+        return self.config.dialect
+
+    @property
+    def constraint_fallbacks(self) -> int:
+        """Requests that asked for a grammar or JSON schema and were answered without it."""
+        return self.usage.constraint_fallbacks
+
     def chat(self, messages: Messages, *, temperature: float | None = None, max_tokens: int | None = None,
              stop: list[str] | None = None, seed: int | None = None,
-             response_format: dict[str, Any] | None = None) -> ChatResult:
+             response_format: dict[str, Any] | None = None, grammar: str | None = None,
+             json_schema: dict[str, Any] | None = None) -> ChatResult:
         """Send one chat completion; ``None`` arguments fall back to the config's defaults.
-        ``response_format`` (structured output, e.g. a JSON schema) is passed through as given."""
+
+        ``response_format`` is passed through as given (the caller handles a refusal). ``grammar``
+        (GBNF) or ``json_schema`` constrains decoding, encoded for the config's ``dialect``; when the
+        dialect cannot say it or the endpoint refuses it, the request goes out without it: one warning
+        per kind in the log, every such request counted in ``usage.constraint_fallbacks``."""
+        enc = structured.encode(self.config.dialect, grammar=grammar, json_schema=json_schema)
+        if enc.kind and response_format is not None:
+            raise ValueError("response_format and a grammar or JSON schema cannot go on one request")
+        kwargs = self._request(messages, temperature, max_tokens, stop, seed, response_format)
+        if not enc.kind:
+            return self._send(kwargs, stop)
+        if enc.dropped or enc.key in self._refused:
+            self._fell_back(enc, enc.dropped or "the endpoint refused it before")
+            return self._send(kwargs, stop)
+        try:
+            result = self._send(self._constrained(kwargs, enc), stop)
+        except LLMError as e:
+            if not structured.is_refusal(_status(e.kind), e.detail):
+                raise
+            with self._lock:
+                self._refused.add(enc.key)
+            self._fell_back(enc, f"{e.kind}: {e.detail}")
+            return self._send(kwargs, stop)
+        with self._lock:
+            self._usage = replace(self._usage, constrained=self._usage.constrained + 1)
+        return result
+
+    def _request(self, messages: Messages, temperature: float | None, max_tokens: int | None,
+                 stop: list[str] | None, seed: int | None, response_format: dict[str, Any] | None) -> dict[str, Any]:
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": cfg.model,
@@ -158,6 +215,30 @@ class LLMClient:
             kwargs["response_format"] = response_format
         if cfg.extra_body:
             kwargs["extra_body"] = dict(cfg.extra_body)
+        return kwargs
+
+    @staticmethod
+    def _constrained(kwargs: dict[str, Any], enc: structured.Encoded) -> dict[str, Any]:
+        out = dict(kwargs)
+        if enc.body:
+            out["extra_body"] = {**(kwargs.get("extra_body") or {}), **enc.body}
+        if enc.response_format is not None:
+            out["response_format"] = enc.response_format
+        return out
+
+    def _fell_back(self, enc: structured.Encoded, why: str) -> None:
+        """Count one unconstrained answer to a constrained request; warn the first time per kind."""
+        cfg = self.config
+        with self._lock:
+            self._usage = replace(self._usage, constraint_fallbacks=self._usage.constraint_fallbacks + 1)
+            first = enc.kind not in self._warned
+            self._warned.add(enc.kind)
+        (log.warning if first else log.debug)(
+            "LLM endpoint %s (model %r, dialect %s): %s not applied (%s); answering without it, counted in "
+            "usage.constraint_fallbacks", cfg.base_url, cfg.model, cfg.dialect, enc.kind, why[:300])
+
+    def _send(self, kwargs: dict[str, Any], stop: list[str] | None) -> ChatResult:
+        cfg = self.config
         t0 = time.perf_counter()
         end = cancel.deadline()
         self._wait_for(lambda: self._sem.acquire(timeout=cancel.POLL_S), end, "a free request slot")
@@ -177,7 +258,8 @@ class LLMClient:
         ct = resp.usage.completion_tokens if resp.usage else 0
         with self._lock:
             u = self._usage
-            self._usage = Usage(u.requests + 1, u.prompt_tokens + pt, u.completion_tokens + ct)
+            self._usage = replace(u, requests=u.requests + 1, prompt_tokens=u.prompt_tokens + pt,
+                                  completion_tokens=u.completion_tokens + ct)
         return ChatResult(text=text, prompt_tokens=pt, completion_tokens=ct, latency_s=latency)
 
     # ------------------------------------------------------------------ attempts, retries, waiting
@@ -202,7 +284,7 @@ class LLMClient:
         retried = f" after {attempts} attempts" if attempts > 1 else ""
         raise LLMError(f"LLM endpoint {cfg.base_url} (model {cfg.model!r}) failed{retried}: {last.kind}: "
                        f"{last.detail}", endpoint=cfg.base_url, model=cfg.model, kind=last.kind,
-                       attempts=attempts)
+                       attempts=attempts, detail=last.detail)
 
     def _attempt(self, kwargs: dict[str, Any], timeout: float) -> Any:
         """One request; every way it can fail becomes a ``_Failure`` saying whether to retry."""
@@ -296,6 +378,12 @@ class LLMClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _status(kind: str) -> int | None:
+    """The HTTP status of a failure kind ``http <status>``, else None."""
+    head, _, code = kind.partition(" ")
+    return int(code) if head == "http" and code.isdigit() else None
 
 
 def _raise(kind: str, detail: str, retryable: bool, retry_after_s: float | None = None) -> Any:

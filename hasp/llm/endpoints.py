@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hasp.config import EndpointParams, LLMParams
 from hasp.llm.client import LLMClient, LLMConfig
+from hasp.llm.structured import backend_dialect
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *,
         cfg = LLMConfig(base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
                         temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars,
-                        extra_body=extra_body)
+                        extra_body=extra_body, dialect=backend_dialect(llm.backend))
         with LLMClient(cfg) as client:
             yield client
     finally:

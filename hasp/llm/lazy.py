@@ -13,6 +13,7 @@ from typing import Any
 
 from hasp.config import LLMParams
 from hasp.llm.client import LLMClient, LLMConfig
+from hasp.llm.structured import backend_dialect
 
 
 class LazyPolicy:
@@ -44,6 +45,14 @@ class LazyPolicy:
     def endpoint(self) -> LLMConfig:
         """The endpoint of the (started) server, for episodes that run in other processes."""
         return self.client().endpoint()
+
+    @property
+    def dialect(self) -> str:
+        """The started client's dialect; before the start, the one ``llm.backend`` implies, so asking
+        whether to constrain a call does not boot the server."""
+        with self._lock:
+            client = self._client
+        return client.dialect if client is not None else backend_dialect(self._args["llm"].backend)
 
     def chat(self, messages: list[dict[str, str]], **kw: Any) -> Any:
         return self.client().chat(messages, **kw)

@@ -18,7 +18,7 @@ from hasp.agent.single_step import run_single_step, skills_prompt
 from hasp.agent.variants import Variant, get_variant
 from hasp.config import SandboxParams
 from hasp.domains.code.datasets import CodeItem
-from hasp.domains.code.task import extract_code, final_context, render_messages, score
+from hasp.domains.code.task import CODE_GRAMMAR, extract_code, final_context, render_messages, score
 from hasp.pf.base import Teacher
 from hasp.pf.library import SkillLibrary
 from hasp.records import Trajectory
@@ -78,7 +78,8 @@ def episode_fn(policy: Policy, library: SkillLibrary | None, cfg: AgentConfig, v
             extract=lambda text: split_completion(text, item.entry_point),
             scorer=lambda code: grade(item, code, timeout_s=timeout_s, allow_weaker=allow_weaker),
             ctx_builder=lambda thought, code: final_context(item, thought),
-            teacher=teacher, revise=revise, label=label, format_hint=FORMAT_HINT, score_steps=score_steps)
+            teacher=teacher, revise=revise, label=label, format_hint=FORMAT_HINT, score_steps=score_steps,
+            grammar=CODE_GRAMMAR)
 
     return run
 

@@ -4,6 +4,8 @@ FINAL action's argument; the PFs of ``skills/code`` look at it; the sandbox grad
 * ``render_messages(item)`` – chat messages for the policy.
 * ``extract_code(text)`` – the program inside a completion (```python fences, raw code,
   or a HumanEval-style indented body).
+* ``CODE_GRAMMAR`` – the reply format the prompt asks for (one ```python block) as GBNF, for
+  engines that constrain decoding.
 * ``build_program(item, code)`` – the complete program that is tested (HumanEval-style
   items keep their prompt as a prefix, so imports and helper functions stay defined).
 * ``score(item, completion)`` – extract, build, run the tests: a ``TestResult``.
@@ -23,6 +25,7 @@ from typing import Any
 
 from hasp.domains.code.datasets import CodeItem
 from hasp.domains.code.grade import run_tests
+from hasp.llm import gbnf
 from hasp.prompts import prompt, render
 from hasp.sandbox.program import TestResult
 
@@ -32,6 +35,14 @@ _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S | re.I)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.\-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
 _PY_LANGS = {"", "python", "py", "python3", "py3", "pycon", "ipython"}
 _CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@\w)", re.M)
+
+#: the whole reply is one ```python block (what the system prompt asks for): the code holds no
+#: triple backquote, so the block ``extract_code`` finds is this one; a reply cut by the token budget
+#: is an unterminated block, which ``extract_code`` also reads
+CODE_GRAMMAR = gbnf.rules({
+    "root": f'{gbnf.literal("```python" + chr(10))} code {gbnf.literal(chr(10) + "```")}',
+    "code": '([^`] | "`" [^`] | "``" [^`])*',
+})
 
 
 def render_messages(item: CodeItem, skills_text: str = "") -> list[dict[str, str]]:

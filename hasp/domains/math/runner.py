@@ -15,7 +15,7 @@ from hasp.records import Trajectory
 from hasp.agent.single_step import run_single_step, skills_prompt
 from hasp.agent.variants import Variant, get_variant
 from hasp.domains.math.datasets import MathItem
-from hasp.domains.math.task import build_messages, math_ctx, score, split_output_for
+from hasp.domains.math.task import answer_grammar, build_messages, math_ctx, score, split_output_for
 from hasp.pf.base import Teacher
 from hasp.pf.library import SkillLibrary
 
@@ -43,7 +43,8 @@ def episode_fn(policy: Policy, library: SkillLibrary | None, cfg: AgentConfig, v
             messages=build_messages(item, skills_text), policy=policy, pfs=pfs, variant=v, cfg=cfg,
             extract=extract, scorer=lambda answer: score(item, answer),
             ctx_builder=lambda thought, answer: math_ctx(item, thought, answer_format=fmt["last"]),
-            teacher=teacher, revise=revise, label=label, format_hint=FORMAT_HINT, score_steps=score_steps)
+            teacher=teacher, revise=revise, label=label, format_hint=FORMAT_HINT, score_steps=score_steps,
+            grammar=answer_grammar(cfg.max_tokens))
 
     return run
 

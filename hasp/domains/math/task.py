@@ -5,6 +5,7 @@ loop needs are plain functions so the loop can use them without a math-specific 
 
 * :func:`build_messages` — the chat prompt for one :class:`~hasp.domains.math.datasets.MathItem`;
 * :func:`split_output` — model text → (reasoning, proposed answer or None);
+* :func:`answer_grammar` — the same format as a GBNF grammar, for engines that constrain decoding;
 * :func:`math_ctx` — the step context the ``pre_final`` PFs read (``question``, ``thought``,
   ``kind``, ``numbers``, ``source``; never the gold answers);
 * :func:`pre_final` — run a math PF library on the proposed ``FINAL`` once;
@@ -16,18 +17,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from hasp.domains.math.answers import clean_answer, extract_final_answer, is_equivalent_any
 from hasp.domains.math.datasets import MathItem
 from hasp.domains.math.game24 import TARGET, Verdict, numbers_from_text, verify_expression
+from hasp.llm import gbnf
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.dispatcher import DispatchResult, Dispatcher
 from hasp.prompts import prompt
 
 __all__ = [
-    "MathEnvironment", "MathStepResult", "SYSTEM_PROMPT", "answer_of", "build_messages", "game24_numbers",
-    "bare_game24_answer", "math_ctx", "pre_final", "score", "split_output", "split_output_for", "verify_game24",
+    "MathEnvironment", "MathStepResult", "SYSTEM_PROMPT", "answer_grammar", "answer_of", "build_messages",
+    "game24_numbers", "bare_game24_answer", "math_ctx", "pre_final", "score", "split_output", "split_output_for",
+    "verify_game24",
 ]
 
 SYSTEM_PROMPT = prompt("hasp.domains.math", "task", "system")
@@ -53,6 +57,29 @@ def split_output(text: str | None) -> tuple[str, str | None]:
     thought = text[:starts[-1]] if starts else text
     thought = re.sub(r"^\s*Thought\s*:\s*", "", thought.strip(), flags=re.I).strip()
     return thought, answer
+
+
+#: longest answer the grammar admits (characters): a number or a short expression
+MAX_ANSWER_CHARS = 40
+#: reasoning characters the grammar admits per token of the reply budget: digits and symbols are
+#: often a token each, so fewer than prose, and the FINAL line must still fit after the reasoning
+REASONING_CHARS_PER_TOKEN = 1.5
+
+
+@lru_cache(maxsize=None)
+def answer_grammar(max_tokens: int) -> str:
+    """GBNF for one math reply: optional reasoning, then the line ``FINAL[answer]`` that ends it.
+
+    The reasoning has no square brackets, so the reply holds exactly one ``FINAL[`` and it is the
+    answer ``split_output`` reads; it is bounded so a reply of ``max_tokens`` tokens still reaches
+    its FINAL line. The answer is one line without brackets (a number or an expression)."""
+    reasoning = max(0, int(max_tokens * REASONING_CHARS_PER_TOKEN) - MAX_ANSWER_CHARS - len("\nFINAL[]"))
+    first, rest = gbnf.char_class("[] \n", negated=True), gbnf.char_class("[]\n", negated=True)
+    return gbnf.rules({
+        "root": f'(reasoning {gbnf.literal(chr(10))})? {gbnf.literal("FINAL[")} answer {gbnf.literal("]")}',
+        "reasoning": f'{gbnf.char_class("[]", negated=True)}{{1,{max(1, reasoning)}}}',
+        "answer": f"{first} {rest}{{0,{MAX_ANSWER_CHARS - 1}}}",
+    })
 
 
 _EQUATION_LINE = re.compile(r"^[^=\n]*=[^=\n]*$", re.M)
