@@ -13,6 +13,7 @@ settings run one after the other through one client, the constraint being a per-
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import tempfile
 import time
@@ -28,6 +29,12 @@ from results import Report  # noqa: E402 - bench/ is the script directory
 
 REPORT = Report("Constrained agent steps on llama.cpp")
 SETTINGS = ("off", "actions")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_setting(p: Params, policy: Any, task: Any, items: list[Any], library: Path, setting: str) -> dict[str, Any]:
@@ -71,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dialect", choices=("llamacpp", "vllm", "openai"), default=None,
                     help="request shape of the constraint (default: the client's, from llm.backend); for a "
                          "server at llm.base_url that the backend does not describe")
+    ap.add_argument("--port", type=int, default=0, help="loopback port of the server (0: a free one, so a server "
+                    "someone else runs on llm.port is neither reused nor stopped)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     a = ap.parse_args(argv)
     from hasp.domains.search.prepare import prepare_data
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_data(p, Path(tmp) / "data")
         task = SearchTask.load(Path(tmp) / "data")
         items = task.questions("test")[:a.questions]
-        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as served:
+        with policy_client(p.llm, max_tokens=p.agent.max_tokens, port=a.port or _free_port()) as served:
             policy = served if a.dialect is None else LLMClient(replace(served.endpoint(), dialect=a.dialect))
             for setting in SETTINGS:
                 rows[setting] = run_setting(p, policy, task, items, a.library, setting)

@@ -74,11 +74,11 @@ def test_lora_rank_rounds_up_and_a_too_small_setting_is_one_line(tmp_path: Path,
 
 
 def test_backend_and_rank_values_are_checked_at_load() -> None:
-    with pytest.raises(ParamsError, match=r"llm.backend: Input should be 'transformers' or 'vllm'"):
+    with pytest.raises(ParamsError, match=r"llm.backend: Input should be 'llamacpp', 'transformers' or 'vllm'"):
         load_params(ROOT / "params.yaml", {"llm.backend": "tgi"})
     with pytest.raises(ParamsError, match=r"llm.vllm.max_lora_rank: must be one of 1, 8, 16"):
         load_params(ROOT / "params.yaml", {"llm.backend": "vllm", "llm.vllm.max_lora_rank": 24})
-    assert load_params(ROOT / "params.yaml").llm.backend == "transformers"  # CPU default unchanged
+    assert load_params(ROOT / "params.yaml").llm.backend == "llamacpp"  # the CPU default
 
 
 @pytest.mark.skipif(not NO_VLLM, reason="vllm is installed here")
@@ -217,14 +217,15 @@ def test_sampler_on_vllm_without_base_url_uses_a_vllm_server_on_its_port(tmp_pat
 
 
 def test_sampler_on_transformers_keeps_the_merged_folder(tmp_path: Path, base: Path) -> None:
-    """The CPU default: ``transformers serve`` on the merged folder (the port reuse path of ensure_server)."""
+    """``llm.backend: transformers``: ``transformers serve`` on the merged folder (the port reuse path of ensure_server)."""
     from unittest import mock
 
     from hasp.train.sampler import served_policy
 
     merged = _round(tmp_path, base) / "merged"
     with mock.patch("hasp.llm.server.ensure_server", return_value=("http://127.0.0.1:1/v1", str(merged), None)) as es:
-        with served_policy(Params(), RolloutParams(), port=1)(merged):
+        p = Params().model_copy(update={"llm": Params().llm.model_copy(update={"backend": "transformers"})})
+        with served_policy(p, RolloutParams(), port=1)(merged):
             pass
     assert Path(es.call_args.args[0]) == merged
 
@@ -246,7 +247,7 @@ def test_transformers_serve_kv_cache_comes_from_params(tmp_path: Path, monkeypat
     monkeypatch.setattr(server.LocalModelServer, "stop", lambda self: None)
     for sets in ({}, {"llm.transformers.num_blocks": 512, "llm.transformers.page_size": 32,
                       "llm.transformers.max_batch_tokens": 2048}):
-        llm = load_params(ROOT / "params.yaml", sets).llm
+        llm = load_params(ROOT / "params.yaml", {"llm.backend": "transformers", **sets}).llm
         with policy_client(llm, model_dir=tmp_path, port=1, max_tokens=8):
             pass
     default, tuned = commands
@@ -297,4 +298,4 @@ def test_params_command_writes_the_gpu_stack_params(tmp_path: Path, capsys: pyte
     capsys.readouterr()
     assert main(["params", "--params", str(ROOT / "params.yaml"), "--out", str(out), "--set", "llm.backend=tgi"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: {ROOT / 'params.yaml'}: llm.backend: Input should be 'transformers' or 'vllm'"]
+        f"error: {ROOT / 'params.yaml'}: llm.backend: Input should be 'llamacpp', 'transformers' or 'vllm'"]

