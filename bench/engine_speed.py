@@ -99,7 +99,7 @@ def run_episodes(p: Params, data: Path, library: Path, n: int, concurrency: int)
         lib.close()
     steps = sum(len(t.steps) for t in trajs)
     return {"episodes": len(trajs), "wall_s": wall, "episodes_per_s": len(trajs) / wall, "steps": steps,
-            "s_per_step": wall * concurrency / max(1, steps) if concurrency == 1 else wall / max(1, steps),
+            "s_per_step": wall / max(1, steps),
             "em": sum(t.em for t in trajs), "answers": [t.prediction for t in trajs],
             "llm_s_per_step": sum(s.llm_s for t in trajs for s in t.steps) / max(1, steps),
             "step_s_per_step": sum(s.step_s for t in trajs for s in t.steps) / max(1, steps),
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         REPORT.line(f"{engine:<14}{c:>10}{r['wall_s']:>9.1f}{r['episodes_per_s']:>8.3f}{r['steps']:>7}"
                     f"{r['s_per_step']:>8.2f}{r['llm_s_per_step']:>9.2f}{r['step_s_per_step']:>8.2f}{r['em']:>5.0f}"
                     f"{r['parse_errors']:>10}{r['peak_rss_mb']:>13.0f}")
-    REPORT.line("s/step: wall per step (one in flight: wall x 1 / steps); model s / step s: mean time of a step's "
+    REPORT.line("s/step: wall / steps; model s / step s: mean time of a step's "
                 "model call / of the whole step (model, PFs, tools) as the trajectories record them")
     by = {(e, c): r for e, c, r in rows}
     for c in levels:

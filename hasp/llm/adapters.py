@@ -94,6 +94,18 @@ def adapter_checkpoint(adapter: Path, name: str | None = None) -> Checkpoint:
     return Checkpoint(base=base, adapter=adapter, name=name or adapter_name(adapter))
 
 
+def adapter_folder_of(path: Path) -> Path | None:
+    """The PEFT adapter a folder names: itself when it is one, the ``adapter`` beside a training ``merged``
+    folder, else None (a plain model folder)."""
+    path = Path(path)
+    if (path / ADAPTER_CONFIG).is_file():
+        return path.resolve()
+    sibling = path.parent / "adapter"
+    if path.name == "merged" and (sibling / ADAPTER_CONFIG).is_file():
+        return sibling.resolve()
+    return None
+
+
 def resolve_checkpoint(folder: Path | str) -> Checkpoint:
     """What vLLM should serve for a folder that training or the caller names.
 
@@ -101,11 +113,9 @@ def resolve_checkpoint(folder: Path | str) -> Checkpoint:
     ``adapter`` beside it (no merge needed); any other model folder (the base of round 0, the embedded
     model) or hub name is served as itself."""
     path = Path(folder)
-    if (path / ADAPTER_CONFIG).is_file():
-        return adapter_checkpoint(path)
-    sibling = path.parent / "adapter"
-    if path.name == "merged" and (sibling / ADAPTER_CONFIG).is_file():
-        return adapter_checkpoint(sibling)
+    adapter = adapter_folder_of(path)
+    if adapter is not None:
+        return adapter_checkpoint(adapter)
     return Checkpoint(base=str(path.resolve()) if path.exists() else str(folder))
 
 

@@ -27,16 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hasp.config import LlamaCppParams
-from hasp.llm.adapters import ADAPTER_CONFIG, AdapterError, read_adapter_config
-from hasp.llm.server import LocalModelServer, _http
+from hasp.llm.adapters import ADAPTER_CONFIG, AdapterError, adapter_folder_of, read_adapter_config
+from hasp.llm.server import LocalModelServer, ServeError, _http
 
 GGUF_MAGIC = b"GGUF"
 #: longest adapter chain followed (a loop of adapters naming each other as base is an error, not a hang)
 MAX_CHAIN = 32
-
-
-class ServeError(RuntimeError):
-    """What cannot be served as asked; the message is one line naming the file or setting."""
 
 
 @dataclass(frozen=True)
@@ -46,16 +42,6 @@ class GGUFCheckpoint:
     gguf: Path
     adapters: tuple[Path, ...] = ()
     lora_files: tuple[Path, ...] = field(default=(), compare=False)
-
-    @property
-    def name(self) -> str:
-        """The ``model`` a client sends: readable, and distinct for each chain of adapters."""
-        if not self.adapters:
-            return self.gguf.stem
-        top = self.adapters[-1]
-        stem = "-".join(p for p in top.parts[-3:-1] if p not in ("/",)) or top.name
-        digest = hashlib.sha256("\0".join(map(str, self.adapters)).encode()).hexdigest()[:8]
-        return f"{stem}-{digest}"
 
     def lora_request(self) -> list[dict[str, float | int]]:
         """llama.cpp's per-request ``lora`` list: every adapter of the chain at scale 1."""
@@ -131,7 +117,7 @@ def adapter_chain(folder: Path) -> tuple[Path | None, tuple[Path, ...]]:
     chain: list[Path] = []
     current: Path | None = Path(folder)
     while current is not None:
-        adapter = _adapter_of(current)
+        adapter = adapter_folder_of(current)
         if adapter is None:
             return current.resolve(), tuple(reversed(chain))
         if adapter in chain or len(chain) >= MAX_CHAIN:
@@ -145,15 +131,6 @@ def adapter_chain(folder: Path) -> tuple[Path | None, tuple[Path, ...]]:
                                "here; llama.cpp needs the base model's folder or GGUF on this machine")
         current = Path(base)
     return None, tuple(reversed(chain))
-
-
-def _adapter_of(path: Path) -> Path | None:
-    if (path / ADAPTER_CONFIG).is_file():
-        return path.resolve()
-    sibling = path.parent / "adapter"
-    if path.name == "merged" and (sibling / ADAPTER_CONFIG).is_file():
-        return sibling.resolve()
-    return None
 
 
 def resolve_gguf_checkpoint(folder: Path | None, configured_gguf: str | None) -> GGUFCheckpoint:

@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 PROBE_MODEL = "__hasp_probe__"
 
 
+class ServeError(RuntimeError):
+    """A model server that cannot serve what was asked; the message is one line naming the file or setting."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """An ephemeral port that was free a moment ago (tests start servers on these)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -30,15 +30,11 @@ from pathlib import Path
 
 from hasp.config import VLLMParams
 from hasp.llm.adapters import Checkpoint, lora_rank_for
-from hasp.llm.server import LocalModelServer, _http
+from hasp.llm.server import LocalModelServer, ServeError, _http
 
 log = logging.getLogger(__name__)
 
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
-
-
-class ServeError(RuntimeError):
-    """A model server that cannot serve what was asked; the message is one line."""
 
 
 def vllm_launcher(settings: VLLMParams) -> list[str]:
