@@ -48,6 +48,7 @@ from hasp.sandbox.worker import SandboxRefused
 Status = Literal["passed", "failed", "timeout", "error", "killed"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "timeout", "error", "killed")
 DRIVER = "hasp.sandbox.program_driver"
+PROGRAM_DRIVER = "hasp.sandbox.program_solution"
 
 MAX_DETAIL_CHARS = 2000
 OUTPUT_TAIL_BYTES = 4000
@@ -122,11 +123,42 @@ def _judge(verdict: dict[str, Any] | None, timed_out: bool, rc: int | None, time
                       + (f"; output tail:\n{tail}" if tail else ""), elapsed, output=output)
 
 
-def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeout_s: float = 10.0,
-                memory_mb: int = 512, fsize_mb: int = 16, nofile: int = 64, netns: bool = True,
-                landlock: bool = True, seccomp: bool = True, setuid: bool = True,
+def _start(driver: str, workdir: str, python: str | None, out: IO[bytes], fds: tuple[int, ...], seed: int
+           ) -> subprocess.Popen[bytes]:
+    return spawn.start(driver, workdir, python=python, stdout=out, stderr=subprocess.STDOUT, pass_fds=fds,
+                       hash_seed=seed)
+
+
+def _stop(proc: subprocess.Popen[bytes] | None) -> int | None:
+    if proc is None:
+        return None
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - unkillable?
+        return None
+
+
+def _program_stopped(r: TestResult, rc: int | None) -> TestResult:
+    """A checker verdict that the program's process stopped, told by that process's exit status."""
+    if rc is not None and rc != 0:
+        why = _judge(None, False, rc, 0, r.elapsed_s, r.output)
+        return TestResult(False, why.status, why.detail, r.elapsed_s, r.protections, r.output)
+    return TestResult(False, "error", "the process exited (code 0) before the tests finished", r.elapsed_s,
+                      r.protections, r.output)
+
+
+def run_program(solution_code: str, tests: str, entry_point: str = "", *, prefix: str = "",
+                timeout_s: float = 10.0, memory_mb: int = 512, fsize_mb: int = 16, nofile: int = 64,
+                netns: bool = True, landlock: bool = True, seccomp: bool = True, setuid: bool = True,
                 python: str | None = None, allow_weaker: bool = False, _probe: bool = False) -> TestResult:
-    """Execute ``solution_code`` then ``tests`` (same namespace) in the sandbox.
+    """Execute ``solution_code`` in one sandboxed process and ``prefix`` (the problem's own code,
+    trusted) then ``tests`` in another, the tests seeing the program's globals as the checker's
+    driver describes (``hasp.sandbox.program_driver``).
 
     ``entry_point`` (optional) must be defined by the solution. The switches turn
     single layers off (for tests that show the other layers hold); keep the defaults.
@@ -134,48 +166,76 @@ def run_program(solution_code: str, tests: str, entry_point: str = "", *, timeou
     the detail one line naming it) unless ``allow_weaker``; the result's protections
     then list the missing layers under ``weaker``."""
     t0 = time.perf_counter()
-    workdir = spawn.make_workdir("hasp_code_", setuid=setuid)
     nonce = secrets.token_hex(16)
     cpu_s = max(1, math.ceil(timeout_s) + 1)
-    spec = spawn.lockdown_spec(
-        workdir, memory_mb=memory_mb, cpu_s=(cpu_s, cpu_s + 1), fsize_bytes=fsize_mb * 1024 * 1024,
-        nofile=nofile, netns=netns, setuid=setuid, landlock=landlock,
-        pdeathsig=True, import_roots_via_fd=True,
-        seccomp_profile=_seccomp.PROGRAM_STRICT_PROFILE if seccomp else None,
-        seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None, allow_weaker=allow_weaker)
     timed_out = False
-    rc: int | None = None
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as res:
-        job = {"solution": solution_code, "tests": tests, "entry_point": entry_point, "nonce": nonce,
-               "result_fd": res.fileno(), "probe": _probe}
-        try:
-            proc = spawn.start(DRIVER, workdir, python=python, stdout=out, stderr=subprocess.STDOUT,
-                               pass_fds=(res.fileno(),))
-        except OSError as e:
-            spawn.remove_workdir(workdir)
-            return TestResult(False, "error", f"cannot start the sandbox: {e}", time.perf_counter() - t0)
-        try:
+    rc = prog_rc = None
+    procs: dict[str, subprocess.Popen[bytes] | None] = {"checker": None, "program": None}
+    dirs = {k: spawn.make_workdir("hasp_code_", setuid=setuid) for k in procs}
+    pipes: list[int] = []
+    try:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as res:
+            req_r, req_w = os.pipe()
+            ans_r, ans_w = os.pipe()
+            pipes += [req_r, req_w, ans_r, ans_w]
+            jobs = {"checker": {"tests": tests, "prefix": prefix, "entry_point": entry_point, "nonce": nonce,
+                                "result_fd": res.fileno(), "requests_fd": req_w, "answers_fd": ans_r,
+                                "probe": _probe},
+                    "program": {"solution": solution_code, "requests_fd": req_r, "answers_fd": ans_w,
+                                "probe": _probe}}
+            fds = {"checker": (res.fileno(), req_w, ans_r), "program": (req_r, ans_w)}
             try:
-                proc.communicate(spawn.first_line(spec, job), timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            except (BrokenPipeError, OSError):
-                pass  # died before reading its job; rc tells why
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                if proc.stdin is not None:
-                    proc.stdin.close()
-            try:
-                rc = proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable?
-                rc = None
-        elapsed = time.perf_counter() - t0
-        output = _read_tail(out, OUTPUT_TAIL_BYTES)
-        verdict = _parse_verdict(_read_tail(res, 64 * 1024), nonce)
-    spawn.remove_workdir(workdir)
-    return _judge(verdict, timed_out, rc, timeout_s, elapsed, output)
+                seed = secrets.randbelow(2**32)  # one set order for both sides, a new one every run
+                for k, driver in (("program", PROGRAM_DRIVER), ("checker", DRIVER)):
+                    procs[k] = _start(driver, dirs[k], python, out, fds[k], seed)
+            except OSError as e:
+                return TestResult(False, "error", f"cannot start the sandbox: {e}", time.perf_counter() - t0)
+            finally:
+                for fd in pipes:  # only the children hold the channel, so either end sees the other stop
+                    os.close(fd)
+                pipes.clear()
+            for k in ("program", "checker"):
+                spec = spawn.lockdown_spec(
+                    dirs[k], memory_mb=memory_mb, cpu_s=(cpu_s, cpu_s + 1), fsize_bytes=fsize_mb * 1024 * 1024,
+                    nofile=nofile, netns=netns, setuid=setuid, landlock="program" if landlock else False,
+                    pdeathsig=True, import_roots_via_fd=True,
+                    seccomp_profile=_seccomp.PROGRAM_STRICT_PROFILE if seccomp else None,
+                    seccomp_with_landlock=_seccomp.PROGRAM_PROFILE if seccomp else None,
+                    allow_weaker=allow_weaker)
+                proc = procs[k]
+                assert proc is not None
+                try:
+                    if k == "program":
+                        assert proc.stdin is not None
+                        proc.stdin.write(spawn.first_line(spec, jobs[k]))
+                        proc.stdin.close()
+                    else:
+                        proc.communicate(spawn.first_line(spec, jobs[k]),
+                                         timeout=max(0.1, timeout_s - (time.perf_counter() - t0)))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                except (BrokenPipeError, OSError):
+                    pass  # died before reading its job; rc tells why
+            rc, prog_rc = _stop(procs["checker"]), _stop(procs["program"])
+            procs = {}
+            elapsed = time.perf_counter() - t0
+            output = _read_tail(out, OUTPUT_TAIL_BYTES)
+            verdict = _parse_verdict(_read_tail(res, 64 * 1024), nonce)
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+        for fd in pipes:
+            os.close(fd)
+        for d in dirs.values():
+            spawn.remove_workdir(d)
+    if verdict is None and rc == REFUSED_EXIT or verdict is not None and verdict.get("program_gone") \
+            and prog_rc == REFUSED_EXIT:
+        rc = REFUSED_EXIT
+        verdict = None
+    r = _judge(verdict, timed_out, rc, timeout_s, elapsed, output)
+    if verdict is not None and verdict.get("program_gone"):
+        r = _program_stopped(r, prog_rc)
+    return r
 
 
 def probe_protections(**kw: Any) -> dict[str, Any]:

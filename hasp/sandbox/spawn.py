@@ -164,11 +164,20 @@ def first_line(lockdown: dict[str, Any], job: dict[str, Any]) -> bytes:
 
 def start(driver: str, workdir: str, *, python: str | None = None, stdout: int | IO[Any] = subprocess.PIPE,
           stderr: int | IO[Any] = subprocess.PIPE, pass_fds: tuple[int, ...] = (),
-          bufsize: int = -1) -> subprocess.Popen[bytes]:
-    """Start ``child.py <driver>`` in its own session (raises OSError)."""
+          bufsize: int = -1, hash_seed: int | None = None) -> subprocess.Popen[bytes]:
+    """Start ``child.py <driver>`` in its own session (raises OSError).
+
+    ``hash_seed`` gives children that compare each other's values (the program under test and
+    its checker) one string-hash order, so a set both build iterates alike; ``-I`` would ignore
+    it, so those start with ``-s`` instead, which is the same here: the environment is built
+    from nothing and the child drops its script directory from ``sys.path`` itself."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
            "TMPDIR": workdir}
-    return subprocess.Popen([python or sys.executable, "-I", "-B", CHILD_PATH, driver],
+    flags = ["-I"]
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = str(hash_seed)
+        flags = ["-s"]
+    return subprocess.Popen([python or sys.executable, *flags, "-B", CHILD_PATH, driver],
                             stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env, cwd=workdir,
                             start_new_session=True, close_fds=True, pass_fds=pass_fds, bufsize=bufsize)
 
