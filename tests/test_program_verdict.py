@@ -189,3 +189,34 @@ def test_only_the_standard_library_is_importable():
            "    Y = 'refused'\ndef f(x):\n    return x * x\n"
     r = run_program(code, TESTS + "assert Y == 'refused', Y\n", "f")
     assert r.passed, r.detail
+
+
+def test_program_objects_work_through_the_channel():
+    """What the tests build with the program's classes, pass to it, or compare stays usable."""
+    code = textwrap.dedent("""
+        class Node:
+            def __init__(self, v):
+                self.v, self.left = v, None
+        def depth(n):
+            return 0 if n is None else 1 + depth(n.left)
+        def pick(xs, t):
+            return [x for x in xs if isinstance(x, t)]
+        def common(a, b):
+            return tuple(set(a) & set(b))
+        def gen(n):
+            return (i * i for i in range(n))
+        LIMIT = {"k": (1, 2.5, None), "s": frozenset({b"x"})}
+    """)
+    tests = textwrap.dedent("""
+        root = Node(1)
+        root.left = Node(2)
+        root.left.left = Node(3)
+        assert depth(root) == 3 and root.left.v == 2
+        assert pick([1, "a", 2.5], int) == [1]
+        a, b = ["x%d" % i for i in range(40)], ["x%d" % i for i in range(20, 60)]
+        assert common(a, b) == tuple(set(a) & set(b))
+        assert list(gen(4)) == [0, 1, 4, 9]
+        assert LIMIT == {"k": (1, 2.5, None), "s": frozenset({b"x"})}
+    """)
+    r = run_program(code, tests, "depth")
+    assert r.passed, r.detail

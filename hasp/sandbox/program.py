@@ -1,29 +1,35 @@
-"""Run an untrusted program and its tests in a locked-down child process.
+"""Run an untrusted program and its tests in two locked-down child processes.
 
-``run_program(solution, tests, entry_point)`` starts the child with the
-program driver (``hasp.sandbox.program_driver``) and judges the outcome. The
-child gets every layer of ``hasp.sandbox.lockdown``: a network namespace,
+``run_program(solution, tests, entry_point, prefix=...)`` starts two children through
+``hasp.sandbox.spawn``: the program's process (``hasp.sandbox.program_solution``), which defines
+the program and answers calls into it, and the checker (``hasp.sandbox.program_driver``), which
+runs the problem's own code and the tests against the program's globals over a pair of pipes
+and alone writes the verdict, to a private fd, tagged with the run's nonce. The program's
+process never holds the tests, the expected values, the nonce or that fd, and the checker never
+runs the program's code; why this and not hooks inside one interpreter is in the checker's
+docstring. Both get one random string-hash seed per run, so a set iterates alike on both sides.
+
+Each child gets every layer of ``hasp.sandbox.lockdown``: a network namespace,
 rlimits (address space ``memory_mb``; CPU seconds timeout + 1, so the kernel
 stops a runaway even if the host is gone; FSIZE, NOFILE, CORE=0, NPROC=0), uid
 ``nobody`` when root (import roots kept through ``O_PATH`` handles), a
-parent-death signal, no_new_privs, not dumpable, Landlock (writes only beneath
-its temp dir) and a seccomp allow-list from the same builder as the PF worker's
-(``hasp.sandbox.seccomp``: what an interpreter running stdlib code needs; no
-fork/clone/exec, sockets, signals to others, ptrace, SysV IPC, mounts, namespaces,
-chmod/chown/utime...; without Landlock no file writes at all). Every layer asked for
-is required: one that cannot be installed is a refusal (status ``error``, one line)
-unless ``allow_weaker``, the user's recorded opt-in. The host adds
-its own session (the wall-clock timeout SIGKILLs the whole group, and the
-group is killed after every run anyway) and a fresh temp dir, removed afterwards.
+parent-death signal, no_new_privs, not dumpable, Landlock (reads of the standard
+library, the interpreter's shared libraries and its temp dir, writes only beneath
+its temp dir: ``hasp.sandbox.landlock.confine_program``) and a seccomp allow-list from
+the same builder as the PF worker's (``hasp.sandbox.seccomp``: what an interpreter running
+stdlib code needs; no fork/clone/exec, sockets, signals to others, ptrace, SysV IPC, mounts,
+namespaces, chmod/chown/utime...; without Landlock no file writes at all). Every layer asked
+for is required: one that cannot be installed is a refusal (status ``error``, one line)
+unless ``allow_weaker``, the user's recorded opt-in. A kernel without Landlock therefore
+refuses by default, and under the opt-in the program can read every world-readable file
+(``weaker`` names the layer). The host gives each child its own session and temp dir; the
+wall-clock timeout SIGKILLs both groups, which are killed after every run anyway, and the
+dirs are removed.
 
 Threads and subprocesses are not available to the program (NPROC=0, no clone).
 A verdict only counts when it carries the run's nonce. ``timeout`` (wall clock)
-and ``killed`` by a signal are decided here from the exit status.
-
-Not a defence against code that deliberately attacks the grader from inside the
-same interpreter (monkeypatching the test helpers, reading the nonce out of the
-driver's memory): that needs the tests in a separate process and is out of scope
-for benchmark grading; the OS layers are what protect the host.
+and ``killed`` by a signal are decided here from the exit status; when the checker reports
+that the program's process stopped, that process's exit status names why.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ fd, and the checker never runs a line of the program's code:
 
 * every global the tests read that the program defines is bound to what the program's process
   sends: plain data by value (exact builtin types, so no always-equal object) or a handle whose
-  calls, attribute reads and iteration are requests to the program (``hasp.sandbox.program_wire``);
+  calls, attribute reads and writes, and iteration are requests to the program (``hasp.sandbox.program_wire``);
 * names of builtins and names the problem's own code defines (``poly`` for HumanEval/32) are never
   taken from the program; a module the program imported is imported here from the standard library;
 * whatever the program raises comes back as a builtin exception of the same kind;
@@ -183,7 +183,8 @@ class _Handle:
     """An object that lives in the program's process; operations on it are requests."""
 
     def __init__(self, n: int, kind: str) -> None:
-        self._n, self._kind = n, kind
+        object.__setattr__(self, "_n", n)
+        object.__setattr__(self, "_kind", kind)
 
     def _ask(self, op: str, *args: Any, **extra: Any) -> Any:
         assert _PROGRAM is not None
@@ -196,6 +197,9 @@ class _Handle:
         if name.startswith("__"):
             raise AttributeError(name)
         return self._ask("getattr", name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._ask("setattr", name, value)
 
     def __iter__(self) -> Any:
         return self._ask("iter")

@@ -63,7 +63,7 @@ class _Server:
         self.objs: list[Any] = []
         self.g: dict[str, Any] = {"__name__": "__solution__", "__builtins__": builtins}
         self.ops: dict[str, Callable[..., Any]] = {
-            "call": lambda o, *a, **k: o(*a, **k), "getattr": getattr, "iter": iter, "next": next,
+            "call": lambda o, *a, **k: o(*a, **k), "getattr": getattr, "setattr": setattr, "iter": iter, "next": next,
             "len": len, "bool": bool, "getitem": lambda o, k: o[k], "contains": lambda o, x: x in o,
             "eq": lambda o, x: o == x}
 

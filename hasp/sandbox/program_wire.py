@@ -5,7 +5,7 @@ cross a pipe. Only plain data crosses by value, rebuilt on the other side from t
 types: ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``bytearray``,
 ``list``, ``tuple``, ``dict``, ``set``, ``frozenset``. A subclass of one of them is sent as its
 base value, read through the base type's own methods, so an ``int`` subclass whose ``__eq__``
-says yes to everything arrives as a plain ``int``. A module crosses by its name. Anything else
+says yes to everything arrives as a plain ``int``. A module crosses by its name, a builtin type or function (``int``, ``len``) as itself. Anything else
 (a function, a class, an instance of the program's own class) stays where it lives and crosses as
 a numbered handle, which the holder answers operations on.
 
@@ -15,6 +15,7 @@ accepts only the tags below; an unknown tag is a ``ValueError``.
 
 from __future__ import annotations
 
+import builtins
 import json
 
 TYPE_CHECKING = False
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # typing is not imported at run time: every program run pays 
 MAX_LINE = 16 * 1024 * 1024
 MAX_DEPTH = 200
 _SAFE_INT = 1 << 53
+_BUILTIN_FUNCTION = type(len)
 
 
 def type_name(v: object) -> str:
@@ -69,6 +71,10 @@ def encode(v: Any, handle: Callable[[Any], int], depth: int = 0) -> Any:
         name = v.__dict__.get("__name__")
         if type(name) is str:
             return {"m": name}
+    if t is type or t is _BUILTIN_FUNCTION:
+        name = type.__dict__["__name__"].__get__(v) if t is type else v.__name__
+        if getattr(builtins, name, None) is v:
+            return {"B": name}
     return {"h": handle(v), "r": type_name(v)}
 
 
@@ -98,6 +104,8 @@ def decode(x: Any, resolve: Callable[[int, str], Any], module: Callable[[str], A
         return {decode(k, resolve, module, sub): decode(e, resolve, module, sub) for k, e in val}
     if tag == "m" and type(val) is str:
         return module(val)
+    if tag == "B" and type(val) is str and type(getattr(builtins, val, None)) in (type, _BUILTIN_FUNCTION):
+        return getattr(builtins, val)
     if tag == "h" and type(val) is int and rest and rest[0][0] == "r" and type(rest[0][1]) is str:
         return resolve(val, rest[0][1][:80])
     if tag == "h" and type(val) is int and not rest:
