@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hasp.domains.code import load_humaneval, run_program, run_tests
+from hasp.domains.code import CodeItem, load_humaneval, run_program, run_tests
+from hasp.domains.code.runner import grade
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,7 +176,8 @@ def test_a_host_file_never_reaches_the_feedback(tmp_path):
                     raise ValueError(DATA)
             """)
             r = run_program(code, TESTS, "f")
-            blob = json.dumps(r.to_dict())
+            _, feedback = grade(CodeItem("t", "", "f", TESTS), code)  # what a trajectory stores
+            blob = json.dumps([r.to_dict(), feedback])
             assert not r.passed
             assert secret not in blob and t.read_text()[:60] not in blob, (t, r.detail)
             assert "PermissionError" in r.detail, r.detail

@@ -1,23 +1,24 @@
 """Landlock: confine a child's file access to its private directory (and, for reads, the stdlib).
 
-Where the kernel has Landlock, a program under test may read, write, create and
-remove files beneath its own temp dir, read and write ``/dev/null``, read the
-standard library (not its ``site-packages``) and the shared libraries the
-interpreter loads (``confine_program``), and touch nothing else: a world-readable
-host file, the project's tree or an installed package cannot be opened. Every
-right involved exists from ABI 1; from ABI 4 TCP bind/connect are refused and from ABI 6 signals and
-abstract unix sockets are scoped to the sandbox. The seccomp profile is then
-the lighter one (``PROGRAM_PROFILE``); without Landlock the strict profile
-makes even the temp dir read-only.
+Where the kernel has Landlock, a program under test (and the checker that runs its
+tests) may read, write, create and remove files beneath its own temp dir, read and
+write ``/dev/null``, read the standard library (not its ``site-packages``) and the
+directories of the shared libraries the interpreter loads (``confine_program``),
+and open nothing else: a world-readable host file, the project's tree or an
+installed package cannot be read. Every file right involved exists from ABI 1;
+from ABI 4 TCP bind/connect are refused and from ABI 6 signals and abstract unix
+sockets are scoped to the sandbox. The seccomp profile is then the lighter one
+(``PROGRAM_PROFILE``); without Landlock the strict profile makes even the temp dir
+read-only, but nothing stops a read, hence the next paragraph but one.
 
 A PF worker needs no file at all once it is set up, so ``deny_all_files`` handles every
 filesystem right (reading included) and grants none: even code that got past the static
 policy and the restricted runtime cannot open a file, and from ABI 6 cannot signal a
 process outside its own Landlock domain.
 
-Both children always ask for Landlock: on a kernel without it the layer is missing like
+Every child always asks for Landlock: on a kernel without it the layer is missing like
 any other (the child refuses, or records it under ``sandbox.allow_weaker``), because
-without it a worker running as ``nobody`` can still read every world-readable file.
+without it a child running as ``nobody`` can still read every world-readable file.
 """
 
 from __future__ import annotations
@@ -172,8 +173,11 @@ def confine_program(workdir: str, plan: dict[str, Any], prot: dict) -> int:
         add(os.open(os.devnull, os.O_PATH | os.O_CLOEXEC), _FS_DEVNULL_RIGHTS | _READ_FILE, os.devnull)
         add(os.dup(stdlib_fd), _READ_DIR, plan["stdlib"])
         for name, is_dir in plan["entries"]:
-            add(os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=stdlib_fd), _READ_FILE | (_READ_DIR if is_dir else 0),
-                name)
+            try:
+                pfd = os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=stdlib_fd)
+            except FileNotFoundError:  # a dangling link: nothing to read there
+                continue
+            add(pfd, _READ_FILE | (_READ_DIR if is_dir else 0), name)
         for path, rights in plan["paths"]:
             add(os.open(path, os.O_PATH | os.O_CLOEXEC), rights, path)
 
@@ -182,4 +186,5 @@ def confine_program(workdir: str, plan: dict[str, Any], prot: dict) -> int:
     finally:
         os.close(stdlib_fd)
     prot["landlock_files"] = "workdir, stdlib"
+    prot["landlock_reads"] = [plan["stdlib"] + " (not site-packages)"] + [p for p, _ in plan["paths"]]
     return level
