@@ -49,14 +49,16 @@ def _b64(profile: seccomp.Profile) -> str:
 
 def lockdown_spec(workdir: str, *, memory_mb: int, cpu_s: tuple[int, int], fsize_bytes: int, nofile: int,
                   cpu_from_now: bool = False, netns: bool = True, setuid: bool = True,
-                  landlock: bool | str = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
+                  landlock: str | bool = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
                   seccomp_profile: seccomp.Profile | None = None,
                   seccomp_with_landlock: seccomp.Profile | None = None,
                   allow_weaker: bool = False) -> dict[str, Any]:
     """The JSON the child's ``lockdown.apply`` reads. A layer left out is not applied;
     ``seccomp_with_landlock`` replaces ``seccomp_profile`` once Landlock is active. Every
     layer asked for is required: the child refuses to run when one cannot be installed,
-    unless ``allow_weaker`` (the user's explicit opt-in), which the child then records."""
+    unless ``allow_weaker`` (the user's explicit opt-in), which the child then records.
+    ``landlock`` is ``"no_files"`` (a PF worker) or ``"program"`` (a program under test and its
+    checker); see ``hasp.sandbox.lockdown``."""
     spec: dict[str, Any] = {
         "host_uid": os.getuid(), "allow_weaker": bool(allow_weaker),
         "require_seccomp": seccomp_profile is not None,
