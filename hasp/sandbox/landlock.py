@@ -1,20 +1,24 @@
-"""Landlock: confine file writes to the child's private directory.
+"""Landlock: confine a child's file access to its private directory (and, for reads, the stdlib).
 
-Where the kernel has Landlock, a program under test may write, create and
-remove files beneath its own temp dir (and write ``/dev/null``) and nowhere
-else; from ABI 4 TCP bind/connect are refused and from ABI 6 signals and
-abstract unix sockets are scoped to the sandbox. The seccomp profile is then
-the lighter one (``PROGRAM_PROFILE``); without Landlock the strict profile
-makes even the temp dir read-only.
+Where the kernel has Landlock, a program under test (and the checker that runs its
+tests) may read, write, create and remove files beneath its own temp dir, read and
+write ``/dev/null``, read the standard library (not its ``site-packages``) and the
+directories of the shared libraries the interpreter loads (``confine_program``),
+and open nothing else: a world-readable host file, the project's tree or an
+installed package cannot be read. Every file right involved exists from ABI 1;
+from ABI 4 TCP bind/connect are refused and from ABI 6 signals and abstract unix
+sockets are scoped to the sandbox. The seccomp profile is then the lighter one
+(``PROGRAM_PROFILE``); without Landlock the strict profile makes even the temp dir
+read-only, but nothing stops a read, hence the next paragraph but one.
 
 A PF worker needs no file at all once it is set up, so ``deny_all_files`` handles every
 filesystem right (reading included) and grants none: even code that got past the static
 policy and the restricted runtime cannot open a file, and from ABI 6 cannot signal a
 process outside its own Landlock domain.
 
-Both children always ask for Landlock: on a kernel without it the layer is missing like
+Every child always asks for Landlock: on a kernel without it the layer is missing like
 any other (the child refuses, or records it under ``sandbox.allow_weaker``), because
-without it a worker running as ``nobody`` can still read every world-readable file.
+without it a child running as ``nobody`` can still read every world-readable file.
 """
 
 from __future__ import annotations
@@ -113,19 +117,74 @@ def deny_all_files(prot: dict) -> int:
     return level
 
 
-def restrict_writes_to(workdir: str, prot: dict) -> int:
-    """Writes only beneath ``workdir`` (and to /dev/null) for the calling process; returns the ABI."""
+_READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+_NOT_READ = ("site-packages", "dist-packages")  # beneath the stdlib on some layouts: not the stdlib
+
+
+def read_plan() -> dict[str, Any]:
+    """What a program may read, taken while the process can still reach it (before the uid drop:
+    the interpreter may sit below a directory only root can enter, e.g. /root/.pyenv).
+
+    The standard library: its directory may be listed (the import system lists it) and every
+    entry in it but ``site-packages`` read (it holds ``lib-dynload``); the directories of the
+    shared libraries this interpreter has mapped (where the libraries its extension modules load
+    live: libc, libffi, libcrypto... unless one of them is an ancestor of the stdlib, like
+    pyenv's ``lib``), and the loader's cache. Returns ``{"stdlib_fd", "entries", "paths"}``; the
+    fd is an ``O_PATH`` handle that ``confine_program`` closes."""
+    stdlib = os.path.dirname(os.path.realpath(os.__file__))
+    entries = [(n, os.path.isdir(os.path.join(stdlib, n))) for n in sorted(os.listdir(stdlib)) if n not in _NOT_READ]
+    dirs: set[str] = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(None, 5)
+            path = parts[5].strip() if len(parts) == 6 else ""
+            if path.startswith("/") and ".so" in os.path.basename(path):
+                d = os.path.dirname(os.path.realpath(path))
+                if not (stdlib + "/").startswith(d.rstrip("/") + "/") and not d.startswith(stdlib + "/"):
+                    dirs.add(d)
+    paths = [(d, _READ_FILE) for d in sorted(dirs)]
+    if os.path.isfile("/etc/ld.so.cache"):
+        paths.append(("/etc/ld.so.cache", _READ_FILE))
+    return {"stdlib_fd": os.open(stdlib, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "stdlib": stdlib,
+            "entries": entries, "paths": paths}
+
+
+def _add(libc: Any, rfd: int, pfd: int, rights: int, what: str) -> None:
+    try:
+        rule = _Beneath(rights, pfd)
+        if libc.syscall(_NR_ADD_RULE, ctypes.c_int(rfd), ctypes.c_int(_RULE_PATH_BENEATH),
+                        ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            _fail(f"landlock_add_rule({what})")
+    finally:
+        os.close(pfd)
+
+
+def confine_program(workdir: str, plan: dict[str, Any], prot: dict) -> int:
+    """A program under test: reads and writes beneath ``workdir``; reads of the standard library
+    and the interpreter's shared libraries (``read_plan``); /dev/null read and written; nothing
+    else, not even a read of a world-readable file. Returns the ABI (raises OSError)."""
+    stdlib_fd = plan["stdlib_fd"]
 
     def rules(libc: Any, rfd: int, fs: int, level: int) -> None:
-        for path, rights in ((workdir, fs & ~_FS_EXECUTE & ~_FS_DEVICE_RIGHTS),
-                             (os.devnull, fs & _FS_DEVNULL_RIGHTS)):
-            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            try:
-                rule = _Beneath(rights, pfd)
-                if libc.syscall(_NR_ADD_RULE, ctypes.c_int(rfd), ctypes.c_int(_RULE_PATH_BENEATH),
-                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-                    _fail(f"landlock_add_rule({path})")
-            finally:
-                os.close(pfd)
+        def add(pfd: int, rights: int, what: str) -> None:  # only rights this ABI handles
+            _add(libc, rfd, pfd, rights & fs, what)
 
-    return _restrict(_FS_WRITE_RIGHTS, prot, rules)
+        add(os.open(workdir, os.O_PATH | os.O_CLOEXEC), fs & ~_FS_EXECUTE & ~_FS_DEVICE_RIGHTS, workdir)
+        add(os.open(os.devnull, os.O_PATH | os.O_CLOEXEC), _FS_DEVNULL_RIGHTS | _READ_FILE, os.devnull)
+        add(os.dup(stdlib_fd), _READ_DIR, plan["stdlib"])
+        for name, is_dir in plan["entries"]:
+            try:
+                pfd = os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=stdlib_fd)
+            except FileNotFoundError:  # a dangling link: nothing to read there
+                continue
+            add(pfd, _READ_FILE | (_READ_DIR if is_dir else 0), name)
+        for path, rights in plan["paths"]:
+            add(os.open(path, os.O_PATH | os.O_CLOEXEC), rights, path)
+
+    try:
+        level = _restrict({**_FS_WRITE_RIGHTS, **_FS_READ_RIGHTS}, prot, rules)
+    finally:
+        os.close(stdlib_fd)
+    prot["landlock_files"] = "workdir, stdlib"
+    prot["landlock_reads"] = [plan["stdlib"] + " (not site-packages)"] + [p for p, _ in plan["paths"]]
+    return level

