@@ -219,11 +219,16 @@ class _SingleDispatchMethod(functools.singledispatchmethod):
 
 
 def _global_enum(cls, update_str=False):
+    """``enum.global_enum`` that exports into the PF's own module, whatever ``cls.__module__`` says."""
     import enum
 
-    if not _defined_by_candidate(cls):
-        raise TypeError("global_enum writes into the module of a class the PF defined only")
-    return enum.global_enum(cls, update_str)
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum) and _defined_by_candidate(cls)):
+        raise TypeError("global_enum takes an enum the PF defined")
+    cls.__repr__ = enum.global_flag_repr if issubclass(cls, enum.Flag) else enum.global_enum_repr
+    if not issubclass(cls, enum.ReprEnum) or update_str:
+        cls.__str__ = enum.global_str
+    sys.modules[CANDIDATE_MODULE].__dict__.update(cls.__members__)
+    return cls
 
 
 def _make_dataclass(cls_name, fields, *, namespace=None, **kw):

@@ -276,6 +276,8 @@ class _PolicyVisitor(ast.NodeVisitor):
         if _is_dunder(attr):
             if attr not in self.dunder_attrs:
                 self.bad(node, f"access to dunder attribute {attr!r} is not allowed")
+            elif isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.bad(node, f"assignment to dunder attribute {attr!r} is not allowed")
         elif attr in UNSAFE_ATTRS:
             self.bad(node, f"access to interpreter-internal attribute {attr!r} is not allowed")
         elif is_sunder(attr):
