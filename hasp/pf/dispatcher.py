@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.config import AgentParams, SandboxParams, default_of
-from hasp.pf.intervention import MAX_REASON_CHARS, Intervention, InterventionType, shown_text
+from hasp.pf.intervention import MAX_REASON_CHARS, Intervention, InterventionType, error_text, shown_text
 from hasp.pf.teacher import teacher_errors
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,8 @@ class Dispatcher:
         return text[:cap]
 
     def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
-        msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {exc}"
+        # the message is the PF's text too: it reaches failure summaries a model reads
+        msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {error_text(exc)}"
         self.disabled[pf.skill_id] = msg
         res.errors.append(msg)
         log.warning("PF disabled for this episode: %s", msg)

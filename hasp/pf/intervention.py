@@ -11,6 +11,8 @@ from typing import Any
 
 #: longest ``reason`` a PF's fire or vote keeps (the declared-PF schema's cap as well)
 MAX_REASON_CHARS = 200
+#: longest message of a PF's exception kept in an error record
+MAX_ERROR_CHARS = 2000
 
 # anything outside printable ASCII, tab and newline: looked at one character at a time
 _ODD = re.compile(r"[^\x20-\x7e\n\t]")
@@ -61,6 +63,14 @@ def shown_text(text: object, cap: int, *, one_line: bool = False) -> str:
     if one_line and ("\n" in text or "\t" in text):
         text = text.replace("\n", " ").replace("\t", " ")
     return text[:cap]
+
+
+def error_text(exc: BaseException) -> str:
+    """A PF's exception message for an error record (records feed the failure summaries a model reads)."""
+    try:
+        return shown_text(exc, MAX_ERROR_CHARS, one_line=True)
+    except Exception:  # noqa: BLE001 - a hostile __str__
+        return "<unprintable>"
 
 
 class InterventionType(str, Enum):
