@@ -332,6 +332,8 @@ POLICY_BAD = {
     "x = '{0.__class__}'.format(1)\n": "format string",
     "d = {}\nd['__builtins__'] = 1\n": "interpreter internals",
     "class A:\n    def __getattr__(self, n):\n        return n\n": "defining __getattr__",
+    "class E:\n    @classmethod\n    def f(cls):\n        return cls._convert_\n": "enum-internal attribute '_convert_'",
+    "class A:\n    def f(self):\n        self.__init__ = None\n": "assignment to dunder attribute '__init__'",
 }
 
 

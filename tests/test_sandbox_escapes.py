@@ -473,3 +473,174 @@ def test_policy_bypass_still_cannot_read_a_world_readable_file(logs):
         _nowhere(token, iv.to_dict(), traj, logs.text)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- strings evaluated, attributes copied by name
+
+# every payload ends with R bound to what it reached; the PF says whether that is the real os / builtins
+_REACHED = """
+        try:
+            ok = callable(R["system"]) or callable(R["open"])
+        except Exception:
+            ok = False
+        return Intervention(InterventionType.INJECT_CONTEXT, context_text="REACHED" if ok else "no")
+"""
+# a walk the static policy would refuse in the PF's own code, spelled so it only exists at run time
+_WALK = ('"[c for c in ()." + "__cl" + "ass__.__ba" + "se__.__subcl" + "asses__() if c.__na" + "me__ == '
+         '\'_wrap_close\'][0].__in" + "it__.__glo" + "bals__"')
+
+BY_NAME = {
+    # singledispatch's register(annotated function) runs typing.get_type_hints on an annotation built at run time
+    "singledispatch_annotation": ("""
+        import functools
+        def grab(x: "BOX.update(r=" + WALK + ") or int"):
+            return x
+        try:
+            functools.singledispatch(lambda x: x).register(grab)
+        except Exception:
+            pass
+        R = BOX["r"]
+    """, True),
+    # update_wrapper reads the named attribute of any function and sets it on the PF's object (a property setter)
+    "update_wrapper_assigned_globals": ("""
+        import functools
+        box = {}
+        n = "__glo" + "bals__"
+        def put(self, v):
+            box["g"] = v
+        P = type("P", (), {n: property(lambda self: None, put)})
+        functools.update_wrapper(P(), getattr, assigned=(n,), updated=())
+        R = {"system": box["g"]["os"].system}
+    """, True),
+    "wraps_assigned_globals": ("""
+        import functools
+        box = {}
+        n = "__glo" + "bals__"
+        def put(self, v):
+            box["g"] = v
+        P = type("P", (), {n: property(lambda self: None, put)})
+        functools.wraps(getattr, assigned=(n,), updated=())(P())
+        R = {"system": box["g"]["os"].system}
+    """, True),
+    # updated=("__globals__",) merges a host module's globals (os, real builtins) into the PF's own
+    "update_wrapper_updated_globals": ("""
+        import functools
+        def mine():
+            return 1
+        functools.update_wrapper(mine, getattr, assigned=(), updated=("__glo" + "bals__",))
+        def after():
+            return os
+        R = {"system": after().system}
+    """, True),
+    # dataclasses compiles methods from field names; a class built with type() has any text as a field name
+    "dataclass_field_name_is_code": ("""
+        import dataclasses
+        K = type("K", (), {"__annot" + "ations__": {"__cl" + "ass__,BOX.update(r=" + WALK + ")": int}})
+        K = dataclasses.dataclass(init=False, repr=False)(K)
+        try:
+            K() == K()
+        except Exception:
+            pass
+        R = BOX["r"]
+    """, True),
+    # enum's _convert_ builds members from any loaded module's globals, found by name
+    "enum_convert_reads_a_module": ("""
+        import enum
+        class E(enum.Enum):
+            A = 1
+            @classmethod
+            def grab(cls):
+                return cls._convert_("X", "os", lambda n: n == "system")
+        R = {"system": E.grab().system.value}
+    """, False),  # attribute syntax: only the static policy sees it
+    "enum_convert_through_getattr": ("""
+        import enum
+        class E(enum.Enum):
+            A = 1
+        conv = getattr(E, "_conv" + "ert_")
+        R = {"system": conv("X", "os", lambda n: n == "system").system.value}
+    """, True),
+    # global_enum writes members into the module the enum names: here the runtime's own guard
+    "global_enum_rebinds_runtime_globals": ("""
+        import enum
+        class Call:
+            def __call__(self, *a):
+                return a[-1]
+        X = enum.Enum("X", [("_attr_allowed", 1)], module="hasp.pf.sandbox_driver", type=Call)
+        enum.global_enum(X)
+        R = {"system": getattr(getattr, "__glo" + "bals__")["os"].system}
+    """, True),
+}
+
+
+def _by_name_pf(body: str) -> str:
+    return make_pf("return True", intervene=textwrap.dedent(body).replace("WALK", _WALK) + textwrap.dedent(_REACHED),
+                   extra="\nBOX = {}\n")
+
+
+def _outcome(code: str, **kw) -> str:
+    try:
+        with SandboxedPF(code, "cand", **kw) as pf:
+            return pf.intervene({}, "SEARCH", "q").context_text or ""
+    except SandboxPolicyError as e:
+        return f"refused: {e}"
+    except Exception as e:  # noqa: BLE001 - the PF failing at run time is a containment
+        return f"error: {e}"
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_evaluated_strings_and_by_name_copies_do_not_reach_real_builtins(name, secret, logs):
+    """Refused statically or failing at run time, and with the static policy switched off the
+    restricted runtime alone stops every technique that does not need attribute syntax."""
+    path, token = secret
+    body, runtime_blocks = BY_NAME[name]
+    code = _by_name_pf(body)
+    assert not any(v.startswith("syntax error") for v in check_policy(code))
+    out = _outcome(code)
+    assert "REACHED" not in out, out
+    if not check_policy(code):
+        assert out.startswith("error:"), out
+    if runtime_blocks:
+        out = _outcome(code, _skip_policy_for_tests=True)
+        assert out.startswith("error:") and "REACHED" not in out, out
+    _nowhere(token, out, logs.text)
+
+
+def test_ordinary_uses_of_the_guarded_helpers_still_work():
+    code = make_pf("return True", extra="import dataclasses, enum, functools, typing\n", intervene="""
+        out = []
+        @dataclasses.dataclass(frozen=True, order=True)
+        class S:
+            x: int = 0
+            _p: int = 1
+            y: tuple = dataclasses.field(default_factory=tuple)
+        @dataclasses.dataclass(frozen=True)
+        class T(S):
+            z: str = "a"
+        out.append(repr(T(1)) + str(S(1) < S(2)) + str(hash(S(3)) == hash(S(3))))
+        M = dataclasses.make_dataclass("M", [("a", int), ("b", int, dataclasses.field(default=2))])
+        out.append(repr(M(1)))
+        sd = functools.singledispatch(lambda x: "obj")
+        sd.register(int, lambda x: "int")
+        @sd.register(str)
+        def _(x):
+            return "str"
+        out.append(sd(1) + sd("a") + sd(1.0))
+        def deco(f):
+            @functools.wraps(f)
+            def w(*a):
+                return f(*a)
+            return w
+        @deco
+        def named():
+            return 1
+        class Color(enum.Enum):
+            RED = 1
+            BLUE = 2
+        out.append(str(named()) + Color(2).name + repr(typing.NamedTuple("P", [("a", int)])(1)))
+        return Intervention(InterventionType.INJECT_CONTEXT, context_text=" | ".join(out))
+    """)
+    assert check_policy(code) == []
+    with SandboxedPF(code, "cand") as pf:
+        text = pf.intervene({}, "SEARCH", "q").context_text
+    assert text == "Cand.intervene.<locals>.T(x=1, _p=1, y=(), z='a')TrueTrue | M(a=1, b=2) | intstrobj | 1BLUEP(a=1)"

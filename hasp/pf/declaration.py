@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hasp.pf.intervention import MAX_REASON_CHARS
+
 MAX_INJECT_CHARS = 600
 
 
@@ -58,7 +60,7 @@ class PFDeclaration(BaseModel):
     inject: str | None = Field(None, min_length=1, max_length=MAX_INJECT_CHARS)
     max_fires: int | None = Field(None, ge=1, le=10)
     #: why it fires, recorded with each event (and the vote's objection); ``{source}`` placeholders allowed
-    reason: str = Field("", max_length=200)
+    reason: str = Field("", max_length=MAX_REASON_CHARS)
     #: on FINAL, also vote against the answer when ``when`` holds (a code handler)
     vote: bool = False
 

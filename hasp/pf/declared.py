@@ -19,7 +19,7 @@ from typing import Any
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.conditions import compile_condition
 from hasp.pf.declaration import PFDeclaration
-from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.intervention import MAX_REASON_CHARS, Intervention, InterventionType, shown_text
 from hasp.pf.search_support import can_redirect_final, note_final_redirect
 from hasp.pf.skill_md import SkillFormatError
 from hasp.pf.vocabulary import ACTIONS, CONDITIONS, FIELDS, REWRITE_KINDS, SOURCES, Step
@@ -117,7 +117,8 @@ class DeclaredPF(ProgramFunction):
         return self._fill(self._text, s, None)  # a hint about nothing is not given
 
     def _why(self, s: Step) -> str:
-        return self._fill(self._reason, s, "?") or self.reason
+        # the declared template is capped; what its sources fill in is held to the same cap
+        return shown_text(self._fill(self._reason, s, "?") or self.reason, MAX_REASON_CHARS, one_line=True)
 
     def _decide(self, ctx: dict[str, Any], action_type: str, arg: str) -> Intervention | None:
         s = Step(ctx if isinstance(ctx, dict) else {}, str(action_type), arg if isinstance(arg, str) else "")

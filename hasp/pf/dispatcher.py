@@ -16,6 +16,10 @@ is disabled once it has spent its per-episode budget. A sandboxed PF carries the
 budget of the ``sandbox`` params it was loaded with (``boundary_limits``), so the values a
 user sets hold wherever the dispatcher is built; other PFs get the schema defaults. A
 value passed to the dispatcher itself holds for every PF.
+
+Every text a PF hands back — injected context, a rewritten argument, the fire's reason —
+goes on only through ``shown_text`` (its cap; no control or bidi characters; no line that
+imitates the agent's own turns), so what a model reads of a PF is filtered in one place.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any, NamedTuple
 
 from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.config import AgentParams, SandboxParams, default_of
-from hasp.pf.intervention import Intervention, InterventionType
+from hasp.pf.intervention import MAX_REASON_CHARS, Intervention, InterventionType, error_text, shown_text
 from hasp.pf.teacher import teacher_errors
 
 log = logging.getLogger(__name__)
@@ -187,7 +191,8 @@ class Dispatcher:
         return text[:cap]
 
     def _disable(self, pf: ProgramFunction, where: str, exc: BaseException, res: DispatchResult) -> None:
-        msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {exc}"
+        # the message is the PF's text too: it reaches failure summaries a model reads
+        msg = f"{pf.skill_id}.{where} raised {type(exc).__name__}: {error_text(exc)}"
         self.disabled[pf.skill_id] = msg
         res.errors.append(msg)
         log.warning("PF disabled for this episode: %s", msg)
@@ -240,8 +245,10 @@ class Dispatcher:
                 self._refuse(e, f"an intervention of type {kind!r}", res)
                 continue
             arg_cap, text_cap, _ = self._limits(e)
-            if text and len(text) > text_cap:
-                text = self._cut(e, "injected text", text, text_cap, res)
+            if text:
+                if len(text) > text_cap:
+                    text = self._cut(e, "injected text", text, text_cap, res)
+                text = shown_text(text, text_cap)
             applied, shown = True, ""
             if kind is _MODIFY:
                 if modified or self.modify_counts.get(sid, 0) >= self.max_modify_fires:
@@ -257,8 +264,10 @@ class Dispatcher:
                     if new_arg is not None and not isinstance(new_arg, str):
                         self._refuse(e, f"a {type(new_arg).__name__} action argument", res)
                         continue
-                    if new_arg is not None and len(new_arg) > arg_cap:
-                        new_arg = self._cut(e, "action argument", new_arg, arg_cap, res)
+                    if new_arg is not None:
+                        if len(new_arg) > arg_cap:
+                            new_arg = self._cut(e, "action argument", new_arg, arg_cap, res)
+                        new_arg = shown_text(new_arg, arg_cap, one_line=True)
                     modified = True
                     self.modify_counts[sid] = self.modify_counts.get(sid, 0) + 1
                     res.arg = new_arg if new_arg is not None else res.arg
@@ -273,7 +282,8 @@ class Dispatcher:
                 shown = text
             if applied:
                 fires[sid] = fires.get(sid, 0) + 1
-            res.fired.append(Fired(sid, _TYPE_NAME[kind], iv.reason, applied, shown))
+            reason = shown_text(iv.reason, MAX_REASON_CHARS, one_line=True) if iv.reason else ""
+            res.fired.append(Fired(sid, _TYPE_NAME[kind], reason, applied, shown))
         res.elapsed_s = time.perf_counter() - t0
         return res
 

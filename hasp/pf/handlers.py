@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.pf.base import ProgramFunction, Teacher
+from hasp.pf.intervention import MAX_REASON_CHARS, error_text, shown_text
 from hasp.pf.teacher import teacher_errors
 from hasp.textutil import keyword_query, tokens
 
@@ -83,13 +84,14 @@ class HandlerVoter:
                 if teacher is not None and teacher_errors(teacher) > before:
                     out.errors.append(f"{sid}.check_final: teacher failed, no vote")
                     continue
-                msg = f"{sid}.check_final raised {type(e).__name__}: {e}"
+                msg = f"{sid}.check_final raised {type(e).__name__}: {error_text(e)}"
                 self.disabled[sid] = msg
                 out.errors.append(msg)
                 log.warning("handler disabled for this episode: %s", msg)
                 continue
             if reason is not None:
-                out.votes.append({"skill_id": sid, "kind": str(kind), "reason": str(reason)[:300]})
+                out.votes.append({"skill_id": sid, "kind": str(kind),
+                                  "reason": shown_text(reason, MAX_REASON_CHARS, one_line=True)})
         if len(out.votes) >= self.threshold and self.overrides < self.max_overrides:
             self.overrides += 1
             out.overridden = True

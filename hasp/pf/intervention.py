@@ -1,10 +1,76 @@
-"""The value a Program Function returns: what to do with the proposed action."""
+"""The value a Program Function returns: what to do with the proposed action, and
+``shown_text``, the one filter every PF text passes before a model can read it."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
+
+#: longest ``reason`` a PF's fire or vote keeps (the declared-PF schema's cap as well)
+MAX_REASON_CHARS = 200
+#: longest message of a PF's exception kept in an error record
+MAX_ERROR_CHARS = 2000
+
+# anything outside printable ASCII, tab and newline: looked at one character at a time
+_ODD = re.compile(r"[^\x20-\x7e\n\t]")
+_ASCII_CONTROLS = bytes([*range(9), *range(11, 32), 127])  # all but tab and newline; a C-speed first look
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+# a line that reads like a turn of the agent's own format: a label the prompts use, or an
+# action written the way the agent writes one (``FINAL[...]``), after any quoting or markup
+_DECOR = r"[\s>*#|`_~.-]*"
+_TURN_LINE = re.compile(rf"{_DECOR}(?:(?:next\s+thought\s+and\s+action|thought|action|observation|question)\s*:"
+                        rf"|(?:search|read|final)\s*\[)", re.I)
+_LABEL_COLON = re.compile(r"^(\W*\w+(?:\s+\w+)*?)\s*:")
+
+
+def _odd_char(m: re.Match) -> str:
+    ch = m.group()
+    if ch in _LINE_BREAKS:
+        return "\n"
+    if ch == "\t":
+        return "\t"
+    return "" if unicodedata.category(ch)[0] == "C" else ch  # control, format (bidi), surrogate, private, unassigned
+
+
+def _neutral(line: str) -> str:
+    if not _TURN_LINE.match(line):
+        return line
+    line = _LABEL_COLON.sub(r"\1 -", line.strip(), count=1)
+    return "(quoted) " + line.replace("[", "(").replace("]", ")")
+
+
+def shown_text(text: object, cap: int, *, one_line: bool = False) -> str:
+    """``text`` as a PF may put it before a model: at most ``cap`` characters; control, bidi and
+    other invisible format characters removed (ESC, BEL, RLO, zero-width, tag characters); line
+    breaks of every kind as ``\\n`` (a space when ``one_line``: action arguments, reasons); a
+    line that imitates the agent's turn format (``Thought:``, ``Action: FINAL[...]``,
+    ``Observation:``, ``Next Thought and Action:``) quoted so it no longer reads as one.
+    Plain printable text comes back unchanged."""
+    if type(text) is not str:
+        text = "" if text is None else str(text)
+    text = text[: cap * 2]  # enough for the removed characters; the cap is applied at the end
+    if not text.isascii() or len(text.encode().translate(None, _ASCII_CONTROLS)) != len(text):
+        text = _ODD.sub(_odd_char, text.replace("\r\n", "\n"))
+    if ":" in text or "[" in text:  # every turn-like line has one of them
+        lines = text.split("\n")
+        for line in lines:
+            if _TURN_LINE.match(line):
+                text = "\n".join(map(_neutral, lines))
+                break
+    if one_line and ("\n" in text or "\t" in text):
+        text = text.replace("\n", " ").replace("\t", " ")
+    return text[:cap]
+
+
+def error_text(exc: BaseException) -> str:
+    """A PF's exception message for an error record (records feed the failure summaries a model reads)."""
+    try:
+        return shown_text(exc, MAX_ERROR_CHARS, one_line=True)
+    except Exception:  # noqa: BLE001 - a hostile __str__
+        return "<unprintable>"
 
 
 class InterventionType(str, Enum):

@@ -14,8 +14,12 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from hasp.pf.conditions import Condition, ConditionEnv, compile_conditions
+from hasp.pf.intervention import shown_text
 from hasp.pf.library import Skill
 from hasp.pf.skill_md import PHASES
+
+#: longest phase reminder a skill may show the policy
+MAX_PHASE_TEXT_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class PhaseRules:
         for s in skills:
             for phase, spec in s.spec.phases.items():
                 conds = tuple(compile_conditions(s.spec, phase, domain, f"{s.path}/hasp.yaml"))
-                text = s.spec.phase_text(phase)
+                text = shown_text(s.spec.phase_text(phase), MAX_PHASE_TEXT_CHARS)
                 if text:
                     rules.append(PhaseRule(s.skill_id, phase, s.spec.priority + spec.priority_boost, text, conds))
         return cls(rules)

@@ -25,11 +25,27 @@ always ``None`` inside the sandbox.
 Everything the PF may use is imported and built in ``prepare``, before the
 lockdown: afterwards the process may not be able to read the filesystem, and the
 restricted importer only hands out already-loaded modules.
+
+Allowed modules are handed out as trimmed proxies, and a few of their functions are
+replaced where the real one would do on the PF's behalf what the policy refuses in its
+own code: evaluate a string or copy an attribute chosen by name.
+
+* ``functools.update_wrapper`` / ``wraps`` copy only the default attributes, onto objects
+  the PF defined (``assigned=("__globals__",)`` would read any function's globals,
+  ``updated=`` would merge them into the PF's own);
+* ``functools.singledispatch`` / ``singledispatchmethod`` register by explicit class only
+  (registering an annotated function runs ``typing.get_type_hints``, which evaluates
+  annotation strings the PF can build at run time);
+* ``enum.global_enum`` only writes into the PF's own module;
+* ``dataclasses`` compiles methods from field names, which a class built with ``type()``
+  or ``TypedDict`` can make arbitrary text: in a restricted worker that text must pass the
+  static policy and run in the PF's own namespace (``_guard_dataclass_codegen``).
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import io
 import json
@@ -49,7 +65,8 @@ from hasp.pf.base import ProgramFunction, Teacher, watched_types
 from hasp.pf.intervention import Intervention, InterventionType
 from hasp.pf.registry import collecting, register_pf
 from hasp.sandbox.lockdown import cpu_used
-from hasp.sandbox.policy import ALLOWED_MODULES, FORMAT_METHODS, UNSAFE_ATTRS, check_policy
+from hasp.sandbox.policy import (ALLOWED_MODULES, DATACLASS_GENERATED, FORMAT_METHODS, UNSAFE_ATTRS, check_policy,
+                                 is_sunder)
 from hasp.sandbox.probe import probe_protections
 
 # Pre-import the allow-list: after setup the process may not be able to read the
@@ -80,7 +97,7 @@ _SAFE_BUILTIN_NAMES = (
 # Not offered: eval exec compile open __import__(raw) globals locals vars input breakpoint
 # exit quit memoryview help — and getattr/setattr/delattr/hasattr only in guarded form.
 
-# Modules a PF may not see even inside an allowed module (escape hatches to eval/frames).
+# Names a PF may not see even inside an allowed module (escape hatches to eval/frames).
 _PROXY_EXCLUDE = {
     "typing": {"get_type_hints", "ForwardRef", "TYPE_CHECKING"},
     "string": {"Formatter"},
@@ -94,7 +111,7 @@ def _is_dunder(name: str) -> bool:
 def _attr_allowed(obj: object, name: object) -> str:
     if type(name) is not str:
         raise TypeError("attribute name must be str")
-    if name in UNSAFE_ATTRS or (_is_dunder(name) and name != "__init__"):
+    if name in UNSAFE_ATTRS or (_is_dunder(name) and name != "__init__") or is_sunder(name):
         raise AttributeError(f"access to {name!r} is not allowed in the sandbox")
     if name in FORMAT_METHODS:  # a template chosen at run time walks attributes of its arguments
         raise AttributeError(f"{name!r} through getattr is not allowed in the sandbox")
@@ -133,6 +150,130 @@ def _guarded_delattr(obj, name):
 
 
 _PROTECTED_OBJECTS: tuple = (ProgramFunction, Intervention, InterventionType, register_pf)
+_TYPE_MODULE = type.__dict__["__module__"]  # a class's own module, whatever its metaclass says
+
+
+def _defined_by_candidate(obj: object) -> bool:
+    """True for functions and classes (and their instances) the PF's code defined."""
+    if type(obj) is types.FunctionType:
+        return obj.__globals__.get("__name__") == CANDIDATE_MODULE
+    cls = obj if issubclass(type(obj), type) else type(obj)
+    mod = _TYPE_MODULE.__get__(cls)
+    return type(mod) is str and mod == CANDIDATE_MODULE
+
+
+# ---------------------------------------------------------------------------- module replacements
+
+def _update_wrapper(wrapper, wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
+    """``functools.update_wrapper`` limited to the default attributes, onto the PF's own objects."""
+    assigned, updated = tuple(assigned), tuple(updated)
+    for names, default in ((assigned, functools.WRAPPER_ASSIGNMENTS), (updated, functools.WRAPPER_UPDATES)):
+        for n in names:
+            if type(n) is not str or n not in default:
+                raise AttributeError(f"update_wrapper copies only {default} in the sandbox, not {n!r}")
+    if not _defined_by_candidate(wrapper):
+        raise AttributeError("update_wrapper may only change objects the PF defined")
+    return functools.update_wrapper(wrapper, wrapped, assigned, updated)
+
+
+def _wraps(wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
+    return functools.partial(_update_wrapper, wrapped=wrapped, assigned=assigned, updated=updated)
+
+
+def _is_dispatch_type(cls: object) -> bool:
+    import typing
+
+    if isinstance(cls, type):
+        return True
+    return typing.get_origin(cls) in (typing.Union, types.UnionType)
+
+
+def _singledispatch(func):
+    """``functools.singledispatch`` whose ``register`` takes an explicit class only."""
+    dispatcher = functools.singledispatch(func)
+    real_register = dispatcher.register
+
+    def register(cls, func=None):
+        if func is not None:  # the real register never reads annotations when given a function
+            return real_register(cls, func)
+        if not _is_dispatch_type(cls):
+            raise TypeError("register(cls, func) or @register(cls) in the sandbox: registering by "
+                            "annotation evaluates annotation strings")
+
+        def deco(f):
+            if f is None:
+                raise TypeError("register(cls) decorates a function")
+            return real_register(cls, f)
+        return deco
+
+    dispatcher.register = register
+    return dispatcher
+
+
+class _SingleDispatchMethod(functools.singledispatchmethod):
+    """``functools.singledispatchmethod`` over the sandbox's ``singledispatch``."""
+
+    def __init__(self, func) -> None:
+        super().__init__(func)
+        self.dispatcher = _singledispatch(func)
+
+
+def _global_enum(cls, update_str=False):
+    """``enum.global_enum`` that exports into the PF's own module, whatever ``cls.__module__`` says."""
+    import enum
+
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum) and _defined_by_candidate(cls)):
+        raise TypeError("global_enum takes an enum the PF defined")
+    cls.__repr__ = enum.global_flag_repr if issubclass(cls, enum.Flag) else enum.global_enum_repr
+    if not issubclass(cls, enum.ReprEnum) or update_str:
+        cls.__str__ = enum.global_str
+    sys.modules[CANDIDATE_MODULE].__dict__.update(cls.__members__)
+    return cls
+
+
+def _make_dataclass(cls_name, fields, *, namespace=None, **kw):
+    """``dataclasses.make_dataclass`` whose class belongs to the PF's module (the real one's
+    would belong to ``types``, whose namespace the generated methods must not run in)."""
+    import dataclasses
+
+    ns = dict(namespace or {})
+    ns["__module__"] = CANDIDATE_MODULE
+    return dataclasses.make_dataclass(cls_name, fields, namespace=ns, **kw)
+
+
+#: module attribute -> what the proxy offers instead
+_PROXY_REPLACE: dict[str, dict[str, object]] = {
+    "functools": {"update_wrapper": _update_wrapper, "wraps": _wraps, "singledispatch": _singledispatch,
+                  "singledispatchmethod": _SingleDispatchMethod},
+    "enum": {"global_enum": _global_enum},
+    "dataclasses": {"make_dataclass": _make_dataclass},
+}
+
+
+def _guard_dataclass_codegen() -> None:
+    """Make ``dataclasses`` refuse to compile a method unless its text passes the static policy
+    and it runs in the candidate's namespace (not ``{}`` with real builtins, not a host module).
+    Field names come from ``__annotations__`` keys, which a class built at run time can make
+    any text; a legitimate dataclass generates the same code as before."""
+    import dataclasses
+
+    real = getattr(dataclasses, "_create_fn", None)
+    if real is None or getattr(real, "_hasp_guarded", False):
+        return
+
+    def _create_fn(name, args, body, *, globals=None, locals=None, return_type=dataclasses.MISSING):  # noqa: A002
+        cand = sys.modules.get(CANDIDATE_MODULE)
+        if cand is None or globals is not cand.__dict__:
+            raise TypeError("dataclasses: a dataclass in the sandbox must be defined by the PF's own code")
+        text = "def __create_fn__({}):\n def {}({}):\n{}\n return {}".format(
+            ", ".join(locals or ()), name, ",".join(args), "\n".join(f"  {b}" for b in body), name)
+        bad = check_policy(text, generated=DATACLASS_GENERATED)
+        if bad:
+            raise TypeError("dataclasses: generated method refused by the sandbox policy: " + "; ".join(bad)[:500])
+        return real(name, args, body, globals=globals, locals=locals, return_type=return_type)
+
+    _create_fn._hasp_guarded = True
+    dataclasses._create_fn = _create_fn
 
 
 class _PrintSink:
@@ -165,12 +306,13 @@ def _proxy_module(name: str, cache: dict[str, types.ModuleType]) -> types.Module
     proxy = types.ModuleType(name)
     cache[name] = proxy
     excluded = _PROXY_EXCLUDE.get(name, set())
+    replaced = _PROXY_REPLACE.get(name, {})
     for attr in dir(real):
         if attr.startswith("_") and not (name == "__future__" and not attr.startswith("__")):
             continue
         if attr in excluded or attr in UNSAFE_ATTRS:
             continue
-        val = getattr(real, attr, None)
+        val = replaced.get(attr, getattr(real, attr, None))
         if isinstance(val, types.ModuleType):
             if val.__name__ in ALLOWED_MODULES:
                 setattr(proxy, attr, _proxy_module(val.__name__, cache))
@@ -494,6 +636,8 @@ def prepare(job: dict) -> Callable[[dict], int]:
         "x".encode("idna")  # socket.create_connection needs it
         import hasp.pf.dispatcher  # noqa: F401 - so a patching attempt has a real target
     worker = Worker(job)  # builds proxies / builtins before privileges are gone
+    if worker.restricted:
+        _guard_dataclass_codegen()
     send = _send_to(proto_fd)
 
     def run(prot: dict[str, Any]) -> int:

@@ -19,12 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hasp.pf.base import Teacher
+from hasp.pf.intervention import shown_text
 from hasp.pf.library import Skill
 from hasp.pf.question import QuestionFeatures
 from hasp.pf.teacher import teacher_prompt
 
 log = logging.getLogger(__name__)
 
+#: longest system-prompt line one skill may add
+MAX_SUMMARY_CHARS = 300
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
@@ -59,7 +62,8 @@ class SkillSelector:
 
 def render_skill_lines(skills: Sequence[Skill]) -> str:
     """The system-prompt block: one ``- summary`` line per skill."""
-    lines = [f"- {(s.spec.system_summary or s.spec.description).strip()}" for s in skills]
+    lines = [f"- {shown_text((s.spec.system_summary or s.spec.description).strip(), MAX_SUMMARY_CHARS, one_line=True)}"
+             for s in skills]
     return "\n".join(ln for ln in lines if ln != "- ")
 
 

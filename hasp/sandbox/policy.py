@@ -24,6 +24,12 @@ syntax added to the language later is refused until someone reads it here; names
 or read by ``match`` patterns go through the same rules as attributes and assignments;
 ``str.format`` / ``format_map`` are only allowed on a literal template without
 attribute or index fields (a template built at run time can walk ``{0.__globals__}``).
+``_sunder_`` attributes are the enum machinery (``_convert_`` reads any loaded module's
+globals by name) and are refused even on ``self`` / ``cls``.
+
+Code the standard library compiles on a PF's behalf (the methods ``dataclasses`` writes
+from field names) is checked with the same rules: ``check_policy(text, generated=...)``
+names the few dunders and receivers that generator emits, nothing else is relaxed.
 The tree's depth is measured iteratively and bounded before the recursive visitor runs,
 so no input can make the check itself crash.
 
@@ -138,6 +144,22 @@ def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
+def is_sunder(name: str) -> bool:
+    """``_name_``: enum's internal protocol (``_convert_``, ``_member_map_``, ...)."""
+    return len(name) > 2 and name[0] == name[-1] == "_" and name[1] != "_" and name[-2] != "_"
+
+
+#: what ``dataclasses`` writes into the methods it compiles from field names (Python 3.11)
+DATACLASS_GENERATED = {
+    "dunders": frozenset({
+        "__create_fn__", "__dataclass_builtins_object__", "__dataclass_self__", "__class__",
+        "__qualname__", "__setattr__", "__delattr__", "__post_init__", "__init__", "__repr__",
+        "__eq__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
+    }),
+    "private_receivers": frozenset({"other", "__dataclass_self__"}),
+}
+
+
 def _template_walks(template: str) -> bool:
     """True when a ``str.format`` template has a field with attribute or index access
     (``{0.x}``, ``{a[k]}``) or cannot be parsed (then it is refused as well)."""
@@ -176,7 +198,12 @@ def _root_name(node: ast.AST) -> str | None:
 
 
 class _PolicyVisitor(ast.NodeVisitor):
-    def __init__(self) -> None:
+    def __init__(self, generated: dict | None = None) -> None:
+        extra = (generated or {}).get("dunders", frozenset())
+        self.dunder_names = ALLOWED_DUNDER_NAMES | extra
+        self.dunder_attrs = ALLOWED_DUNDER_ATTRS | extra
+        self.forbidden_methods = FORBIDDEN_METHODS - extra
+        self.private_receivers = frozenset({"self", "cls"}) | (generated or {}).get("private_receivers", frozenset())
         self.violations: list[str] = []
         self.module_aliases: set[str] = set()  # names bound to imported modules
         self._class_depth = 0
@@ -236,7 +263,7 @@ class _PolicyVisitor(ast.NodeVisitor):
         name = node.id
         if name in FORBIDDEN_NAMES:
             self.bad(node, f"use of {name!r} is not allowed")
-        elif _is_dunder(name) and name not in ALLOWED_DUNDER_NAMES:
+        elif _is_dunder(name) and name not in self.dunder_names:
             in_class_store = (isinstance(node.ctx, ast.Store) and self._class_depth and not self._func_depth
                               and name in ALLOWED_CLASS_DUNDER_STORES)
             if not in_class_store:
@@ -247,13 +274,17 @@ class _PolicyVisitor(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
         if _is_dunder(attr):
-            if attr not in ALLOWED_DUNDER_ATTRS:
+            if attr not in self.dunder_attrs:
                 self.bad(node, f"access to dunder attribute {attr!r} is not allowed")
+            elif isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.bad(node, f"assignment to dunder attribute {attr!r} is not allowed")
         elif attr in UNSAFE_ATTRS:
             self.bad(node, f"access to interpreter-internal attribute {attr!r} is not allowed")
+        elif is_sunder(attr):
+            self.bad(node, f"access to enum-internal attribute {attr!r} is not allowed")
         elif attr.startswith("_"):
             base = node.value
-            ok = isinstance(base, ast.Name) and base.id in ("self", "cls")
+            ok = isinstance(base, ast.Name) and base.id in self.private_receivers
             if not ok:
                 self.bad(node, f"private attribute {attr!r} may only be accessed on self/cls")
         elif attr in FORMAT_METHODS and id(node) not in self._format_ok:
@@ -295,7 +326,7 @@ class _PolicyVisitor(ast.NodeVisitor):
                 if isinstance(name, ast.Constant) and isinstance(name.value, str):
                     n = name.value
                     if n.startswith("_") and not (isinstance(target, ast.Name) and target.id in ("self", "cls")
-                                                  and not _is_dunder(n)):
+                                                  and not _is_dunder(n) and not is_sunder(n)):
                         self.bad(node, f"{fn.id}(..., {n!r}) is not allowed")
                     elif n in UNSAFE_ATTRS:
                         self.bad(node, f"{fn.id}(..., {n!r}) is not allowed")
@@ -353,14 +384,14 @@ class _PolicyVisitor(ast.NodeVisitor):
                 self.bad(node, f"nonlocal {n} (a runtime name) is not allowed")
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        if node.name in FORBIDDEN_METHODS:
+        if node.name in self.forbidden_methods:
             self.bad(node, f"defining {node.name} is not allowed")
         if not self._class_depth and not self._func_depth:
             self._check_binding(node, node.name, "def")
         for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
                   *([node.args.vararg] if node.args.vararg else []),
                   *([node.args.kwarg] if node.args.kwarg else [])]:
-            if a.arg in FORBIDDEN_NAMES or _is_dunder(a.arg):
+            if a.arg in FORBIDDEN_NAMES or (_is_dunder(a.arg) and a.arg not in self.dunder_names):
                 self.bad(node, f"parameter name {a.arg!r} is not allowed")
         for d in node.decorator_list:
             self.visit(d)
@@ -402,11 +433,13 @@ class _PolicyVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def check_policy(code: str) -> list[str]:
+def check_policy(code: str, *, generated: dict | None = None) -> list[str]:
     """Return the policy violations of ``code`` (empty list = acceptable).
 
     A syntax error is reported as a single violation; callers that want to tell
-    syntax from policy apart should ``ast.parse`` first.
+    syntax from policy apart should ``ast.parse`` first. ``generated`` (e.g.
+    ``DATACLASS_GENERATED``) is for text a standard-library generator built from a PF's
+    names: the extra dunders and private-attribute receivers that generator writes.
     """
     if len(code) > MAX_CODE_CHARS:
         return [f"code too long ({len(code)} > {MAX_CODE_CHARS} chars)"]
@@ -428,7 +461,7 @@ def check_policy(code: str) -> list[str]:
     depth = _tree_depth(tree)
     if depth > MAX_AST_DEPTH:
         return [f"code nests too deeply ({depth}+ levels > {MAX_AST_DEPTH})"]
-    v = _PolicyVisitor()
+    v = _PolicyVisitor(generated)
     for name in sorted(odd):
         v.violations.append(f"syntax {name} is not allowed in a PF")
     try:
