@@ -313,6 +313,9 @@ def snapshot(library_root: Path, dest: Path) -> Path:
         for versions in scan_versions(root).values():
             _, folder, generated = max(versions, key=lambda t: (t[0], t[2]))
             target = tmp / GENERATED_DIR / folder.name if generated else tmp / folder.name
+            if folder.is_symlink():
+                log.warning("%s: is a symbolic link (not copied)", folder)
+                continue
             copy_folder(folder, target)
         if present(root / HISTORY_FILE):
             try:

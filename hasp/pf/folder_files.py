@@ -13,6 +13,7 @@ opened descriptor, at most ``MAX_FILE_BYTES``, decoded as UTF-8. YAML in them is
 from __future__ import annotations
 
 import errno
+import fnmatch
 import logging
 import os
 import shutil
@@ -105,23 +106,19 @@ def parse_yaml(text: str, source: str) -> Any:
         raise SkillFormatError(f"{source}: invalid YAML: {e}") from None
 
 
-def copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ("__pycache__",), skip_suffixes: tuple[str, ...] = (".pyc",)
-                ) -> list[str]:
-    """Copy the regular files and directories of ``src`` to ``dst``; symlinks and special files are
-    left out (never their targets), each with a logged line. Returns the lines of what was left out."""
+def copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ("__pycache__", "*.pyc")) -> list[str]:
+    """Copy what is inside ``src`` to ``dst``: regular files and directories only. A symlink or a
+    special file inside is left out (never its target), with a logged line; names matching a
+    ``skip`` pattern (fnmatch, at any depth) are left out silently. Returns the lines logged."""
     left: list[str] = []
-    if os.path.islink(src):
-        left.append(f"{src}: is a symbolic link (not copied)")
-        log.warning(left[-1])
-        return left
     dst.mkdir(parents=True, exist_ok=True)
     with os.scandir(src) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             path = Path(entry.path)
-            if entry.name in skip or entry.name.endswith(skip_suffixes):
+            if any(fnmatch.fnmatch(entry.name, pat) for pat in skip):
                 continue
             if entry.is_dir(follow_symlinks=False):
-                left += copy_folder(path, dst / entry.name, skip, skip_suffixes)
+                left += copy_folder(path, dst / entry.name, skip)
                 continue
             try:
                 copy_file(path, dst / entry.name)
