@@ -24,7 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "agent": ("hasp.agent",),
     "base": ("hasp.pf", "hasp.sandbox", "hasp.llm", "hasp.signals", "hasp.track"),
     "core": ("hasp", "hasp.config", "hasp.records", "hasp.atomic", "hasp.textutil", "hasp.progress", "hasp.stats",
-             "hasp.processes",
+             "hasp.processes", "hasp.bounded",
              "hasp.prompts"),
 }
 RANK = {pkg: len(LAYERS) - i for i, pkgs in enumerate(LAYERS.values()) for pkg in pkgs}

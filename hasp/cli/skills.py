@@ -63,12 +63,15 @@ def _label(v: Version) -> str:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    """A skill folder file as text ("" when absent); a refused file (``folder_files``) is one error line."""
+    from hasp.pf.folder_files import SkillFormatError, present, read_text
+
+    if not present(path):
         return ""
-    except OSError as e:
-        _fail(f"cannot read {path}: {e}")
+    try:
+        return read_text(path)
+    except SkillFormatError as e:
+        _fail(str(e))
         raise  # unreachable: _fail exits
 
 
@@ -86,6 +89,7 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
     """handler kind / teacher / watched action types / A+B of a skill folder's pf.py, from its source."""
     from hasp.pf.base import watched_types
     from hasp.pf.equivalence import analyse_source, only_modifies
+    from hasp.pf.folder_files import present, read_text
     from hasp.pf.pf_source import pf_attrs
 
     pf_path = folder / "pf.py"
@@ -97,13 +101,13 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
         return {"handler": "code" if decl.vote else "-", "teacher": "-", "watches": ",".join(sorted(decl.watches)),
                 "rewrite_only": "yes" if decl.rewrite is not None else "-",
                 "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
-    if not pf_path.exists():
+    if not present(pf_path):
         return {"handler": "-", "teacher": "-", "watches": "-", "rewrite_only": "-", "ab": "no pf",
                 "reasons": ["no pf.py"]}
     try:
-        source = pf_path.read_text(encoding="utf-8")
+        source = read_text(pf_path)
         attrs = pf_attrs(source, skill_id)
-    except (SyntaxError, LookupError, OSError) as e:
+    except (SyntaxError, LookupError, ValueError, RecursionError) as e:
         return {"handler": "?", "teacher": "?", "watches": "?", "rewrite_only": "?", "ab": "?", "reasons": [str(e)]}
     rep = analyse_source(source, skill_id, str(pf_path))
     try:
@@ -119,6 +123,7 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
 @skills_app.command("list")
 def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
     """Active skills (highest version of each): version, priority, source, handler, teacher, watched actions, A+B."""
+    from rich.markup import escape
     from rich.table import Table
 
     from hasp.pf.library import load_library
@@ -131,7 +136,7 @@ def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
         for s in lib.skills:
             f = _pf_facts(s.path, s.skill_id)
             t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", "generated" if s.generated else "seed",
-                      f["handler"], f["teacher"], f["watches"], f["ab"], s.spec.description[:70])
+                      f["handler"], f["teacher"], f["watches"], f["ab"], escape(s.spec.description[:70]))
         _console().print(t)
         for e in lib.load_errors:
             typer.echo(f"error: {e}", err=True)
@@ -145,12 +150,11 @@ def skills_show(skill_id: str,
                                    typer.Option("--version", help="Version number (default: active).")] = None,
                 library: LibraryOpt = Path("skills/search")) -> None:
     """One skill version: SKILL.md frontmatter, hasp.yaml, body and PF source."""
-    import frontmatter
     from rich.markdown import Markdown
     from rich.panel import Panel
     from rich.syntax import Syntax
 
-    from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, load_skill
+    from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, load_skill, split_frontmatter
 
     v = _pick(_versions(library, skill_id), version)
     folder = v[1]
@@ -159,7 +163,7 @@ def skills_show(skill_id: str,
     except SkillFormatError as e:
         _fail(str(e))
     md_text = _read(folder / SKILL_FILE)
-    meta = frontmatter.loads(md_text)
+    _, body = split_frontmatter(md_text, str(folder / SKILL_FILE))
     facts = _pf_facts(folder, skill_id)
     con = _console()
     con.rule(f"{skill_id} {_label(v)} — {folder}")
@@ -169,7 +173,7 @@ def skills_show(skill_id: str,
         con.print(f"  not A+B: {r}", markup=False)
     con.print(Panel(Syntax(md_text.split("---", 2)[1].strip(), "yaml"), title=f"{SKILL_FILE} frontmatter"))
     con.print(Panel(Syntax(_read(folder / HASP_FILE).strip(), "yaml"), title=HASP_FILE))
-    con.print(Panel(Markdown(meta.content), title="SKILL.md body"))
+    con.print(Panel(Markdown(body), title="SKILL.md body"))
     decl = _declaration(folder)
     if decl is not None:
         from hasp.pf.declared import compile_declaration
@@ -244,11 +248,13 @@ def skills_equivalence(library: LibraryOpt = Path("skills/search"),
 
 @skills_app.command("validate")
 def skills_validate(
-        paths: Annotated[list[Path], typer.Argument(help="Skill folders, or libraries (every skill folder in them).")],
+        paths: Annotated[Optional[list[Path]], typer.Argument(
+            help="Skill folders, or libraries (every skill folder in them).")] = None,
+        trusted: Annotated[Optional[list[Path]], typer.Option(
+            "--trusted", help="A skill folder or library to validate with its pf.py imported in-process, "
+            "not sandboxed (repeatable). Its code runs with your rights: only for code you would run "
+            "yourself. Every other pf.py runs in the sandbox unless it is the package's own seed code.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-        sandbox: Annotated[Optional[bool], typer.Option(
-            "--sandbox/--in-process", help="Run pf.py in the sandbox or in-process "
-            "(default: sandbox for generated/ folders, in-process for seed folders, as the library does).")] = None,
         timeout: Annotated[float, typer.Option(help="Seconds for one sandboxed validation.")] = 10.0,
         params: Annotated[Optional[Path], typer.Option(
             "--params", help="params.yaml whose sandbox: section the sandboxed runs use "
@@ -256,17 +262,25 @@ def skills_validate(
     """Check skill folders: Agent Skills rules, HASP's schema, PF load and execution; exit 1 if any fails."""
     import json
 
+    from rich.markup import escape
     from rich.table import Table
 
     from hasp.cli.params import params_or_exit
     from hasp.config import SandboxParams
     from hasp.evolve.skill_check import CHECKS, check_folder, skill_folders
 
+    trusted = list(trusted or [])
+    paths = [*(paths or []), *trusted]
+    if not paths:
+        _fail("name at least one skill folder or library (or one with --trusted)")
+    for t in trusted:
+        typer.echo(f"warning: {t} is trusted: its pf.py code runs in this process, unsandboxed, "
+                   "with your rights", err=True)
     if params is None and Path("params.yaml").is_file():
         params = Path("params.yaml")
     sb = params_or_exit(params).sandbox if params is not None else SandboxParams()
-    folders = [f for p in paths for f in skill_folders(p)]
-    reports = [check_folder(f, sandbox=sandbox, timeout_s=timeout, sandbox_params=sb) for f in folders]
+    folders = list(dict.fromkeys(f for p in paths for f in skill_folders(p)))
+    reports = [check_folder(f, trusted=trusted, timeout_s=timeout, sandbox_params=sb) for f in folders]
     n_ok = sum(r.ok for r in reports)
     if as_json:
         typer.echo(json.dumps({"ok": n_ok, "total": len(reports), "folders": [r.to_dict() for r in reports]},
@@ -275,9 +289,9 @@ def skills_validate(
         t = Table(title="Skill folders")
         for col in ("folder", "skill", *CHECKS, "mode", "errors"):
             t.add_column(col, no_wrap=col != "errors")
-        for r in reports:
-            t.add_row(r.path, r.skill_id or "-", *(r.checks[c] for c in CHECKS), r.mode,
-                      "; ".join(r.errors) or "-")
+        for r in reports:  # everything from a folder is text, never markup
+            t.add_row(escape(r.path), escape(r.skill_id or "-"), *(r.checks[c] for c in CHECKS), r.mode,
+                      escape("; ".join(r.errors) or "-"))
         con = _console()
         con.print(t)
         con.print(f"{n_ok} of {len(reports)} skill folders pass", markup=False)

@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -43,9 +44,12 @@ from hasp.atomic import default_mode, swap_dir, write_json_atomic
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
+from hasp.pf.folder_files import copy_file, copy_folder, present
 from hasp.pf.layout import GENERATED_DIR, scan_versions, version_name
 from hasp.pf.library import MAX_LIBRARY_SIZE
 from hasp.pf.skill_md import SkillFormatError, SkillSpec, parse_skill_md, render_skill_folder
+
+log = logging.getLogger(__name__)
 
 __all__ = ["AdmissionResult", "admit", "review_refusals", "structural_refusals", "record_decision", "read_history", "snapshot", "next_version",
            "active_ids", "HISTORY_FILE", "GENERATED_DIR", "TMP_PREFIX"]
@@ -298,18 +302,26 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
 def snapshot(library_root: Path, dest: Path) -> Path:
     """Copy the active library (highest version per base id, same layout) and the history
     to ``dest`` (e.g. ``<root>/snapshots/epoch_<i>``). ``load_library(dest)`` then sees the
-    same active skills. An existing ``dest`` is replaced; the copy appears atomically."""
+    same active skills. An existing ``dest`` is replaced; the copy appears atomically.
+
+    Only regular files are copied: a symlink (to a host file, say) or a special file in a skill
+    folder is left out with a logged line, never followed, since snapshots are logged as artifacts."""
     root, dest = Path(library_root), Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{dest.name}-", dir=dest.parent))
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     try:
         for versions in scan_versions(root).values():
             _, folder, generated = max(versions, key=lambda t: (t[0], t[2]))
             target = tmp / GENERATED_DIR / folder.name if generated else tmp / folder.name
-            shutil.copytree(folder, target, ignore=ignore)
-        if (root / HISTORY_FILE).exists():
-            shutil.copy2(root / HISTORY_FILE, tmp / HISTORY_FILE)
+            if folder.is_symlink():
+                log.warning("%s: is a symbolic link (not copied)", folder)
+                continue
+            copy_folder(folder, target)
+        if present(root / HISTORY_FILE):
+            try:
+                copy_file(root / HISTORY_FILE, tmp / HISTORY_FILE)
+            except SkillFormatError as e:
+                log.warning("%s (not copied)", e)
         swap_dir(tmp, dest, old_prefix=f"{TMP_PREFIX}old-")
     except BaseException:
         _discard_tmp(tmp)

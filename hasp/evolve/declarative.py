@@ -22,7 +22,6 @@ id (its next version).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import Counter
@@ -33,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hasp.agent.replay import ReplayedStep
+from hasp.bounded import json_load
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.evolve.propose import LLM_CALL_FAILED, Candidate, ChatModel, FeedbackHistory, _suggested_id
@@ -219,10 +219,10 @@ def reply_fields(text: str) -> dict[str, Any]:
     stripped = (text or "").strip().strip("`").removeprefix("json").strip()
     if stripped.startswith("{"):
         try:
-            data = json.loads(stripped[: stripped.rfind("}") + 1])
+            data = json_load(stripped[: stripped.rfind("}") + 1])
             if isinstance(data, dict):
                 return {k: data[k] for k in _KEYS if k in data}
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or refused by the bounded parser: read KEY: value lines
             pass
     out: dict[str, Any] = {}
     for line in (text or "").splitlines():

@@ -31,6 +31,7 @@ from hasp.config import Params, SandboxParams
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
+from hasp.pf.folder_files import copy_folder
 from hasp.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -403,7 +404,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
     evs = _evidence(epoch_dir, library_in, params.sandbox)
     tmp = library_out.with_name(f".{library_out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(library_in, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+    copy_folder(library_in, tmp, skip=("__pycache__", ".*"))
     shutil.rmtree(library_out, ignore_errors=True)
     os.replace(tmp, library_out)
     history = None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.atomic import swap_dir, write_json_atomic
+from hasp.pf.folder_files import copy_folder
 
 __all__ = ["Member", "Frontier", "restore_snapshot", "write_carry", "read_carry", "FRONTIER_FILE",
            "CARRY_FILE", "SEED_EPOCH"]
@@ -125,7 +126,7 @@ def restore_snapshot(snapshot: Path, dest: Path, *, history_from: Path | None = 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
-        shutil.copytree(snapshot, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        copy_folder(snapshot, tmp, skip=("__pycache__",))
         history: list[dict[str, Any]] = []
         src_hist = Path(history_from) / HISTORY_FILE if history_from else snapshot / HISTORY_FILE
         if src_hist.exists():

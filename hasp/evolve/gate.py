@@ -57,6 +57,7 @@ from hasp.config import SandboxParams
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import Review, admission_bar
+from hasp.pf.folder_files import copy_folder
 from hasp.sandbox.policy import check_policy
 
 log = logging.getLogger(__name__)
@@ -322,7 +323,7 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
         tmp = Path(tempfile.mkdtemp(prefix=f"valgate-{cand.skill_id}-", dir=workdir))
         lib = tmp / "library"
         try:
-            shutil.copytree(library_root, lib, ignore=shutil.ignore_patterns("__pycache__", ".*", "snapshots"))
+            copy_folder(library_root, lib, skip=("__pycache__", ".*", "snapshots"))
             added = admit(lib, cand, review, epoch=-1, cluster=cluster, record=False, refusals=[])
             if not added.admitted:
                 raise ValueError(f"could not add the candidate to a library copy: {added.reason}")

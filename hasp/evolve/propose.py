@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import yaml
 
 from hasp.agent.context import EpisodeState
+from hasp.bounded import ParseRefused, yaml_load
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.pf.skill_md import (MAX_DESCRIPTION, MAX_SKILL_ID, PHASES, SKILL_ID, SkillFormatError, SkillSpec,
@@ -395,10 +396,10 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
         if m:
             body = (m.group(2) or "").strip()
             try:
-                raw_meta = yaml.safe_load(m.group(1))
-            except yaml.YAMLError:
+                raw_meta = yaml_load(m.group(1))
+            except ParseRefused as e:
                 raw_meta = None
-                notes.append("frontmatter is not valid YAML")
+                notes.append(f"frontmatter is not valid YAML ({str(e)[:200]})")
             sp_meta = _salvage_meta(raw_meta, notes)
         else:
             body, sp_meta = md_text.strip(), {}
@@ -447,6 +448,22 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
 
 #: how ``parse_error`` starts when the model call itself failed (the endpoint, not the student's reply)
 LLM_CALL_FAILED = "LLM call failed"
+#: how ``parse_error`` starts when the reply could not be parsed at all (counted with the parse errors)
+REPLY_REFUSED = "reply refused"
+
+
+def _candidate(reply: str, cluster: Cluster, existing_skill_ids: Sequence[str], epoch: int) -> Candidate:
+    """``parse_proposal``, with any failure on a hostile reply turned into a refused candidate: a
+    reply is the student's, so what goes wrong with it is recorded and counted, never raised out of
+    Phase C."""
+    try:
+        return parse_proposal(reply, cluster, existing_skill_ids=existing_skill_ids, epoch=epoch)
+    except Exception as e:  # noqa: BLE001 - recorded on the candidate
+        log.warning("proposal for %s refused: %s: %s", cluster.category, type(e).__name__, str(e)[:200])
+        cand = parse_proposal("", cluster, existing_skill_ids=existing_skill_ids, epoch=epoch)
+        cand.raw_reply = reply
+        cand.parse_error = f"{REPLY_REFUSED}: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        return cand
 
 
 def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
@@ -485,8 +502,7 @@ def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, exist
             cand = parse_proposal("", c, existing_skill_ids=existing_skill_ids, epoch=epoch)
             cand.parse_error = f"{LLM_CALL_FAILED}: {type(r).__name__}: {r}"
         else:
-            cand = parse_proposal(str(getattr(r, "text", r) or ""), c,
-                                  existing_skill_ids=existing_skill_ids, epoch=epoch)
+            cand = _candidate(str(getattr(r, "text", r) or ""), c, existing_skill_ids, epoch)
         cand.prompt_messages = [dict(m) for m in msgs]
         out.append(cand)
     return out

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasp.pf.folder_files import copy_folder
 from hasp.records import Trajectory
 from hasp.stats import paired_difference, rate
 
@@ -142,7 +143,7 @@ def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, w
         lib = work_dir / f"chain_{c:03d}" / "library"
         if lib.exists():
             shutil.rmtree(lib)
-        shutil.copytree(base_library, lib, ignore=shutil.ignore_patterns("snapshots", ".*"))
+        copy_folder(base_library, lib, skip=("snapshots", ".*"))
         owner: dict[str, int] = {}  # admitted skill id -> position that created it
         row: list[ChainTask] = []
         chain_trajs = []

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hasp.bounded import json_load
 from hasp.records import Trajectory
 from hasp.evolve.detectors import FailurePattern, final_action
 from hasp.evolve.excerpts import EVIDENCE_KEY, failing_step, step_problem
@@ -143,9 +144,11 @@ def normalize_category(raw: str) -> str:
 def parse_summary(text: str) -> dict[str, str]:
     """The four fields of a summarizer reply, or ``SummaryFormatError`` naming what is wrong."""
     try:
-        obj = json.loads(_first_object(text or ""))
+        obj = json_load(_first_object(text or ""))
     except json.JSONDecodeError as e:
         raise SummaryFormatError(f"invalid JSON: {e.msg}") from e
+    except ValueError as e:  # refused by the bounded parser (depth, size, a huge integer)
+        raise SummaryFormatError(f"invalid JSON: {e}") from e
     if not isinstance(obj, dict):
         raise SummaryFormatError("the JSON value is not an object")
     missing = [k for k in KEYS if not isinstance(obj.get(k), str) or not obj[k].strip()]

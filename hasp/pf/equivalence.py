@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hasp.pf.declaration import PFDeclaration
 from hasp.pf.layout import active_versions
+from hasp.pf.folder_files import present, read_text
 from hasp.pf.skill_md import HASP_FILE, SkillFormatError, load_skill
 from hasp.pf.pf_source import PFClass, assignments, find_definition, find_pf_class, module_name
 
@@ -379,10 +380,9 @@ def _declared(folder: Path) -> PFDeclaration | None:
 
 def analyse_file(pf_path: Path, skill_id: str | None = None) -> EquivalenceReport:
     try:
-        source = pf_path.read_text(encoding="utf-8")
-    except OSError as e:
-        return EquivalenceReport(skill_id=skill_id or pf_path.parent.name, path=str(pf_path),
-                                 reasons=[f"cannot read {pf_path}: {e}"])
+        source = read_text(pf_path)
+    except SkillFormatError as e:
+        return EquivalenceReport(skill_id=skill_id or pf_path.parent.name, path=str(pf_path), reasons=[str(e)])
     return analyse_source(source, skill_id, str(pf_path))
 
 
@@ -414,7 +414,7 @@ def analyse_library(root: Path, *, include_generated: bool = True) -> list[Equiv
         if decl is not None:
             out.append(analyse_declaration(decl, base, f"{folder}/{HASP_FILE}"))
             continue
-        if not pf_path.exists():
+        if not present(pf_path):
             out.append(EquivalenceReport(skill_id=base, path=str(folder), reasons=["no pf.py (prompt-only skill)"]))
             continue
         out.append(analyse_file(pf_path, base))

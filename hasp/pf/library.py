@@ -1,9 +1,10 @@
 """The versioned skill library on disk: load the active version of every skill.
 
 The folder layout is ``hasp.pf.layout``. Only the highest version of each skill id is
-active; older versions stay on disk for replay. Seed PF code is trusted project code and
-is imported in-process. Generated PF code is untrusted: it is only ever executed through
-``hasp.pf.sandboxed.SandboxedPF`` (a separate, resource-limited process).
+active; older versions stay on disk for replay. A ``pf.py`` is imported in-process only when
+``hasp.pf.trust.trusted_pf`` says it is the project's own seed code; every other one, wherever
+its folder is, is only ever executed through ``hasp.pf.sandboxed.SandboxedPF`` (a separate,
+resource-limited process). Files are read through ``hasp.pf.folder_files`` (regular files only).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,10 +21,12 @@ from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
 from hasp.pf.declared import compile_declaration
 from hasp.pf.equivalence import only_modifies
+from hasp.pf.folder_files import present, read_bytes, read_text
 from hasp.pf.layout import VERSION_DIR, Version, active_versions, candidate_versions, folder_refusal, scan_versions
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
 from hasp.pf.texts import apply_texts
+from hasp.pf.trust import trusted_pf
 
 log = logging.getLogger(__name__)
 
@@ -98,30 +102,39 @@ def library_hash(root: Path) -> str:
             rel = p.relative_to(root).parts
             if rel[0] == "snapshots" or any(part.startswith(".") for part in rel):
                 continue  # snapshots and in-flight admission temp dirs are not the active library
-            if p.is_file() and p.name in (SKILL_FILE, HASP_FILE, "pf.py"):
+            if p.name in (SKILL_FILE, HASP_FILE, "pf.py") and stat.S_ISREG(p.lstat().st_mode):
                 h.update(str(p.relative_to(root)).encode())
-                h.update(p.read_bytes())
+                try:
+                    h.update(read_bytes(p))
+                except SkillFormatError as e:  # the loader refuses it the same way
+                    h.update(str(e).encode())
     return h.hexdigest()[:16]
 
 
-def import_trusted_pf(pf_path: Path, skill_id: str) -> ProgramFunction:
-    """Import a seed skill's pf.py and instantiate the PF registered under ``skill_id``."""
+def import_trusted_pf(pf_path: Path, skill_id: str, source: str | None = None) -> ProgramFunction:
+    """Run a trusted ``pf.py`` in-process and instantiate the PF registered under ``skill_id``.
+
+    ``source`` is the text the trust decision was taken on (read from ``pf_path`` when None):
+    that text, not whatever the path holds by now, is what runs. Callers ask
+    ``hasp.pf.trust.trusted_pf`` first."""
+    source = read_text(pf_path) if source is None else source
     mod_name = f"hasp_skills.{pf_path.parent.parent.name}.{pf_path.parent.name}"
-    spec = importlib.util.spec_from_file_location(mod_name, pf_path)
-    if spec is None or spec.loader is None:
+    spec = importlib.util.spec_from_loader(mod_name, loader=None, origin=str(pf_path))
+    if spec is None:
         raise ImportError(f"cannot import {pf_path}")
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(pf_path)
     with collecting() as found:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(pf_path), "exec"), module.__dict__)  # noqa: S102 - trusted seed code only
     if skill_id not in found:
         raise SkillFormatError(f"{pf_path}: no @register_pf({skill_id!r}) class (found {sorted(found)})")
     return found[skill_id]()
 
 
-def _sandboxed_pf(pf_path: Path, skill_id: str, sandbox: SandboxParams | None) -> ProgramFunction:
+def _sandboxed_pf(source: str, skill_id: str, sandbox: SandboxParams | None) -> ProgramFunction:
     from hasp.pf.sandboxed import SandboxedPF
 
-    return SandboxedPF(pf_path.read_text(encoding="utf-8"), skill_id=skill_id, sandbox=sandbox)
+    return SandboxedPF(source, skill_id=skill_id, sandbox=sandbox)
 
 
 def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool, errors: list[str]) -> SkillSpec:
@@ -138,12 +151,13 @@ def _checked_phases(spec: SkillSpec, domain: str, folder: Path, generated: bool,
     return spec.model_copy(update={"phases": {k: v for k, v in spec.phases.items() if k not in bad}})
 
 
-def _checked_texts(spec: SkillSpec, folder: Path, generated: bool, errors: list[str]) -> SkillSpec:
-    """``texts:`` reach an in-process PF only: a generated PF runs in the sandbox and says what its
-    own code says, so its texts are dropped and reported in ``errors``, not silently kept."""
-    if not (generated and spec.texts):
+def _checked_texts(spec: SkillSpec, folder: Path, generated: bool, sandboxed: bool, errors: list[str]) -> SkillSpec:
+    """``texts:`` reach an in-process PF only: a generated or sandboxed PF says what its own code
+    says, so its texts are dropped and reported in ``errors``, not silently kept."""
+    if not ((generated or sandboxed) and spec.texts):
         return spec
-    msg = f"{folder}/{HASP_FILE}: texts: a generated PF keeps its texts in its code ({', '.join(spec.texts)} dropped)"
+    msg = (f"{folder}/{HASP_FILE}: texts: a {'generated' if generated else 'sandboxed'} PF keeps its texts "
+           f"in its code ({', '.join(spec.texts)} dropped)")
     errors.append(msg)
     log.warning(msg)
     return spec.model_copy(update={"texts": {}})
@@ -158,16 +172,20 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str],
         raise SkillFormatError(why or f"{folder}/{SKILL_FILE}: name {spec.name!r} != folder name")
     if generated and spec.version != version:
         raise SkillFormatError(f"{folder}/{HASP_FILE}: version {spec.version} != folder version {version}")
-    spec = _checked_texts(_checked_phases(spec, domain, folder, generated, errors), folder, generated, errors)
+    spec = _checked_phases(spec, domain, folder, generated, errors)
     pf_path = folder / "pf.py"
     pf: ProgramFunction | None = None
+    sandboxed = False
     if spec.pf is not None:
-        if pf_path.exists():
+        if present(pf_path):
             raise SkillFormatError(f"{folder}/{HASP_FILE}: pf: a skill declares its PF under pf: or in pf.py, not both")
         pf = compile_declaration(base, spec.pf, f"{folder}/{HASP_FILE}: pf", domain)
-    elif pf_path.exists():
-        pf = _sandboxed_pf(pf_path, base, sandbox) if generated else import_trusted_pf(pf_path, base)
-        pf.modify_only = only_modifies(pf_path.read_text(encoding="utf-8"), base)
+    elif present(pf_path):
+        source = read_text(pf_path)
+        sandboxed = not trusted_pf(folder, source)
+        pf = _sandboxed_pf(source, base, sandbox) if sandboxed else import_trusted_pf(pf_path, base, source)
+        pf.modify_only = only_modifies(source, base)
+    spec = _checked_texts(spec, folder, generated, sandboxed, errors)
     if spec.texts:
         if pf is None:
             raise SkillFormatError(f"{folder}/{HASP_FILE}: texts: the skill has no PF to set them on")
@@ -179,8 +197,8 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
                  include_generated: bool = True, sandbox: SandboxParams | None = None) -> SkillLibrary:
     """Load the highest working version of every skill under ``root``.
 
-    Generated PFs run in the sandbox under ``sandbox`` (the params section: weaker-mode
-    opt-in, caps, CPU budget; schema defaults when None).
+    A ``pf.py`` that is not shipped seed code (``hasp.pf.trust``) runs in the sandbox under
+    ``sandbox`` (the params section: weaker-mode opt-in, caps, CPU budget; schema defaults when None).
 
     A broken skill folder never stops the load: it is skipped and reported in ``load_errors``
     (and the log), so one bad SKILL.md cannot take a rollout down. When the highest version is

@@ -12,12 +12,12 @@ then called once per question, so nothing here runs per step.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hasp.bounded import json_load
 from hasp.pf.base import Teacher
 from hasp.pf.intervention import shown_text
 from hasp.pf.library import Skill
@@ -119,8 +119,8 @@ class PFSelector:
         text = (reply or "").strip()
         m = _FENCE.match(text)
         try:
-            ids = json.loads(m.group(1) if m else text)
-        except json.JSONDecodeError:
+            ids = json_load(m.group(1) if m else text)
+        except ValueError:  # not JSON, or refused by the bounded parser
             return None
         if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids) or len(set(ids)) != len(ids):
             return None

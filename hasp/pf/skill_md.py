@@ -23,6 +23,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hasp.pf.declaration import PFDeclaration
+from hasp.pf.folder_files import SkillFormatError, parse_yaml, read_text
+
+__all__ = ["SkillFormatError", "SkillSpec", "PhaseSpec", "load_skill", "parse_skill_md", "split_frontmatter",
+           "render_skill_md", "render_skill_folder", "write_skill_folder", "kebab", "snake"]
 
 PHASES = ("post_search", "post_read", "pre_final")
 SKILL_FILE = "SKILL.md"
@@ -39,10 +43,6 @@ MAX_DESCRIPTION = 1024
 SKILL_ID = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 #: room left in a 64-char name for the ``-v<N>`` suffix of an admitted version
 MAX_SKILL_ID = MAX_NAME - 8
-
-
-class SkillFormatError(ValueError):
-    """A skill folder or SKILL.md that cannot be used; the message names the file and the problem."""
 
 
 def kebab(skill_id: str) -> str:
@@ -123,7 +123,8 @@ def _unknown_keys(meta: dict[str, Any], allowed: tuple[str, ...], source: str) -
     for key in meta:
         if key not in allowed:
             raise SkillFormatError(f"{source}: unknown key {key!r} (allowed: {', '.join(allowed)})")
-    for pname, phase in (meta.get("phases") or {}).items():
+    phases = meta.get("phases") or {}
+    for pname, phase in phases.items() if isinstance(phases, dict) else ():
         for key in phase if isinstance(phase, dict) else ():
             if key not in PhaseSpec.model_fields:
                 raise SkillFormatError(f"{source}: unknown key {key!r} in phases.{pname} "
@@ -139,39 +140,35 @@ def _build(meta: dict[str, Any], body: str, source: str) -> SkillSpec:
             f"{'.'.join(map(str, er['loc']))}: {er['msg']}" for er in msgs)) from e
 
 
-def _frontmatter(text: str, source: str) -> tuple[dict[str, Any], str]:
-    try:
-        post = frontmatter.loads(text)
-    except (yaml.YAMLError, ValueError) as e:
-        raise SkillFormatError(f"{source}: invalid YAML frontmatter: {e}") from e
-    meta: dict[str, Any] = dict(post.metadata)
+class _BoundedYAML(frontmatter.YAMLHandler):
+    """python-frontmatter's split, with the frontmatter read by the bounded loader."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def load(self, fm: str, **kwargs: object) -> Any:
+        return parse_yaml(fm, self.source)
+
+
+def split_frontmatter(text: str, source: str) -> tuple[dict[str, Any], str]:
+    """(frontmatter mapping, markdown body) of a SKILL.md text; the YAML is read bounded (no aliases,
+    depth cap, bounded integers), and every failure is one ``SkillFormatError`` naming ``source``."""
+    meta, body = frontmatter.parse(text, handler=_BoundedYAML(source))
     if not meta:
         raise SkillFormatError(f"{source}: missing YAML frontmatter (--- ... ---)")
-    return meta, post.content
+    return dict(meta), body
 
 
 def parse_skill_md(text: str, source: str = "<string>") -> SkillSpec:
     """A candidate SKILL.md whose frontmatter carries both key sets (the student's format)."""
-    meta, body = _frontmatter(text, source)
+    meta, body = split_frontmatter(text, source)
     _unknown_keys(meta, AGENT_SKILLS_KEYS + HASP_KEYS, source)
     if "skill_id" not in meta:
         raise SkillFormatError(f"{source}: frontmatter has no skill_id")
     meta.setdefault("name", kebab(str(meta["skill_id"])))
     meta.setdefault("description", str(meta.get("system_summary", "")).strip())
     return _build(meta, body, source)
-
-
-def _read_text(path: Path) -> str:
-    """``path`` as UTF-8 text; an unreadable or binary file is one line naming it, because a bare
-    ``UnicodeDecodeError`` names no file and would escape the loader's per-skill error handling."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise SkillFormatError(f"{path}: cannot read: {e.strerror}") from e
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SkillFormatError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") from None
 
 
 def _required_agent_keys(meta: dict[str, Any], source: str) -> None:
@@ -187,15 +184,12 @@ def _required_agent_keys(meta: dict[str, Any], source: str) -> None:
 def load_skill(folder: Path) -> SkillSpec:
     """The skill in ``folder``: SKILL.md (Agent Skills keys only) merged with hasp.yaml (HASP keys only)."""
     md_path, hasp_path = folder / SKILL_FILE, folder / HASP_FILE
-    md_text = _read_text(md_path)
-    hasp_text = _read_text(hasp_path)
-    md_meta, body = _frontmatter(md_text, str(md_path))
+    md_text = read_text(md_path)
+    hasp_text = read_text(hasp_path)
+    md_meta, body = split_frontmatter(md_text, str(md_path))
     _unknown_keys(md_meta, AGENT_SKILLS_KEYS, str(md_path))
     _required_agent_keys(md_meta, str(md_path))
-    try:
-        hasp_meta = yaml.safe_load(hasp_text) or {}
-    except yaml.YAMLError as e:
-        raise SkillFormatError(f"{hasp_path}: invalid YAML: {e}") from e
+    hasp_meta = parse_yaml(hasp_text, str(hasp_path)) or {}
     if not isinstance(hasp_meta, dict):
         raise SkillFormatError(f"{hasp_path}: must be a YAML mapping")
     _unknown_keys(hasp_meta, HASP_KEYS, str(hasp_path))
