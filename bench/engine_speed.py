@@ -91,9 +91,11 @@ def run_episodes(p: Params, data: Path, library: Path, n: int, concurrency: int)
             episode = task.episode_fn(policy=policy, library=lib, cfg=agent_config(p), variant=get_variant("pf"),
                                       top_k=a.top_k, snippet_chars=a.snippet_chars, read_chars=a.read_chars,
                                       harness=p.harness)
+            before = server_counters(policy.config.base_url) if p.llm.backend == "llamacpp" else {}
             t0 = time.perf_counter()
             trajs = run_many(items, episode, concurrency=concurrency, desc=f"{p.llm.backend} x{concurrency}")
             wall = time.perf_counter() - t0
+            after = server_counters(policy.config.base_url) if p.llm.backend == "llamacpp" else {}
             single = single_stream(policy.config.base_url) if p.llm.backend == "llamacpp" else None
     finally:
         lib.close()
@@ -104,7 +106,24 @@ def run_episodes(p: Params, data: Path, library: Path, n: int, concurrency: int)
             "llm_s_per_step": sum(s.llm_s for t in trajs for s in t.steps) / max(1, steps),
             "step_s_per_step": sum(s.step_s for t in trajs for s in t.steps) / max(1, steps),
             "parse_errors": sum(1 for t in trajs for s in t.steps if getattr(s, "parse_error", None)),
-            "peak_rss_mb": rss.peak_kb / 1024, "single": single}
+            "peak_rss_mb": rss.peak_kb / 1024, "single": single,
+            "server": {k: after[k] - before.get(k, 0.0) for k in after}}
+
+
+def server_counters(base_url: str) -> dict[str, float]:
+    """llama.cpp's cumulative counters (``/metrics``): prompt tokens computed and reused from the
+    cache, seconds spent computing prompts and decoding; a run's share is the difference."""
+    names = {"llamacpp:prompt_tokens_total": "prefill_tokens", "llamacpp:prompt_seconds_total": "prefill_s",
+             "llamacpp:prompt_tokens_cached_total": "cached_tokens",
+             "llamacpp:tokens_predicted_total": "decode_tokens", "llamacpp:tokens_predicted_seconds_total": "decode_s"}
+    with urllib.request.urlopen(base_url.rsplit("/v1", 1)[0] + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key in names:
+            out[names[key]] = float(value)
+    return out
 
 
 def single_stream(base_url: str) -> dict[str, float]:
@@ -169,6 +188,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['parse_errors']:>10}{r['peak_rss_mb']:>13.0f}")
     REPORT.line("s/step: wall / steps; model s / step s: mean time of a step's "
                 "model call / of the whole step (model, PFs, tools) as the trajectories record them")
+    for engine, c, r in rows:
+        sv = r["server"]
+        if sv.get("prefill_tokens"):
+            REPORT.line(f"{engine} x{c}, where the server's time went: prompts {sv['prefill_tokens']:.0f} tokens computed "
+                        f"({sv['cached_tokens']:.0f} more reused from the cache) in {sv['prefill_s']:.1f} slot-s = "
+                        f"{sv['prefill_tokens'] / max(sv['prefill_s'], 1e-9):.0f} tok/s; replies {sv['decode_tokens']:.0f} "
+                        f"tokens in {sv['decode_s']:.1f} slot-s = {sv['decode_tokens'] / max(sv['decode_s'], 1e-9):.0f} "
+                        f"tok/s per slot; per step {sv['prefill_tokens'] / max(r['steps'], 1):.0f} new prompt tokens, "
+                        f"{sv['decode_tokens'] / max(r['steps'], 1):.0f} reply tokens")
     by = {(e, c): r for e, c, r in rows}
     for c in levels:
         if ("llamacpp", c) in by and ("transformers", c) in by:
