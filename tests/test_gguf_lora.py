@@ -340,15 +340,17 @@ def test_llamacpp_lora_request_rules(peft_and_llamacpp: dict[str, Any]) -> None:
 
     # Additive up to engine noise: llama.cpp's 8-bit activations make mathematically equal settings
     # differ by ~0.1 nat (as much as it differs from transformers), against ~0.6 nat for the adapter itself.
+    # Averaged over every prompt, with a bar at 40 % of the adapter's effect (non-additive scales would
+    # sit near 100 %): over three prompts the noise reached 29 % once in four runs.
     half, scale, double = [], [], []
-    for q in PROMPTS[:3]:
+    for q in PROMPTS:
         msgs = [{"role": "user", "content": q}]
         top = {k: _llamacpp(server, msgs, lora(*k), max_tokens=1, cache_prompt=False)[1]
                for k in ((0, 0), (1, 0), (0.5, 0.5), (1, 1), (2, 0))}
         half.append(_apart(top[(0.5, 0.5)], top[(1, 0)]))
         double.append(_apart(top[(1, 1)], top[(2, 0)]))
         scale.append(min(_apart(top[(1, 0)], top[(0, 0)]), _apart(top[(1, 0)], top[(2, 0)])))
-    assert np.mean(half) < 0.3 * np.mean(scale) and np.mean(double) < 0.3 * np.mean(scale), (half, double, scale)
+    assert np.mean(half) < 0.4 * np.mean(scale) and np.mean(double) < 0.4 * np.mean(scale), (half, double, scale)
 
     # A, then B on another prompt, then the first prompt under B: with cache_ram_mib 0 it is recomputed
     # (llama.cpp's RAM prompt cache, on by default, keys entries by tokens only and would restore A's KV)
