@@ -155,6 +155,13 @@ class LLMParams(EndpointParams):
                             "afterwards; auto = actions on an engine that takes grammars (llamacpp, vllm), else off. "
                             "An endpoint that refuses a constraint gets one logged, counted fallback to free text")
     llamacpp: LlamaCppParams = Field(LlamaCppParams(), description="llama.cpp server settings (backend llamacpp)")
+
+    @field_validator("constrained", mode="before")
+    @classmethod
+    def _off_unquoted(cls, v: object) -> object:
+        """YAML 1.1 reads an unquoted ``off`` as false: take it as the ``off`` the user wrote."""
+        return "off" if v is False else v
+
     vllm: VLLMParams = Field(VLLMParams(), description="vllm serve settings (backend vllm)")
     transformers: TransformersServeParams = Field(TransformersServeParams(), description="transformers serve "
                                                   "settings (backend transformers)")

@@ -306,6 +306,16 @@ def test_the_agent_config_takes_llm_constrained_from_params():
     assert agent_config(params).constrained == "off" and agent_config(Params()).constrained == "auto"
 
 
+def test_an_unquoted_yaml_off_means_off():
+    """``constrained: off`` in a params file is YAML's false; it must not be a validation error."""
+    import yaml
+
+    params = Params.model_validate(yaml.safe_load("llm:\n  constrained: off\n"))
+    assert params.llm.constrained == "off"
+    with pytest.raises(ValueError):
+        Params.model_validate({"llm": {"constrained": True}})
+
+
 def test_a_math_episode_sends_its_answer_grammar_when_constrained():
     item = MathItem(id="m", problem="What is 6*7?", answers=["42"])
     pol = DialectPolicyDouble(["6*7 = 42.\nFINAL[42]"])
