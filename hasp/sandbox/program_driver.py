@@ -38,7 +38,6 @@ import json
 import linecache
 import os
 import sys
-import traceback
 
 from hasp.sandbox import program_wire as wire
 
@@ -60,20 +59,12 @@ class ProgramError(Exception):
     """An exception of the program's that has no builtin counterpart."""
 
 
-def _where(tb: Any, fname: str) -> str:
-    frames = [f for f in traceback.extract_tb(tb) if f.filename == fname]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" [{fname[1:-1]} line {f.lineno}: {(f.line or '').strip()[:300]}]"
+_where = wire.where
 
 
 def _exc_text(e: BaseException) -> str:
-    try:
-        msg = str(e)
-    except BaseException:  # noqa: BLE001
-        msg = "<unprintable>"
-    return f"{type(e).__name__}: {msg[:1500]}" if msg else type(e).__name__
+    msg = wire.message(e)
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
 class _Reporter:

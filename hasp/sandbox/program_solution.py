@@ -19,7 +19,6 @@ import builtins
 import linecache
 import os
 import sys
-import traceback
 
 from hasp.sandbox import program_wire as wire
 
@@ -33,18 +32,10 @@ _SRC = "<solution>"
 
 
 def _where(tb: Any) -> str:
-    frames = [f for f in traceback.extract_tb(tb) if f.filename == _SRC]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" [solution line {f.lineno}: {(f.line or '').strip()[:300]}]"
+    return wire.where(tb, _SRC)
 
 
-def _text(e: BaseException) -> str:
-    try:
-        return str(e)[:1500]
-    except BaseException:  # noqa: BLE001 - a hostile __str__
-        return "<unprintable>"
+_text = wire.message
 
 
 def _builtin_base(e: BaseException) -> str:

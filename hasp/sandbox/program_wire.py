@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import traceback
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time: every program run pays for imports
@@ -129,3 +130,21 @@ def loads(line: bytes) -> dict:
     if type(msg) is not dict:
         raise ValueError("a message that is not an object")
     return msg
+
+
+def where(tb: object, fname: str) -> str:
+    """`` [<name> line N: source]`` of the last frame of ``tb`` in the file named ``fname`` (a
+    pseudo-file such as ``<solution>``), or ``""``: the line a failure report points at."""
+    frames = [f for f in traceback.extract_tb(tb) if f.filename == fname]  # type: ignore[arg-type]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" [{fname[1:-1]} line {f.lineno}: {(f.line or '').strip()[:300]}]"
+
+
+def message(e: BaseException) -> str:
+    """``str(e)`` cut to 1,500 characters; ``<unprintable>`` when a hostile ``__str__`` raises."""
+    try:
+        return str(e)[:1500]
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        return "<unprintable>"
