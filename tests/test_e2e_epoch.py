@@ -28,7 +28,9 @@ def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     params["data"].update(n_questions=10)
     params["agent"].update(max_steps=4, max_tokens=48)
     params["llm"].update(port=8911)
-    params["evolve"].update(max_candidates=2, proposal_max_tokens=160, min_cluster_size=2)
+    # one failure summary is enough to exercise Phase B's model path; each costs minutes on 2 cores
+    params["evolve"].update(max_candidates=2, proposal_max_tokens=160, min_cluster_size=2,
+                            summarizer_max_failures=1, summarizer_max_tokens=200)
     params["train"].update(max_steps=2, max_length=512, per_device_train_batch_size=2)
     params["tracking"]["experiment"] = "hasp-e2e"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
