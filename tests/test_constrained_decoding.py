@@ -125,6 +125,18 @@ def test_the_answer_only_grammar_admits_final_alone():
         action_grammar(("ASK",))
 
 
+@pytest.mark.parametrize("text", ["answer: no steps are left", "answer_1961", "Answer Telvik", "ANSWERS",
+                                  "answer"])
+def test_the_answer_only_argument_cannot_start_with_the_placeholder_word(text):
+    assert not accepts(action_grammar(("FINAL",)), f"Action: FINAL[{text}]")
+    assert accepts(action_grammar(), f"Action: FINAL[{text}]") is (text.lower() != "answer")
+
+
+@pytest.mark.parametrize("text", ["answe", "an answer", "Ansbach", "1961 answer", "a"])
+def test_the_answer_only_argument_may_share_letters_with_the_placeholder(text):
+    assert accepts(action_grammar(("FINAL",)), f"Action: FINAL[{text}]")
+
+
 def test_gbnf_pieces_are_written_in_escapes_llama_cpp_reads():
     assert gbnf.literal('say "hi"\n\\') == '"say \\"hi\\"\\n\\\\"'
     assert gbnf.char_class("^-]") == "[\\x2D\\]\\x5E]" and gbnf.char_class("a", negated=True) == "[^a]"

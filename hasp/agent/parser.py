@@ -147,7 +147,8 @@ _ARG_SEPARATORS = " '"
 def action_grammar(actions: Sequence[str] = ACTIONS, max_tokens: int | None = None) -> str:
     """GBNF for one reply: an optional ``Thought: ...`` line, then ``Action: NAME[argument]`` for a
     NAME of ``actions``; the argument is not one of the prompt's ``PLACEHOLDERS`` (in any case).
-    ``actions=("FINAL",)`` is the answer-only turn's grammar. The thought has at most
+    ``actions=("FINAL",)`` is the answer-only turn's grammar (its argument does not start with
+    ``answer``). The thought has at most
     ``MAX_THOUGHT_CHARS`` characters, and with a reply budget ``max_tokens`` at most
     ``max_tokens - ACTION_LINE_TOKENS``, so the budget cannot cut a reply before its action."""
     actions = tuple(actions)
@@ -155,8 +156,10 @@ def action_grammar(actions: Sequence[str] = ACTIONS, max_tokens: int | None = No
         raise ValueError(f"actions must be some of {ACTIONS}, not {actions}")
     thought_chars = MAX_THOUGHT_CHARS if max_tokens is None else \
         min(MAX_THOUGHT_CHARS, max(0, max_tokens - ACTION_LINE_TOKENS))
+    # the answer-only turn's argument may not start with the placeholder word at all: barred from
+    # ``FINAL[answer]``, the model writes ``answer: ...`` or ``answer_...`` instead
     arg = gbnf.any_word_but(PLACEHOLDERS, banned=_ARG_BANNED, separators=_ARG_SEPARATORS, prefix="arg",
-                            rest="arg-rest")
+                            rest="arg-rest", no_start=("answer",) if actions == ("FINAL",) else ())
     word_char = gbnf.char_class(set(_ARG_BANNED) | set(_ARG_SEPARATORS), negated=True)
     sep = gbnf.char_class(_ARG_SEPARATORS)
     thought = {"thought": f'{gbnf.literal("Thought: ")} {gbnf.char_class(_THOUGHT_BANNED, negated=True)}'

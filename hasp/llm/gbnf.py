@@ -33,7 +33,7 @@ def rules(named: Mapping[str, str]) -> str:
 
 
 def any_word_but(excluded: Iterable[str], *, banned: str, separators: str, prefix: str,
-                 rest: str) -> dict[str, str]:
+                 rest: str, no_start: Iterable[str] = ()) -> dict[str, str]:
     """Rules for a non-empty string of words (runs of characters outside ``banned`` and
     ``separators``) joined by single separators that is not one of ``excluded`` (compared
     case-insensitively): rule ``<prefix>`` plus helper rules named ``<prefix>-<n>``.
@@ -44,6 +44,10 @@ def any_word_but(excluded: Iterable[str], *, banned: str, separators: str, prefi
     ends in a separator), may go on to a child, and any other character leaves the trie for ``rest``.
     A separator stands only between two word characters, so a string starts and ends with a word
     character and needs no stripping or whitespace folding before it is compared.
+
+    ``no_start`` names strings that may not even begin the string (case-insensitively): a model that
+    is barred from writing a placeholder exactly tends to write the placeholder with a tail instead
+    (``answer: ...``, ``answer_...``), which is the same copy of the prompt's template.
     """
     seps = set(separators)
     not_word = set(banned) | seps
@@ -53,11 +57,20 @@ def any_word_but(excluded: Iterable[str], *, banned: str, separators: str, prefi
                 or any(c in banned for c in w)):
             raise ValueError(f"excluded word {w!r} is not a string of words joined by single separators")
     trie: dict[str, dict] = {}
+    dead = sorted({w.lower() for w in no_start})
+    for w in [*words, *dead]:
+        if not w or any(c in not_word for c in w[-1:]):
+            raise ValueError(f"string {w!r} does not end in a word character")
     for w in words:
         node = trie
         for c in w:
             node = node.setdefault(c, {})
         node[""] = {}  # the end-of-word mark
+    for w in dead:
+        node = trie
+        for c in w[:-1]:
+            node = node.setdefault(c, {})
+        node[w[-1]] = {"!": {}}  # no string goes through this character
     word_char = char_class(not_word, negated=True)
     out: dict[str, str] = {}
     names = (f"{prefix}-{i}" for i in range(1, 1_000_000))
@@ -69,6 +82,9 @@ def any_word_but(excluded: Iterable[str], *, banned: str, separators: str, prefi
         alts: list[str] = [] if is_root or after_sep or "" in node else ['""']
         taken: set[str] = set()
         for c, child in sorted((c, child) for c, child in node.items() if c):
+            if "!" in child:
+                taken |= variants(c)
+                continue
             child_name = next(names)
             node_rule(child_name, child, c in seps, False)
             alts.append(f"{literal(c) if c in seps else char_class(variants(c))} {child_name}")
