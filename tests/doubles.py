@@ -759,6 +759,22 @@ class ReadThenAnswerReplyDouble:
         return f"Thought: answer\nAction: FINAL[{' '.join(words[:2]) or 'unknown'}]"
 
 
+class ReadThenAnswerPolicyDouble:
+    """A greedy search policy in this process, replying as ``ReadThenAnswerReplyDouble`` does: each
+    reply is a function of the conversation alone, so concurrent episodes and two runs of the same
+    episodes get the same replies. Records every call's keyword arguments (``calls``). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.reply = ReadThenAnswerReplyDouble()
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        with self._lock:
+            self.calls.append(kw)
+        return ReplyDouble(self.reply({"messages": messages}), 7, 3)
+
+
 @dataclass(frozen=True)
 class KillOnceSpecDouble:
     """An episode spec whose episode ``qid`` kills its own worker process the first time it runs (the
