@@ -85,9 +85,13 @@ class Harness:
     """Everything about a (library, variant, params) that does not depend on the question."""
 
     def __init__(self, library: SkillLibrary | None, variant: Variant, params: HarnessParams | None = None, *,
-                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires")) -> None:
+                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires"),
+                 prompt_skills: str = "ranked") -> None:
+        """``prompt_skills``: which skills the system prompt lists — ``ranked`` (the best
+        ``max_skills_in_prompt`` by mode and keywords), or ``all`` in library order (single-step
+        domains, whose skills are checks that apply to every answer)."""
         self.variant, self.hp = variant, params or HarnessParams()
-        self.max_modify_fires = max_modify_fires
+        self.max_modify_fires, self.prompt_skills = max_modify_fires, prompt_skills
         self.surfaces = Surfaces.of(variant, self.hp, library is not None)
         if library is not None:
             check_pf_ids(self.hp, library)
@@ -140,7 +144,8 @@ class Harness:
             rec.pf_selection_branch, rec.pf_selection_note = sel.branch, sel.note
         system_text = ""
         if on and s.system_skills:
-            chosen = self.skill_selector.select(question, q, hp.max_skills_in_prompt)
+            chosen = (self.text_skills if self.prompt_skills == "all"
+                      else self.skill_selector.select(question, q, hp.max_skills_in_prompt))
             rec.prompt_skills, system_text = [x.skill_id for x in chosen], render_skill_lines(chosen)
         rules = self._no_rules
         if on and s.phases:

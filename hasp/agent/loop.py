@@ -248,12 +248,12 @@ def _failed(feedback: dict[str, Any]) -> bool:
 def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: AgentConfig, variant: Variant,
                    params: HarnessParams | None, make_env: Callable[[Any], Environment],
                    identity: Callable[[Any], tuple[str, str, list[str]]], teacher: Teacher | None = None,
-                   label: str | None = None) -> Callable[..., Trajectory]:
+                   label: str | None = None, prompt_skills: str = "ranked") -> Callable[..., Trajectory]:
     """``item -> Trajectory`` for one variant: ``identity(item)`` is its (qid, question, answers),
-    ``make_env(item)`` its environment.
+    ``make_env(item)`` its environment, ``prompt_skills`` the harness's choice of prompt skills.
 
     The harness is compiled here, once; each call plans its question and runs the loop."""
-    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires)
+    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires, prompt_skills=prompt_skills)
     used_teacher = teacher if variant.use_teacher else None
     if teacher is not None and used_teacher is None:
         log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",

@@ -20,6 +20,7 @@ from hasp.config import HarnessParams, Params
 
 class Domain(Protocol):
     name: str
+    prompt_skills: str  # the skills a prompt lists: "ranked" (best by mode and keywords) or "all"
 
     def identity(self, item: Any) -> tuple[str, str, list[str]]: ...
     def check(self, variant: Variant) -> None: ...
@@ -39,6 +40,7 @@ class SearchDomain:
     data_dir: Path | None = None
     dataset: Any = None
     name: ClassVar[str] = "search"
+    prompt_skills: ClassVar[str] = "ranked"
 
     def items(self, split: str, limit: int | None = None) -> list[Any]:
         """The questions of ``split`` in the data folder."""
@@ -94,11 +96,13 @@ class _SingleStep:
     #: a PF that adds hints gets the model one revision turn
     revise: bool = True
     name: ClassVar[str] = ""
+    #: every skill's summary in the prompt variant: a single-step skill is a check for every answer
+    prompt_skills: ClassVar[str] = "all"
 
     def check(self, variant: Variant) -> None:
         if variant.teacher_postprocess:
-            raise ValueError(f"variant {variant.name!r} post-processes a web-search FINAL; {self.name} has no "
-                             "outer loop for it (use react, prompt, pf or pf_teacher)")
+            raise ValueError(f"variant {variant.name} is web-search only (it post-processes a web-search FINAL); "
+                             f"for {self.name} use react, prompt, pf or pf_teacher")
 
     def config(self, params: Params, variant: Variant) -> AgentConfig:
         a = params.agent
