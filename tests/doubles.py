@@ -711,6 +711,23 @@ class VotingPFDouble(ProgramFunction):
         return f"{self.skill_id} doubts {answer}"
 
 
+class ContextRecordingPFDouble(ProgramFunction):
+    """Never fires; records a copy of every step context it is asked about (``seen``), PF-private keys
+    left out, so a test can compare what a PF saw with what a replay rebuilds."""
+
+    skill_id = "context_recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def should_activate(self, ctx, action_type, arg):
+        self.seen.append({k: v for k, v in ctx.items() if not k.startswith("_")})
+        return False
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention()
+
+
 class CheapPFDouble(ProgramFunction):
     """A cheap step PF for the latency benchmark: fires on READ only."""
 

@@ -56,8 +56,9 @@ class EpisodeSpec:
 
     def runner(self, *, policy: Any, teacher: Any = None, library: Any = None,
                opened: Any = None) -> Callable[[Any], EpisodeRecord]:
-        """``item -> EpisodeRecord`` in this process with live ``policy``, ``teacher`` and ``library``;
-        ``opened`` is what the domain opens (the search index), opened here when None."""
+        """``item -> EpisodeRecord`` in this process with live ``policy``, ``teacher`` and ``library``
+        (``self.library`` as the caller loaded it; None: no skills); ``opened`` is what the domain
+        opens (the search index), opened here when None."""
         d, p = self.domain, self.params
         opened = d.open(p) if opened is None else opened
         episode = episode_runner(policy=policy, library=library, cfg=self.agent, variant=self.variant,
