@@ -62,7 +62,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     if qids is not None:
         keep = set(qids)
         items = [it for it in items if it.id in keep]
-    lib = load_library(library_root, "search", sandbox=params.sandbox) if library_root is not None else None
+    lib = load_library(library_root, domain.name, sandbox=params.sandbox) if library_root is not None else None
     try:
         trajs = [r.traj for r in run_episodes(spec, items, policy=policy, teacher=teacher, library=lib,
                                               opened=None if executor is not None else domain.open(params),

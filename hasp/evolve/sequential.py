@@ -201,7 +201,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
                                     constrains_json(params.llm.constrained, dialect_of(student)))
     spec, index = episode_spec(params, domain, "pf"), domain.open(params)
 
-    base = load_library(library, "search", sandbox=params.sandbox)
+    base = load_library(library, domain.name, sandbox=params.sandbox)
     try:
         plain_trajs = [r.traj for r in run_episodes(spec, items, policy=policy, library=base, opened=index,
                                                     desc="plain")]
@@ -210,7 +210,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     plain = {t.qid: t for t in plain_trajs}
 
     def run_task(item: Any, lib_dir: Path) -> Trajectory:
-        lib = load_library(lib_dir, "search", sandbox=params.sandbox)
+        lib = load_library(lib_dir, domain.name, sandbox=params.sandbox)
         try:
             return spec.runner(policy=policy, library=lib, opened=index)(item).traj
         finally:
@@ -220,7 +220,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         patterns = detect_failures([traj])
         if not patterns:
             return [], ["no failure pattern detected"]
-        lib = load_library(lib_dir, "search", sandbox=params.sandbox)
+        lib = load_library(lib_dir, domain.name, sandbox=params.sandbox)
         ids, existing = lib.ids, existing_from_library(lib)
         lib.close()
         cluster = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)[0]

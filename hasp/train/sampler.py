@@ -98,7 +98,7 @@ class PFRolloutSampler:
         ``executor`` (``runner.kind``) in worker processes that reach the served checkpoint over HTTP."""
         desc = f"{LABEL}: {Path(model_dir).name}"
         with self.policy_for(Path(model_dir)) as policy:
-            lib = (load_library(self.library, "search", sandbox=self.params.sandbox)
+            lib = (load_library(self.library, self.spec.domain.name, sandbox=self.params.sandbox)
                    if self.library is not None and self.executor is None else None)
             try:
                 for err in (lib.load_errors if lib is not None else []):
