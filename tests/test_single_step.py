@@ -10,9 +10,10 @@ from doubles import ScriptedPolicyDouble, TimeoutPolicyDouble
 
 from hasp.records import Trajectory
 from hasp.agent.rollout import read_trajectories
-from hasp.agent.single_step import REVISE_TEMPLATE
+from hasp.agent.single_step import REVISE_TEMPLATE, revision_message
 from hasp.config import Params
 from hasp.domains.code import environment as code_env
+from hasp.domains.math import environment as math_env
 from hasp.domains.code.datasets import load_humaneval
 from hasp.domains.math.datasets import MathItem
 from hasp.episode.domains import CodeDomain, MathDomain
@@ -322,7 +323,8 @@ def test_an_endpoint_failure_costs_one_episode_not_the_run(tmp_path):
 
 def test_math_and_code_episodes_run_the_harness(math_lib, code_lib, he0):
     """The one loop's harness runs on single-step episodes: every library PF selected, handler votes
-    asked on each FINAL, pre_final phase reminders recorded and shown in the revision turn."""
+    asked on each FINAL, pre_final phase reminders chosen and recorded; the revision turn stays the
+    checker's findings (the PF hints), as the single-step agent always showed them."""
     pol = ScriptedPolicyDouble([WRONG_G24, RIGHT_G24])
     t = _math_episode(G24, pol, math_lib)
     first, second = t.audits()
@@ -330,14 +332,15 @@ def test_math_and_code_episodes_run_the_harness(math_lib, code_lib, he0):
     assert first.handlers["votes"] == [] and first.handlers["threshold"] == Params().harness.handler_vote_threshold
     assert first.phases and all(label.endswith(":pre_final") for label in first.phases)
     assert len(t.steps[0].reminders) == len(first.phases)
-    assert all(r in pol.seen[1][-1]["content"] for r in t.steps[0].reminders)  # shown with the PF hints
+    assert pol.seen[1][-1]["content"] == revision_message(first.context, math_env.FORMAT_HINT)
     assert second.phases and second.handlers["asked"] == first.handlers["asked"]
     cpol = ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT])
     ct = _code_episode(he0, cpol, code_lib)
     (cfirst, _) = ct.audits()
     assert ct.harness.pf_selection_source == "all" and set(ct.harness.selected_pfs) == set(code_lib.ids)
     assert "votes" in cfirst.handlers and cfirst.phases and all(p.endswith(":pre_final") for p in cfirst.phases)
-    assert ct.steps[0].reminders and all(r in cpol.seen[1][-1]["content"] for r in ct.steps[0].reminders)
+    assert ct.steps[0].reminders and cpol.seen[1][-1]["content"] == revision_message(cfirst.context,
+                                                                                      code_env.FORMAT_HINT)
     # react has no skill surfaces: no reminders, no votes
     r = _math_episode(G24, ScriptedPolicyDouble([WRONG_G24]), math_lib, variant="react")
     assert r.audits()[0].phases == [] and r.audits()[0].handlers == {} and r.harness.selected_pfs == []

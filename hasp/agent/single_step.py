@@ -9,15 +9,20 @@ A single-step domain asks the policy once and reads the answer it extracts as th
    step count, the budget, the actions so far and the PFs' private keys;
 4. the harness dispatches ``("FINAL", answer)`` — a PF may rewrite the answer (MODIFY_ACTION) or add
    hints (INJECT_CONTEXT) — lets the handlers vote, and picks the phase reminders; the step gets its
-   audit event e_t;
+   audit event e_t (with the reminders' labels in ``phases``);
 5. if PFs added hints and a second step is in the budget, the model gets ONE revision turn (its own
-   reply, then a user turn with the hints and reminders); the revised answer is a second step with
+   reply, then a user turn with the hints); the revised answer is a second step with
    its own audit event, under the same per-episode dispatcher (so per-episode PF caps hold). A FINAL
    the handlers send back is not accepted and gets the revision turn the same way;
 6. ``scorer(answer)`` grades each answered step (``feedback["score"]``); the last one is ``em = f1``.
 
 There is no domain branch in here: prompts, extraction, context and grading come in as functions,
 which is the paper's claim that one dispatcher serves web search, math and code unchanged.
+
+The revision turn shows the PF hints only. The pre_final reminders of the math and code skills
+restate what their PFs check; on the embedded model, adding them to the revision turn changed which
+revisions came out right, so they are recorded (``StepRecord.reminders``, ``AuditEvent.phases``)
+and the revision prompt stays the checker's findings.
 """
 
 from __future__ import annotations
@@ -125,7 +130,7 @@ class SingleStepEnvironment:
         return "", last
 
     def turns(self, step: StepRecord) -> list[dict[str, str]]:
-        hints = [*(step.audit.context if step.audit else []), *step.reminders]
+        hints = step.audit.context if step.audit else []
         return [{"role": "assistant", "content": step.raw_output.strip() or "(empty)"},
                 {"role": "user", "content": revision_message(hints, self.format_hint)}]
 
