@@ -39,20 +39,18 @@ def _free_port() -> int:
 
 def run_setting(p: Params, policy: Any, task: Any, items: list[Any], library: Path, setting: str) -> dict[str, Any]:
     """Greedy PF-agent episodes on ``items`` with ``llm.constrained: setting``; per-step and per-question counts."""
-    from hasp.agent.loop import agent_config
-    from hasp.agent.rollout import run_many
-    from hasp.agent.variants import get_variant
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec, run_episodes
     from hasp.pf.library import load_library
 
-    a = p.agent
     lib = load_library(library, "search", sandbox=p.sandbox)
     before = policy.usage
     try:
-        episode = task.episode_fn(policy=policy, library=lib, cfg=replace(agent_config(p), constrained=setting),
-                                  variant=get_variant("pf"), top_k=a.top_k, snippet_chars=a.snippet_chars,
-                                  read_chars=a.read_chars, harness=p.harness)
+        spec = episode_spec(p.model_copy(update={"llm": p.llm.model_copy(update={"constrained": setting})}),
+                            SearchDomain(data_dir=task.data_dir), "pf")
         t0 = time.perf_counter()
-        trajs = run_many(items, episode, concurrency=p.llm.max_concurrency, desc=f"constrained={setting}")
+        trajs = [r.traj for r in run_episodes(spec, items, policy=policy, library=lib, opened=task.retriever,
+                                              desc=f"constrained={setting}")]
         wall = time.perf_counter() - t0
     finally:
         lib.close()

@@ -75,25 +75,22 @@ class PeakRSS:
 
 def run_episodes(p: Params, data: Path, library: Path, n: int, concurrency: int) -> dict[str, Any]:
     """``n`` greedy PF-agent episodes on the test split, ``concurrency`` at a time."""
-    from hasp.agent.loop import agent_config
-    from hasp.agent.rollout import run_many
-    from hasp.agent.variants import get_variant
-    from hasp.domains.search.task import SearchTask
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec, run_episodes
     from hasp.llm.endpoints import policy_client
     from hasp.pf.library import load_library
 
-    task = SearchTask.load(data)
-    items = task.questions("test")[:n]
+    domain = SearchDomain(data_dir=data)
+    items, index = domain.items("test")[:n], domain.open(p)
     lib = load_library(library, "search", sandbox=p.sandbox)
-    a = p.agent
+    spec = episode_spec(p.model_copy(update={"llm": p.llm.model_copy(update={"max_concurrency": concurrency})}),
+                        domain, "pf")
     try:
-        with PeakRSS(SERVER_MARKERS[p.llm.backend]) as rss, policy_client(p.llm, max_tokens=a.max_tokens) as policy:
-            episode = task.episode_fn(policy=policy, library=lib, cfg=agent_config(p), variant=get_variant("pf"),
-                                      top_k=a.top_k, snippet_chars=a.snippet_chars, read_chars=a.read_chars,
-                                      harness=p.harness)
+        with PeakRSS(SERVER_MARKERS[p.llm.backend]) as rss, policy_client(p.llm, max_tokens=p.agent.max_tokens) as policy:
             before = server_counters(policy.config.base_url) if p.llm.backend == "llamacpp" else {}
             t0 = time.perf_counter()
-            trajs = run_many(items, episode, concurrency=concurrency, desc=f"{p.llm.backend} x{concurrency}")
+            trajs = [r.traj for r in run_episodes(spec, items, policy=policy, library=lib, opened=index,
+                                                  desc=f"{p.llm.backend} x{concurrency}")]
             wall = time.perf_counter() - t0
             after = server_counters(policy.config.base_url) if p.llm.backend == "llamacpp" else {}
             single = single_stream(policy.config.base_url) if p.llm.backend == "llamacpp" else None

@@ -7,7 +7,7 @@ sequential ratio against the goal of 5x, plus what the task runner itself costs 
 The endpoint is the scripted OpenAI-compatible double of the test suite (``tests/doubles.py``) with a
 fixed latency per call, standing in for a GPU server whose answer time does not grow with load; it
 makes the comparison one of runners, not of a 2-core CPU model server. The episodes are the real
-pipeline ones (``SearchRolloutSpec``: the PF agent with the seed library, BM25 over the generated
+pipeline ones (an ``EpisodeSpec``: the PF agent with the seed library, BM25 over the generated
 corpus, greedy), and the dask trajectories are checked against the threaded ones.
 
     python bench/rollout_runners.py [--n 48] [--latency-ms 100] [--concurrency 16] [--workers 2]
@@ -78,8 +78,8 @@ def main() -> None:
     from hasp.agent.rollout import run_many
     from hasp.config import Params, RunnerParams
     from hasp.domains.search.prepare import prepare_data
-    from hasp.domains.search.rollout_spec import SearchRolloutSpec, rollout_episode
-    from hasp.domains.search.task import SearchTask
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec
     from hasp.llm.client import LLMClient, LLMConfig
     from hasp.pf.library import load_library
     from tasks.episodes import TaskRunnerExecutor, api_url, make_executor
@@ -88,8 +88,8 @@ def main() -> None:
                                     "llm": {"max_concurrency": a.concurrency}})
     data = Path(tempfile.mkdtemp(prefix="hasp-bench-data-"))
     prepare_data(params, data)
-    task = SearchTask.load(data)
-    items = [q for split in ("train", "val", "test") for q in task.questions(split)][: a.n]
+    domain = SearchDomain(data_dir=data)
+    items = [q for split in ("train", "val", "test") for q in domain.items(split)][: a.n]
     library = ROOT / "skills" / "search"
     lib = load_library(library, "search", sandbox=params.sandbox)
     n = len(items)
@@ -102,14 +102,15 @@ def main() -> None:
         cfg = LLMConfig(base_url=endpoint.base_url, model="bench", max_tokens=params.agent.max_tokens,
                         max_concurrency=a.concurrency)
         policy = LLMClient(cfg)
-        fn = rollout_episode(params, task, lib, "pf", None, policy=policy, teacher=None)
+        spec = episode_spec(params, domain, "pf", library=library)
+        fn = spec.runner(policy=policy, library=lib)
         seq, seq_s = _timed(lambda: run_many(items, fn, concurrency=1, desc="sequential", progress=False))
         calls = endpoint.requests
         thr, thr_s = _timed(lambda: run_many(items, fn, concurrency=a.concurrency, desc="threads", progress=False))
 
         _, prefect_s = _timed(api_url)  # the Prefect API the task runs report to (ephemeral: starts here)
         runner = RunnerParams(kind="dask", n_workers=a.workers, threads_per_worker=a.threads_per_worker)
-        spec = SearchRolloutSpec(params, data, library, "pf", None, policy=cfg)
+        spec = spec.shipped(policy)
         with make_executor(runner) as dask:
             _, warm_s = _timed(lambda: dask.run(spec, items[: a.workers * 2], desc="warm-up", progress=False))
             dsk, dsk_s = _timed(lambda: dask.run(spec, items, desc="dask", progress=False))
@@ -126,10 +127,10 @@ def main() -> None:
     lib.close()
     policy.close()
 
-    same = [timeless(t.to_dict()) for t in dsk] == [timeless(t.to_dict()) for t in thr] == \
-        [timeless(t.to_dict()) for t in seq] == [timeless(t.to_dict()) for t in bat]
-    lost = sum(t.terminated == "error" for t in [*dsk, *bat])
-    REPORT.line(f"model calls per episode: {calls / n:.1f}; EM {sum(t.em for t in seq) / n:.3f} (all modes)")
+    same = [timeless(r.traj.to_dict()) for r in dsk] == [timeless(r.traj.to_dict()) for r in thr] == \
+        [timeless(r.traj.to_dict()) for r in seq] == [timeless(r.traj.to_dict()) for r in bat]
+    lost = sum(r.traj.terminated == "error" for r in [*dsk, *bat])
+    REPORT.line(f"model calls per episode: {calls / n:.1f}; EM {sum(r.traj.em for r in seq) / n:.3f} (all modes)")
     REPORT.line("")
     REPORT.line(f"{'mode':<50}{'wall s':>8}{'episodes/s':>12}{'x sequential':>14}")
     rows = [("one at a time", seq_s),

@@ -40,24 +40,19 @@ def parse_config(text: str) -> dict[str, Any]:
 
 def run_setting(p: Params, data: Path, library: Path, n: int) -> dict[str, Any]:
     """``n`` greedy PF-agent episodes on a fresh server with ``p.llm.transformers``."""
-    from hasp.agent.loop import agent_config
-    from hasp.agent.rollout import run_many
-    from hasp.agent.variants import get_variant
-    from hasp.domains.search.task import SearchTask
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec, run_episodes
     from hasp.llm.endpoints import policy_client
     from hasp.pf.library import load_library
 
-    task = SearchTask.load(data)
-    items = task.questions("test")[:n]
+    domain = SearchDomain(data_dir=data)
+    items, index = domain.items("test")[:n], domain.open(p)
     lib = load_library(library, "search", sandbox=p.sandbox)
-    a = p.agent
     try:
-        with policy_client(p.llm, max_tokens=a.max_tokens) as policy:
-            episode = task.episode_fn(policy=policy, library=lib, cfg=agent_config(p), variant=get_variant("pf"),
-                                      top_k=a.top_k, snippet_chars=a.snippet_chars, read_chars=a.read_chars,
-                                      harness=p.harness)
+        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as policy:
             t0 = time.perf_counter()
-            trajs = run_many(items, episode, concurrency=p.llm.max_concurrency, desc="episodes")
+            trajs = [r.traj for r in run_episodes(episode_spec(p, domain, "pf"), items, policy=policy, library=lib,
+                                                  opened=index, desc="episodes")]
             wall = time.perf_counter() - t0
     finally:
         lib.close()

@@ -192,15 +192,14 @@ class AgentParams(_Strict):
 
 
 class HarnessParams(_Strict):
-    """Inference-time harness around the search agent (paper App. B.6): master switches,
-    selection and the three budget classes. A variant (``hasp.agent.variants``) decides which
-    surfaces exist at all; these switches can only turn surfaces off, never on."""
+    """Inference-time harness around the agent (paper App. B.6): selection and the three budget
+    classes. A variant (``hasp.agent.variants``) decides which surfaces exist, PFs included;
+    ``skills_enabled`` is the one master switch, which turns every skill surface off at once."""
 
-    skills_enabled: bool = Field(True, description="master switch: false = plain ReAct for every variant")
-    enable_program_functions: bool = True
+    skills_enabled: bool = Field(True, description="master switch: false = no skill surface (PFs, handlers, "
+                                                   "skill text, phase reminders) for any variant")
     enable_skill_handlers: bool = Field(True, description="FINAL-time handler votes (FINAL -> SEARCH override)")
     enable_prompt_only_skills: bool = Field(True, description="skills without pf.py still add prompt / phase text")
-    pf_only_mode: bool = Field(False, description="no prompt-level skill text; PFs act only through dispatch")
     enable_difficulty_gating: bool = Field(False, description="per question: skills off when difficulty < threshold")
     difficulty_threshold: int = Field(2, ge=1, le=5, description="1-5 scale (teacher score, heuristic without teacher)")
     handler_vote_threshold: int = Field(4, ge=1, description="votes needed to override a FINAL (paper: 4 web, 3 math)")

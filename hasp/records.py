@@ -64,7 +64,8 @@ class StepRecord:
     observation: str = ""  # the environment's answer (plus PF context); a parse failure's message
     parse_error: str = ""
     prompt_messages: list[dict[str, str]] = field(default_factory=list)
-    reminders: list[str] = field(default_factory=list)  # phase reminder texts shown after the observation
+    #: phase reminder texts the harness chose at this step (the ReAct environment shows them after the observation)
+    reminders: list[str] = field(default_factory=list)
     llm_s: float = 0.0
     step_s: float = 0.0
 

@@ -711,6 +711,23 @@ class VotingPFDouble(ProgramFunction):
         return f"{self.skill_id} doubts {answer}"
 
 
+class ContextRecordingPFDouble(ProgramFunction):
+    """Never fires; records a copy of every step context it is asked about (``seen``), PF-private keys
+    left out, so a test can compare what a PF saw with what a replay rebuilds."""
+
+    skill_id = "context_recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def should_activate(self, ctx, action_type, arg):
+        self.seen.append({k: v for k, v in ctx.items() if not k.startswith("_")})
+        return False
+
+    def intervene(self, ctx, action_type, arg, teacher=None):
+        return Intervention()
+
+
 class CheapPFDouble(ProgramFunction):
     """A cheap step PF for the latency benchmark: fires on READ only."""
 
@@ -757,6 +774,22 @@ class ReadThenAnswerReplyDouble:
             return f"Thought: read the first hit\nAction: READ[{hit.group(1)}]"
         words = re.sub(r"\[d\d+\]", "", text).split()
         return f"Thought: answer\nAction: FINAL[{' '.join(words[:2]) or 'unknown'}]"
+
+
+class ReadThenAnswerPolicyDouble:
+    """A greedy search policy in this process, replying as ``ReadThenAnswerReplyDouble`` does: each
+    reply is a function of the conversation alone, so concurrent episodes and two runs of the same
+    episodes get the same replies. Records every call's keyword arguments (``calls``). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.reply = ReadThenAnswerReplyDouble()
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def chat(self, messages, **kw):
+        with self._lock:
+            self.calls.append(kw)
+        return ReplyDouble(self.reply({"messages": messages}), 7, 3)
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,8 @@ def _run(world, replies, use_pfs=True, **cfg):
     lib = load_library(SEED)
     pol = ScriptedPolicyDouble(replies)
     t = run_episode(qid=q.id, question=q.question, answers=q.answers, policy=pol,
-                    env=SearchEnvironment(retr, top_k=3), pfs=lib.pfs(),
-                    cfg=AgentConfig(use_pfs=use_pfs, **cfg), variant="pf", scorer=score)
+                    env=SearchEnvironment(retr, top_k=3), pfs=lib.pfs() if use_pfs else [],
+                    cfg=AgentConfig(**cfg), variant="pf", scorer=score)
     return q, t, pol
 
 
@@ -149,3 +149,23 @@ def test_trajectory_roundtrips_through_json(world):
     _, t, _ = _run(world, ["FINAL[Paris]", "READ[1]", "FINAL[x]"])
     back = Trajectory.from_dict(t.to_dict())
     assert back == t and back.audits()[0].was_modified
+
+
+def test_replay_rebuilds_the_contexts_the_pfs_saw(world):
+    """The replay steps the state with what the environment recorded in Δ_t, through the methods the loop
+    calls: every context it rebuilds is the one a PF was asked with, titles and read documents included."""
+    from doubles import ContextRecordingPFDouble
+
+    from hasp.agent.replay import replay
+
+    bench, retr = world
+    q = next(q for q in bench.questions if q.hops >= 2)
+    recorder = ContextRecordingPFDouble()
+    pol = ScriptedPolicyDouble([f"SEARCH[{q.question}]", "READ[1]", "I am not sure", "READ[doc9999]",
+                                "SEARCH[zzzz qqqq]", "READ[2]", "FINAL[x]"])
+    t = run_episode(qid=q.id, question=q.question, answers=q.answers, policy=pol, env=SearchEnvironment(retr),
+                    pfs=[recorder], cfg=AgentConfig(max_steps=8, max_search_calls=2, max_read_calls=3),
+                    variant="pf", scorer=score)
+    replayed = [s.ctx for s in replay(t, 8)]
+    assert len(replayed) == len(recorder.seen) == 6 and replayed == recorder.seen
+    assert recorder.seen[1]["last_search_hits"][0]["title"] and recorder.seen[2]["last_read"]

@@ -27,7 +27,8 @@ from hasp.agent.replay import replay
 from hasp.config import Params
 from hasp.domains.code.task import CODE_GRAMMAR, extract_code
 from hasp.domains.math.datasets import MathItem
-from hasp.domains.math.runner import episode_fn as math_episode_fn
+from hasp.episode.domains import MathDomain
+from hasp.episode.spec import episode_spec
 from hasp.domains.math.task import MAX_ANSWER_CHARS, answer_grammar, split_output
 from hasp.evolve.declarative import (REPLY_SCHEMA, Menus, check_reply, propose_declarative, reply_format_for,
                                      reply_schema)
@@ -289,7 +290,7 @@ def test_a_refused_schema_falls_back_too_but_other_bad_requests_still_fail():
 
 def _episode(policy, **cfg):
     return run_episode(qid="q", question="Where was Ana Morro born?", answers=["Telvik"], policy=policy,
-                       env=OneDocEnvDouble(), cfg=AgentConfig(use_pfs=False, **cfg), variant="react")
+                       env=OneDocEnvDouble(), cfg=AgentConfig(**cfg), variant="react")
 
 
 def test_every_policy_step_carries_the_grammar_and_the_answer_only_turn_a_final_one():
@@ -331,11 +332,11 @@ def test_an_unquoted_yaml_off_means_off():
 def test_a_math_episode_sends_its_answer_grammar_when_constrained():
     item = MathItem(id="m", problem="What is 6*7?", answers=["42"])
     pol = DialectPolicyDouble(["6*7 = 42.\nFINAL[42]"])
-    cfg = AgentConfig(max_steps=1, max_tokens=256, constrained="auto")
-    t = math_episode_fn(pol, None, cfg, "react")(item)
+    spec = episode_spec(Params.model_validate({"llm": {"constrained": "auto"}}), MathDomain(max_tokens=256), "react")
+    t = spec.runner(policy=pol)(item).traj
     assert t.em == 1.0 and pol.calls[0]["grammar"] == answer_grammar(256)
     plain = ScriptedPolicyDouble(["FINAL[42]"])
-    math_episode_fn(plain, None, cfg, "react")(item)
+    spec.runner(policy=plain)(item)
     assert "grammar" not in plain.calls[0]
 
 

@@ -21,12 +21,14 @@ from gbnf_regex import accepts
 from test_declarative_proposals import cluster_of, invented_read_traj
 
 from hasp.agent.loop import AgentConfig, run_episode
+from hasp.config import Params
 from hasp.agent.parser import action_grammar
 from hasp.agent.replay import replay
 from hasp.agent.rollout import run_many
 from hasp.domains.code.task import CODE_GRAMMAR
 from hasp.domains.math.datasets import MathItem
-from hasp.domains.math.runner import episode_fn as math_episode_fn
+from hasp.episode.domains import MathDomain
+from hasp.episode.spec import episode_spec
 from hasp.domains.math.task import answer_grammar
 from hasp.domains.search.generator import generate_benchmark
 from hasp.domains.search.retriever import BM25Retriever
@@ -113,9 +115,9 @@ def test_a_constrained_math_reply_has_its_answer_and_the_code_grammar_is_read(ll
              MathItem(id="b", problem="Compute 15 + 27 - 2.", answers=["40"]),
              MathItem(id="g", problem="Make 24 from the numbers [4, 6, 1, 1].", answers=[], kind="game24",
                       numbers=[4, 6, 1, 1])]
-    cfg = AgentConfig(max_steps=1, max_tokens=96, constrained="actions")
+    spec = episode_spec(Params.model_validate({"llm": {"constrained": "actions"}}), MathDomain(max_tokens=96), "react")
     for item in items:
-        t = math_episode_fn(llamacpp, None, cfg, "react")(item)
+        t = spec.runner(policy=llamacpp)(item).traj
         assert t.steps and not t.steps[0].parse_error and t.prediction, t.steps[0].raw_output
         assert accepts(answer_grammar(96), t.steps[0].raw_output)
     reply = llamacpp.chat([{"role": "user", "content": "Write a Python function add(a, b) returning a + b."}],

@@ -37,7 +37,7 @@ def _step(i, action, arg, obs, feedback):
 def invented_read_traj(qid="q1") -> Trajectory:
     """The embedded model's loop: one SEARCH that shows the answer, then READs of an id it made up."""
     return Trajectory(qid=qid, question="In what year was Roholt founded?", answers=["1836"], variant="pf", steps=[
-        _step(0, "SEARCH", "Roholt", RESULTS, {"n_hits": 1, "hit_ids": ["doc0003"]}),
+        _step(0, "SEARCH", "Roholt", RESULTS, {"n_hits": 1, "hit_ids": ["doc0003"], "hit_titles": ["Roholt"]}),
         _step(1, "READ", "doc9999", NOT_FOUND, {"found": False, "doc_id": None}),
         _step(2, "READ", "doc9999", NOT_FOUND, {"found": False, "doc_id": None}),
         StepRecord(index=3, raw_output="I think", parse_error="no action"),
@@ -48,9 +48,9 @@ def invented_read_traj(qid="q1") -> Trajectory:
 def searching_traj(qid="q9") -> Trajectory:
     return Trajectory(qid=qid, question="Who founded Bairduth Optics?", answers=["Lairnre Duthell"], variant="pf",
                       steps=[_step(0, "SEARCH", "Bairduth Optics", "1. [doc0001] Bairduth Optics: a firm.",
-                                   {"n_hits": 1, "hit_ids": ["doc0001"]}),
+                                   {"n_hits": 1, "hit_ids": ["doc0001"], "hit_titles": ["Bairduth Optics"]}),
                              _step(1, "SEARCH", "Bairduth Optics founder", "1. [doc0001] Bairduth Optics: a firm.",
-                                   {"n_hits": 1, "hit_ids": ["doc0001"]})])
+                                   {"n_hits": 1, "hit_ids": ["doc0001"], "hit_titles": ["Bairduth Optics"]})])
 
 
 def cluster_of(*qids: str, category="repeated_invalid_read") -> Cluster:

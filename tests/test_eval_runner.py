@@ -26,7 +26,7 @@ from hasp.eval.datasets import (
     parse_dataset_spec,
     parse_dataset_specs,
 )
-from hasp.eval.judge import judge_answer, parse_verdict
+from hasp.episode.judge import judge_answer, parse_verdict
 from hasp.eval.runner import run_eval
 
 ROOT = Path(__file__).resolve().parents[1]

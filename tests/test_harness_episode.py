@@ -14,6 +14,7 @@ from doubles import (CheapPFDouble, FailingTeacherDouble, GarbageTeacherDouble, 
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import Harness
 from hasp.agent.loop import AgentConfig, episode_runner, run_episode
+from hasp.agent.react import ReactEnvironment
 from hasp.agent.postprocess import parse_answer_span
 from hasp.records import Trajectory
 from hasp.agent.variants import VARIANTS, get_variant
@@ -38,13 +39,21 @@ def world():
     return bench, BM25Retriever.from_corpus(bench.corpus)
 
 
+def _runner(retr, cfg, variant, hp, *, policy, library=None, teacher=None, top_k=3):
+    """``episode_runner`` over BM25 tools, the way the search domain builds it."""
+    return episode_runner(policy=policy, library=library, cfg=cfg, variant=get_variant(variant), params=hp,
+                          make_env=lambda item: ReactEnvironment(SearchEnvironment(retr, top_k=top_k),
+                                                                 max_search_calls=cfg.max_search_calls,
+                                                                 max_read_calls=cfg.max_read_calls, scorer=score),
+                          identity=lambda it: (it.id, it.question, it.answers), teacher=teacher)
+
+
 def _episode(world, lib, variant, replies, teacher=None, **hp):
     bench, retr = world
     item = bench.questions[0]
     pol = ScriptedPolicyDouble(replies)
-    run = episode_runner(policy=pol, library=lib, cfg=AgentConfig(max_steps=6, max_search_calls=4),
-                         variant=get_variant(variant), params=HarnessParams(**hp),
-                         make_env=lambda: SearchEnvironment(retr, top_k=3), teacher=teacher, scorer=score)
+    run = _runner(retr, AgentConfig(max_steps=6, max_search_calls=4), variant, HarnessParams(**hp), policy=pol,
+                  library=lib, teacher=teacher)
     return run(item), pol, item
 
 
@@ -183,14 +192,15 @@ def test_react_and_prompt_variants(world):
     assert "Reminder:" in pol.seen[1][-1]["content"] and "Reminder:" not in p.steps[0].observation
 
 
-def test_pf_only_mode_and_master_switches(world):
+def test_the_variant_decides_the_pfs_and_one_master_switch_turns_skills_off(world):
     lib = load_library(SEED, "search")
-    t, pol, _ = _episode(world, lib, "pf", ["SEARCH[Quonddas Laren spouse]", "FINAL[x]"], pf_only_mode=True)
-    assert t.steps[0].audit.phases == [] and t.harness.selected_pfs
-    off, _, _ = _episode(world, lib, "pf", ["FINAL[Paris]"], skills_enabled=False)
-    assert off.steps[0].audit.fired == [] and off.prediction == "Paris" and not off.harness.skills_active
-    nopf, _, _ = _episode(world, lib, "pf", ["FINAL[Paris]"], enable_program_functions=False)
-    assert nopf.harness.selected_pfs == [] and nopf.prediction == "Paris"
+    t, pol, _ = _episode(world, lib, "pf", ["SEARCH[Quonddas Laren spouse]", "FINAL[x]"])
+    assert t.steps[0].audit.phases and t.harness.selected_pfs
+    nopf, _, _ = _episode(world, lib, "prompt", ["FINAL[Paris]"])
+    assert nopf.harness.selected_pfs == [] and nopf.steps[0].audit.fired == [] and nopf.prediction == "Paris"
+    off, _, _ = _episode(world, lib, "pf", ["SEARCH[Quonddas Laren spouse]", "FINAL[Paris]"], skills_enabled=False)
+    assert off.steps[0].audit.fired == [] and off.steps[0].audit.phases == [] and off.prediction == "Paris"
+    assert not off.harness.skills_active and off.harness.selected_pfs == [] and off.harness.prompt_skills == []
 
 
 def test_pf_variant_selects_heuristically_and_records_it(world):
@@ -262,17 +272,14 @@ def test_phase_instruction_budget_per_step(world):
 def test_episode_wall_budget(world):
     bench, retr = world
 
-    run = episode_runner(policy=SlowPolicyDouble(["SEARCH[a]"] * 10, delay_s=0.05), library=None,
-                         cfg=AgentConfig(max_steps=10),
-                         variant=get_variant("react"), params=HarnessParams(timeout_seconds=0.08),
-                         make_env=lambda: SearchEnvironment(retr), scorer=score)
+    run = _runner(retr, AgentConfig(max_steps=10), "react", HarnessParams(timeout_seconds=0.08),
+                  policy=SlowPolicyDouble(["SEARCH[a]"] * 10, delay_s=0.05), top_k=3)
     t = run(bench.questions[0])
     assert t.terminated == "timeout" and 1 <= len(t.steps) < 10
     # the default sets no wall budget: the same slow model runs the episode to its step cap
     assert HarnessParams().timeout_seconds is None
-    run = episode_runner(policy=SlowPolicyDouble(["SEARCH[a]"] * 10, delay_s=0.05), library=None,
-                         cfg=AgentConfig(max_steps=4), variant=get_variant("react"), params=HarnessParams(),
-                         make_env=lambda: SearchEnvironment(retr), scorer=score)
+    run = _runner(retr, AgentConfig(max_steps=4), "react", HarnessParams(),
+                  policy=SlowPolicyDouble(["SEARCH[a]"] * 10, delay_s=0.05))
     t = run(bench.questions[0])
     assert t.terminated == "max_steps" and len(t.steps) == 4 + 1 and not t.pf_errors  # + the answer-only turn
 

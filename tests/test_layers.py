@@ -20,6 +20,7 @@ PKG = ROOT / "hasp"
 LAYERS: dict[str, tuple[str, ...]] = {
     "cli": ("hasp.cli",),
     "apps": ("hasp.evolve", "hasp.train", "hasp.eval"),
+    "episode": ("hasp.episode",),
     "domains": ("hasp.domains",),
     "agent": ("hasp.agent",),
     "base": ("hasp.pf", "hasp.sandbox", "hasp.llm", "hasp.signals", "hasp.track"),

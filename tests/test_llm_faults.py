@@ -123,19 +123,18 @@ def test_episode_wall_budget_ends_a_hung_policy_call() -> None:
 
 def test_single_step_wall_budget_ends_a_hung_policy_call() -> None:
     """Math and code episodes ask once; the harness's wall budget must end that call too, through
-    the config every evaluation cell builds (``episode_config``), as an infrastructure failure."""
+    the episode spec every evaluation cell builds, as an infrastructure failure."""
     from hasp.config import Params
     from hasp.domains.math.datasets import MathItem
-    from hasp.domains.math.runner import episode_fn
-    from hasp.eval.episodes import episode_config
+    from hasp.episode.domains import MathDomain
+    from hasp.episode.spec import episode_spec
 
     params = Params.model_validate({"harness": {"timeout_seconds": 0.6}})
-    cfg = episode_config(params, "math")
-    assert cfg.timeout_s == 0.6
+    spec = episode_spec(params, MathDomain(), "react")
     with OpenAIEndpointDouble(always="hang") as ep:
         client = _client(ep.base_url, timeout_s=300.0)
         t0 = time.monotonic()
-        traj = episode_fn(client, None, cfg, "react")(MathItem(id="m1", problem="1+1?", answers=["2"]))
+        traj = spec.runner(policy=client)(MathItem(id="m1", problem="1+1?", answers=["2"])).traj
     assert time.monotonic() - t0 < 2.5
     assert traj.terminated == "error" and traj.em == 0.0
     assert "deadline" in traj.pf_errors[-1]

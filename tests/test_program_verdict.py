@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hasp.domains.code import CodeItem, load_humaneval, run_program, run_tests
-from hasp.domains.code.runner import grade
+from hasp.domains.code.environment import grade
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -74,4 +74,4 @@ def test_a_missing_prompt_names_file_and_key():
 
 
 def test_render_fills_placeholders():
-    assert render("hasp.eval", "judge", "user", question="Q", refs="a", prediction="p").startswith("Question: Q\n")
+    assert render("hasp.episode", "judge", "user", question="Q", refs="a", prediction="p").startswith("Question: Q\n")

@@ -1,4 +1,4 @@
-"""Single-step math and code episodes through the same PF dispatcher and Trajectory records."""
+"""Single-step math and code episodes: environments of the one agent loop, with its harness and records."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from doubles import ScriptedPolicyDouble, TimeoutPolicyDouble
 
-from hasp.agent.loop import AgentConfig
 from hasp.records import Trajectory
 from hasp.agent.rollout import read_trajectories
-from hasp.agent.single_step import REVISE_TEMPLATE, run_single_step
+from hasp.agent.single_step import REVISE_TEMPLATE, revision_message
 from hasp.config import Params
-from hasp.domains.code import runner as code_runner
+from hasp.domains.code import environment as code_env
+from hasp.domains.math import environment as math_env
 from hasp.domains.code.datasets import load_humaneval
-from hasp.domains.math import runner as math_runner
 from hasp.domains.math.datasets import MathItem
-from hasp.domains.math.task import math_ctx, score, split_output
+from hasp.episode.domains import CodeDomain, MathDomain
+from hasp.episode.spec import episode_spec
 from hasp.eval.datasets import items_dataset
 from hasp.eval.runner import run_eval
 from hasp.eval.summary import summarize_trajectories
@@ -28,7 +28,6 @@ from hasp.train.data import build_sft_rows
 ROOT = Path(__file__).resolve().parents[1]
 MATH_SKILLS = ROOT / "skills" / "math"
 CODE_SKILLS = ROOT / "skills" / "code"
-CFG = AgentConfig(max_steps=1, max_tokens=128)
 
 G24 = MathItem(id="g24-1-1-4-6", kind="game24", numbers=[1, 1, 4, 6], answers=[], source="test",
                problem="Make 24 from the numbers [1, 1, 4, 6]. Combine them with +, -, * and / and "
@@ -77,8 +76,12 @@ def he0():
     return next(it for it in load_humaneval() if it.task_id == "HumanEval/0")
 
 
-def _math_episode(item, pol, lib, variant="pf", **kw) -> Trajectory:
-    return math_runner.episode_fn(pol, lib, CFG, variant, **kw)(item)
+def _math_episode(item, pol, lib, variant="pf", revise=True) -> Trajectory:
+    return episode_spec(Params(), MathDomain(revise=revise), variant).runner(policy=pol, library=lib)(item).traj
+
+
+def _code_episode(item, pol, lib, variant="pf") -> Trajectory:
+    return episode_spec(Params(), CodeDomain(), variant).runner(policy=pol, library=lib)(item).traj
 
 
 # ----------------------------------------------------------------------------- math
@@ -162,14 +165,8 @@ def test_react_variant_never_fires(math_lib, code_lib, he0):
     assert a.fired == [] and a.context == [] and a.mode == "none" and t.em == 0.0
     assert "Checks to apply" not in pol.seen[0][0]["content"]
     cpol = ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT])
-    ct = code_runner.episode_fn(cpol, code_lib, CFG, "react")(he0)
+    ct = _code_episode(he0, cpol, code_lib, "react")
     assert len(cpol.seen) == 1 and ct.fired_skills() == [] and ct.em == 0.0
-    # PFs handed straight to run_single_step are ignored for a variant without PFs
-    t2 = run_single_step(qid="x", question=G24.problem, answers=[], messages=[{"role": "user", "content": "q"}],
-                         policy=ScriptedPolicyDouble([WRONG_G24]), pfs=math_lib.pfs(), variant="react", cfg=CFG,
-                         extract=split_output, scorer=lambda ans: score(G24, ans),
-                         ctx_builder=lambda th, ans: math_ctx(G24, th))
-    assert t2.fired_skills() == [] and len(t2.steps) == 1
 
 
 def test_prompt_variant_puts_skill_summaries_in_the_system_prompt(math_lib, code_lib, he0):
@@ -181,7 +178,7 @@ def test_prompt_variant_puts_skill_summaries_in_the_system_prompt(math_lib, code
     assert summary and summary in system["content"]
     assert t.variant == "prompt" and t.fired_skills() == [] and len(t.steps) == 1
     cpol = ScriptedPolicyDouble([HE0_RIGHT])
-    ct = code_runner.episode_fn(cpol, code_lib, CFG, "prompt")(he0)
+    ct = _code_episode(he0, cpol, code_lib, "prompt")
     code_summary = code_lib.skills[0].spec.system_summary.strip()
     assert code_summary in cpol.seen[0][0]["content"] and ct.fired_skills() == []
     pf_pol = ScriptedPolicyDouble([RIGHT_G24, RIGHT_G24])
@@ -194,7 +191,7 @@ def test_prompt_variant_puts_skill_summaries_in_the_system_prompt(math_lib, code
 
 def test_humaneval0_wrong_then_correct_through_the_real_sandbox(code_lib, he0):
     pol = ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT])
-    t = code_runner.episode_fn(pol, code_lib, CFG, "pf")(he0)
+    t = _code_episode(he0, pol, code_lib, "pf")
     assert t.qid == "HumanEval/0" and len(t.steps) == 2 and t.em == 1.0 and t.terminated == "final"
     first, second = t.audits()
     assert first.a_orig.type == "FINAL" and first.a_orig.arg.startswith("def has_close_elements")
@@ -210,10 +207,10 @@ def test_humaneval0_wrong_then_correct_through_the_real_sandbox(code_lib, he0):
 
 
 def test_split_completion():
-    assert code_runner.split_completion("no code here, sorry") == ("no code here, sorry", None)
-    thought, code = code_runner.split_completion(HE0_RIGHT, "has_close_elements")
+    assert code_env.split_completion("no code here, sorry") == ("no code here, sorry", None)
+    thought, code = code_env.split_completion(HE0_RIGHT, "has_close_elements")
     assert thought == "Compare every pair." and code.startswith("def has_close_elements")
-    thought, code = code_runner.split_completion("def f(x):\n    return x\n", "f")
+    thought, code = code_env.split_completion("def f(x):\n    return x\n", "f")
     assert thought == "" and code == "def f(x):\n    return x"
 
 
@@ -303,7 +300,7 @@ def test_revision_message_wording():
 
 
 def test_teacher_only_is_refused_by_the_single_step_episode(math_lib):
-    with pytest.raises(ValueError, match="single-step domains"):
+    with pytest.raises(ValueError, match="web-search only"):
         _math_episode(G24, ScriptedPolicyDouble(["FINAL[1]"]), math_lib, variant="teacher_only")
 
 
@@ -322,3 +319,28 @@ def test_an_endpoint_failure_costs_one_episode_not_the_run(tmp_path):
         run_eval(_serial_params(), [items_dataset("math", "unit", [other])], ["react"], policy=pol,
                  library_root=None, out_dir=tmp_path / "all", progress=False)
     assert read_trajectories(tmp_path / "all" / "unit" / "react.jsonl")[0].terminated == "error"
+
+
+def test_math_and_code_episodes_run_the_harness(math_lib, code_lib, he0):
+    """The one loop's harness runs on single-step episodes: every library PF selected, handler votes
+    asked on each FINAL, pre_final phase reminders chosen and recorded; the revision turn stays the
+    checker's findings (the PF hints), as the single-step agent always showed them."""
+    pol = ScriptedPolicyDouble([WRONG_G24, RIGHT_G24])
+    t = _math_episode(G24, pol, math_lib)
+    first, second = t.audits()
+    assert t.harness.pf_selection_source == "all" and set(t.harness.selected_pfs) == set(math_lib.ids)
+    assert first.handlers["votes"] == [] and first.handlers["threshold"] == Params().harness.handler_vote_threshold
+    assert first.phases and all(label.endswith(":pre_final") for label in first.phases)
+    assert len(t.steps[0].reminders) == len(first.phases)
+    assert pol.seen[1][-1]["content"] == revision_message(first.context, math_env.FORMAT_HINT)
+    assert second.phases and second.handlers["asked"] == first.handlers["asked"]
+    cpol = ScriptedPolicyDouble([HE0_WRONG, HE0_RIGHT])
+    ct = _code_episode(he0, cpol, code_lib)
+    (cfirst, _) = ct.audits()
+    assert ct.harness.pf_selection_source == "all" and set(ct.harness.selected_pfs) == set(code_lib.ids)
+    assert "votes" in cfirst.handlers and cfirst.phases and all(p.endswith(":pre_final") for p in cfirst.phases)
+    assert ct.steps[0].reminders and cpol.seen[1][-1]["content"] == revision_message(cfirst.context,
+                                                                                      code_env.FORMAT_HINT)
+    # react has no skill surfaces: no reminders, no votes
+    r = _math_episode(G24, ScriptedPolicyDouble([WRONG_G24]), math_lib, variant="react")
+    assert r.audits()[0].phases == [] and r.audits()[0].handlers == {} and r.harness.selected_pfs == []

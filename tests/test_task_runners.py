@@ -7,6 +7,7 @@ episodes a re-run, not the run.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,22 +90,23 @@ def test_dask_runner_gives_the_threaded_trajectories_of_the_training_sampler(wor
 
 
 def test_a_worker_that_dies_costs_a_rerun_not_the_run(world: Any, tmp_path: Path) -> None:
-    from hasp.domains.search.rollout_spec import SearchRolloutSpec
-    from hasp.domains.search.task import SearchTask
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec
     from hasp.llm.client import LLMConfig
 
     params, data, endpoint, executor = world
-    items = SearchTask.load(data).questions("test")
+    domain = SearchDomain(data_dir=data)
+    items = domain.items("test")
     cfg = LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens)
-    plain = SearchRolloutSpec(params, data, None, "react", None, cfg)
+    plain = replace(episode_spec(params, domain, "react"), policy=cfg)
     marker = tmp_path / "killed"
-    trajs = executor.run(KillOnceSpecDouble(plain, items[1].id, marker), items, desc="kill", progress=False)
+    recs = executor.run(KillOnceSpecDouble(plain, items[1].id, marker), items, desc="kill", progress=False)
 
     assert marker.exists()  # the worker running items[1] was killed
-    assert [t.qid for t in trajs] == [it.id for it in items]
-    assert all(t.terminated != "error" for t in trajs)  # re-run on a live worker, not lost
+    assert [r.traj.qid for r in recs] == [it.id for it in items]
+    assert all(r.traj.terminated != "error" for r in recs)  # re-run on a live worker, not lost
     again = executor.run(plain, items, desc="again", progress=False)
-    assert [timeless(t.to_dict()) for t in trajs] == [timeless(t.to_dict()) for t in again]
+    assert [timeless(r.traj.to_dict()) for r in recs] == [timeless(r.traj.to_dict()) for r in again]
 
 
 def test_a_worker_builds_a_spec_once_however_many_threads_ask(tmp_path: Path) -> None:
@@ -122,12 +124,46 @@ def test_a_worker_builds_a_spec_once_however_many_threads_ask(tmp_path: Path) ->
 
 
 def test_a_lost_episode_is_recorded_failed_not_raised() -> None:
-    from hasp.domains.search.rollout_spec import SearchRolloutSpec
+    from hasp.domains.math.datasets import MathItem
     from hasp.domains.search.generator import QAItem
+    from hasp.episode.domains import MathDomain, SearchDomain
+    from hasp.episode.spec import episode_spec
 
-    spec = SearchRolloutSpec(Params(), Path("."), None, "react", "val", LLMConfig(base_url="http://x", model="m"))
-    t = spec.failed(QAItem(id="q1", question="Who?", answers=["A"], hops=1, support=["d1"]), "KilledWorker: gone")
-    assert (t.qid, t.variant, t.terminated, t.pf_errors) == ("q1", "val", "error", ["KilledWorker: gone"])
+    spec = episode_spec(Params(), SearchDomain(data_dir=Path(".")), "react", label="val")
+    r = spec.failed(QAItem(id="q1", question="Who?", answers=["A"], hops=1, support=["d1"]), "KilledWorker: gone")
+    t = r.traj
+    assert (t.qid, t.variant, t.terminated, t.pf_errors, r.error) == ("q1", "val", "error", ["KilledWorker: gone"],
+                                                                      "KilledWorker: gone")
+    m = episode_spec(Params(), MathDomain(), "pf").failed(MathItem(id="m1", problem="1+1?", answers=["2"]), "gone")
+    assert (m.traj.qid, m.traj.question, m.traj.answers, m.traj.variant) == ("m1", "1+1?", ["2"], "pf")
+
+
+def test_an_episode_spec_pickles_and_its_worker_build_runs_the_threaded_episode(world: Any) -> None:
+    """The spec a worker receives is plain data: pickled and built in this process from its endpoints,
+    it gives the trajectory the threaded runner gives with a live client."""
+    import pickle
+
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec
+    from hasp.pf.library import load_library
+
+    params, data, endpoint, _ = world
+    domain = SearchDomain(data_dir=data)
+    item = domain.items("test")[0]
+    policy = LLMClient(LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens))
+    spec = episode_spec(params, domain, "pf", library=ROOT / "skills" / "search")
+    lib = load_library(ROOT / "skills" / "search", "search")
+    try:
+        threaded = spec.runner(policy=policy, library=lib)(item)
+    finally:
+        lib.close()
+    built = pickle.loads(pickle.dumps(spec.shipped(policy))).build()
+    try:
+        remote = built.run(item)
+    finally:
+        built.close()
+    assert timeless(remote.traj.to_dict()) == timeless(threaded.traj.to_dict()) and remote.error == ""
+    assert len(remote.traj.steps) >= 2 and remote.traj.harness.selected_pfs  # the worker loaded the library
 
 
 @pytest.mark.parametrize("key,value,says", [("runner.kind", "ray", "runner.kind"),

@@ -1,1 +1,1 @@
-"""The ReAct agent loop and the harness that lets PFs step in."""
+"""The one agent loop over its environments (search ReAct, single-step math and code) and the harness that lets PFs step in."""

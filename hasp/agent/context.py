@@ -67,6 +67,23 @@ class EpisodeState:
             **self.private,
         }
 
+    def record_search(self, query: str, text: str, hits: list[dict[str, str]]) -> None:
+        """A SEARCH ran: ``text`` is the tool's observation, ``hits`` its results as ``{id, title}``.
+        The loop and the replay of a recorded trajectory (``hasp.agent.replay``) both step the state here."""
+        self.search_count += 1
+        self.queries.append(query)
+        self.empty_results = not hits
+        self.last_search_results_text = text
+        self.last_search_hits = [dict(h) for h in hits]
+        known = {h["id"] for h in self.seen_hits}
+        self.seen_hits += [h for h in self.last_search_hits if h["id"] not in known]
+
+    def record_read(self, doc_id: str, contents: str) -> None:
+        """A READ opened a document (the loop and the replay, as ``record_search``)."""
+        self.read_count += 1
+        self.read_ids.append(doc_id)
+        self.read_contents.append(contents)
+
     def note_outcome(self, failed: bool) -> None:
         """Record whether the action just executed failed (see ``last_failed``)."""
         self.last_failed = failed

@@ -1,9 +1,9 @@
-"""The inference-time harness of the search agent: from a Variant + HarnessParams to one episode.
+"""The inference-time harness of the agent: from a Variant + HarnessParams to one episode.
 
 Three levels, each built once at its own scope so the per-step path stays cheap:
 
-* ``Harness`` — once per (library, variant, params): which surfaces exist (variant AND master
-  switches), keyword patterns, the PF selector, compiled phase rules (an invalid SKILL.md phase
+* ``Harness`` — once per (library, variant, params): which surfaces exist (the variant's, unless
+  ``harness.skills_enabled`` is off), keyword patterns, the PF selector, compiled phase rules (an invalid SKILL.md phase
   condition fails here, loudly).
 * ``EpisodeHarness`` — once per question: the counting teacher, the difficulty gate, the PF
   selection, the system-prompt skills, the episode's phase rules, dispatcher and handler voter.
@@ -40,7 +40,8 @@ _EVIDENCE_CHARS = 800
 
 @dataclass(frozen=True)
 class Surfaces:
-    """Which harness surfaces are on: the variant's surfaces AND the master switches."""
+    """Which harness surfaces are on: the variant's surfaces, when the library exists and
+    ``harness.skills_enabled`` (the one master switch) is on."""
 
     pfs: bool
     handlers: bool
@@ -52,10 +53,9 @@ class Surfaces:
     @classmethod
     def of(cls, v: Variant, hp: HarnessParams, has_library: bool) -> "Surfaces":
         sk = hp.skills_enabled and has_library
-        pfs = sk and v.use_pfs and hp.enable_program_functions
-        text = sk and not hp.pf_only_mode
-        return cls(pfs=pfs, handlers=pfs and hp.enable_skill_handlers, system_skills=text and v.skills_in_prompt,
-                   phases=text and v.phase_instructions, teacher=v.use_teacher, postprocess=v.teacher_postprocess)
+        pfs = sk and v.use_pfs
+        return cls(pfs=pfs, handlers=pfs and hp.enable_skill_handlers, system_skills=sk and v.skills_in_prompt,
+                   phases=sk and v.phase_instructions, teacher=v.use_teacher, postprocess=v.teacher_postprocess)
 
     @property
     def any_skill(self) -> bool:
@@ -85,9 +85,13 @@ class Harness:
     """Everything about a (library, variant, params) that does not depend on the question."""
 
     def __init__(self, library: SkillLibrary | None, variant: Variant, params: HarnessParams | None = None, *,
-                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires")) -> None:
+                 max_modify_fires: int = default_of(AgentParams, "max_modify_fires"),
+                 prompt_skills: str = "ranked") -> None:
+        """``prompt_skills``: which skills the system prompt lists — ``ranked`` (the best
+        ``max_skills_in_prompt`` by mode and keywords), or ``all`` in library order (single-step
+        domains, whose skills are checks that apply to every answer)."""
         self.variant, self.hp = variant, params or HarnessParams()
-        self.max_modify_fires = max_modify_fires
+        self.max_modify_fires, self.prompt_skills = max_modify_fires, prompt_skills
         self.surfaces = Surfaces.of(variant, self.hp, library is not None)
         if library is not None:
             check_pf_ids(self.hp, library)
@@ -101,7 +105,8 @@ class Harness:
         self.pf_selector = PFSelector(skills, mandatory=hp.mandatory_pfs, light=hp.light_pfs,
                                       decomposition=hp.decomposition_pfs, entity=hp.entity_pfs,
                                       top_k=hp.pf_top_k, mode=hp.pf_selection, max_tokens=hp.teacher_max_tokens)
-        self.phase_rules = PhaseRules.compile(self.text_skills) if self.surfaces.phases else PhaseRules([])
+        domain = library.domain if library is not None else "search"
+        self.phase_rules = PhaseRules.compile(self.text_skills, domain) if self.surfaces.phases else PhaseRules([])
         self._wirings: dict[tuple[str, ...], _Wiring] = {}
         self._no_rules = PhaseRules([])
 
@@ -139,7 +144,8 @@ class Harness:
             rec.pf_selection_branch, rec.pf_selection_note = sel.branch, sel.note
         system_text = ""
         if on and s.system_skills:
-            chosen = self.skill_selector.select(question, q, hp.max_skills_in_prompt)
+            chosen = (self.text_skills if self.prompt_skills == "all"
+                      else self.skill_selector.select(question, q, hp.max_skills_in_prompt))
             rec.prompt_skills, system_text = [x.skill_id for x in chosen], render_skill_lines(chosen)
         rules = self._no_rules
         if on and s.phases:
@@ -191,8 +197,10 @@ class EpisodeHarness:
     def out_of_time(self) -> bool:
         return self.timeout_s is not None and time.perf_counter() - self.t_start > self.timeout_s
 
-    def decide(self, ctx: dict[str, Any], state: EpisodeState, action_type: str, arg: str) -> AuditEvent:
-        """Dispatch the proposed action; on a FINAL, let the handlers vote. Returns e_t without Δ_t."""
+    def decide(self, ctx: dict[str, Any], state: EpisodeState, action_type: str, arg: str, *,
+               snapshot: dict[str, Any] | None = None) -> AuditEvent:
+        """Dispatch the proposed action; on a FINAL, let the handlers vote. Returns e_t without Δ_t;
+        its s_t is ``snapshot`` (the environment's view of the state), else ``state.snapshot()``."""
         d = self.dispatcher.dispatch(ctx, action_type, arg)
         final = Action(d.action_type, d.arg)
         contexts = list(d.contexts)
@@ -210,7 +218,7 @@ class EpisodeHarness:
                     self.record.handler_overrides += 1
         if self.record is not None:
             self.record.teacher_fallbacks += len(d.teacher_fallbacks)
-        return AuditEvent(state=state.snapshot(), a_orig=Action(action_type, arg), a_final=final,
+        return AuditEvent(state=state.snapshot() if snapshot is None else snapshot, a_orig=Action(action_type, arg), a_final=final,
                           context=contexts, mode=d.mode, errors=list(d.errors) + handlers.get("errors", []),
                           fired=[{"skill_id": f.skill_id, "type": f.type, "reason": f.reason, "applied": f.applied}
                                  for f in d.fired],

@@ -1,39 +1,38 @@
-"""The ReAct loop with the PF harness around it.
+"""The one agent loop, with the PF harness around it, over any environment.
 
-One step: the policy proposes an action, the harness (``hasp.agent.harness``:
-PF dispatch, then FINAL-time handler votes) may rewrite it or add context, the
-environment executes the final action, phase reminders are added to the next
-observation, and the step record with its audit event is appended. The step renders
-the turns it adds to the prompt itself (``StepRecord.to_messages``), the rendering
-training rows use too. Model mistakes (unparseable output) are recorded and shown to
-the model; harness bugs raise. Where the engine constrains decoding (``llm.constrained``),
-every policy step carries the action grammar (``hasp.agent.parser.action_grammar``) and the
-answer-only turn after the budget a FINAL-only one, so a step the parser refuses cannot be written.
+One step: the policy replies, the environment reads the reply as an action, the harness
+(``hasp.agent.harness``: PF dispatch, then FINAL-time handler votes) may rewrite it or add context,
+the environment executes the final action, phase reminders are added to the observation, and the
+step record with its audit event is appended. The environment decides what the domain needs: the
+search agent's ReAct turns over SEARCH / READ tools (``hasp.agent.react``), or one answer with at
+most one PF-triggered revision for math and code (``hasp.agent.single_step``). Model mistakes
+(unparseable output) are recorded; harness bugs raise; a model call that fails after the client's
+retries, or that the episode's wall budget ends, ends the episode as ``terminated="error"``. Where
+the engine constrains decoding (``llm.constrained``), every policy call carries the environment's
+reply grammar, so a reply the environment refuses cannot be written.
 
-``episode_runner`` is the one function rollouts and evaluations use to get ``item -> Trajectory``.
+``episode_runner`` is the one function episode specs use to get ``item -> Trajectory``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-
 from hasp.agent.context import EpisodeState
 from hasp.agent.harness import EpisodeHarness, Harness
-from hasp.agent.parser import ParseFailure, action_grammar, parse_action
+from hasp.agent.parser import ParseFailure, ParsedAction
+from hasp.agent.react import ReactEnvironment, load_prompts  # noqa: F401 - the search prompts training renders too
 from hasp.agent.variants import Variant
 from hasp.config import AgentParams, HarnessParams, LLMParams, Params, default_of
 from hasp.llm.cancel import call_deadline
-from hasp.llm.client import LLMDeadlineExceeded
+from hasp.llm.client import LLMDeadlineExceeded, LLMError
 from hasp.llm.structured import constrains_actions, dialect_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.library import SkillLibrary
-from hasp.prompts import load_prompts as prompt_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
 log = logging.getLogger(__name__)
@@ -55,8 +54,22 @@ class Policy(Protocol):
 
 
 class Environment(Protocol):
-    def search(self, query: str) -> tuple[str, list[Any]]: ...
-    def read(self, ref: str) -> tuple[str, dict[str, Any] | None]: ...
+    """What the loop drives (``hasp.agent.react.ReactEnvironment``, ``hasp.agent.single_step.SingleStepEnvironment``)."""
+
+    stop: list[str] | None
+    retries_unparsed: bool  # a reply without an action is shown its error (True) or ends the episode
+    budget_prompt: str  # the answer-only turn after the step budget ("" = none)
+    stats: Any  # what the environment counted, for the evaluation record (None = nothing)
+
+    def opening(self, question: str, system_text: str) -> list[dict[str, str]]: ...
+    def grammar(self, max_tokens: int, final_only: bool = False) -> str | None: ...
+    def parse(self, text: str) -> ParsedAction | ParseFailure: ...
+    def unparsed(self, reason: str) -> str: ...
+    def context(self, state: EpisodeState, thought: str) -> dict[str, Any]: ...
+    def snapshot(self, state: EpisodeState, ctx: dict[str, Any]) -> dict[str, Any]: ...
+    def execute(self, a: Action, state: EpisodeState, audit: AuditEvent, last_step: bool) -> tuple[str, bool]: ...
+    def turns(self, step: StepRecord) -> list[dict[str, str]]: ...
+    def score(self, traj: Trajectory) -> tuple[float, float] | None: ...
 
 
 def _agent(name: str) -> Any:
@@ -73,14 +86,9 @@ class AgentConfig:
     max_read_calls: int = _agent("max_read_calls")
     temperature: float = _agent("temperature")
     max_tokens: int = _agent("max_tokens")
-    use_pfs: bool = True
-    skills_in_prompt: bool = False
     max_modify_fires: int = _agent("max_modify_fires")
     seed: int | None = 0
     final_on_budget: bool = _agent("final_on_budget")
-    #: wall budget of one single-step episode, enforced during its model calls (None: none); the
-    #: search loop takes the same budget from its harness (``harness.timeout_seconds``)
-    timeout_s: float | None = None
     #: ``llm.constrained``: whether policy steps carry their reply grammar, resolved against the
     #: policy's dialect when an episode starts (``step_grammar``)
     constrained: str = default_of(LLMParams, "constrained")
@@ -102,55 +110,57 @@ def step_grammar(cfg: AgentConfig, policy: Any, grammar: str) -> dict[str, str]:
     return {"grammar": grammar} if constrains_actions(cfg.constrained, dialect_of(policy)) else {}
 
 
-def load_prompts(name: str = "search_react") -> Mapping[str, Any]:
-    """The search agent's prompt entries (``hasp/agent/prompts/<name>.yaml``)."""
-    return prompt_file("hasp.agent", name)
+def as_environment(env: Any, cfg: AgentConfig, scorer: Any = None) -> Environment:
+    """``env`` itself when it is a loop environment, else SEARCH / READ tools in the ReAct environment."""
+    if hasattr(env, "opening"):
+        return env
+    return ReactEnvironment(env, max_search_calls=cfg.max_search_calls, max_read_calls=cfg.max_read_calls,
+                            scorer=scorer)
 
 
-def _hit_dict(h: Any) -> dict[str, str]:
-    if isinstance(h, dict):
-        return {"id": str(h.get("id", "")), "title": str(h.get("title", ""))}
-    return {"id": str(getattr(h, "id", "")), "title": str(getattr(h, "title", ""))}
-
-
-def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, env: Environment,
+def run_episode(*, qid: str, question: str, answers: list[str], policy: Policy, env: Any,
                 pfs: list[ProgramFunction] | None = None, cfg: AgentConfig, variant: str,
                 teacher: Teacher | None = None, skills_text: str = "", scorer: Any = None,
                 harness: EpisodeHarness | None = None) -> Trajectory:
-    """Run one question to FINAL, the step budget or the wall budget; return the trajectory.
+    """Run one question to its end (FINAL, the step budget, the wall budget); return the trajectory.
 
+    ``env`` is a loop environment, or SEARCH / READ tools (run in ``ReactEnvironment`` with ``scorer``).
     ``harness`` (from ``hasp.agent.harness``) carries the selection layers, handlers and phase
     reminders. Without it, ``pfs``/``teacher``/``skills_text`` are used as given (no selection).
     """
-    h = harness or EpisodeHarness.plain(list(pfs or []) if cfg.use_pfs else [], teacher=teacher,
-                                        skills_text=skills_text, max_modify_fires=cfg.max_modify_fires)
-    p = load_prompts()
+    h = harness or EpisodeHarness.plain(list(pfs or []), teacher=teacher, skills_text=skills_text,
+                                        max_modify_fires=cfg.max_modify_fires)
+    environment = as_environment(env, cfg, scorer)
     traj = Trajectory(qid=qid, question=question, answers=list(answers), variant=variant)
-    system = p["system"] + (f"\n{p['skills_header']}\n{h.system_text}" if h.system_text else "")
-    messages = [{"role": "system", "content": system}, *[dict(m) for m in p.get("demo", [])],
-                {"role": "user", "content": p["question"].format(question=question)}]
+    messages = environment.opening(question, h.system_text)
     state = EpisodeState(question=question, max_steps=cfg.max_steps)
     traj.terminated = "max_steps"
     left = None if h.timeout_s is None else h.timeout_s - (time.perf_counter() - h.t_start)
     try:
         with call_deadline(left):  # the wall budget also ends a model call that hangs
-            _steps(traj, messages, state, h, policy, env, cfg, p)
-    except LLMDeadlineExceeded as e:
-        # the endpoint did not answer within the episode's budget: an infrastructure failure, not an
-        # answer of the agent's (the runner counts it in n_failed, not as EM 0)
+            _steps(traj, messages, state, h, policy, environment, cfg)
+    except LLMError as e:
+        # the endpoint failed after the client's retries, or did not answer within the episode's budget:
+        # an infrastructure failure, not an answer of the agent's (the runner counts it in n_failed, not as EM 0)
         traj.terminated = "error"
-        traj.pf_errors.append(f"{type(e).__name__}: wall budget of {h.timeout_s}s ended a model call: {e}"[:500])
-        log.warning("episode %s: wall budget of %ss ended a model call: %s", qid, h.timeout_s, e)
+        if isinstance(e, LLMDeadlineExceeded):
+            traj.pf_errors.append(f"{type(e).__name__}: wall budget of {h.timeout_s}s ended a model call: {e}"[:500])
+            log.warning("episode %s: wall budget of %ss ended a model call: %s", qid, h.timeout_s, e)
+        else:
+            traj.pf_errors.append(f"{type(e).__name__}: {e}"[:500])
+            log.warning("episode %s: model call failed: %s", qid, e)
     h.finish(traj, state)
-    if scorer is not None:
-        traj.em, traj.f1 = scorer(traj.prediction, traj.answers)
+    graded = environment.score(traj)
+    if graded is not None:
+        traj.em, traj.f1 = graded
     traj.wall_s = time.perf_counter() - h.t_start
     return traj
 
 
 def _steps(traj: Trajectory, messages: list[dict[str, str]], state: EpisodeState, h: EpisodeHarness,
-           policy: Policy, env: Environment, cfg: AgentConfig, p: Mapping[str, Any]) -> None:
-    constraint = step_grammar(cfg, policy, action_grammar(max_tokens=cfg.max_tokens))
+           policy: Policy, env: Environment, cfg: AgentConfig) -> None:
+    grammar = env.grammar(cfg.max_tokens)
+    constraint = step_grammar(cfg, policy, grammar) if grammar else {}
     for i in range(cfg.max_steps):
         if h.out_of_time():
             traj.terminated = "timeout"
@@ -158,29 +168,34 @@ def _steps(traj: Trajectory, messages: list[dict[str, str]], state: EpisodeState
         ts = time.perf_counter()
         state.step_count = i
         reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            stop=["Observation:"], seed=cfg.seed, **constraint)
-        traj.prompt_tokens += reply.prompt_tokens
-        traj.completion_tokens += reply.completion_tokens
-        step = StepRecord(index=i, raw_output=reply.text, llm_s=time.perf_counter() - ts,
+                            stop=env.stop, seed=cfg.seed, **constraint)
+        traj.prompt_tokens += int(getattr(reply, "prompt_tokens", 0) or 0)
+        traj.completion_tokens += int(getattr(reply, "completion_tokens", 0) or 0)
+        step = StepRecord(index=i, raw_output=reply.text or "", llm_s=time.perf_counter() - ts,
                           prompt_messages=[dict(m) for m in messages])
         traj.steps.append(step)
-        parsed = parse_action(reply.text)
+        parsed = env.parse(step.raw_output)
         if isinstance(parsed, ParseFailure):
             step.parse_error, step.thought = parsed.reason, parsed.thought
             state.parse_failures += 1
-            step.observation = p["parse_error"].format(reason=parsed.reason)
-            messages += step.to_messages(p)
+            if not env.retries_unparsed:
+                step.step_s = time.perf_counter() - ts
+                break
+            step.observation = env.unparsed(parsed.reason)
+            messages += env.turns(step)
             step.step_s = time.perf_counter() - ts
             continue
         step.thought = parsed.thought
         th = time.perf_counter()
-        ctx = state.to_ctx(parsed.thought)
-        audit = h.decide(ctx, state, parsed.type, parsed.arg)
+        ctx = env.context(state, parsed.thought)
+        audit = h.decide(ctx, state, parsed.type, parsed.arg, snapshot=env.snapshot(state, ctx))
         state.absorb(ctx)
         harness_s = time.perf_counter() - th
         traj.pf_errors += audit.errors
-        obs, done = _execute(audit.a_final, state, env, cfg, audit, p)
+        obs, done = env.execute(audit.a_final, state, audit, i == cfg.max_steps - 1)
         state.note_outcome(_failed(audit.feedback))
+        if audit.a_final.type == "FINAL":
+            traj.prediction, traj.terminated = audit.a_final.arg, "final"
         if audit.context:
             obs = obs + "\n" + "\n".join(audit.context)
         step.audit, step.observation = audit, obs
@@ -188,17 +203,17 @@ def _steps(traj: Trajectory, messages: list[dict[str, str]], state: EpisodeState
         step.reminders = [r.text for r in h.reminders(state, audit)]
         audit.harness_s = harness_s + time.perf_counter() - th
         state.action_history.append(audit.a_final.render())
-        messages += step.to_messages(p)
-        step.step_s = time.perf_counter() - ts
         if done:
-            traj.prediction, traj.terminated = audit.a_final.arg, "final"
+            step.step_s = time.perf_counter() - ts
             break
-    if traj.terminated == "max_steps" and cfg.final_on_budget:
-        _final_on_budget(traj, messages, policy, cfg, p)
+        messages += env.turns(step)
+        step.step_s = time.perf_counter() - ts
+    if traj.terminated == "max_steps" and cfg.final_on_budget and env.budget_prompt:
+        _final_on_budget(traj, messages, policy, env, cfg)
 
 
-def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: Policy, cfg: AgentConfig,
-                     p: dict[str, str]) -> None:
+def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: Policy, env: Environment,
+                     cfg: AgentConfig) -> None:
     """The step budget ran out without FINAL: one extra turn that may only answer.
 
     Without it a policy that is still exploring at the last step (often because PFs sent it back
@@ -207,15 +222,15 @@ def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: P
     ``budget_final`` when it produced an answer.
     """
     ts = time.perf_counter()
-    messages.append({"role": "user", "content": p["budget_final"]})
-    answer_only = step_grammar(cfg, policy, action_grammar(("FINAL",), cfg.max_tokens))
+    messages.append({"role": "user", "content": env.budget_prompt})
+    answer_only = step_grammar(cfg, policy, env.grammar(cfg.max_tokens, final_only=True))
     reply = policy.chat(messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                        stop=["Observation:"], seed=cfg.seed, **answer_only)
+                        stop=env.stop, seed=cfg.seed, **answer_only)
     traj.prompt_tokens += reply.prompt_tokens
     traj.completion_tokens += reply.completion_tokens
     step = StepRecord(index=len(traj.steps), raw_output=reply.text, llm_s=time.perf_counter() - ts,
                       prompt_messages=[dict(m) for m in messages])
-    parsed = parse_action(reply.text)
+    parsed = env.parse(reply.text)
     if isinstance(parsed, ParseFailure) or parsed.type != "FINAL":
         step.parse_error = parsed.reason if isinstance(parsed, ParseFailure) else f"{parsed.type} after the budget"
     else:
@@ -225,62 +240,30 @@ def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: P
     traj.steps.append(step)
 
 
-def _execute(a: Action, state: EpisodeState, env: Environment, cfg: AgentConfig,
-             audit: AuditEvent, p: dict[str, str]) -> tuple[str, bool]:
-    """Execute the final action; fill Δ_t (``audit.feedback``). Returns (observation, done)."""
-    if a.type == "FINAL":
-        audit.feedback = {"final": True}
-        return "", True
-    if a.type == "SEARCH":
-        if state.search_count >= cfg.max_search_calls:
-            audit.feedback = {"budget_exhausted": "search"}
-            return p["budget_exhausted"].format(kind="search"), False
-        obs, hits = env.search(a.arg)
-        state.search_count += 1
-        state.queries.append(a.arg)
-        state.empty_results = not hits
-        state.last_search_results_text = obs
-        state.last_search_hits = [_hit_dict(h) for h in hits]
-        known = {h["id"] for h in state.seen_hits}
-        state.seen_hits += [h for h in state.last_search_hits if h["id"] not in known]
-        audit.feedback = {"n_hits": len(hits), "hit_ids": [h["id"] for h in state.last_search_hits]}
-        return obs, False
-    if a.type == "READ":
-        if state.read_count >= cfg.max_read_calls:
-            audit.feedback = {"budget_exhausted": "read"}
-            return p["budget_exhausted"].format(kind="read"), False
-        obs, doc = env.read(a.arg)
-        if doc is not None:
-            state.read_count += 1
-            state.read_ids.append(str(doc.get("id", "")))
-            state.read_contents.append(str(doc.get("contents", "")))
-        audit.feedback = {"found": doc is not None, "doc_id": (doc or {}).get("id")}
-        return obs, False
-    raise ValueError(f"unknown action type {a.type!r}")  # the parser/dispatcher only emit the three
-
-
 def _failed(feedback: dict[str, Any]) -> bool:
-    """Did the executed action fail, by its feedback Δ_t (``_execute``)?"""
+    """Did the executed action fail, by its feedback Δ_t (``ReactEnvironment.execute``)?"""
     return bool(feedback.get("budget_exhausted")) or feedback.get("n_hits") == 0 or feedback.get("found") is False
 
 
-def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: Any, variant: Variant,
-                   params: HarnessParams | None, make_env: Callable[[], Any], teacher: Teacher | None = None,
-                   scorer: Any = None, label: str | None = None) -> Callable[[Any], Trajectory]:
-    """``item -> Trajectory`` for one variant (items have ``id``, ``question``, ``answers``).
+def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: AgentConfig, variant: Variant,
+                   params: HarnessParams | None, make_env: Callable[[Any], Environment],
+                   identity: Callable[[Any], tuple[str, str, list[str]]], teacher: Teacher | None = None,
+                   label: str | None = None, prompt_skills: str = "ranked") -> Callable[..., Trajectory]:
+    """``item -> Trajectory`` for one variant: ``identity(item)`` is its (qid, question, answers),
+    ``make_env(item)`` its environment, ``prompt_skills`` the harness's choice of prompt skills.
 
     The harness is compiled here, once; each call plans its question and runs the loop."""
-    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires)
+    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires, prompt_skills=prompt_skills)
     used_teacher = teacher if variant.use_teacher else None
     if teacher is not None and used_teacher is None:
         log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
                  variant.name)
 
-    def run(item: Any, env: Any = None) -> Trajectory:
-        """One episode; ``env`` overrides ``make_env()`` when the caller needs to keep the environment."""
-        return run_episode(qid=item.id, question=item.question, answers=item.answers, policy=policy,
-                           env=env if env is not None else make_env(), pfs=[], cfg=cfg,
-                           variant=label or variant.name, scorer=scorer,
-                           harness=harness.episode(item.question, used_teacher))
+    def run(item: Any, env: Environment | None = None) -> Trajectory:
+        """One episode; ``env`` overrides ``make_env(item)`` when the caller needs to keep the environment."""
+        qid, question, answers = identity(item)
+        return run_episode(qid=qid, question=question, answers=answers, policy=policy,
+                           env=env if env is not None else make_env(item), cfg=cfg,
+                           variant=label or variant.name, harness=harness.episode(question, used_teacher))
 
     return run

@@ -2,24 +2,22 @@
 
 Why: evolution needs the contexts the agent was in when it failed — to show a student which
 conditions held on its failing steps, and to validate a candidate PF on real steps rather than
-on one mock question. A trajectory records every observation and the feedback of every executed
-action, which is enough to step an ``EpisodeState`` forward exactly as the loop did. Documents
-come back as the model saw them (cut to the agent's ``read_chars``), and PFs' private keys are
-not recorded, so they start empty.
+on one mock question. The environment records in each step's Δ_t (``audit.feedback``) what it
+handed the state — the hits of a SEARCH, the document a READ opened (``hasp.agent.react``) — so
+the replay steps an ``EpisodeState`` through the same methods the loop called (``record_search``,
+``record_read``) and the contexts come back as the PFs saw them. A trajectory recorded before Δ_t
+carried that has hit ids without titles and the shown document text instead. PFs' private keys
+are not recorded, so they start empty.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from hasp.agent.context import EpisodeState
 from hasp.records import StepRecord, Trajectory
-
-_HIT_LINE = re.compile(r"^\s*\d+\.\s*\[([^\]]+)\]\s*([^:\n]*)", re.M)
-_DOC_HEAD = re.compile(r"^(?:\(closest match[^\n]*\)\n)?\[([^\]]+)\]\s*([^\n]*)\n?", re.S)
 
 
 @dataclass(frozen=True)
@@ -45,25 +43,17 @@ def _advance(state: EpisodeState, step: StepRecord) -> bool:
     """Apply the recorded executed action to ``state``; True when it failed."""
     audit = step.audit
     assert audit is not None
-    a, fb, text = audit.a_final, audit.feedback or {}, _tool_text(step)
+    a, fb = audit.a_final, audit.feedback or {}
     failed = bool(fb.get("budget_exhausted"))
     if a.type == "SEARCH" and not failed:
-        hits = [{"id": m.group(1).strip(), "title": m.group(2).strip()} for m in _HIT_LINE.finditer(text)]
-        state.search_count += 1
-        state.queries.append(a.arg)
-        state.empty_results = not hits
-        state.last_search_results_text = text
-        state.last_search_hits = hits
-        known = {h["id"] for h in state.seen_hits}
-        state.seen_hits += [h for h in hits if h["id"] not in known]
-        failed = not hits
+        ids = [str(x) for x in fb.get("hit_ids", [])]
+        titles = [str(x) for x in fb.get("hit_titles", [])] or [""] * len(ids)
+        state.record_search(a.arg, _tool_text(step), [{"id": i, "title": t} for i, t in zip(ids, titles)])
+        failed = not ids
     elif a.type == "READ" and not failed:
         found = bool(fb.get("found"))
         if found:
-            head = _DOC_HEAD.match(text)
-            state.read_count += 1
-            state.read_ids.append(str(fb.get("doc_id") or (head.group(1) if head else "")))
-            state.read_contents.append(text[head.end():] if head else text)
+            state.record_read(str(fb.get("doc_id") or ""), str(fb.get("contents", _tool_text(step))))
         failed = not found
     state.note_outcome(failed)
     state.action_history.append(a.render())

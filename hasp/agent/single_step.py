@@ -1,51 +1,39 @@
-"""Single-step episodes (math, code) through the same PF dispatcher and trajectory records.
+"""The single-step environment (math, code) of the one agent loop.
 
-A single-step domain asks the policy once and treats the answer it extracts as the action
-``FINAL[answer]``. The episode is the search loop's step reduced to its core:
+A single-step domain asks the policy once and reads the answer it extracts as the action
+``FINAL[answer]``. In the loop (``hasp.agent.loop``) that is:
 
-1. one policy call on the domain's messages;
-2. ``extract(text) -> (thought, answer | None)`` finds the proposed answer (the FINAL argument);
-3. ``ctx_builder(thought, answer)`` builds the step context the domain's ``pre_final`` PFs read;
-4. :class:`hasp.pf.dispatcher.Dispatcher` runs the PFs on ``("FINAL", answer)`` — a PF may rewrite
-   the answer (MODIFY_ACTION) or add hints (INJECT_CONTEXT); the step gets its audit event e_t;
-5. if PFs injected hints and ``revise`` is on, the model gets ONE revision turn (its own reply,
-   then a user turn with the hints); the revised answer is a second step with its own audit
-   event, dispatched by the same per-episode dispatcher (so per-episode PF caps hold);
-6. ``scorer(answer)`` grades the last executed answer: ``em = f1 = score`` (1.0/0.0).
+1. the opening is the domain's messages (skill summaries the harness chose in the system prompt);
+2. ``extract(text) -> (thought, answer | None)`` reads a reply; no answer ends the episode;
+3. ``ctx_builder(thought, answer)`` is the step context the domain's ``pre_final`` PFs read, plus the
+   step count, the budget, the actions so far and the PFs' private keys;
+4. the harness dispatches ``("FINAL", answer)`` — a PF may rewrite the answer (MODIFY_ACTION) or add
+   hints (INJECT_CONTEXT) — lets the handlers vote, and picks the phase reminders; the step gets its
+   audit event e_t (with the reminders' labels in ``phases``);
+5. if PFs added hints and a second step is in the budget, the model gets ONE revision turn (its own
+   reply, then a user turn with the hints); the revised answer is a second step with
+   its own audit event, under the same per-episode dispatcher (so per-episode PF caps hold). A FINAL
+   the handlers send back is not accepted and gets the revision turn the same way;
+6. ``scorer(answer)`` grades each answered step (``feedback["score"]``); the last one is ``em = f1``.
 
-There is no domain branch in here: prompts, extraction, context and grading come in as the
-functions passed, which is the point of the paper's claim that one dispatcher serves web search,
-math and code unchanged. The result is an ordinary :class:`~hasp.records.Trajectory`, so
-signal scoring, training-data building, failure detection and evaluation (``hasp.eval``) apply as
-they are.
+There is no domain branch in here: prompts, extraction, context and grading come in as functions,
+which is the paper's claim that one dispatcher serves web search, math and code unchanged.
 
-``Trajectory.terminated`` is ``"final"`` when some step produced an answer, else ``"max_steps"``
-(the one-step budget ran out without an action), as in the multi-step loop, and ``"error"`` when a
-model call failed or the episode's wall budget (``AgentConfig.timeout_s``) ended a call that hung.
+The revision turn shows the PF hints only. The pre_final reminders of the math and code skills
+restate what their PFs check; on the embedded model, adding them to the revision turn changed which
+revisions came out right, so they are recorded (``StepRecord.reminders``, ``AuditEvent.phases``)
+and the revision prompt stays the checker's findings.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hasp.agent.loop import AgentConfig, Policy, step_grammar
-from hasp.records import Action, AuditEvent, StepRecord, Trajectory
-from hasp.agent.variants import Variant, get_variant
-from hasp.llm.cancel import call_deadline
-from hasp.llm.client import LLMError
-from hasp.pf.base import ProgramFunction, Teacher
-from hasp.pf.dispatcher import DispatchResult, Dispatcher
+from hasp.agent.context import EpisodeState
+from hasp.agent.parser import ParseFailure, ParsedAction
 from hasp.prompts import prompt
-
-log = logging.getLogger(__name__)
-
-__all__ = [
-    "DEFAULT_FORMAT_HINT", "REVISE_TEMPLATE", "Extract", "Scorer", "CtxBuilder", "revision_message",
-    "run_single_step", "skills_prompt",
-]
+from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
 #: extract(model text) -> (thought, proposed answer or None when the reply holds no answer)
 Extract = Callable[[str], "tuple[str, str | None]"]
@@ -56,21 +44,14 @@ CtxBuilder = Callable[[str, str], "dict[str, Any]"]
 
 DEFAULT_FORMAT_HINT = prompt("hasp.agent", "single_step", "format_hint")
 REVISE_TEMPLATE = prompt("hasp.agent", "single_step", "revise")
-_NO_ANSWER = "no answer found in the reply"
+NO_ANSWER = "no answer found in the reply"
 _STATE_STR_CHARS = 300
 
 
-def revision_message(contexts: Sequence[str], format_hint: str = DEFAULT_FORMAT_HINT) -> str:
+def revision_message(hints: Sequence[str], format_hint: str = DEFAULT_FORMAT_HINT) -> str:
     """The user turn of the revision: the PF hints, then the instruction to answer again."""
-    hints = "\n".join(f"- {c.strip()}" for c in contexts if c and c.strip())
-    return REVISE_TEMPLATE.format(hints=hints, format_hint=format_hint)
-
-
-def skills_prompt(library: Any, limit: int | None = None) -> str:
-    """Prompt-only rendering of a skill library: one ``- summary`` line per active skill."""
-    skills = list(getattr(library, "skills", []) or [])[:limit]
-    lines = [f"- {(s.spec.system_summary or s.spec.description).strip()}" for s in skills]
-    return "\n".join(ln for ln in lines if ln != "- ")
+    lines = "\n".join(f"- {c.strip()}" for c in hints if c and c.strip())
+    return REVISE_TEMPLATE.format(hints=lines, format_hint=format_hint)
 
 
 def _state(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -95,108 +76,71 @@ def _grade(scorer: Scorer, answer: str) -> tuple[float, dict[str, Any]]:
     return float(got), {}
 
 
-def _audit(ctx: dict[str, Any], answer: str, d: DispatchResult) -> AuditEvent:
-    return AuditEvent(state=_state(ctx), a_orig=Action("FINAL", answer), a_final=Action(d.action_type, d.arg),
-                      context=list(d.contexts), mode=d.mode, errors=list(d.errors),
-                      fired=[{"skill_id": f.skill_id, "type": f.type, "reason": f.reason, "applied": f.applied}
-                             for f in d.fired],
-                      dispatch_s=d.elapsed_s)
+class SingleStepEnvironment:
+    """One item of a single-step domain: ``messages(system_text)`` opens the episode, ``extract``,
+    ``ctx_builder`` and ``scorer`` are the domain's; ``grammar`` its reply format as GBNF (carried by
+    every call when ``llm.constrained`` resolves to actions for the policy's dialect)."""
 
+    stop = None
+    retries_unparsed = False
+    budget_prompt = ""
+    stats = None
 
-def run_single_step(*, qid: str, question: str, answers: Sequence[str],
-                    messages: Sequence[dict[str, str]], policy: Policy, pfs: Sequence[ProgramFunction],
-                    variant: Variant | str, cfg: AgentConfig, extract: Extract, scorer: Scorer,
-                    ctx_builder: CtxBuilder, teacher: Teacher | None = None, revise: bool = True,
-                    label: str | None = None, format_hint: str = DEFAULT_FORMAT_HINT,
-                    score_steps: bool = True, stop: list[str] | None = None,
-                    grammar: str | None = None) -> Trajectory:
-    """Run one single-step episode (plus at most one PF-triggered revision turn).
+    def __init__(self, *, messages: Callable[[str], list[dict[str, str]]], extract: Extract, scorer: Scorer,
+                 ctx_builder: CtxBuilder, grammar: str | None = None,
+                 format_hint: str = DEFAULT_FORMAT_HINT) -> None:
+        self.messages, self.extract, self.scorer, self.ctx_builder = messages, extract, scorer, ctx_builder
+        self.reply_grammar, self.format_hint = grammar, format_hint
+        self._answer = ""
 
-    ``messages`` are the domain's prompt, already rendered for the variant (skill summaries in
-    the system prompt for ``prompt``). PFs run only when ``variant.use_pfs``; ``react`` and
-    ``prompt`` therefore never fire and never revise. ``label`` overrides the variant name stored
-    in the trajectory. With ``score_steps`` every answered step's score is kept in its audit
-    feedback (``feedback["score"]``), so the effect of the revision can be measured; only the last
-    answer counts for ``em``. The model never sees a score.
+    def opening(self, question: str, system_text: str) -> list[dict[str, str]]:
+        return [dict(m) for m in self.messages(system_text)]
 
-    A non-final answered step that a PF rewrote (MODIFY_ACTION) has its rewritten answer in
-    ``a_final``; if the revision reply holds no answer, that rewritten first answer is the prediction.
+    def grammar(self, max_tokens: int, final_only: bool = False) -> str | None:
+        return self.reply_grammar
 
-    ``grammar`` is the domain's answer format as GBNF; every call carries it when ``cfg.constrained``
-    resolves to actions for the policy's dialect.
-    """
-    v = get_variant(variant) if isinstance(variant, str) else variant
-    t0 = time.perf_counter()
-    traj = Trajectory(qid=str(qid), question=question, answers=list(answers), variant=label or v.name)
-    if v.teacher_postprocess:
-        raise ValueError(f"variant {v.name!r} post-processes a web-search FINAL; single-step domains have no "
-                         "outer loop for it (use react, prompt, pf or pf_teacher)")
-    # the teacher reaches PFs only through a variant that asks for it (pf_teacher), as in the search loop
-    dispatcher = Dispatcher(list(pfs) if v.use_pfs else [], teacher=teacher if v.use_teacher else None,
-                            max_modify_fires=cfg.max_modify_fires)
-    convo = [dict(m) for m in messages]
-    private: dict[str, Any] = {}
-    history: list[str] = []
-    max_steps = 2 if (revise and v.use_pfs) else 1
-    constraint = step_grammar(cfg, policy, grammar) if grammar else {}
-    for i in range(max_steps):
-        ts = time.perf_counter()
-        left = None if cfg.timeout_s is None else cfg.timeout_s - (ts - t0)
-        try:
-            with call_deadline(left):  # the wall budget also ends a model call that hangs
-                reply = policy.chat(convo, temperature=cfg.temperature, max_tokens=cfg.max_tokens, stop=stop,
-                                    seed=cfg.seed, **constraint)
-        except LLMError as e:  # the endpoint failed after the client's retries, or the wall budget ran out
-            # during the call: contain it to this episode (the runner counts it in n_failed, not as EM 0)
-            err = f"{type(e).__name__}: {e}"[:500]
-            log.warning("%s: model call %d failed: %s", qid, i, err)
-            traj.pf_errors.append(err)
-            traj.terminated = "error"
-            break
-        traj.prompt_tokens += int(getattr(reply, "prompt_tokens", 0) or 0)
-        traj.completion_tokens += int(getattr(reply, "completion_tokens", 0) or 0)
-        text = reply.text or ""
-        step = StepRecord(index=i, raw_output=text, llm_s=time.perf_counter() - ts,
-                          prompt_messages=[dict(m) for m in convo])
-        traj.steps.append(step)
-        thought, answer = extract(text)
-        step.thought = thought or ""
+    def parse(self, text: str) -> ParsedAction | ParseFailure:
+        thought, answer = self.extract(text)
         if answer is None:
-            step.parse_error = _NO_ANSWER
-            step.step_s = time.perf_counter() - ts
-            break
-        ctx = ctx_builder(step.thought, answer)
-        ctx.update({"step_count": i, "max_steps": max_steps, "action_history": list(history), **private})
-        d = dispatcher.dispatch(ctx, "FINAL", answer)
-        private.update({k: val for k, val in ctx.items() if k.startswith("_")})
-        audit = _audit(ctx, answer, d)
-        traj.pf_errors += d.errors
-        step.audit = audit
-        history.append(audit.a_final.render())
-        traj.prediction, traj.terminated = audit.a_final.arg, "final"
-        if d.contexts:
-            step.observation = "\n" + "\n".join(d.contexts)  # the loop's convention: tool output "" + hints
-        last = i == max_steps - 1 or not d.contexts
-        audit.feedback = {"final": last}
-        if score_steps or last:
-            s, extra = _grade(scorer, audit.a_final.arg)
+            return ParseFailure(NO_ANSWER, thought or "")
+        self._answer = answer
+        return ParsedAction("FINAL", answer, thought or "")
+
+    def unparsed(self, reason: str) -> str:
+        return ""
+
+    def context(self, state: EpisodeState, thought: str) -> dict[str, Any]:
+        ctx = self.ctx_builder(thought, self._answer)
+        ctx.update({"step_count": state.step_count, "max_steps": state.max_steps,
+                    "action_history": list(state.action_history), **state.private})
+        return ctx
+
+    def snapshot(self, state: EpisodeState, ctx: dict[str, Any]) -> dict[str, Any]:
+        return _state(ctx)
+
+    def execute(self, a: Action, state: EpisodeState, audit: AuditEvent, last_step: bool) -> tuple[str, bool]:
+        """Grade the answer; ask for a revision when hints came and a step is left. Returns ("", done)."""
+        last = last_step or not audit.context
+        audit.feedback = {"final": last and a.type == "FINAL"}
+        if a.type == "FINAL":
+            s, extra = _grade(self.scorer, a.arg)
             audit.feedback.update({"score": s, **extra})
         if not last:
             audit.feedback["revision_requested"] = True
-            convo += [{"role": "assistant", "content": text.strip() or "(empty)"},
-                      {"role": "user", "content": revision_message(d.contexts, format_hint)}]
-        step.step_s = time.perf_counter() - ts
-        if last:
-            break
-    if traj.terminated not in ("final", "error"):
-        traj.terminated = "max_steps"
-    audited = traj.audits()
-    if audited:
-        fb = audited[-1].feedback
-        if "score" not in fb:
-            s, extra = _grade(scorer, audited[-1].a_final.arg)
-            fb.update({"score": s, **extra})
-        traj.em = traj.f1 = float(fb["score"])
-    traj.wall_s = time.perf_counter() - t0
-    return traj
+        return "", last
 
+    def turns(self, step: StepRecord) -> list[dict[str, str]]:
+        hints = step.audit.context if step.audit else []
+        return [{"role": "assistant", "content": step.raw_output.strip() or "(empty)"},
+                {"role": "user", "content": revision_message(hints, self.format_hint)}]
+
+    def score(self, traj: Trajectory) -> tuple[float, float]:
+        """The last answered step's score (only the last answer counts; the model never sees a score)."""
+        answered = [a for a in traj.audits() if a.a_final.type == "FINAL"]
+        if not answered:
+            return 0.0, 0.0
+        fb = answered[-1].feedback
+        if "score" not in fb:
+            s, extra = _grade(self.scorer, answered[-1].a_final.arg)
+            fb.update({"score": s, **extra})
+        return float(fb["score"]), float(fb["score"])

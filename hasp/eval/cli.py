@@ -97,14 +97,14 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
     """Run the cells inside the open parent MLflow run, each cell logged as it finishes."""
     from hasp.agent.remote import episode_executor
     from hasp.agent.variants import get_variant
-    from hasp.eval.episodes import episode_config
+    from hasp.episode.domains import domain_named
     from hasp.eval.runner import Arm, run_eval
     from hasp.eval.tracking import eval_run
     from hasp.llm.endpoints import policy_client, teacher_client
     from hasp.pf.library import library_hash
 
     domain = sets[0].domain
-    max_tokens = episode_config(p, domain).max_tokens
+    max_tokens = domain_named(domain).config(p, get_variant("react")).max_tokens
     served = p.llm.model_copy(update={"base_url": None})
     teacher = teacher_client(p.teacher, p.llm)
     try:

@@ -2,12 +2,12 @@
 
 An arm is a variant run by a policy under a label that says what ran (``pf_teacher`` when the
 teacher is used, ``trained_pf`` for a trained policy), so ``hasp eval`` and the epoch's evaluation
-stage are the same loop with different arms. Episodes come from the dataset's domain
-(``hasp.eval.episodes``); everything else is domain-free. A cell's episodes run concurrently
-through ``run_many`` (thread pool + progress bar) or a task runner's executor. An episode that raises (endpoint down after
-retries, a harness bug) is recorded as ``terminated="error"``, logged and counted instead of
-discarding the whole evaluation; a cell in which *every* episode failed stops the run with that
-error, since its numbers would mean nothing.
+stage are the same loop with different arms. A cell is one episode spec (``hasp.episode.spec``) of
+the dataset's domain; everything else is domain-free. A cell's episodes run concurrently through
+``run_many`` (thread pool + progress bar) or a task runner's executor. An episode that raises
+(endpoint down after retries, a harness bug) is recorded as ``terminated="error"``, logged and
+counted instead of discarding the whole evaluation; a cell in which *every* episode failed stops the
+run with that error, since its numbers would mean nothing.
 
 Outputs under ``out_dir``: ``<dataset>/<label>.jsonl`` (trajectories), ``<dataset>/<label>.
 episodes.jsonl`` (judge verdicts, snippet stats, start times) and ``metrics.json``
@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hasp.agent.loop import Policy
-from hasp.agent.remote import EpisodeExecutor, endpoint_of
-from hasp.agent.rollout import run_many, write_trajectories
+from hasp.agent.remote import EpisodeExecutor
+from hasp.agent.rollout import write_trajectories
 from hasp.agent.variants import Variant, get_variant
 from hasp.atomic import write_jsonl
 from hasp.config import Params
+from hasp.episode.domains import domain_named
+from hasp.episode.records import EpisodeRecord
+from hasp.episode.spec import episode_spec, run_episodes
 from hasp.eval.datasets import EvalDataset
-from hasp.eval.cell_spec import EvalCellSpec, cell_episode
-from hasp.eval.records import EpisodeRecord
 from hasp.eval.summary import by_hops, grading_weaker, hop_counts, summarize_cell
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,9 @@ def as_arms(variants: Sequence[str | Variant | Arm]) -> list[Arm]:
 
 def check_variants(domain: str, variants: Sequence[Variant]) -> None:
     """Refuse variants the domain cannot run (``teacher_only`` post-processes a web-search FINAL)."""
-    if domain == "search":
-        return
-    bad = [v.name for v in variants if v.teacher_postprocess]
-    if bad:
-        raise ValueError(f"variant(s) {', '.join(bad)} are web-search only; for {domain} use react, prompt, pf "
-                         "or pf_teacher")
+    d = domain_named(domain)
+    for v in variants:
+        d.check(v)
 
 
 def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: bool, have_teacher: bool) -> None:
@@ -132,7 +130,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     teacher, as does ``judge``. Both are search-only: math and code are graded exactly.
 
     ``executor`` (``runner.kind``) runs each cell's episodes in worker processes, which rebuild the
-    cell from an ``EvalCellSpec``; without it they run on threads here."""
+    cell from its ``EpisodeSpec``; without it they run on threads here."""
     from hasp.atomic import write_json
     from hasp.pf.library import load_library
 
@@ -215,14 +213,10 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
               snippets: bool, out_dir: Path, progress: bool, executor: EpisodeExecutor | None) -> CellResult:
     t0 = time.perf_counter()
     desc = f"{ds.name}:{arm.label}"
-    if executor is None:
-        fn = cell_episode(params, ds, arm.variant, arm.label, policy=policy, lib=lib, teacher=teacher, judge=judge,
-                          snippets=snippets)
-        records = run_many(ds.questions, fn, concurrency=params.llm.max_concurrency, desc=desc, progress=progress)
-    else:
-        spec = EvalCellSpec(params, ds.shipped(), arm.label, arm.variant, lib.root if lib is not None else None,
-                            endpoint_of(policy, "policy"), endpoint_of(teacher, "teacher"), judge, snippets)
-        records = executor.run(spec, ds.questions, desc=desc, progress=progress)
+    spec = episode_spec(params, domain_named(ds.domain, dataset=ds.shipped()), arm.variant, label=arm.label,
+                        library=lib.root if lib is not None else None, snippets=snippets, judge=judge)
+    records = run_episodes(spec, ds.questions, policy=policy, teacher=teacher, library=lib, opened=ds.retriever,
+                           executor=executor, desc=desc, progress=progress)
     wall = time.perf_counter() - t0
     path = out_dir / ds.name / f"{arm.label}.jsonl"
     write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why

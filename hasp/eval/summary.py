@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from hasp.eval.records import EpisodeRecord
+from hasp.episode.records import EpisodeRecord
 from hasp.records import Trajectory
 from hasp.stats import bootstrap_mean
 

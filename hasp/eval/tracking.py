@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hasp.eval.records import EpisodeRecord
+from hasp.episode.records import EpisodeRecord
 from hasp.eval.report import to_markdown, write_csv
 from hasp.eval.runner import CellResult, EvalResult
 from hasp.track.mlflow_run import sandbox_tags, start_run

@@ -24,10 +24,11 @@ from typing import Any
 from hasp.atomic import read_json, write_json
 
 from hasp.agent.loop import Policy
-from hasp.agent.remote import EpisodeExecutor, endpoint_of
-from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
+from hasp.agent.remote import EpisodeExecutor
+from hasp.agent.rollout import read_trajectories, write_trajectories
 from hasp.agent.variants import get_variant
 from hasp.config import Params, SandboxParams
+from hasp.episode.spec import pipeline_variant
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
@@ -38,11 +39,6 @@ log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- rollouts
-def pipeline_variant(variant: str, teacher: Teacher | None) -> str:
-    """The variant the pipeline runs: its PF agent is ``pf_teacher`` when a teacher is configured."""
-    return "pf_teacher" if teacher is not None and variant == "pf" else variant
-
-
 def rollout(params: Params, data_dir: Path, library_root: Path | None, split: str, out_path: Path,
             *, policy: Policy, variant: str = "pf", teacher: Teacher | None = None,
             limit: int | None = None, label: str | None = None,
@@ -50,39 +46,33 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     """Phase A and the val gate: run ``variant`` on a split, write trajectories, return metrics.
 
     The pipeline's PF agent uses the teacher whenever one is configured: ``variant="pf"`` with a
-    teacher runs as ``pf_teacher`` (the paper's Full row), so a configured teacher is never
-    ignored; the summary's ``variant`` (and the trajectories, unless ``label`` names the run)
-    say ``pf_teacher`` then.
+    teacher runs as ``pf_teacher`` (the paper's Full row, ``pipeline_variant``), so a configured
+    teacher is never ignored; the summary's ``variant`` (and the trajectories, unless ``label``
+    names the run) say ``pf_teacher`` then.
 
     Episodes run on threads here, or through ``executor`` (``runner.kind``) in worker processes
-    that rebuild the same episode function from a ``SearchRolloutSpec``.
+    that rebuild the same episode function from its ``EpisodeSpec``.
     """
-    from hasp.domains.search.rollout_spec import SearchRolloutSpec, rollout_episode
-    from hasp.domains.search.task import SearchTask
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec, run_episodes
 
-    variant = pipeline_variant(variant, teacher)
-
-    task = SearchTask.load(data_dir)
-    items = task.questions(split, limit)
+    domain = SearchDomain(data_dir=Path(data_dir))
+    spec = episode_spec(params, domain, variant, label=label, library=library_root, teacher=teacher, pipeline=True)
+    items = domain.items(split, limit)
     if qids is not None:
         keep = set(qids)
         items = [it for it in items if it.id in keep]
-    lib = load_library(library_root, "search", sandbox=params.sandbox) if library_root is not None else None
-    desc = f"{label or variant}:{split}"
+    lib = load_library(library_root, domain.name, sandbox=params.sandbox) if library_root is not None else None
     try:
-        if executor is None:
-            fn = rollout_episode(params, task, lib, variant, label, policy=policy, teacher=teacher)
-            trajs = run_many(items, fn, concurrency=params.llm.max_concurrency, desc=desc)
-        else:
-            spec = SearchRolloutSpec(params, Path(data_dir), library_root, variant, label,
-                                     policy=endpoint_of(policy, "policy"), teacher=endpoint_of(teacher, "teacher"))
-            trajs = executor.run(spec, items, desc=desc)
+        trajs = [r.traj for r in run_episodes(spec, items, policy=policy, teacher=teacher, library=lib,
+                                              opened=None if executor is not None else domain.open(params),
+                                              executor=executor, desc=f"{spec.label}:{split}")]
     finally:
         if lib is not None:
             lib.close()
     write_trajectories(trajs, out_path)
     summary = summarize_rollout(trajs)
-    summary["variant"] = variant
+    summary["variant"] = spec.variant.name
     broken = [t for t in trajs if t.terminated == "error"]
     if broken:  # the endpoint failed these episodes: say so, and let the orchestrator retry the phase
         summary.update(failure=f"{len(broken)} episodes failed: endpoint error", failed_calls=len(broken),

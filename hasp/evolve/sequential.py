@@ -179,12 +179,11 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
              split: str = "train", chain_length: int = 3, limit: int | None = None) -> dict[str, Any]:
     """Plain rollouts and sequential rollouts on the same chained questions of ``split``; writes
     ``sequential.json``, ``sequential.jsonl`` (trajectories with their reward) and ``plain.jsonl``."""
-    from hasp.agent.loop import agent_config
     from hasp.agent.replay import replay
-    from hasp.agent.rollout import run_many, write_trajectories
-    from hasp.agent.variants import get_variant
+    from hasp.agent.rollout import write_trajectories
     from hasp.atomic import write_json
-    from hasp.domains.search.task import SearchTask
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.spec import episode_spec, run_episodes
     from hasp.evolve.admit import admit
     from hasp.evolve.cluster import cluster_patterns, existing_from_library
     from hasp.evolve.declarative import compiled_pf, propose_declarative, reply_format_for, validate_declared
@@ -194,28 +193,26 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     from hasp.pf.library import load_library
     from hasp.progress import Progress
 
-    task = SearchTask.load(data_dir)
-    chains = build_chains(task.questions(split, limit), chain_length, seed=params.data.seed)
+    domain = SearchDomain(data_dir=Path(data_dir))
+    chains = build_chains(domain.items(split, limit), chain_length, seed=params.data.seed)
     items = [it for chain in chains for it in chain]
-    cfg, a, e = agent_config(params), params.agent, params.evolve
+    a, e = params.agent, params.evolve
     reply_format = reply_format_for(e.structured_output, params.llm.base_url is None,
                                     constrains_json(params.llm.constrained, dialect_of(student)))
+    spec, index = episode_spec(params, domain, "pf"), domain.open(params)
 
-    def episode(lib: Any) -> Callable[[Any], Trajectory]:
-        return task.episode_fn(policy=policy, library=lib, cfg=cfg, variant=get_variant("pf"), top_k=a.top_k,
-                               snippet_chars=a.snippet_chars, read_chars=a.read_chars, harness=params.harness)
-
-    base = load_library(library, "search", sandbox=params.sandbox)
+    base = load_library(library, domain.name, sandbox=params.sandbox)
     try:
-        plain_trajs = run_many(items, episode(base), concurrency=params.llm.max_concurrency, desc="plain")
+        plain_trajs = [r.traj for r in run_episodes(spec, items, policy=policy, library=base, opened=index,
+                                                    desc="plain")]
     finally:
         base.close()
     plain = {t.qid: t for t in plain_trajs}
 
     def run_task(item: Any, lib_dir: Path) -> Trajectory:
-        lib = load_library(lib_dir, "search", sandbox=params.sandbox)
+        lib = load_library(lib_dir, domain.name, sandbox=params.sandbox)
         try:
-            return episode(lib)(item)
+            return spec.runner(policy=policy, library=lib, opened=index)(item).traj
         finally:
             lib.close()
 
@@ -223,7 +220,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         patterns = detect_failures([traj])
         if not patterns:
             return [], ["no failure pattern detected"]
-        lib = load_library(lib_dir, "search", sandbox=params.sandbox)
+        lib = load_library(lib_dir, domain.name, sandbox=params.sandbox)
         ids, existing = lib.ids, existing_from_library(lib)
         lib.close()
         cluster = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)[0]

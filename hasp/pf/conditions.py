@@ -132,8 +132,12 @@ def compile_condition(cond: Any, names: dict[str, Callable[[E], bool]], where: s
 
 def compile_conditions(spec: SkillSpec, phase: str, domain: str = "search",
                        source: str = "") -> list[Condition]:
-    """All conditions of ``spec.phases[phase]`` (AND-ed by the caller)."""
-    names = DOMAIN_CONDITIONS.get(domain, SEARCH_CONDITIONS)
+    """All conditions of ``spec.phases[phase]`` (AND-ed by the caller). A domain without an evaluator
+    (single-step math and code, whose conditions label the PF's own checks) has none: its phase
+    reminders show whenever their phase is live."""
+    names = DOMAIN_CONDITIONS.get(domain)
+    if names is None:
+        return []
     where = f"{source or spec.skill_id}: phases.{phase}.conditions"
     return [compile_condition(c, names, where) for c in spec.phases[phase].conditions]
 

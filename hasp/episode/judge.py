@@ -40,8 +40,8 @@ def parse_verdict(text: str) -> bool | None:
 
 def judge_messages(question: str, answers: list[str], prediction: str) -> list[dict[str, str]]:
     refs = " | ".join(a for a in answers if a) or "(none)"
-    return [{"role": "system", "content": prompt("hasp.eval", "judge", "system")},
-            {"role": "user", "content": render("hasp.eval", "judge", "user", question=question, refs=refs,
+    return [{"role": "system", "content": prompt("hasp.episode", "judge", "system")},
+            {"role": "user", "content": render("hasp.episode", "judge", "user", question=question, refs=refs,
                                                prediction=prediction)}]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from hasp.records import Trajectory
 from hasp.domains.search.teacher_snippets import SnippetStats
-from hasp.eval.judge import JudgeVerdict
+from hasp.episode.judge import JudgeVerdict
 
 
 @dataclass
