@@ -250,9 +250,12 @@ class EvolveParams(_Strict):
         "auto", description="how a declarative proposal is asked for: JSON through response_format (json_schema), "
                             "KEY: value lines, or one short question per field (choices); auto = choices for the "
                             "embedded 135M student (its server rejects response_format), else json_schema")
-    exec_threshold: float = Field(0.3, ge=0, le=1, description="hard reject below this Q_exec")
-    new_group_threshold: float = Field(0.75, ge=0, le=1)
-    same_group_threshold: float = Field(0.60, ge=0, le=1)
+    exec_threshold: float = Field(0.3, ge=0, le=1, description="Phase E hard reject (the reviewer is not "
+                                  "consulted) when the Phase-D Q_exec is below this")
+    new_group_threshold: float = Field(0.75, ge=0, le=1, description="admission bar on Q_skill for a candidate "
+                                       "of a new failure group")
+    same_group_threshold: float = Field(0.60, ge=0, le=1, description="admission bar on Q_skill for a candidate "
+                                        "refining an existing failure group")
     max_library_size: int = Field(50, ge=1)
     # --- evolution modes and ablations (App. D.5, G.3); see hasp/evolve/gate.py for the gate table
     mode: Literal["lite", "full"] = Field("full", description="lite: sampled failures, <=3 proposals, "

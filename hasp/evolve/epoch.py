@@ -27,7 +27,7 @@ from hasp.agent.loop import Policy
 from hasp.agent.remote import EpisodeExecutor, endpoint_of
 from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
 from hasp.agent.variants import get_variant
-from hasp.config import Params, SandboxParams
+from hasp.config import EvolveParams, Params, SandboxParams
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
@@ -307,7 +307,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
             cluster = Cluster(category=c.cluster_category, patterns=[], support=0, novelty=0.0,
                               is_new_category=False, representative=None)
         rv = review_candidate(c, float(rep["q_exec"]), cluster, teacher, trigger_hit_rate=hit_rate,
-                              existing_skill_ids=ids)
+                              existing_skill_ids=ids, evolve=params.evolve)
         out.append({"skill_id": c.skill_id, "cluster": c.cluster_category, "trigger_hit_rate": hit_rate,
                     "is_new_category": cluster.is_new_category, **rv.to_dict()})
         bar.advance()
@@ -324,7 +324,8 @@ def _load_list(path: Path | None) -> list[dict[str, Any]]:
     return read_json(path) if path is not None and Path(path).exists() else []
 
 
-def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None = None) -> list[Any]:
+def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None = None,
+              evolve: EvolveParams | None = None) -> list[Any]:
     """One ``gate.Evidence`` per candidate from the epoch's files (absent phases -> None)."""
     from hasp.evolve.admit import active_ids
     from hasp.evolve.cluster import Cluster, clusters_from_json
@@ -345,7 +346,8 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
             representative=None)  # type: ignore[arg-type]
         out.append(Evidence(candidate=c, cluster=cluster, exec_report=reports.get(c.skill_id),
                             review=reviews.get(c.skill_id), val=vals.get(c.skill_id), library_ids=lib_ids,
-                            earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox))
+                            earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox,
+                            evolve=evolve))
     return out
 
 
@@ -356,7 +358,7 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
 
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in, params.sandbox)
+    evs = _evidence(epoch_dir, library_in, params.sandbox, params.evolve)
     todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
     items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
     results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
@@ -401,7 +403,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
 
     epoch_dir = Path(candidates_path).parent
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in, params.sandbox)
+    evs = _evidence(epoch_dir, library_in, params.sandbox, params.evolve)
     tmp = library_out.with_name(f".{library_out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     copy_folder(library_in, tmp, skip=("__pycache__", ".*"))
@@ -424,7 +426,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
                  "r_skill": r_skill(q, ev.val.delta_em if ev.val else None, params.evolve.r_skill_lambda)}
         res = admit(library_out, ev.candidate, review, epoch=epoch, cluster=ev.cluster,
                     max_library_size=params.evolve.max_library_size, refusals=why,
-                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra)
+                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra, evolve=params.evolve)
         results.append({"skill_id": res.skill_id, "admitted": res.admitted, "version": res.version,
                         "reason": res.reason, **extra})
         if history is not None:
