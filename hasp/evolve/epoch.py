@@ -19,7 +19,7 @@ import shutil
 from collections import Counter
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hasp.atomic import read_json, write_json
 
@@ -33,6 +33,9 @@ from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
 from hasp.pf.folder_files import copy_folder
 from hasp.progress import Progress
+
+if TYPE_CHECKING:
+    from hasp.train.run import TrainSummary
 
 log = logging.getLogger(__name__)
 
@@ -514,25 +517,15 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
     """Phase G (four coarse signals per step) and H: Objective A (SFT + DPO jsonl of
     PF-corrected steps) and, when the epoch has candidates, Objective B (skill-authoring
     SFT + DPO, ``sft_skill.jsonl`` / ``dpo_skill.jsonl``, see ``build_skill_data``)."""
-    from hasp.signals.coarse import score_trajectory
     from hasp.atomic import write_jsonl
-    from hasp.train.data import build_dpo_rows, build_sft_rows, summarize
+    from hasp.train.data import build_dpo_rows, build_sft_rows, score_all, signal_summary, summarize
 
-    trajs = read_trajectories(rollout_path)
-    scores = [score_trajectory(t) for t in trajs]
-    sft = build_sft_rows(trajs, reward_floor=params.signals.reward_floor)
-    dpo = build_dpo_rows(trajs, reward_floor=params.signals.reward_floor)
+    scored = score_all(read_trajectories(rollout_path))
+    sft = build_sft_rows(scored, reward_floor=params.signals.reward_floor)
+    dpo = build_dpo_rows(scored, reward_floor=params.signals.reward_floor)
     write_jsonl(sft, out_dir / "sft.jsonl")
     write_jsonl(dpo, out_dir / "dpo.jsonl")
-    step_scores = [s for ts in scores for s in ts.steps]
-    n = max(1, len(step_scores))
-    signals = {
-        "trajectory_A_mean": sum(ts.A for ts in scores) / max(1, len(scores)),
-        "step_mean": {k: sum(getattr(s, k) for s in step_scores) / n
-                      for k in ("timing", "modality", "correctness", "outcome", "A")},
-        "scored_steps": len(step_scores),
-    }
-    summary = {"signals": signals, "sft": summarize(sft), "dpo_rows": len(dpo),
+    summary = {"signals": signal_summary(scored), "sft": summarize(sft), "dpo_rows": len(dpo),
                "objective_b": build_skill_data(out_dir, params)}
     write_json(summary, out_dir / "data_summary.json")
     return summary
@@ -572,37 +565,25 @@ def _epoch_num(epoch_dir: Path) -> int:
 
 
 # ----------------------------------------------------------------------------- LoRA SFT (E1 shape)
-def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> dict[str, Any]:
-    """Short LoRA SFT of the policy on the Phase-H rows; writes adapter/ and merged/ under out_dir."""
-    from hasp.train.presets import apply_preset
-    from hasp.train.sft import SFTRecipe, train_sft
+def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> TrainSummary:
+    """The epoch's training step: SFT of the policy on the Phase-H rows through the one training entry
+    point (``hasp.train.run.run_recipe``), which writes adapter/, merged/ and the ``TrainSummary``. The
+    epoch has rows and no sampler, so a preset or ``train.recipe`` of another recipe, or rows that are
+    empty, is recorded as a skipped phase instead."""
+    from hasp.atomic import read_jsonl
+    from hasp.train.run import resolved_train, run_recipe, skip_training
 
-    t = apply_preset(params.train)
+    t = resolved_train(params)
+    reason = None
     if t.enabled and t.recipe != "sft":
         reason = (f"train.recipe is {t.recipe}{f' (preset {t.preset})' if t.preset else ''}: this step trains "
                   "sft on the epoch's rows only; rs and opd sample their own rollouts and dpo reads dpo.jsonl")
-        log.warning(reason)
-        write_json({"skipped": reason}, out_dir / "train_metrics.json")
-        return {"skipped": reason}
-    if not t.enabled:
-        write_json({"skipped": "train.enabled is false"}, out_dir / "train_metrics.json")
-        return {"skipped": True}
-    from hasp.atomic import read_jsonl
-
-    if not read_jsonl(sft_path):
+    elif t.enabled and not read_jsonl(sft_path):
         reason = f"{sft_path} has no rows above the reward floor (no PF-corrected steps); training skipped"
+    if reason is not None:
         log.warning(reason)
-        write_json({"skipped": reason}, out_dir / "train_metrics.json")
-        return {"skipped": reason}
-    if model_dir is None:
-        from hasp.llm.model_prep import prepare_model
-        model_dir = prepare_model()
-    recipe = SFTRecipe.from_params(t)
-    res = train_sft(model_dir, sft_path, out_dir, recipe)
-    out = {"metrics": res.metrics, "history": res.history, "recipe": recipe.to_dict(),
-           "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir) if res.merged_dir else None}
-    write_json(out, out_dir / "train_metrics.json")
-    return out
+        return skip_training(t, out_dir, reason)
+    return run_recipe(params, model=model_dir, out_dir=out_dir, train=t, rows=sft_path)
 
 
 # ----------------------------------------------------------------------------- evaluation
