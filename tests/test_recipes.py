@@ -327,3 +327,26 @@ def test_the_epoch_train_step_applies_the_preset_and_skips_a_recipe_it_cannot_ru
     from hasp.train.run import read_summary
 
     assert read_summary(tmp_path) == out and out.recipe == "rs" and out.model_dir is None
+
+
+def test_a_recipe_block_overrides_the_shared_trainer_knobs_it_reads_and_nothing_else(tmp_path):
+    """One home per trainer knob: ``train.learning_rate`` is every recipe's unless its block names its
+    own; a block key the recipe's trainer does not read, or no knob at all, is an error naming it."""
+    t = TrainParams(learning_rate=3e-4, num_train_epochs=4, rs={"learning_rate": 1e-5}, dpo={"max_steps": 7})
+    assert (t.trainer("sft").learning_rate, t.trainer("rs").learning_rate, t.trainer("opd").learning_rate) == (
+        3e-4, 1e-5, 3e-4)
+    assert t.trainer("rs").num_train_epochs == 4 and t.trainer("dpo").max_steps == 7 and t.trainer("rs").max_steps == 10
+    assert TrainParams.model_validate(t.model_dump(mode="json")) == t  # `hasp params` writes what loads back
+    (tmp_path / "p.yaml").write_text("train:\n  dpo:\n    weighting: none\n")
+    with pytest.raises(ParamsError, match=r"p.yaml: train.dpo.weighting: the dpo trainer does not read this train knob"):
+        load_params(tmp_path / "p.yaml")
+    (tmp_path / "p.yaml").write_text("train:\n  opd:\n    learning_rat: 0.1\n")
+    with pytest.raises(ParamsError, match=r"p.yaml: train.opd.learning_rat: neither a knob of recipe opd nor a train knob"):
+        load_params(tmp_path / "p.yaml")
+    (tmp_path / "p.yaml").write_text("train:\n  rs:\n    learning_rate: -1\n")
+    with pytest.raises(ParamsError, match=r"p.yaml: train.rs.learning_rate: Input should be greater than 0"):
+        load_params(tmp_path / "p.yaml")
+    over = apply_preset(TrainParams(preset="E2_cpu", overrides={"rs": {"max_steps": 2}}))
+    assert over.trainer().max_steps == 2 and over.trainer().learning_rate == 1e-4
+    with pytest.raises(PresetError, match=r"train.dpo.oversample_factor: the dpo trainer does not read"):
+        apply_preset(TrainParams(overrides={"dpo": {"oversample_factor": 3.0}}))

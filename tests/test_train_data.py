@@ -116,3 +116,30 @@ def test_training_rows_are_the_prompts_the_loop_sent() -> None:
     assert row["prompt"] == pol.seen[0] and row["chosen"] == [pol.seen[1][len(row["prompt"])]]
     assert row["rejected"] == [{"role": "assistant", "content": "Thought: look\nAction: SEARCH[Quellbrook founder]"}]
     assert pol.seen[1][len(row["prompt"])]["content"] == "Thought: look\nAction: SEARCH[Quellbrook]"
+
+
+def test_phase_g_and_h_and_an_rs_round_score_each_trajectory_once(tmp_path, monkeypatch) -> None:
+    """The summary, the SFT rows and the DPO rows of Phase G/H read one score per trajectory, and an RS
+    round's filter and rows read one score per sampled trajectory."""
+    import hasp.train.data as data
+    from hasp.config import Params
+    from hasp.evolve.epoch import build_data
+    from hasp.train.rs import round_rows
+
+    scored: list[str] = []
+    real = data.score_trajectory
+
+    def counting(traj, *a, **kw):  # the real scorer, counted
+        scored.append(traj.qid)
+        return real(traj, *a, **kw)
+
+    monkeypatch.setattr(data, "score_trajectory", counting)
+    trajs = [make_traj("ok", 1.0), make_traj("bad", 0.0)]
+    write_jsonl([t.to_dict() for t in trajs], tmp_path / "rollout.jsonl")
+    s = build_data(tmp_path / "rollout.jsonl", Params(), tmp_path)
+    assert sorted(scored) == ["bad", "ok"]
+    assert s["signals"]["scored_steps"] == 8 and s["sft"]["n_rows"] == len(read_jsonl(tmp_path / "sft.jsonl")) > 0
+    scored.clear()
+    round_rows(trajs, 0, Params().train.model_copy(update={"rs": Params().train.rs.model_copy(
+        update={"min_score": 0.0})}))
+    assert sorted(scored) == ["bad", "ok"]
