@@ -27,7 +27,7 @@ from hasp.agent.loop import Policy
 from hasp.agent.remote import EpisodeExecutor, endpoint_of
 from hasp.agent.rollout import read_trajectories, run_many, write_trajectories
 from hasp.agent.variants import get_variant
-from hasp.config import EvolveParams, Params, SandboxParams
+from hasp.config import Params, SandboxParams
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
@@ -35,6 +35,7 @@ from hasp.pf.folder_files import copy_folder
 from hasp.progress import Progress
 
 if TYPE_CHECKING:
+    from hasp.config import EvolveParams
     from hasp.train.run import TrainSummary
 
 log = logging.getLogger(__name__)
