@@ -63,7 +63,7 @@ class GoldPoolPolicyDouble:
 def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
     """Data folder, trajectory pool and the sft/dpo rows files under ``work``; returns their counts."""
     from hasp.domains.search.prepare import prepare_data
-    from hasp.train.data import build_dpo_rows, build_sft_rows
+    from hasp.train.data import build_dpo_rows, build_sft_rows, score_all
     from hasp.train.sampler import PFRolloutSampler, training_questions
 
     data = work / "data"
@@ -76,8 +76,9 @@ def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
     trajs = sampler(asked, work / "pool-policy")
     write_jsonl([t.to_dict() for t in trajs], work / "pool.jsonl")
     floor = p.signals.reward_floor
-    sft = write_jsonl(build_sft_rows(trajs, reward_floor=floor), work / "sft.jsonl")
-    dpo = write_jsonl(build_dpo_rows(trajs, reward_floor=floor), work / "dpo.jsonl")
+    scored = score_all(trajs)
+    sft = write_jsonl(build_sft_rows(scored, reward_floor=floor), work / "sft.jsonl")
+    dpo = write_jsonl(build_dpo_rows(scored, reward_floor=floor), work / "dpo.jsonl")
     return {"questions": len(questions), "trajectories": len(trajs), "sft_rows": len(read_jsonl(sft)),
             "dpo_rows": len(read_jsonl(dpo))}
 
@@ -137,7 +138,7 @@ def run_worker(recipe: str, params: Path, model: Path, work: Path, steps: int) -
     rows = work / ("dpo.jsonl" if recipe == "dpo" else "sft.jsonl")
     summary = run_recipe(p, model=model, out_dir=work / recipe, train=bench_train(p, recipe, steps), rows=rows,
                          questions=training_questions(work / "data"), sample=lambda asked, _: list(pool))
-    last = read_json(Path(summary["train_summaries"][-1]))
+    last = read_json(Path(summary.train_summaries[-1]))
     logged = [h for h in last["history"] if "num_tokens" in h]
     m = last["metrics"]
     out = {"recipe": recipe, "rows": m.get("n_rows_used"), "steps": m.get("global_step"),

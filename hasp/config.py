@@ -12,10 +12,11 @@ import hashlib
 import json
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 
 class _Strict(BaseModel):
@@ -249,9 +250,12 @@ class EvolveParams(_Strict):
         "auto", description="how a declarative proposal is asked for: JSON through response_format (json_schema), "
                             "KEY: value lines, or one short question per field (choices); auto = choices for the "
                             "embedded 135M student (its server rejects response_format), else json_schema")
-    exec_threshold: float = Field(0.3, ge=0, le=1, description="hard reject below this Q_exec")
-    new_group_threshold: float = Field(0.75, ge=0, le=1)
-    same_group_threshold: float = Field(0.60, ge=0, le=1)
+    exec_threshold: float = Field(0.3, ge=0, le=1, description="Phase E hard reject (the reviewer is not "
+                                  "consulted) when the Phase-D Q_exec is below this")
+    new_group_threshold: float = Field(0.75, ge=0, le=1, description="admission bar on Q_skill for a candidate "
+                                       "of a new failure group")
+    same_group_threshold: float = Field(0.60, ge=0, le=1, description="admission bar on Q_skill for a candidate "
+                                        "refining an existing failure group")
     max_library_size: int = Field(50, ge=1)
     # --- evolution modes and ablations (App. D.5, G.3); see hasp/evolve/gate.py for the gate table
     mode: Literal["lite", "full"] = Field("full", description="lite: sampled failures, <=3 proposals, "
@@ -284,9 +288,11 @@ class SignalParams(_Strict):
                                 "-1 keeps every row and a floor outside [-1, 1] would keep all or none")
 
 
-class SFTParams(_Strict):
-    """Every knob of the LoRA SFT trainer (``hasp.train.sft.SFTRecipe``); paper App. D.3 / Table 13 (E1)
-    values are named where the CPU demo departs from them."""
+class TrainerParams(_Strict):
+    """The knobs of the LoRA trainers, written once for every recipe: the weighted SFT trainer
+    (``hasp.train.sft.SFTRecipe``, which sft, rs and opd run) and the DPO trainer read them from here, and
+    a recipe block overrides some explicitly (``RecipeParams``). Paper App. D.3 / Table 13 (E1) values are
+    named where the CPU demo departs from them."""
 
     lora_r: int = Field(16, ge=1, description="LoRA rank (paper: 16)")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (paper: 32)")
@@ -309,8 +315,8 @@ class SFTParams(_Strict):
                                                         "(0..2^32-1; the paper's runs used 42); presets keep it, "
                                                         "so repeating a preset over seeds changes only this")
     weighting: Literal["loss", "oversample", "none"] = Field(
-        "loss", description="how the step advantage A_t is honoured: per-row loss weight, oversampling, "
-                            "or ignored")
+        "loss", description="how the step advantage A_t is honoured by the SFT trainer (sft, rs, opd): per-row "
+                            "loss weight, oversampling, or ignored")
     normalize_weights: bool = Field(True, description="weighting=loss: divide weights by their mean so the "
                                                       "average row weight is 1")
     oversample_factor: float = Field(2.0, gt=0, description="weighting=oversample: total copies = "
@@ -324,7 +330,6 @@ class SFTParams(_Strict):
                                                             "because it is slower on CPU")
     trim_history: bool = Field(True, description="drop the oldest (assistant, observation) turns of a "
                                                  "too-long prompt")
-    save_merged: bool = Field(True, description="also merge LoRA into the base and save a full HF folder")
     precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32", description="training dtype: fp32, bf16, or auto = bf16 where the GPU supports it, else fp32 "
                             "(paper: bf16; CPU runs stay fp32)")
@@ -367,15 +372,64 @@ class HindsightParams(_Strict):
         "policy keeps searching or re-reading with the answer in view)")
 
 
-class RSParams(_Strict):
+class RecipeParams(BaseModel):
+    """A recipe's block under ``train``: the recipe's own knobs, and explicit overrides of the shared
+    trainer knobs (``TrainerParams``) its trainer reads, TRL style (a recipe's config inherits the shared
+    training arguments and overrides some). The run uses ``TrainParams.trainer(recipe)``: the shared
+    values with the block's overrides. A key that is neither the recipe's knob nor a trainer knob it
+    reads is an error naming the key, so no value in a block is silently ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    #: the recipe whose block this is (error messages)
+    RECIPE: ClassVar[str] = ""
+    #: the shared trainer knobs the recipe's trainer reads: the only ones its block may override
+    READS: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="after")
+    def _trainer_overrides(self) -> "RecipeParams":
+        extra = self.__pydantic_extra__ or {}
+        errors = []
+        for key in extra:
+            if key not in TrainerParams.model_fields:
+                errors.append(InitErrorDetails(type=PydanticCustomError(
+                    "unknown_knob", "neither a knob of recipe {recipe} nor a train knob", {"recipe": self.RECIPE}),
+                    loc=(key,), input=extra[key]))
+            elif key not in self.READS:
+                errors.append(InitErrorDetails(type=PydanticCustomError(
+                    "unread_knob", "the {recipe} trainer does not read this train knob", {"recipe": self.RECIPE}),
+                    loc=(key,), input=extra[key]))
+        if not errors and extra:
+            try:
+                checked = TrainerParams.model_validate(extra)  # each override under its shared field's bounds
+            except ValidationError as e:
+                errors = [InitErrorDetails(type=PydanticCustomError(er["type"], er["msg"]), loc=er["loc"],
+                                           input=er["input"]) for er in e.errors()]
+            else:
+                for key in extra:
+                    extra[key] = getattr(checked, key)
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    def trainer_overrides(self) -> dict[str, Any]:
+        """The shared trainer knobs this block sets."""
+        return dict(self.__pydantic_extra__ or {})
+
+
+#: the SFT trainer reads every trainer knob; sft, rs and opd train with it
+SFT_TRAINER_READS = frozenset(TrainerParams.model_fields)
+
+
+class RSParams(RecipeParams):
     """Rejection sampling (paper §3.3, App. D.4): sample, score, filter, SFT on the kept steps, repeat
-    from the new checkpoint."""
+    from the new checkpoint. Each round's SFT takes the train knobs with this block's overrides (paper
+    E2/E5: learning_rate 5e-6, num_train_epochs 8)."""
+
+    RECIPE: ClassVar[str] = "rs"
+    READS: ClassVar[frozenset[str]] = SFT_TRAINER_READS
 
     iterations: int = Field(1, ge=1, description="sample-filter-train rounds; each samples from the "
                             "checkpoint the previous one wrote")
-    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate of each round's SFT (paper: 5e-6)")
-    num_train_epochs: float = Field(8.0, gt=0, description="epochs over the kept rows per round (paper: 8), "
-                                    "used when train.max_steps is -1")
     beta_success: float = Field(0.5, ge=0, description="beta_1 of Score(tau) = beta_1 TaskSuccess + beta_2 A(tau) "
                                 "(the paper leaves it open; 0.5/0.5 is App. E's episode blend)")
     beta_pf: float = Field(0.5, ge=0, description="beta_2: weight of the trajectory PF score A(tau)")
@@ -397,14 +451,15 @@ class RSParams(_Strict):
                                        "kept trajectory (an option apart from the paper's recipe)")
 
 
-class OPDParams(_Strict):
+class OPDParams(RecipeParams):
     """On-policy distillation (paper §3.3): roll out the current checkpoint with PFs active and train
-    L = -sum_t w_t log pi(a~_t | s_t) on the corrected actions at the states it visited."""
+    L = -sum_t w_t log pi(a~_t | s_t) on the corrected actions at the states it visited. Each round's SFT
+    takes the train knobs with this block's overrides (paper E3: learning_rate 5e-6, num_train_epochs 10)."""
+
+    RECIPE: ClassVar[str] = "opd"
+    READS: ClassVar[frozenset[str]] = SFT_TRAINER_READS
 
     iterations: int = Field(1, ge=1, description="rollout-train rounds, each from the previous checkpoint")
-    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate (paper: 5e-6)")
-    num_train_epochs: float = Field(10.0, gt=0, description="epochs per round when train.max_steps is -1 "
-                                    "(paper: 10)")
     target: Literal["auto", "pf", "teacher"] = Field(
         "auto", description="who supplies a~_t: the PF correction, the teacher, or auto (teacher when one "
                             "is given, else PF); the run records which")
@@ -416,18 +471,20 @@ class OPDParams(_Strict):
                                        "states (an option apart from the paper's recipe)")
 
 
-class DPOParams(_Strict):
+class DPOParams(RecipeParams):
     """DPO (TRL DPOTrainer) on the Objective-A preference rows: chosen = PF-corrected action,
-    rejected = the policy's original action."""
+    rejected = the policy's original action. The trainer takes the train knobs with this block's
+    overrides; it has no per-row loss weights, so the SFT trainer's weighting knobs are not among them."""
 
-    rows: str = Field("dpo.jsonl", description="preference rows file, relative to the data directory")
-    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate")
-    num_train_epochs: float = Field(1.0, gt=0, description="epochs when train.max_steps is -1")
+    RECIPE: ClassVar[str] = "dpo"
+    READS: ClassVar[frozenset[str]] = SFT_TRAINER_READS - {"weighting", "normalize_weights", "oversample_factor"}
+
+    rows: str = Field("dpo.jsonl", description="preference rows file of a grid phase, relative to its folder")
     beta: float = Field(0.1, gt=0, description="DPO beta: how far the policy may move from the reference")
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
 
 
-class TrainParams(SFTParams):
+class TrainParams(TrainerParams):
     enabled: bool = Field(True, description="false = the pipeline skips training")
     recipe: Literal["sft", "rs", "opd", "dpo"] = Field(
         "sft", description="post-training recipe: sft (weighted LoRA SFT), rs (rejection sampling), opd "
@@ -440,9 +497,18 @@ class TrainParams(SFTParams):
                     "rs: {iterations: 1}): shorten or vary a preset without editing it; "
                     "from DVC: -S '++train.overrides.max_steps=5'")
     rollout: RolloutParams = Field(RolloutParams(), description="how RS and OPD sample training trajectories")
-    rs: RSParams = Field(RSParams(), description="rejection sampling knobs (recipe rs)")
-    opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs (recipe opd)")
-    dpo: DPOParams = Field(DPOParams(), description="DPO knobs (recipe dpo)")
+    rs: RSParams = Field(RSParams(), description="rejection sampling knobs and trainer overrides (recipe rs)")
+    opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs and trainer overrides "
+                           "(recipe opd)")
+    dpo: DPOParams = Field(DPOParams(), description="DPO knobs and trainer overrides (recipe dpo)")
+
+    def trainer(self, recipe: str | None = None) -> TrainerParams:
+        """The trainer knobs ``recipe`` (default: ``self.recipe``) runs with: the shared ones with its
+        block's overrides (sft has no block: it runs the shared knobs as they are)."""
+        recipe = recipe or self.recipe
+        shared = self.model_dump(include=set(TrainerParams.model_fields))
+        block = {"sft": None, "rs": self.rs, "opd": self.opd, "dpo": self.dpo}[recipe]
+        return TrainerParams.model_validate({**shared, **(block.trainer_overrides() if block else {})})
 
 
 class LoopSpec(_Strict):

@@ -26,11 +26,12 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
     """One training phase: sft/dpo on ``rows``; rs/opd sample the train split with ``library`` through
     ``sampler_policy`` (``model_dir -> policy context``), on threads or through ``executor``
     (``runner.kind``). Finished RS/OPD rounds in ``out_dir`` are
-    reused, so a phase that failed half-way resumes at its first unfinished round."""
+    reused, so a phase that failed half-way resumes at its first unfinished round. A phase that trains
+    nothing (``train.enabled: false``) has no checkpoint for the next one: that is a ``RecipeError``."""
+    from hasp.train.rounds import RecipeError
     from hasp.train.run import run_recipe, teacher_fn
     from hasp.train.sampler import PFRolloutSampler, training_questions
 
-    t0 = time.perf_counter()
     kw: dict[str, Any] = {}
     if train.recipe in ("rs", "opd"):
         assert data_dir is not None
@@ -39,8 +40,9 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
                                         teacher=teacher, executor=executor)
         kw["teacher"] = teacher_fn(teacher) if train.recipe == "opd" else None
     summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
-    summary["wall_s"] = time.perf_counter() - t0
-    return summary
+    if summary.skipped:
+        raise RecipeError(f"{train.preset or train.recipe}: {summary.skipped}")
+    return summary.model_dump(mode="json")
 
 
 @task(name="evaluate-arms", **_opts)

@@ -132,7 +132,7 @@ def build_data(cache_key: str, rollout_path: Path, params: Params, out_dir: Path
 
 @task(name="train-sft", **_opts)
 def train(cache_key: str, sft_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
-    return ep.train(sft_path, params, out_dir)
+    return ep.train(sft_path, params, out_dir).model_dump(mode="json")
 
 
 @task(name="evaluate", **_opts)

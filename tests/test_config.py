@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hasp.cli import main
-from hasp.config import (AgentParams, LLMParams, Params, ParamsError, SFTParams, TrainParams, demo_params,
+from hasp.config import (AgentParams, LLMParams, Params, ParamsError, TrainerParams, TrainParams, demo_params,
                          load_params)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,8 +123,8 @@ def test_harness_and_signal_defaults_are_the_schema_defaults():
 
 
 def test_every_trainer_knob_is_a_train_param_with_help():
-    assert set(SFTParams.model_fields) <= set(TrainParams.model_fields)
-    for name, f in SFTParams.model_fields.items():
+    assert set(TrainerParams.model_fields) <= set(TrainParams.model_fields)
+    for name, f in TrainerParams.model_fields.items():
         assert f.description, f"train.{name} has no help text"
 
 

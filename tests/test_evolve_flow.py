@@ -211,7 +211,7 @@ def test_single_epoch_flow_still_runs_with_the_gate(env):
     res = evolve_epoch_flow(params_path=str(work / "params.yaml"), out_root=str(work / "single"),
                             library=str(work / "skills" / "search"))
     ph = res["phases"]
-    assert ph["train"] == {"skipped": True}
+    assert ph["train"]["skipped"] == "train.enabled is false" and ph["train"]["model_dir"] is None
     assert set(res["eval"]) == {"react", "pf_before", "pf"} and ph["gate"]["val_runs"] >= 0
     hist = json.loads((work / "single" / "epoch_0" / "library" / "library_history.json").read_text())
     assert len(hist) == ph["propose"]["proposed"]

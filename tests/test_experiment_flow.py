@@ -164,7 +164,7 @@ def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
 def test_rerun_is_served_from_the_cache(first):
     work, clients, model, res = first
     calls = clients._policy.calls.n
-    summary = work / "out" / PRESET / "phase_1" / "train" / "recipe_summary.json"
+    summary = work / "out" / PRESET / "phase_1" / "train" / "train_metrics.json"
     before = summary.stat().st_mtime_ns
     res2 = _run(work, model)
     assert clients._policy.calls.n == calls  # not one model call

@@ -64,7 +64,8 @@ def _grid(root: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(e) + "\n" for e in rows))
     (g / "E2_cpu" / "phase_0" / "train" / "round_0").mkdir(parents=True)
-    (g / "E2_cpu" / "phase_0" / "train" / "round_0" / "recipe_summary.json").write_text('{"history": []}')
+    (g / "E2_cpu" / "phase_0" / "train" / "round_0" / "round.json").write_text("{}")
+    (g / "E2_cpu" / "phase_0" / "train" / "train_metrics.json").write_text('{"history": []}')
     (g / "E2_cpu" / "phase_0" / "train" / "adapter").mkdir()
     (g / "E2_cpu" / "phase_0" / "train" / "adapter" / "adapter_model.safetensors").write_bytes(b"\0" * 4096)
     (g / "E2_cpu" / "experiment.json").write_text('{"name": "E2_cpu"}')
@@ -88,7 +89,7 @@ def test_the_archive_is_small_and_reports_like_the_run_folder(tmp_path: Path, mo
     written = archive_grid(g, tmp_path / "archive" / "E2_cpu-seed42", hops)
     a = tmp_path / "archive" / "E2_cpu-seed42"
     names = {p.relative_to(a).as_posix() for p in written}
-    assert {"grid.json", HOPS_FILE, "E2_cpu/experiment.json", "E2_cpu/phase_0/train/round_0/recipe_summary.json",
+    assert {"grid.json", HOPS_FILE, "E2_cpu/experiment.json", "E2_cpu/phase_0/train/train_metrics.json",
             "eval_untrained/generated/untrained_pf.jsonl", "E2_cpu/eval/generated/trained_pf.jsonl"} == names
     assert not (a / "E2_cpu" / "phase_0" / "train" / "adapter").exists()
     slim = [json.loads(x) for x in (a / "E2_cpu/eval/generated/trained_pf.jsonl").read_text().splitlines()]

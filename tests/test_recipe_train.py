@@ -19,7 +19,7 @@ from test_sft_train import tiny_model_dir  # noqa: E402,F401  (module fixture: a
 
 from hasp.atomic import read_json, read_jsonl, write_jsonl  # noqa: E402
 from hasp.config import TrainParams  # noqa: E402
-from hasp.train.data import build_dpo_rows  # noqa: E402
+from hasp.train.data import build_dpo_rows, score_all  # noqa: E402
 from hasp.train.presets import apply_preset  # noqa: E402
 from hasp.train.rounds import RecipeError  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_rs_two_rounds_second_samples_from_the_first_checkpoint(tiny_model_dir: 
     first = res.rounds[0]["data"]
     assert (first["sampled"], first["passed"], first["kept"], first["kept_questions"]) == (4, 2, 2, 2)
     assert [s for s, _ in seen] == [1, 2]  # steps continue across rounds
-    assert read_json(tmp_path / "rs" / "rs_summary.json")["recipe"] == "rs"
+    assert [h["round"] for h in res.history] == [0.0, 1.0] and [h["step"] for h in res.history] == [1, 2]
     # a second run finds both rounds finished and samples nothing
     again = RolloutSamplerDouble([])
     res2 = train_rs(tiny_model_dir, questions, again, tmp_path / "rs", train)
@@ -110,7 +110,7 @@ def test_opd_round_trains_on_teacher_targets_and_records_the_source(tiny_model_d
 def test_dpo_trains_on_objective_a_preference_rows(tiny_model_dir: Path, tmp_path: Path) -> None:
     from hasp.train.dpo import train_dpo
 
-    rows = build_dpo_rows([traj(f"q{k}", n_steps=2) for k in range(4)], reward_floor=-1.0)
+    rows = build_dpo_rows(score_all([traj(f"q{k}", n_steps=2) for k in range(4)]), reward_floor=-1.0)
     assert len(rows) == 4 and rows[0]["rejected"][0]["content"].endswith("FINAL[guess]")
     path = write_jsonl(rows, tmp_path / "dpo.jsonl")
     res = train_dpo(tiny_model_dir, path, tmp_path / "dpo", TrainParams(**TINY, recipe="dpo"))
@@ -132,7 +132,7 @@ def test_dpo_trims_prompt_history_so_the_answers_survive(tiny_model_dir: Path) -
     from hasp.train.sft import SFTRecipe
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    exs = preference_examples(build_dpo_rows([traj("q1", n_steps=4)], reward_floor=-1.0), "rows")
+    exs = preference_examples(build_dpo_rows(score_all([traj("q1", n_steps=4)]), reward_floor=-1.0), "rows")
     ex = max(exs, key=lambda e: len(e["prompt"]))
     assert len(ex["prompt"]) == 6  # system, question, steps 0 and 1 with their observations
     full = len(tok.apply_chat_template(ex["prompt"] + ex["chosen"], tokenize=True)["input_ids"])
@@ -148,9 +148,9 @@ def test_sft_preset_trains_and_a_folder_without_weights_is_refused(tiny_model_di
     from hasp.train.sft import ModelFolderError, SFTRecipe, train_sft
 
     t = apply_preset(TrainParams(), "E1_cpu").model_copy(update={"max_steps": 1, "lora_r": 4, "lora_alpha": 8})
-    recipe = SFTRecipe.from_params(t)
+    recipe = SFTRecipe.from_params(t.trainer())
     assert (recipe.learning_rate, recipe.seed, recipe.precision) == (2e-4, 42, "fp32")
-    path = write_jsonl(build_sft_rows([traj("q1", n_steps=3)], reward_floor=-1.0), tmp_path / "sft.jsonl")
+    path = write_jsonl(build_sft_rows(score_all([traj("q1", n_steps=3)]), reward_floor=-1.0), tmp_path / "sft.jsonl")
     res = train_sft(tiny_model_dir, path, tmp_path / "sft", recipe)
     _adapter(res.adapter_dir)
     empty = tmp_path / "empty"
@@ -184,8 +184,8 @@ def test_command_line_training_is_one_mlflow_run_with_its_adapter(recipe: str, t
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     trajs = [traj(f"q{k}", n_steps=2) for k in range(4)]
-    rows = (build_sft_rows(trajs, reward_floor=-1.0) if recipe == "sft"
-            else build_dpo_rows(trajs, reward_floor=-1.0))
+    rows = (build_sft_rows(score_all(trajs), reward_floor=-1.0) if recipe == "sft"
+            else build_dpo_rows(score_all(trajs), reward_floor=-1.0))
     path = write_jsonl(rows, tmp_path / f"{recipe}.jsonl")
     args = ["train", recipe, "--model", str(tiny_model_dir), "--out", str(tmp_path / "out"),
             "--params", str(_cli_params(tmp_path)), "--data" if recipe == "sft" else "--rows", str(path)]

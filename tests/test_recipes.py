@@ -10,6 +10,7 @@ from hasp.agent.loop import load_prompts
 from hasp.config import ParamsError, RSParams, TrainParams, load_params
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory
 from hasp.signals.coarse import score_step, score_trajectory
+from hasp.train.data import score_all
 from hasp.train.hindsight import hindsight_rows
 from hasp.train.opd import opd_rows, train_opd
 from hasp.train.presets import PresetError, apply_preset, get_preset, load_presets
@@ -58,35 +59,36 @@ def test_step_economy_and_composite_follow_app_d4():
     assert composite(partial, cfg, MAX_STEPS) == pytest.approx(0.2 * 0.5 + 0.1 * 0.8)  # 0.18: passes 0.15
     weak = traj("e", f1=0.2, n_steps=5)
     assert composite(weak, cfg, MAX_STEPS) == pytest.approx(0.2 * 0.2 + 0.1 * 0.2)  # 0.06: fails
-    v = select([two, partial, weak, traj("f", terminated="timeout")], cfg, MAX_STEPS)
+    v = select(score_all([two, partial, weak, traj("f", terminated="timeout")]), cfg, MAX_STEPS)
     assert [x.passed for x in v] == [True, True, False, False]
 
 
 def test_score_ranks_a_questions_passing_samples_and_keeps_the_top_one():
     cfg = RSParams(beta_success=0.5, beta_pf=0.5)
     win, partial = traj("q1", em=1.0, f1=1.0), traj("q1", f1=0.5)
-    v = select([partial, win], cfg, MAX_STEPS)
+    v = select(score_all([partial, win]), cfg, MAX_STEPS)
     a_win = score_trajectory(win).A
     assert v[1].score == pytest.approx(0.5 * 1.0 + 0.5 * a_win) and v[1].score_source == "score"
     assert v[0].score == pytest.approx(0.5 * score_trajectory(partial).A)
     assert [x.kept for x in v] == [False, True]  # both pass the filter, the higher Score is kept
-    v_all = select([partial, win], cfg.model_copy(update={"keep_per_question": 0}), MAX_STEPS)
+    v_all = select(score_all([partial, win]), cfg.model_copy(update={"keep_per_question": 0}), MAX_STEPS)
     assert [x.kept for x in v_all] == [True, True]
 
 
 def test_skill_integrated_reward_replaces_the_score_when_present():
     win, partial = traj("q1", em=1.0, f1=1.0), traj("q1", f1=0.5, reward=3.0)
-    v = select([partial, win], RSParams(), MAX_STEPS)
+    v = select(score_all([partial, win]), RSParams(), MAX_STEPS)
     assert v[0].score == 3.0 and v[0].score_source == "skill_integrated_reward"
     assert [x.kept for x in v] == [True, False]
-    off = select([partial, win], RSParams(skill_reward=False), MAX_STEPS)
+    off = select(score_all([partial, win]), RSParams(skill_reward=False), MAX_STEPS)
     assert [x.kept for x in off] == [False, True]
 
 
 def test_kept_rows_train_the_action_that_ran_on_every_step_of_kept_trajectories():
     trajs = [traj("q1", em=1.0, f1=1.0, n_steps=3), traj("q2", f1=0.0, terminated="max_steps")]
     cfg = RSParams()
-    rows = kept_rows(trajs, select(trajs, cfg, MAX_STEPS), cfg)
+    scored = score_all(trajs)
+    rows = kept_rows(scored, select(scored, cfg, MAX_STEPS), cfg)
     assert [r["qid"] for r in rows] == ["q1"] * 3
     assert rows[0]["messages"][-1]["content"].endswith("Action: SEARCH[q1 place 0]")  # PF-corrected target
     assert rows[0]["a_orig"] == "FINAL[guess]" and all(r["sample_weight"] == 1.0 for r in rows)
@@ -202,8 +204,8 @@ TABLE_13 = {
 
 
 def _lr_epochs(t: TrainParams) -> tuple[float, float]:
-    sec = {"sft": t, "rs": t.rs, "opd": t.opd}[t.recipe]
-    return sec.learning_rate, sec.num_train_epochs
+    trainer = t.trainer()
+    return trainer.learning_rate, trainer.num_train_epochs
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_13))
@@ -259,7 +261,7 @@ def test_overrides_win_over_the_preset_and_an_unknown_override_is_one_line():
     from hasp.train.presets import replaced_knobs
 
     t = apply_preset(TrainParams(preset="E2_cpu", overrides={"max_steps": 3, "rs": {"iterations": 1}}))
-    assert (t.max_steps, t.rs.iterations, t.rs.learning_rate, t.recipe) == (3, 1, 1e-4, "rs")
+    assert (t.max_steps, t.rs.iterations, t.trainer().learning_rate, t.recipe) == (3, 1, 1e-4, "rs")
     assert apply_preset(t) == t  # applying again changes nothing
     short = TrainParams(overrides={"max_steps": 3})
     changed = replaced_knobs(short, apply_preset(short, "E2_cpu"))
@@ -279,7 +281,7 @@ def test_unknown_preset_and_unknown_knobs_are_one_line_errors_naming_the_key(tmp
         apply_preset(TrainParams(preset="E7"))
     assert "\n" not in str(e.value)
     (tmp_path / "p.yaml").write_text("train:\n  recipe: rs\n  rs:\n    min_scor: 0.2\n")
-    with pytest.raises(ParamsError, match=r"p.yaml: train.rs.min_scor: Extra inputs are not permitted"):
+    with pytest.raises(ParamsError, match=r"p.yaml: train.rs.min_scor: neither a knob of recipe rs nor a train knob"):
         load_params(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text("train:\n  recipe: ppo\n")
     with pytest.raises(ParamsError, match=r"train.recipe: Input should be 'sft', 'rs', 'opd' or 'dpo'"):
@@ -299,7 +301,7 @@ def test_unknown_preset_and_unknown_knobs_are_one_line_errors_naming_the_key(tmp
     presets.load_presets.cache_clear()
     monkeypatch.setattr(presets.resources, "files", lambda _pkg: _Res())
     try:
-        with pytest.raises(PresetError, match=r"^hasp/train/presets.yaml: paper.E1: rs.lr: Extra inputs"):
+        with pytest.raises(PresetError, match=r"^hasp/train/presets.yaml: paper.E1: rs.lr: neither a knob of recipe rs"):
             presets.load_presets()
     finally:
         monkeypatch.undo()
@@ -321,5 +323,30 @@ def test_the_epoch_train_step_applies_the_preset_and_skips_a_recipe_it_cannot_ru
 
     params = load_params(None, {"train.preset": "E2_cpu"})
     out = epoch_train(tmp_path / "sft.jsonl", params, tmp_path)
-    assert "train.recipe is rs (preset E2_cpu)" in out["skipped"]
-    assert "rs" in (tmp_path / "train_metrics.json").read_text()
+    assert "train.recipe is rs (preset E2_cpu)" in out.skipped
+    from hasp.train.run import read_summary
+
+    assert read_summary(tmp_path) == out and out.recipe == "rs" and out.model_dir is None
+
+
+def test_a_recipe_block_overrides_the_shared_trainer_knobs_it_reads_and_nothing_else(tmp_path):
+    """One home per trainer knob: ``train.learning_rate`` is every recipe's unless its block names its
+    own; a block key the recipe's trainer does not read, or no knob at all, is an error naming it."""
+    t = TrainParams(learning_rate=3e-4, num_train_epochs=4, rs={"learning_rate": 1e-5}, dpo={"max_steps": 7})
+    assert (t.trainer("sft").learning_rate, t.trainer("rs").learning_rate, t.trainer("opd").learning_rate) == (
+        3e-4, 1e-5, 3e-4)
+    assert t.trainer("rs").num_train_epochs == 4 and t.trainer("dpo").max_steps == 7 and t.trainer("rs").max_steps == 10
+    assert TrainParams.model_validate(t.model_dump(mode="json")) == t  # `hasp params` writes what loads back
+    (tmp_path / "p.yaml").write_text("train:\n  dpo:\n    weighting: none\n")
+    with pytest.raises(ParamsError, match=r"p.yaml: train.dpo.weighting: the dpo trainer does not read this train knob"):
+        load_params(tmp_path / "p.yaml")
+    (tmp_path / "p.yaml").write_text("train:\n  opd:\n    learning_rat: 0.1\n")
+    with pytest.raises(ParamsError, match=r"p.yaml: train.opd.learning_rat: neither a knob of recipe opd nor a train knob"):
+        load_params(tmp_path / "p.yaml")
+    (tmp_path / "p.yaml").write_text("train:\n  rs:\n    learning_rate: -1\n")
+    with pytest.raises(ParamsError, match=r"p.yaml: train.rs.learning_rate: Input should be greater than 0"):
+        load_params(tmp_path / "p.yaml")
+    over = apply_preset(TrainParams(preset="E2_cpu", overrides={"rs": {"max_steps": 2}}))
+    assert over.trainer().max_steps == 2 and over.trainer().learning_rate == 1e-4
+    with pytest.raises(PresetError, match=r"train.dpo.oversample_factor: the dpo trainer does not read"):
+        apply_preset(TrainParams(overrides={"dpo": {"oversample_factor": 3.0}}))

@@ -224,6 +224,28 @@ def test_admission_bar_and_gate():
     assert passes_admission(r, is_new_category=False) and not passes_admission(r, is_new_category=True)
 
 
+def test_the_review_bars_are_the_evolve_params():
+    """evolve.exec_threshold / new_group_threshold / same_group_threshold decide, not constants."""
+    from hasp.config import EvolveParams
+    from hasp.evolve.gate import Evidence, refusals
+
+    lax = EvolveParams(exec_threshold=0.2, new_group_threshold=0.7, same_group_threshold=0.8)
+    teacher = ScriptedPolicyDouble([llm_reply(decision="ACCEPT")])
+    assert review_candidate(cand(), 0.25, make_cluster(), teacher).decided_by == "hard_reject"
+    r = review_candidate(cand(), 0.25, make_cluster(), teacher, evolve=lax)
+    assert r.decided_by == "explicit" and teacher.seen  # 0.25 clears a 0.2 bar: the teacher decides
+    assert heuristic_review(cand(), 0.25, make_cluster(), evolve=lax).decided_by != "hard_reject"
+    assert admission_bar(True, lax) == 0.7 and admission_bar(False, lax) == 0.8
+    r = Review(0.7, 0.7, 0.7, 1, 0.7, 0.745, "ACCEPT", "", "heuristic")
+    assert passes_admission(r, is_new_category=True, evolve=lax)
+    assert not passes_admission(r, is_new_category=False, evolve=lax)
+    new_group = make_cluster()
+    assert new_group.is_new_category
+    c = cand()
+    assert refusals(Evidence(candidate=c, cluster=new_group, review=r), ("teacher",)) != []
+    assert refusals(Evidence(candidate=c, cluster=new_group, review=r, evolve=lax), ("teacher",)) == []
+
+
 # --------------------------------------------------------------------------- admission
 
 def accept(q: float = 0.9) -> Review:

@@ -19,7 +19,7 @@ pytest.importorskip("peft")
 from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory  # noqa: E402
 from hasp.atomic import write_jsonl  # noqa: E402
-from hasp.train.data import build_sft_rows  # noqa: E402
+from hasp.train.data import build_sft_rows, score_all  # noqa: E402
 from hasp.train.sft import (  # noqa: E402
     WEIGHT_COLUMN,
     SFTRecipe,
@@ -85,7 +85,7 @@ def _traj(k: int, em: float) -> Trajectory:
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    r = build_sft_rows([_traj(k, float(k % 2)) for k in range(6)])
+    r = build_sft_rows(score_all([_traj(k, float(k % 2)) for k in range(6)]))
     assert len(r) >= 8
     return r
 
@@ -240,10 +240,10 @@ def test_epoch_run_holds_the_trained_adapter_and_its_curves(tiny_model_dir: Path
     p = Params()
     p = p.model_copy(update={"train": p.train.model_copy(update={
         "max_steps": 2, "learning_rate": 1e-3, "per_device_train_batch_size": 2, "lora_r": 4, "lora_alpha": 8,
-        "save_merged": False, "logging_steps": 1}), "tracking": p.tracking.model_copy(update={"experiment": "adapter"})})
+        "logging_steps": 1}), "tracking": p.tracking.model_copy(update={"experiment": "adapter"})})
     out = tmp_path / "outputs"
     s = train(_rows_file(tmp_path, rows), p, out / "train", model_dir=tiny_model_dir)
-    assert Path(s["adapter_dir"]) == out / "train" / "adapter"
+    assert Path(s.adapter_dir) == out / "train" / "adapter" and s.recipe == "sft" and s.skipped is None
     run_id = log_epoch(out, p, epoch=0)
 
     client = mlflow.tracking.MlflowClient()

@@ -23,7 +23,7 @@ from hasp.eval.runner import run_eval
 from hasp.eval.summary import summarize_trajectories
 from hasp.pf.library import load_library
 from hasp.signals.coarse import score_trajectory
-from hasp.train.data import build_sft_rows
+from hasp.train.data import build_sft_rows, score_all
 
 ROOT = Path(__file__).resolve().parents[1]
 MATH_SKILLS = ROOT / "skills" / "math"
@@ -116,7 +116,7 @@ def test_game24_verification_pf_triggers_a_successful_revision(math_lib):
     assert back == t
     scores = score_trajectory(t)
     assert len(scores.steps) == 2
-    rows = build_sft_rows([t], reward_floor=-1.0)
+    rows = build_sft_rows(score_all([t]), reward_floor=-1.0)
     assert rows and rows[0]["qid"] == G24.id and rows[0]["messages"][-1]["role"] == "assistant"
 
 

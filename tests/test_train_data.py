@@ -7,7 +7,7 @@ import json
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.signals import score_step
 from hasp.atomic import read_jsonl, write_jsonl
-from hasp.train.data import build_dpo_rows, build_sft_rows, summarize
+from hasp.train.data import build_dpo_rows, build_sft_rows, score_all, summarize
 
 SYSTEM = {"role": "system", "content": "You answer questions."}
 MODIFY = {"skill_id": "premature_final", "type": "MODIFY_ACTION", "reason": "no read", "applied": True}
@@ -38,7 +38,7 @@ def make_traj(qid: str, em: float) -> Trajectory:
 
 
 def test_sft_rows_pf_steps_and_target() -> None:
-    rows = build_sft_rows([make_traj("ok", 1.0)], reward_floor=0.0)
+    rows = build_sft_rows(score_all([make_traj("ok", 1.0)]), reward_floor=0.0)
     assert [r["step"] for r in rows] == [0, 1]  # PF-applied steps only; parse failure and plain step skipped
     r0 = rows[0]
     assert r0["messages"][:-1] == make_traj("ok", 1.0).steps[0].prompt_messages
@@ -52,25 +52,25 @@ def test_sft_rows_pf_steps_and_target() -> None:
 
 def test_floor_drops_low_rows() -> None:
     trajs = [make_traj("ok", 1.0), make_traj("bad", 0.0)]
-    all_rows = build_sft_rows(trajs, reward_floor=-1.0)
-    kept = build_sft_rows(trajs, reward_floor=0.25)
+    all_rows = build_sft_rows(score_all(trajs), reward_floor=-1.0)
+    kept = build_sft_rows(score_all(trajs), reward_floor=0.25)
     assert len(kept) < len(all_rows)
     assert all(r["sample_weight"] >= 0.25 for r in kept)
     assert any(r["sample_weight"] < 0.25 for r in all_rows)
     high = max(r["sample_weight"] for r in all_rows)
-    assert build_sft_rows(trajs, reward_floor=high + 1e-6) == []
+    assert build_sft_rows(score_all(trajs), reward_floor=high + 1e-6) == []
 
 
 def test_success_steps_only_with_flag() -> None:
     ok, bad = make_traj("ok", 1.0), make_traj("bad", 0.0)
-    rows = build_sft_rows([ok, bad], reward_floor=0.0, only_pf_steps=False)
+    rows = build_sft_rows(score_all([ok, bad]), reward_floor=0.0, only_pf_steps=False)
     assert sorted((r["qid"], r["step"]) for r in rows) == [("bad", 0), ("bad", 1), ("ok", 0), ("ok", 1), ("ok", 3)]
     plain = next(r for r in rows if r["step"] == 3)
     assert plain["messages"][-1]["content"].endswith("Action: FINAL[a]") and plain["skill_ids"] == []
 
 
 def test_dpo_only_modified_steps() -> None:
-    rows = build_dpo_rows([make_traj("ok", 1.0), make_traj("bad", 0.0)], reward_floor=0.0)
+    rows = build_dpo_rows(score_all([make_traj("ok", 1.0), make_traj("bad", 0.0)]), reward_floor=0.0)
     assert rows and all(r["was_modified"] for r in rows)
     assert [(r["qid"], r["step"]) for r in rows] == [("ok", 0), ("bad", 0)]
     r = rows[0]
@@ -80,7 +80,7 @@ def test_dpo_only_modified_steps() -> None:
 
 
 def test_accepts_dicts_write_jsonl_and_summarize(tmp_path) -> None:
-    rows = build_sft_rows([make_traj("ok", 1.0).to_dict()], reward_floor=0.0)  # jsonl-loaded trajectories
+    rows = build_sft_rows(score_all([make_traj("ok", 1.0).to_dict()]), reward_floor=0.0)  # jsonl-loaded trajectories
     path = write_jsonl(rows, tmp_path / "sub" / "sft.jsonl")
     assert read_jsonl(path) == json.loads(json.dumps(rows))
     assert [p.name for p in path.parent.iterdir()] == ["sft.jsonl"]  # no temp file left behind
@@ -104,8 +104,8 @@ def test_training_rows_are_the_prompts_the_loop_sent() -> None:
                        env=OneDocEnvDouble(), pfs=[RewritingPFDouble()], cfg=AgentConfig(max_steps=6),
                        variant="pf", scorer=lambda pred, answers: (1.0, 1.0))
     assert traj.terminated == "final" and traj.steps[1].parse_error
-    sft = build_sft_rows([traj], reward_floor=float("-inf"), only_pf_steps=False)
-    dpo = build_dpo_rows([traj], reward_floor=float("-inf"))
+    sft = build_sft_rows(score_all([traj]), reward_floor=float("-inf"), only_pf_steps=False)
+    dpo = build_dpo_rows(score_all([traj]), reward_floor=float("-inf"))
     assert [r["step"] for r in sft] == [0, 2, 3] and [r["step"] for r in dpo] == [0]
     for row in sft:
         *prompt, target = row["messages"]
@@ -116,3 +116,30 @@ def test_training_rows_are_the_prompts_the_loop_sent() -> None:
     assert row["prompt"] == pol.seen[0] and row["chosen"] == [pol.seen[1][len(row["prompt"])]]
     assert row["rejected"] == [{"role": "assistant", "content": "Thought: look\nAction: SEARCH[Quellbrook founder]"}]
     assert pol.seen[1][len(row["prompt"])]["content"] == "Thought: look\nAction: SEARCH[Quellbrook]"
+
+
+def test_phase_g_and_h_and_an_rs_round_score_each_trajectory_once(tmp_path, monkeypatch) -> None:
+    """The summary, the SFT rows and the DPO rows of Phase G/H read one score per trajectory, and an RS
+    round's filter and rows read one score per sampled trajectory."""
+    import hasp.train.data as data
+    from hasp.config import Params
+    from hasp.evolve.epoch import build_data
+    from hasp.train.rs import round_rows
+
+    scored: list[str] = []
+    real = data.score_trajectory
+
+    def counting(traj, *a, **kw):  # the real scorer, counted
+        scored.append(traj.qid)
+        return real(traj, *a, **kw)
+
+    monkeypatch.setattr(data, "score_trajectory", counting)
+    trajs = [make_traj("ok", 1.0), make_traj("bad", 0.0)]
+    write_jsonl([t.to_dict() for t in trajs], tmp_path / "rollout.jsonl")
+    s = build_data(tmp_path / "rollout.jsonl", Params(), tmp_path)
+    assert sorted(scored) == ["bad", "ok"]
+    assert s["signals"]["scored_steps"] == 8 and s["sft"]["n_rows"] == len(read_jsonl(tmp_path / "sft.jsonl")) > 0
+    scored.clear()
+    round_rows(trajs, 0, Params().train.model_copy(update={"rs": Params().train.rs.model_copy(
+        update={"min_score": 0.0})}))
+    assert sorted(scored) == ["bad", "ok"]

@@ -38,7 +38,7 @@ for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve
 from hasp.cli.evolve import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
 
 from hasp.cli.experiment import register as _register_experiment_commands  # noqa: E402 - run, grid
-from hasp.cli.train import TrackOpt, register as _register_train_commands  # noqa: E402 - rs, opd, dpo
+from hasp.cli.train import register as _register_train_commands  # noqa: E402 - sft, rs, opd, dpo
 
 _register_evolve_commands(evolve_app)
 _register_train_commands(train_app)
@@ -286,28 +286,6 @@ def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml
 
 
 # ----------------------------------------------------------------------------- train / eval / track
-@train_app.command("sft")
-def train_sft_cmd(data: Path = Path("outputs/epoch_0/sft.jsonl"), out: Path = Path("outputs/train"),
-                  params: ParamsOpt = Path("params.yaml"),
-                  model: Annotated[Optional[str], typer.Option(
-                      "--model", help="A local HF folder or a cached hub name (default: the embedded model).")]
-                  = None, track: TrackOpt = True) -> None:
-    """LoRA SFT of the policy on PF-corrected steps (E1 shape); writes adapter/ and merged/."""
-    from hasp.cli.train import one_line_errors, track_training
-    from hasp.evolve.epoch import train
-    from hasp.train.run import resolve_model, resolved_train
-
-    p = _params(params)
-    with one_line_errors():
-        s = train(data, p, out, model_dir=resolve_model(model) if model else None)
-    if "adapter_dir" in s:  # a skipped training (no rows, another recipe) has nothing to log
-        summary = {"recipe": "sft", "start_model": str(model or "embedded"), "adapter_dir": s["adapter_dir"],
-                   "metrics": s["metrics"], "rows": str(data), "train_summaries": [str(out / "train_summary.json")]}
-        s["mlflow_run_id"] = track_training(p, resolved_train(p), summary, track)
-    typer.echo(json.dumps({**s.get("metrics", {}), "mlflow_run_id": s.get("mlflow_run_id")} if "metrics" in s
-                          else s, default=str))
-
-
 @app.command("params")
 def params_write(out: Annotated[Path, typer.Option(help="File to write the resolved params to.")],
                  set_: Annotated[Optional[list[str]], typer.Option(

@@ -1,9 +1,10 @@
-"""``hasp train rs | opd | dpo``: one recipe on any local model folder (or a cached hub name).
+"""``hasp train sft | rs | opd | dpo``: one recipe on any local model folder (or a cached hub name).
 
-Registered on the ``hasp train`` group beside ``sft``. Each command reads the params file, applies
-``--preset`` (or ``train.preset``) and forces the command's recipe; a preset of another recipe, a
-model without weights, missing data or an RS round that keeps nothing ends the command with one
-line and exit code 2.
+Every command reads the params file, applies ``--preset`` (or ``train.preset``), forces the command's
+recipe and runs it through the one training entry point (``hasp.train.run.run_recipe``); it prints the
+phase's ``TrainSummary`` (without its per-step history, which is in the summary file) and the MLflow
+run id. A preset of another recipe, a model without weights, missing data or an RS round that keeps
+nothing ends the command with one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ TrackOpt = Annotated[bool, typer.Option(
 
 
 def register(train_app: typer.Typer) -> None:
+    train_app.command("sft")(sft)
     train_app.command("rs")(rs)
     train_app.command("opd")(opd)
     train_app.command("dpo")(dpo)
@@ -50,13 +52,14 @@ def one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def track_training(p: Any, train: Any, summary: dict[str, Any], track: bool) -> str | None:
-    """The MLflow run of a finished command-line training (None with ``--no-track``)."""
-    if not track:
+def track_training(p: Any, train: Any, summary: Any, track: bool) -> str | None:
+    """The MLflow run of a finished command-line training (None with ``--no-track`` or when the phase
+    trained nothing)."""
+    if not track or summary.skipped:
         return None
     from hasp.track.train_run import log_training
 
-    return log_training(p, train, summary)
+    return log_training(p, train, summary.model_dump(mode="json"))
 
 
 def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
@@ -84,43 +87,55 @@ def _sampling_inputs(p: Any, data: Path, library: Path) -> str:
     return h.hexdigest()[:32]
 
 
-def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: Path, params: Path,
-             preset: Optional[str], track: bool) -> None:
-    from hasp.agent.remote import episode_executor
-    from hasp.llm.endpoints import teacher_client
-    from hasp.train.run import resolve_model, run_recipe, teacher_fn
-    from hasp.train.sampler import PFRolloutSampler, training_questions
+def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: Optional[str], track: bool, *,
+           rows: Path | None = None, data: Path | None = None, library: Path | None = None) -> None:
+    """Any recipe from the command line: sft/dpo on ``rows``, rs/opd sampling ``data``'s train split with
+    ``library``; prints the summary and the MLflow run id."""
+    from hasp.train.run import run_recipe, teacher_fn
 
     p = params_or_exit(params)
-    with one_line_errors():
+    with one_line_errors(), contextlib.ExitStack() as stack:
         t = _train_section(p, recipe, preset)
-        model_dir = resolve_model(model)
-        questions = training_questions(data)
-        teacher = teacher_client(p.teacher, p.llm)
-        with episode_executor(p.runner) as executor:
-            sampler = PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor)
-            s = run_recipe(p, model=model_dir, out_dir=out, train=t, questions=questions, sample=sampler,
-                           teacher=teacher_fn(teacher) if recipe == "opd" else None,
-                           inputs_key=_sampling_inputs(p, data, library))
+        kw: dict[str, Any] = {}
+        if recipe in ("rs", "opd"):
+            from hasp.agent.remote import episode_executor
+            from hasp.llm.endpoints import teacher_client
+            from hasp.train.sampler import PFRolloutSampler, training_questions
+
+            assert data is not None and library is not None
+            teacher = teacher_client(p.teacher, p.llm)
+            executor = stack.enter_context(episode_executor(p.runner))
+            kw = {"questions": training_questions(data),
+                  "sample": PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor),
+                  "teacher": teacher_fn(teacher) if recipe == "opd" else None,
+                  "inputs_key": _sampling_inputs(p, data, library)}
+        s = run_recipe(p, model=model, out_dir=out, train=t, rows=rows, **kw)
     run_id = track_training(p, t, s, track)
-    typer.echo(json.dumps({"recipe": recipe, "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
-                           "rounds": [r["data"].get("kept", r["data"].get("opd_rows")) for r in s["rounds"]],
-                           "mlflow_run_id": run_id}, default=str))
+    typer.echo(json.dumps({**s.brief(), "mlflow_run_id": run_id}, default=str))
+
+
+def sft(model: ModelOpt = None,
+        data: Annotated[Path, typer.Option("--data", help="Objective-A SFT rows (Phase H's sft.jsonl).")]
+        = Path("outputs/epoch_0/sft.jsonl"),
+        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train"),
+        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
+    """LoRA SFT of the policy on PF-corrected steps, weighted by A_t (E1 shape); writes adapter/ and merged/."""
+    _train("sft", model, out, params, preset, track, rows=data)
 
 
 def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = Path("params.yaml"),
        preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
-    checkpoint. Writes round_<i>/ (rollout, rows, adapter, merged) and recipe_summary.json."""
-    _sampled("rs", model, data, library, out, params, preset, track)
+    checkpoint. Writes round_<i>/ (rollout, rows, adapter, merged) and train_metrics.json."""
+    _train("rs", model, out, params, preset, track, data=data, library=library)
 
 
 def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
         params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
-    _sampled("opd", model, data, library, out, params, preset, track)
+    _train("opd", model, out, params, preset, track, data=data, library=library)
 
 
 def dpo(model: ModelOpt = None,
@@ -129,12 +144,4 @@ def dpo(model: ModelOpt = None,
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
         params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""
-    from hasp.train.run import resolve_model, run_recipe
-
-    p = params_or_exit(params)
-    with one_line_errors():
-        t = _train_section(p, "dpo", preset)
-        s = run_recipe(p, model=resolve_model(model), out_dir=out, train=t, rows=rows)
-    run_id = track_training(p, t, s, track)
-    typer.echo(json.dumps({"recipe": "dpo", "model_dir": s["model_dir"], "adapter_dir": s["adapter_dir"],
-                           "train_loss": s["metrics"].get("train_loss"), "mlflow_run_id": run_id}, default=str))
+    _train("dpo", model, out, params, preset, track, rows=rows)

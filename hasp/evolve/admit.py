@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from hasp.atomic import default_mode, swap_dir, write_json_atomic
+from hasp.config import EvolveParams
 
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
-from hasp.evolve.review import Review, admission_bar
+from hasp.evolve.review import DEFAULT_BARS, Review, admission_bar
 from hasp.pf.folder_files import copy_file, copy_folder, present
 from hasp.pf.layout import GENERATED_DIR, scan_versions, version_name
 from hasp.pf.library import MAX_LIBRARY_SIZE
@@ -168,11 +169,12 @@ def _cluster_summary(cluster: Cluster) -> dict[str, Any]:
             "intervention_hint": rep.intervention_hint}
 
 
-def review_refusals(candidate: Candidate, review: Review, cluster: Cluster) -> list[str]:
+def review_refusals(candidate: Candidate, review: Review, cluster: Cluster,
+                    evolve: EvolveParams = DEFAULT_BARS) -> list[str]:
     """The default admission rule (full filtering without a val gate): the review's decision,
-    the new-/same-group bar and a PF registered under the candidate's id."""
+    ``evolve``'s new-/same-group bar and a PF registered under the candidate's id."""
     why = []
-    bar = admission_bar(cluster.is_new_category)
+    bar = admission_bar(cluster.is_new_category, evolve)
     if review.decision != "ACCEPT":
         why.append(f"review decision {review.decision}")
     if review.q_skill < bar:
@@ -218,13 +220,13 @@ def structural_refusals(root: Path, candidate: Candidate, max_library_size: int)
 
 
 def _entry(candidate: Candidate, review: Review, cluster: Cluster, *, epoch: int, admitted: bool,
-           reasons: list[str], version: int | None, path: str | None) -> dict[str, Any]:
+           reasons: list[str], version: int | None, path: str | None, bar: float) -> dict[str, Any]:
     return {
         "epoch": epoch, "timestamp": _now(), "skill_id": candidate.skill_id, "version": version,
         "category": cluster.category, "decision": "admitted" if admitted else "rejected",
         "review_decision": review.decision, "decided_by": review.decided_by, "reviewer": review.reviewer,
         "q_skill": review.q_skill, "review": review.scores(),
-        "admission_bar": admission_bar(cluster.is_new_category), "is_new_category": cluster.is_new_category,
+        "admission_bar": bar, "is_new_category": cluster.is_new_category,
         "cluster_support": cluster.support, "reasons": list(reasons), "feedback": review.feedback[:500],
         "parse_error": candidate.parse_error, "path": path, "proposal_format": candidate.proposal_format,
     }
@@ -232,12 +234,14 @@ def _entry(candidate: Candidate, review: Review, cluster: Cluster, *, epoch: int
 
 def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: int, cluster: Cluster,
           max_library_size: int = MAX_LIBRARY_SIZE, record: bool = True, refusals: list[str] | None = None,
-          accept_reason: str | None = None, extra: dict[str, Any] | None = None) -> AdmissionResult:
+          accept_reason: str | None = None, extra: dict[str, Any] | None = None,
+          evolve: EvolveParams = DEFAULT_BARS) -> AdmissionResult:
     """Admit ``candidate`` as ``generated/<name>-v<N>/`` if the gates and the cap allow it.
 
     ``refusals`` are the reasons of the caller's gate table (``hasp.evolve.gate``); when
     None the default rule ``review_refusals`` applies. Structural checks always apply.
     ``extra`` (e.g. val-gate deltas, r_skill, filtering mode) is stored in the history entry.
+    ``evolve`` holds the new-/same-group bars the default rule applies and the entry records.
     Every call (admitted or not) is appended to ``library_history.json`` unless
     ``record=False``. Filesystem errors propagate after the temp folder is removed.
     """
@@ -245,11 +249,12 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
     gen = root / GENERATED_DIR
     gen.mkdir(parents=True, exist_ok=True)
     with _dir_lock(gen):
-        gate_why = review_refusals(candidate, review, cluster) if refusals is None else list(refusals)
+        bar = admission_bar(cluster.is_new_category, evolve)
+        gate_why = review_refusals(candidate, review, cluster, evolve) if refusals is None else list(refusals)
         why = [*gate_why, *structural_refusals(root, candidate, max_library_size)]
         if why:
             entry = _entry(candidate, review, cluster, epoch=epoch, admitted=False,
-                           reasons=[*why, *review.reasons], version=None, path=None)
+                           reasons=[*why, *review.reasons], version=None, path=None, bar=bar)
             entry.update(extra or {})
             if record:
                 record_decision(root, entry)
@@ -262,9 +267,9 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
             update={"version": version, "name": final.name})
         rel = str(final.relative_to(root))
         reasons = [accept_reason or f"accepted by {review.reviewer} reviewer ({review.decided_by}), "
-                   f"Q_skill {review.q_skill:.3f} >= bar {admission_bar(cluster.is_new_category):.2f}"]
+                   f"Q_skill {review.q_skill:.3f} >= bar {bar:.2f}"]
         entry = _entry(candidate, review, cluster, epoch=epoch, admitted=True, reasons=reasons,
-                       version=version, path=rel)
+                       version=version, path=rel, bar=bar)
         entry.update(extra or {})
         meta = {
             "skill_id": candidate.skill_id, "version": version, "epoch": epoch, "timestamp": entry["timestamp"],

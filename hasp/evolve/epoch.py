@@ -19,7 +19,7 @@ import shutil
 from collections import Counter
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hasp.atomic import read_json, write_json
 
@@ -34,6 +34,10 @@ from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
 from hasp.pf.folder_files import copy_folder
 from hasp.progress import Progress
+
+if TYPE_CHECKING:
+    from hasp.config import EvolveParams
+    from hasp.train.run import TrainSummary
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +301,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
             cluster = Cluster(category=c.cluster_category, patterns=[], support=0, novelty=0.0,
                               is_new_category=False, representative=None)
         rv = review_candidate(c, float(rep["q_exec"]), cluster, teacher, trigger_hit_rate=hit_rate,
-                              existing_skill_ids=ids)
+                              existing_skill_ids=ids, evolve=params.evolve)
         out.append({"skill_id": c.skill_id, "cluster": c.cluster_category, "trigger_hit_rate": hit_rate,
                     "is_new_category": cluster.is_new_category, **rv.to_dict()})
         bar.advance()
@@ -314,7 +318,8 @@ def _load_list(path: Path | None) -> list[dict[str, Any]]:
     return read_json(path) if path is not None and Path(path).exists() else []
 
 
-def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None = None) -> list[Any]:
+def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None = None,
+              evolve: EvolveParams | None = None) -> list[Any]:
     """One ``gate.Evidence`` per candidate from the epoch's files (absent phases -> None)."""
     from hasp.evolve.admit import active_ids
     from hasp.evolve.cluster import Cluster, clusters_from_json
@@ -335,7 +340,8 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
             representative=None)  # type: ignore[arg-type]
         out.append(Evidence(candidate=c, cluster=cluster, exec_report=reports.get(c.skill_id),
                             review=reviews.get(c.skill_id), val=vals.get(c.skill_id), library_ids=lib_ids,
-                            earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox))
+                            earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox,
+                            evolve=evolve))
     return out
 
 
@@ -346,7 +352,7 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
 
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in, params.sandbox)
+    evs = _evidence(epoch_dir, library_in, params.sandbox, params.evolve)
     todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
     items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
     results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
@@ -391,7 +397,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
 
     epoch_dir = Path(candidates_path).parent
     gates = active_gates(params.evolve)
-    evs = _evidence(epoch_dir, library_in, params.sandbox)
+    evs = _evidence(epoch_dir, library_in, params.sandbox, params.evolve)
     tmp = library_out.with_name(f".{library_out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     copy_folder(library_in, tmp, skip=("__pycache__", ".*"))
@@ -414,7 +420,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
                  "r_skill": r_skill(q, ev.val.delta_em if ev.val else None, params.evolve.r_skill_lambda)}
         res = admit(library_out, ev.candidate, review, epoch=epoch, cluster=ev.cluster,
                     max_library_size=params.evolve.max_library_size, refusals=why,
-                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra)
+                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra, evolve=params.evolve)
         results.append({"skill_id": res.skill_id, "admitted": res.admitted, "version": res.version,
                         "reason": res.reason, **extra})
         if history is not None:
@@ -502,25 +508,15 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
     """Phase G (four coarse signals per step) and H: Objective A (SFT + DPO jsonl of
     PF-corrected steps) and, when the epoch has candidates, Objective B (skill-authoring
     SFT + DPO, ``sft_skill.jsonl`` / ``dpo_skill.jsonl``, see ``build_skill_data``)."""
-    from hasp.signals.coarse import score_trajectory
     from hasp.atomic import write_jsonl
-    from hasp.train.data import build_dpo_rows, build_sft_rows, summarize
+    from hasp.train.data import build_dpo_rows, build_sft_rows, score_all, signal_summary, summarize
 
-    trajs = read_trajectories(rollout_path)
-    scores = [score_trajectory(t) for t in trajs]
-    sft = build_sft_rows(trajs, reward_floor=params.signals.reward_floor)
-    dpo = build_dpo_rows(trajs, reward_floor=params.signals.reward_floor)
+    scored = score_all(read_trajectories(rollout_path))
+    sft = build_sft_rows(scored, reward_floor=params.signals.reward_floor)
+    dpo = build_dpo_rows(scored, reward_floor=params.signals.reward_floor)
     write_jsonl(sft, out_dir / "sft.jsonl")
     write_jsonl(dpo, out_dir / "dpo.jsonl")
-    step_scores = [s for ts in scores for s in ts.steps]
-    n = max(1, len(step_scores))
-    signals = {
-        "trajectory_A_mean": sum(ts.A for ts in scores) / max(1, len(scores)),
-        "step_mean": {k: sum(getattr(s, k) for s in step_scores) / n
-                      for k in ("timing", "modality", "correctness", "outcome", "A")},
-        "scored_steps": len(step_scores),
-    }
-    summary = {"signals": signals, "sft": summarize(sft), "dpo_rows": len(dpo),
+    summary = {"signals": signal_summary(scored), "sft": summarize(sft), "dpo_rows": len(dpo),
                "objective_b": build_skill_data(out_dir, params)}
     write_json(summary, out_dir / "data_summary.json")
     return summary
@@ -560,37 +556,25 @@ def _epoch_num(epoch_dir: Path) -> int:
 
 
 # ----------------------------------------------------------------------------- LoRA SFT (E1 shape)
-def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> dict[str, Any]:
-    """Short LoRA SFT of the policy on the Phase-H rows; writes adapter/ and merged/ under out_dir."""
-    from hasp.train.presets import apply_preset
-    from hasp.train.sft import SFTRecipe, train_sft
+def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> TrainSummary:
+    """The epoch's training step: SFT of the policy on the Phase-H rows through the one training entry
+    point (``hasp.train.run.run_recipe``), which writes adapter/, merged/ and the ``TrainSummary``. The
+    epoch has rows and no sampler, so a preset or ``train.recipe`` of another recipe, or rows that are
+    empty, is recorded as a skipped phase instead."""
+    from hasp.atomic import read_jsonl
+    from hasp.train.run import resolved_train, run_recipe, skip_training
 
-    t = apply_preset(params.train)
+    t = resolved_train(params)
+    reason = None
     if t.enabled and t.recipe != "sft":
         reason = (f"train.recipe is {t.recipe}{f' (preset {t.preset})' if t.preset else ''}: this step trains "
                   "sft on the epoch's rows only; rs and opd sample their own rollouts and dpo reads dpo.jsonl")
-        log.warning(reason)
-        write_json({"skipped": reason}, out_dir / "train_metrics.json")
-        return {"skipped": reason}
-    if not t.enabled:
-        write_json({"skipped": "train.enabled is false"}, out_dir / "train_metrics.json")
-        return {"skipped": True}
-    from hasp.atomic import read_jsonl
-
-    if not read_jsonl(sft_path):
+    elif t.enabled and not read_jsonl(sft_path):
         reason = f"{sft_path} has no rows above the reward floor (no PF-corrected steps); training skipped"
+    if reason is not None:
         log.warning(reason)
-        write_json({"skipped": reason}, out_dir / "train_metrics.json")
-        return {"skipped": reason}
-    if model_dir is None:
-        from hasp.llm.model_prep import prepare_model
-        model_dir = prepare_model()
-    recipe = SFTRecipe.from_params(t)
-    res = train_sft(model_dir, sft_path, out_dir, recipe)
-    out = {"metrics": res.metrics, "history": res.history, "recipe": recipe.to_dict(),
-           "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir) if res.merged_dir else None}
-    write_json(out, out_dir / "train_metrics.json")
-    return out
+        return skip_training(t, out_dir, reason)
+    return run_recipe(params, model=model_dir, out_dir=out_dir, train=t, rows=sft_path)
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -53,10 +53,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hasp.config import SandboxParams
+from hasp.config import EvolveParams, SandboxParams
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.propose import Candidate, registered_id
-from hasp.evolve.review import Review, admission_bar
+from hasp.evolve.review import DEFAULT_BARS, Review, admission_bar
 from hasp.pf.folder_files import copy_folder
 from hasp.sandbox.policy import check_policy
 
@@ -105,6 +105,7 @@ class Evidence:
     library_ids: frozenset[str] = frozenset()
     earlier_ids: tuple[str, ...] = ()  # ids of candidates before this one in the same batch
     sandbox: SandboxParams | None = None  # the sandbox a gate that runs the code uses (None: defaults)
+    evolve: EvolveParams | None = None  # the review bars the teacher gate applies (None: defaults)
 
 
 GateFn = Callable[[Evidence], list[str]]
@@ -147,7 +148,7 @@ def _teacher(ev: Evidence) -> list[str]:
     if rv is None:
         return ["no Phase-E review"]
     why = []
-    bar = admission_bar(ev.cluster.is_new_category)
+    bar = admission_bar(ev.cluster.is_new_category, ev.evolve or DEFAULT_BARS)
     if rv.decision != "ACCEPT":
         why.append(f"review decision {rv.decision}")
     if rv.q_skill < bar:

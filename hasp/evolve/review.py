@@ -4,16 +4,18 @@
 
 Decision, in priority order:
 
-1. **Hard reject** when the Phase-D execution score ``Q_exec < 0.3`` (the reviewer is
-   not even consulted then; the recorded scores come from the heuristic reviewer).
+1. **Hard reject** when the Phase-D execution score ``Q_exec < evolve.exec_threshold`` (0.3; the
+   reviewer is not even consulted then; the recorded scores come from the heuristic reviewer).
 2. The reviewer's **explicit decision**: the teacher's literal ``DECISION: ACCEPT|REVISE|REJECT``
    line; for the heuristic reviewer, a veto (``REJECT``) on a disqualifying defect
    (constant trigger, intervention that never changes anything, model/IO calls in
    ``should_activate``). The heuristic reviewer never issues an explicit ACCEPT.
 3. **Thresholds**: ``Q_skill >= 0.60`` accept, ``>= 0.42`` revise, else reject.
 
-Admission (Phase F) additionally requires ``Q_skill >= admission_bar(is_new_category)``
-(0.75 for a new failure group, 0.60 for a refinement of an existing one).
+Admission (Phase F) additionally requires ``Q_skill >= admission_bar(is_new_category)``:
+``evolve.new_group_threshold`` (0.75) for a new failure group, ``evolve.same_group_threshold`` (0.60)
+for a refinement of an existing one. The three bars are read from the ``evolve`` params section each
+function is given (the schema defaults when none is).
 
 ``Q_exec`` in the composite is always the Phase-D score (measured by running the
 code) rather than the teacher's opinion of executability; the teacher's own value
@@ -52,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
+from hasp.config import EvolveParams
 from hasp.records import Trajectory
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.detectors import replay_contexts
@@ -64,12 +67,12 @@ log = logging.getLogger(__name__)
 __all__ = ["ChatModel", "Review", "review_candidate", "heuristic_review", "llm_review",
            "build_reviewer_messages", "parse_review_reply", "admission_bar", "passes_admission",
            "composite", "threshold_decision", "trigger_hit_rate", "code_facts", "CodeFacts",
-           "WEIGHTS", "HARD_REJECT_EXEC", "ACCEPT_AT", "REVISE_AT"]
+           "WEIGHTS", "ACCEPT_AT", "REVISE_AT"]
 
 WEIGHTS = {"concept": 0.25, "trigger": 0.20, "intervene": 0.20, "exec": 0.20, "val": 0.15}
-HARD_REJECT_EXEC = 0.3
 ACCEPT_AT, REVISE_AT = 0.60, 0.42
-NEW_GROUP_BAR, SAME_GROUP_BAR = 0.75, 0.60
+#: the bars of a caller that passes no ``evolve`` section: the schema's defaults
+DEFAULT_BARS = EvolveParams()
 DECISIONS = ("ACCEPT", "REVISE", "REJECT")
 
 
@@ -117,13 +120,14 @@ def threshold_decision(q_skill: float) -> str:
     return "ACCEPT" if q_skill >= ACCEPT_AT else "REVISE" if q_skill >= REVISE_AT else "REJECT"
 
 
-def admission_bar(is_new_category: bool) -> float:
-    """Minimum Q_skill for admission: 0.75 for a new failure group, 0.60 for an existing one."""
-    return NEW_GROUP_BAR if is_new_category else SAME_GROUP_BAR
+def admission_bar(is_new_category: bool, evolve: EvolveParams = DEFAULT_BARS) -> float:
+    """Minimum Q_skill for admission: ``evolve.new_group_threshold`` for a new failure group,
+    ``evolve.same_group_threshold`` for an existing one."""
+    return evolve.new_group_threshold if is_new_category else evolve.same_group_threshold
 
 
-def passes_admission(review: Review, is_new_category: bool) -> bool:
-    return review.decision == "ACCEPT" and review.q_skill >= admission_bar(is_new_category)
+def passes_admission(review: Review, is_new_category: bool, evolve: EvolveParams = DEFAULT_BARS) -> bool:
+    return review.decision == "ACCEPT" and review.q_skill >= admission_bar(is_new_category, evolve)
 
 
 def _clip(x: float) -> float:
@@ -479,19 +483,20 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
 
 
 def heuristic_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, *,
-                     trigger_hit_rate: float | None = None, fallback_reason: str = "") -> Review:
+                     trigger_hit_rate: float | None = None, fallback_reason: str = "",
+                     evolve: EvolveParams = DEFAULT_BARS) -> Review:
     scores, reasons, veto = _heuristic_scores(candidate, cluster, exec_report_q_exec, trigger_hit_rate)
     return _decide(scores, reasons, explicit=veto, reviewer="heuristic", feedback="; ".join(reasons),
-                   fallback_reason=fallback_reason)
+                   fallback_reason=fallback_reason, evolve=evolve)
 
 
 def _decide(scores: dict[str, float], reasons: list[str], *, explicit: str | None, reviewer: str,
             feedback: str, raw_reply: str = "", llm_scores: dict[str, float] | None = None,
-            fallback_reason: str = "") -> Review:
+            fallback_reason: str = "", evolve: EvolveParams = DEFAULT_BARS) -> Review:
     q = composite(scores["concept"], scores["trigger"], scores["intervene"], scores["exec"], scores["val"])
-    if scores["exec"] < HARD_REJECT_EXEC:
+    if scores["exec"] < evolve.exec_threshold:
         decision, by = "REJECT", "hard_reject"
-        reasons = [f"hard reject: Q_exec {scores['exec']:.2f} < {HARD_REJECT_EXEC}", *reasons]
+        reasons = [f"hard reject: Q_exec {scores['exec']:.2f} < {evolve.exec_threshold}", *reasons]
     elif explicit in DECISIONS:
         decision, by = explicit, "explicit"
     else:
@@ -581,7 +586,7 @@ def parse_review_reply(text: str) -> tuple[dict[str, float] | None, str | None, 
 
 def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, teacher: ChatModel, *,
                existing_skill_ids: Iterable[str] = (), trigger_hit_rate: float | None = None,
-               max_tokens: int = 400, retries: int = 1) -> Review:
+               max_tokens: int = 400, retries: int = 1, evolve: EvolveParams = DEFAULT_BARS) -> Review:
     """Teacher review; a malformed reply is retried ``retries`` times, then the heuristic decides."""
     msgs = build_reviewer_messages(candidate, cluster, exec_report_q_exec, list(existing_skill_ids))
     problems: list[str] = []
@@ -599,7 +604,7 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
             scores = {**scores, "exec": _clip(exec_report_q_exec)}
             reasons = [f"teacher decision: {decision}" if decision else "teacher gave no DECISION line"]
             return _decide(scores, reasons, explicit=decision, reviewer="llm", feedback=feedback,
-                           raw_reply=raw, llm_scores=llm_scores)
+                           raw_reply=raw, llm_scores=llm_scores, evolve=evolve)
         problems.append(f"attempt {attempt + 1}: {problem}")
         msgs = [*msgs, {"role": "assistant", "content": raw[:2000]},
                 {"role": "user", "content": "That reply did not follow the format. Reply again with only the "
@@ -608,21 +613,22 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
     reason = "teacher review unusable (" + "; ".join(problems) + "); heuristic reviewer used"
     log.warning("%s: %s", candidate.skill_id, reason)
     rv = heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
-                          fallback_reason=reason)
+                          fallback_reason=reason, evolve=evolve)
     rv.raw_reply = raw
     return rv
 
 
 def review_candidate(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster,
                      teacher: ChatModel | None = None, *, trigger_hit_rate: float | None = None,
-                     existing_skill_ids: Iterable[str] = (), max_tokens: int = 400) -> Review:
-    """Phase E for one candidate. See the module docstring for the decision order."""
-    if exec_report_q_exec < HARD_REJECT_EXEC or teacher is None:
+                     existing_skill_ids: Iterable[str] = (), max_tokens: int = 400,
+                     evolve: EvolveParams = DEFAULT_BARS) -> Review:
+    """Phase E for one candidate under ``evolve``'s bars. See the module docstring for the decision order."""
+    if exec_report_q_exec < evolve.exec_threshold or teacher is None:
         reason = "" if teacher is None else "teacher not consulted: Phase-D hard reject"
         return heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
-                                fallback_reason=reason)
+                                fallback_reason=reason, evolve=evolve)
     return llm_review(candidate, exec_report_q_exec, cluster, teacher, existing_skill_ids=existing_skill_ids,
-                      trigger_hit_rate=trigger_hit_rate, max_tokens=max_tokens)
+                      trigger_hit_rate=trigger_hit_rate, max_tokens=max_tokens, evolve=evolve)
 
 
 # --------------------------------------------------------------------------- trigger replay

@@ -26,7 +26,7 @@ ask it there, so the behaviour tested here would not be the behaviour deployed).
 
 ``Q_exec = 0.2 syntax + 0.2 policy + 0.2 interface + 0.25 mock_exec + 0.15 return_types``.
 One deviation from a plain weighted sum: **a policy violation sets Q_exec to 0** —
-such code is never executed, and Phase E's hard reject (``Q_exec < 0.3``) must
+such code is never executed, and Phase E's hard reject (``Q_exec < evolve.exec_threshold``) must
 catch it however tidy the rest looks.
 
 The mock contexts are built with ``hasp.agent.context.EpisodeState.to_ctx`` so

@@ -18,9 +18,11 @@ Sub-signal values (App. E) — all in [0, 1]; penalties carry negative *weights*
               s2.post_obs     an applied INJECT_CONTEXT (text appended to the observation)
               s2.pre_reasoning, s2.post_action  reserved slots, always 0 (weights registered anyway)
 - correctness s3.syntactic    executed action has a known type and a non-empty argument
-              s3.semantic     teacher judge if given, else heuristic 0.7 FINAL→READ rescue,
-                              0.5 other modification, 0.3 otherwise
-              s3.domain       mean of domain quality functions passed in (``s3.domain.<name>``), else 0
+              s3.semantic     by transition: 0.7 FINAL→READ rescue, 0.5 other modification, 0.3
+                              otherwise (the paper's teacher step judge is not part of this scorer:
+                              Phase G runs without a teacher)
+              s3.domain       reserved slot, always 0 (no domain quality function is defined for the
+                              search domain); its weight stays registered so A_t keeps the paper's scale
 - outcome     s4.local        by transition: 0.8 FINAL→READ, 0.7 FINAL→SEARCH, 0.5 SEARCH→SEARCH
                               rewrite, 0.3 any other modification, 0 unmodified
               s4.downstream   episode EM
@@ -35,8 +37,8 @@ the plain weighted sum ``Σ w·v``. Both are weighted sums within the family; on
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
-from typing import Any, Callable, Mapping
+from dataclasses import asdict, dataclass, field, make_dataclass, replace
+from typing import Any, Mapping
 
 from hasp.records import AuditEvent, Trajectory
 
@@ -58,8 +60,8 @@ SIGNALS: dict[str, tuple[float, str, dict[str, tuple[float, str]]]] = {
     }),
     "correctness": (0.25, "λ_q: weight of the correctness signal in A_t.", {
         "s3.syntactic": (0.20, "executed action type valid, arg non-empty."),
-        "s3.semantic": (0.50, "teacher step score or heuristic fallback."),
-        "s3.domain": (0.30, "mean of domain quality functions (0 if none)."),
+        "s3.semantic": (0.50, "value of the action transition (heuristic semantic score)."),
+        "s3.domain": (0.30, "reserved slot (value always 0), weight kept registered."),
     }),
     "outcome": (0.50, "λ_o: weight of the outcome signal in A_t.", {
         "s4.local": (0.40, "value of the action transition a_orig→a_final."),
@@ -71,9 +73,6 @@ SIGNALS: dict[str, tuple[float, str, dict[str, tuple[float, str]]]] = {
 FAMILIES: dict[str, tuple[str, ...]] = {family: tuple(subs) for family, (_, _, subs) in SIGNALS.items()}
 FINE_KEYS: tuple[str, ...] = tuple(k for keys in FAMILIES.values() for k in keys)  # the 15 dims
 VALID_ACTIONS: frozenset[str] = frozenset({"SEARCH", "READ", "FINAL"})
-
-SemanticJudge = Callable[[Trajectory, int], "float | None"]
-DomainScorer = Callable[[Trajectory, int], float]
 
 
 def _h(text: str) -> dict[str, str]:
@@ -97,16 +96,17 @@ class SignalWeights(_Weights):
     """Every weight and heuristic constant of the four-signal scorer (defaults: paper App. E, Table 15).
 
     The weights are the fields ``SIGNALS`` declares: the coarse ``timing`` … ``outcome`` and the fine
-    ``s<k>_<name>``, which map to the sub-signal key ``s<k>.<name>``.
+    ``s<k>_<name>``, which map to the sub-signal key ``s<k>.<name>``. They are code, not params: every
+    consumer (Phase G, RS, OPD) scores with the defaults, and ``without`` builds an ablation.
     """
 
     # reduction
     normalize_families: bool = field(
         default=True, metadata=_h("Coarse mode: divide each family's Σw·v by Σ|w| (paper App. E); else raw Σw·v."))
     # heuristic constants
-    semantic_rescue: float = field(default=0.7, metadata=_h("s3.semantic fallback for a FINAL→READ rescue."))
-    semantic_modified: float = field(default=0.5, metadata=_h("s3.semantic fallback for any other modification."))
-    semantic_other: float = field(default=0.3, metadata=_h("s3.semantic fallback for an unmodified step."))
+    semantic_rescue: float = field(default=0.7, metadata=_h("s3.semantic for a FINAL→READ rescue."))
+    semantic_modified: float = field(default=0.5, metadata=_h("s3.semantic for any other modification."))
+    semantic_other: float = field(default=0.3, metadata=_h("s3.semantic for an unmodified step."))
     local_final_read: float = field(default=0.8, metadata=_h("s4.local for FINAL→READ."))
     local_final_search: float = field(default=0.7, metadata=_h("s4.local for FINAL→SEARCH."))
     local_search_rewrite: float = field(default=0.5, metadata=_h("s4.local for a SEARCH→SEARCH query rewrite."))
@@ -137,18 +137,6 @@ class SignalWeights(_Weights):
         if total <= 0:
             raise ValueError("cannot drop every signal family")
         return replace(self, **{f: w / total for f, w in kept.items()})
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "SignalWeights":
-        """Build from a params.yaml block; accepts ``s1.tp`` or ``s1_tp`` spellings, rejects unknown keys."""
-        names = {f.name for f in fields(cls)}
-        kw = {}
-        for k, v in (d or {}).items():
-            name = str(k).replace(".", "_")
-            if name not in names:
-                raise KeyError(f"unknown signal weight {k!r}")
-            kw[name] = v
-        return cls(**kw)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,7 +203,7 @@ def _local(audit: AuditEvent, w: SignalWeights) -> float:
     return w.local_other
 
 
-def _semantic_fallback(audit: AuditEvent, w: SignalWeights) -> float:
+def _semantic(audit: AuditEvent, w: SignalWeights) -> float:
     if audit.was_modified:
         if audit.a_orig.type.upper() == "FINAL" and audit.a_final.type.upper() == "READ":
             return w.semantic_rescue
@@ -228,8 +216,6 @@ def _clip01(x: float) -> float:
 
 
 def fine_signals(traj: Trajectory, step_index: int, w: SignalWeights = SignalWeights(), *,
-                 semantic_judge: SemanticJudge | None = None,
-                 domain_scorers: Mapping[str, DomainScorer] | None = None,
                  valid_actions: frozenset[str] = VALID_ACTIONS) -> dict[str, float] | None:
     """The 15 sub-signal values of one step (``None`` when the step has no audit event)."""
     step = traj.steps[step_index]
@@ -247,16 +233,13 @@ def fine_signals(traj: Trajectory, step_index: int, w: SignalWeights = SignalWei
     v["s1.fp"] = float(activated and not risky)
     v["s1.fn"] = float(risky and not activated)
     v["s1.phase"] = (1.0 - step_index / (n_steps - 1) if n_steps > 1 else 1.0) if activated else 0.0
-    # S2 modality (pre_reasoning / post_action stay 0: no such intervention types yet)
+    # S2 modality (pre_reasoning / post_action stay 0: no such intervention types)
     v["s2.pre_action"] = float(_applied(audit, "MODIFY_ACTION") and audit.was_modified)
     v["s2.post_obs"] = float(_applied(audit, "INJECT_CONTEXT") and bool(audit.context))
     # S3 correctness
     a = audit.a_final
     v["s3.syntactic"] = float(a.type.upper() in valid_actions and bool(str(a.arg).strip()))
-    judged = semantic_judge(traj, step_index) if semantic_judge is not None else None
-    v["s3.semantic"] = _clip01(judged) if judged is not None else _semantic_fallback(audit, w)
-    if domain_scorers:
-        v["s3.domain"] = sum(_clip01(fn(traj, step_index)) for fn in domain_scorers.values()) / len(domain_scorers)
+    v["s3.semantic"] = _semantic(audit, w)  # s3.domain stays 0 (reserved)
     # S4 outcome
     v["s4.local"] = _local(audit, w)
     v["s4.downstream"] = em
@@ -286,12 +269,10 @@ def fine_score(fine: Mapping[str, float], w: SignalWeights = SignalWeights(), *,
     return total
 
 
-def score_step(traj: Trajectory, step_index: int, weights: SignalWeights | None = None, *,
-               semantic_judge: SemanticJudge | None = None,
-               domain_scorers: Mapping[str, DomainScorer] | None = None) -> StepScore:
+def score_step(traj: Trajectory, step_index: int, weights: SignalWeights | None = None) -> StepScore:
     """z_t = (t_t, m_t, q_t, o_t) and A_t for one step; an unaudited step scores all zeros."""
     w = weights or SignalWeights()
-    fine = fine_signals(traj, step_index, w, semantic_judge=semantic_judge, domain_scorers=domain_scorers)
+    fine = fine_signals(traj, step_index, w)
     if fine is None:
         return StepScore(0.0, 0.0, 0.0, 0.0, 0.0, dict.fromkeys(FINE_KEYS, 0.0), step=step_index,
                          has_audit=False)
@@ -303,13 +284,10 @@ def score_step(traj: Trajectory, step_index: int, weights: SignalWeights | None 
                      risky=is_risky(audit, w) if audit else False)
 
 
-def score_trajectory(traj: Trajectory, weights: SignalWeights | None = None, *,
-                     semantic_judge: SemanticJudge | None = None,
-                     domain_scorers: Mapping[str, DomainScorer] | None = None) -> TrajectoryScore:
+def score_trajectory(traj: Trajectory, weights: SignalWeights | None = None) -> TrajectoryScore:
     """Score every step; A(τ) is the mean A_t over steps with an audit event (0.0 if none)."""
     w = weights or SignalWeights()
-    steps = [score_step(traj, i, w, semantic_judge=semantic_judge, domain_scorers=domain_scorers)
-             for i in range(len(traj.steps))]
+    steps = [score_step(traj, i, w) for i in range(len(traj.steps))]
     audited = [s.A for s in steps if s.has_audit]
     A = sum(audited) / len(audited) if audited else 0.0
     em = _clip01(traj.em)

@@ -22,7 +22,7 @@ from hasp.atomic import read_jsonl, write_json, write_jsonl
 HOPS_FILE = "hops.json"
 #: summaries copied as they are (small JSON files), as globs under the grid folder
 KEPT_JSON = ("grid.json", "metrics.json", "eval_untrained/**/*.json", "*/experiment.json", "*/metrics.json",
-             "*/eval/**/*.json", "*/phase_*/**/recipe_summary.json")
+             "*/eval/**/*.json", "*/phase_*/train/train_metrics.json")
 #: trajectory files whose episodes are slimmed, as globs under the grid folder
 EPISODES = ("eval_untrained/**/*.jsonl", "*/eval/**/*.jsonl")
 #: characters of an observation or a reply an archived step keeps

@@ -18,10 +18,14 @@ from hasp.track.grid_report import curves
 from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, start_run
 
 
+#: the run's copy of the summary, named as the file the training wrote
+SUMMARY_ARTIFACT = "train_metrics.json"
+
+
 def log_training(params: Params, train: TrainParams, summary: Mapping[str, Any], *,
                  run_name: str | None = None) -> str:
-    """Log one finished training (``summary`` as ``hasp.train.run.run_recipe`` returns it); returns
-    the run id. ``hasp.experiment`` is set only when a preset chose the recipe."""
+    """Log one finished training (``summary``: the ``TrainSummary`` ``hasp.train.run.run_recipe``
+    returns, dumped); returns the run id. ``hasp.experiment`` is set only when a preset chose the recipe."""
     recipe = str(summary.get("recipe") or train.recipe)
     tags = {"hasp.recipe": recipe, "hasp.command": f"train {recipe}"}
     if train.preset:
@@ -40,7 +44,7 @@ def log_training(params: Params, train: TrainParams, summary: Mapping[str, Any],
                 log_numeric(mlflow, {"data": r.get("data") or {}}, step=i)
         log_numeric(mlflow, {"final": summary.get("metrics") or {}})
         log_adapter(mlflow, Path(str(summary.get("adapter_dir") or "-")))
-        log_json_artifact(mlflow, dict(summary), "recipe_summary.json")
+        log_json_artifact(mlflow, dict(summary), SUMMARY_ARTIFACT)
     return run_id
 
 

@@ -1,7 +1,8 @@
 """Phase H, Objective A ("use PFs"): scored steps → SFT / DPO jsonl rows (paper App. D.6).
 
-Layer 1 scores each step with the four-signal aggregator and drops rows under the reward floor
-(0.25); both the 15-dim fine breakdown and the 4 coarse signals are stored on every row so an
+Layer 1 scores each trajectory once with the four-signal aggregator (``score_all``: Phase G's summary,
+the SFT and DPO rows, RS's filter and OPD's rows all read that one score) and drops rows under the
+reward floor (0.25); both the 15-dim fine breakdown and the 4 coarse signals are stored on every row so an
 offline re-scorer can re-weight without rerunning rollouts. Layer 2 renders a row:
 
 - SFT: ``messages`` = the chat messages the policy saw at that step + the assistant target
@@ -15,18 +16,37 @@ offline re-scorer can re-weight without rerunning rollouts. Layer 2 renders a ro
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-
-from hasp.records import StepRecord, Trajectory
 from hasp.config import SignalParams, default_of
-from hasp.signals.coarse import SemanticJudge, SignalWeights, StepScore, score_trajectory
+from hasp.records import StepRecord, Trajectory
+from hasp.signals.coarse import SignalWeights, StepScore, TrajectoryScore, score_trajectory
 
 DEFAULT_REWARD_FLOOR = default_of(SignalParams, "reward_floor")
+#: an episode with em at least this is a success (the scorer's own threshold)
+SUCCESS_EM = SignalWeights().success_em
 
 
-def _as_traj(t: Trajectory | dict[str, Any]) -> Trajectory:
-    return t if isinstance(t, Trajectory) else Trajectory.from_dict(t)
+@dataclass(frozen=True)
+class Scored:
+    """A trajectory with its four-signal score, so that no consumer scores it again."""
+
+    traj: Trajectory
+    score: TrajectoryScore
+
+    @property
+    def success(self) -> bool:
+        return self.traj.em >= SUCCESS_EM
+
+
+def score_all(trajs: Iterable[Trajectory | dict[str, Any]]) -> list[Scored]:
+    """Each trajectory (a record or its jsonl dict) scored once."""
+    out = []
+    for t in trajs:
+        traj = t if isinstance(t, Trajectory) else Trajectory.from_dict(t)
+        out.append(Scored(traj, score_trajectory(traj)))
+    return out
 
 
 def pf_applied(step: StepRecord) -> bool:
@@ -38,15 +58,11 @@ def pf_applied(step: StepRecord) -> bool:
         f.get("applied", True) and f.get("type") in ("MODIFY_ACTION", "INJECT_CONTEXT") for f in a.fired)
 
 
-def _iter_scored(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor: float, only_pf_steps: bool,
-                 only_modified: bool, weights: SignalWeights | None,
-                 semantic_judge: SemanticJudge | None) -> Iterator[tuple[Trajectory, StepRecord, StepScore]]:
-    w = weights or SignalWeights()
-    for t in trajs:
-        traj = _as_traj(t)
-        success = traj.em >= w.success_em
-        scores = score_trajectory(traj, w, semantic_judge=semantic_judge)
-        for step, sc in zip(traj.steps, scores.steps):
+def _iter_scored(scored: Iterable[Scored], *, reward_floor: float, only_pf_steps: bool,
+                 only_modified: bool) -> Iterator[tuple[Trajectory, StepRecord, StepScore]]:
+    for item in scored:
+        traj, success = item.traj, item.success
+        for step, sc in zip(traj.steps, item.score.steps):
             a = step.audit
             if a is None or not step.prompt_messages:
                 continue
@@ -78,19 +94,18 @@ def _meta(traj: Trajectory, step: StepRecord, sc: StepScore) -> dict[str, Any]:
     }
 
 
-def build_sft_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor: float = DEFAULT_REWARD_FLOOR,
-                   only_pf_steps: bool = True, weights: SignalWeights | None = None,
-                   semantic_judge: SemanticJudge | None = None) -> list[dict[str, Any]]:
-    """SFT rows for Objective A.
+def build_sft_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_REWARD_FLOOR,
+                   only_pf_steps: bool = True) -> list[dict[str, Any]]:
+    """SFT rows for Objective A from scored trajectories (``score_all``).
 
     Candidates are the steps where a PF fired and was applied; with ``only_pf_steps=False`` every
-    audited step of a successful trajectory (em >= ``weights.success_em``) is added as well. Rows
+    audited step of a successful trajectory (em >= ``SUCCESS_EM``) is added as well. Rows
     with A_t < ``reward_floor`` are dropped. Steps without an audit event (unparseable output) or
     without recorded prompt messages are skipped.
     """
     rows = []
-    for traj, step, sc in _iter_scored(trajs, reward_floor=reward_floor, only_pf_steps=only_pf_steps,
-                                       only_modified=False, weights=weights, semantic_judge=semantic_judge):
+    for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_pf_steps=only_pf_steps,
+                                       only_modified=False):
         a = step.audit
         assert a is not None
         messages = [dict(m) for m in step.prompt_messages] + [step.assistant_message()]
@@ -98,13 +113,11 @@ def build_sft_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor
     return rows
 
 
-def build_dpo_rows(trajs: Iterable[Trajectory | dict[str, Any]], *, reward_floor: float = DEFAULT_REWARD_FLOOR,
-                   weights: SignalWeights | None = None,
-                   semantic_judge: SemanticJudge | None = None) -> list[dict[str, Any]]:
+def build_dpo_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_REWARD_FLOOR) -> list[dict[str, Any]]:
     """Preference rows (chosen = PF-corrected action, rejected = original) on ``was_modified`` steps only."""
     rows = []
-    for traj, step, sc in _iter_scored(trajs, reward_floor=reward_floor, only_pf_steps=True,
-                                       only_modified=True, weights=weights, semantic_judge=semantic_judge):
+    for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_pf_steps=True,
+                                       only_modified=True):
         a = step.audit
         assert a is not None
         rows.append({"prompt": [dict(m) for m in step.prompt_messages],
@@ -134,6 +147,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [float(r.get("coarse", {}).get(sig, 0.0)) for r in rows]
         out[f"mean_{sig}"] = sum(vals) / n if n else 0.0
     return out
+
+
+def signal_summary(scored: list[Scored]) -> dict[str, Any]:
+    """Phase G's numbers: mean A(τ) over trajectories and the mean coarse signals over every step."""
+    steps = [s for item in scored for s in item.score.steps]
+    n = max(1, len(steps))
+    return {"trajectory_A_mean": sum(item.score.A for item in scored) / max(1, len(scored)),
+            "step_mean": {k: sum(getattr(s, k) for s in steps) / n
+                          for k in ("timing", "modality", "correctness", "outcome", "A")},
+            "scored_steps": len(steps)}
 
 
 # ----------------------------------------------------------------------------- Objective B ("evolve")

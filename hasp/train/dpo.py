@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hasp.atomic import read_jsonl
-from hasp.config import TrainParams
+from hasp.config import DPOParams, TrainParams
 from hasp.train.sft import (HistoryCallback, LogCallback, ProgressCallback, SFTRecipe, TrainResult,
-                            check_model, fit_messages, lora_config, train_and_save, use_bf16)
+                            check_model, fit_messages, lora_config, torch_threads, train_and_save, use_bf16)
 
 COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -54,17 +54,23 @@ def fit_pairs(examples: list[dict[str, Any]], tok: Any, recipe: SFTRecipe) -> tu
 
 
 def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParams | None = None, *,
-              log_callback: LogCallback | None = None) -> TrainResult:
-    """LoRA DPO on ``rows_path``; LoRA, batch, schedule and precision knobs are the train section's,
-    learning rate, epochs, beta and loss type ``train.dpo``'s."""
+              log_callback: LogCallback | None = None, save_merged: bool = True) -> TrainResult:
+    """LoRA DPO on ``rows_path``: the trainer knobs are ``train.trainer("dpo")`` (the shared ones with
+    ``train.dpo``'s overrides), beta and loss type ``train.dpo``'s."""
+    train = train or TrainParams()
+    recipe = SFTRecipe.from_params(train.trainer("dpo"))
+    with torch_threads(recipe.torch_threads):
+        return _train_dpo(Path(model_dir), Path(rows_path), Path(out_dir), recipe, train.dpo, log_callback,
+                          save_merged)
+
+
+def _train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe, cfg: DPOParams,
+               log_callback: LogCallback | None, save_merged: bool) -> TrainResult:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
     from trl import DPOConfig, DPOTrainer
 
-    train = train or TrainParams()
-    recipe, cfg = SFTRecipe.from_params(train), train.dpo
-    model_dir, rows_path, out_dir = Path(model_dir), Path(rows_path), Path(out_dir)
     check_model(model_dir)
     examples = preference_examples(read_jsonl(rows_path), str(rows_path))
     if not examples:
@@ -83,7 +89,8 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
         output_dir=str(out_dir / "trainer"), use_cpu=not torch.cuda.is_available(),
         bf16=use_bf16(recipe.precision), fp16=False, activation_checkpointing=recipe.gradient_checkpointing,
         report_to=[], save_strategy="no", disable_tqdm=True, logging_strategy="steps",
-        logging_steps=recipe.logging_steps, learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs,
+        logging_steps=recipe.logging_steps, learning_rate=recipe.learning_rate,
+        num_train_epochs=recipe.num_train_epochs,
         max_steps=recipe.max_steps, per_device_train_batch_size=recipe.per_device_train_batch_size,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps, lr_scheduler_type=recipe.lr_scheduler_type,
         warmup_steps=recipe.warmup_steps, weight_decay=recipe.weight_decay, max_grad_norm=recipe.max_grad_norm,
@@ -94,7 +101,7 @@ def train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, train: TrainParam
     box = [DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tok,
                       peft_config=lora_config(recipe), callbacks=[history, ProgressCallback("train: LoRA DPO")])]
     del model  # the trainer holds it
-    out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, recipe.save_merged)
+    out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, save_merged)
     steps = int(out.global_step)
     metrics: dict[str, Any] = {**data_stats, **history.summary, "n_rows": len(examples), "train_loss": float(out.training_loss),
                                "global_step": steps, "train_wall_s": train_s,

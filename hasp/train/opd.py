@@ -23,8 +23,7 @@ from hasp.agent.parser import ParsedAction, parse_action
 from hasp.config import TrainParams
 from hasp.llm.cancel import worker_pool
 from hasp.records import Action, StepRecord, Trajectory
-from hasp.signals.coarse import SignalWeights
-from hasp.train.data import build_sft_rows
+from hasp.train.data import build_sft_rows, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
 from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
 
@@ -50,12 +49,11 @@ def _teacher_target(reply: str) -> dict[str, str] | None:
 
 
 def opd_rows(trajs: Sequence[Trajectory], train: TrainParams, *, reward_floor: float,
-             teacher: Teacher | None = None, weights: SignalWeights | None = None,
-             rnd: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+             teacher: Teacher | None = None, rnd: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows at the PF-corrected visited states, weighted by A_t, with the chosen target source."""
     cfg = train.opd
     source = target_source(train, teacher)
-    rows = build_sft_rows(trajs, reward_floor=reward_floor, weights=weights)
+    rows = build_sft_rows(score_all(trajs), reward_floor=reward_floor)
     for r in rows:
         r["source"] = "opd"
         r["target_source"] = "pf"
@@ -82,9 +80,8 @@ def opd_rows(trajs: Sequence[Trajectory], train: TrainParams, *, reward_floor: f
 
 
 def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, *, reward_floor: float,
-               teacher: Teacher | None, questions: Sequence[Any] = (),
-               weights: SignalWeights | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    rows, stats = opd_rows(trajs, train, reward_floor=reward_floor, teacher=teacher, weights=weights, rnd=rnd)
+               teacher: Teacher | None, questions: Sequence[Any] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rows, stats = opd_rows(trajs, train, reward_floor=reward_floor, teacher=teacher, rnd=rnd)
     hs: list[dict[str, Any]] = []
     if train.opd.hindsight.enabled:
         hs, stats["hindsight"] = hindsight_rows(trajs, weight=train.opd.hindsight.weight, questions=questions,
@@ -99,8 +96,7 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, *, reward_
 
 def train_opd(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
               reward_floor: float, teacher: Teacher | None = None, split: str = "train",
-              weights: SignalWeights | None = None, log_callback: LogCallback | None = None,
-              inputs_key: str | None = None) -> RecipeResult:
+              log_callback: LogCallback | None = None, inputs_key: str | None = None) -> RecipeResult:
     """``train.opd.iterations`` rounds of on-policy distillation from ``model_dir``.
 
     ``reward_floor`` is ``train.opd.reward_floor`` when set, else the caller's ``signals.reward_floor``."""
@@ -109,8 +105,7 @@ def train_opd(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_di
     target_source(train, teacher)  # refuse a missing teacher before any rollout
     floor = train.opd.reward_floor if train.opd.reward_floor is not None else reward_floor
     return run_rounds("opd", Path(model_dir), questions, sample, Path(out_dir), train,
-                      rounds=train.opd.iterations, learning_rate=train.opd.learning_rate,
-                      num_train_epochs=train.opd.num_train_epochs,
+                      rounds=train.opd.iterations,
                       build_rows=lambda trajs, i: round_rows(trajs, i, train, reward_floor=floor, teacher=teacher,
-                                                             questions=questions, weights=weights),
+                                                             questions=questions),
                       log_callback=log_callback, inputs_key=inputs_key)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from hasp.config import ExperimentPreset, ParamsError, TrainParams
+from hasp.config import ExperimentPreset, ParamsError, RecipeParams, TrainerParams, TrainParams
 
 PRESETS_FILE = "hasp/train/presets.yaml"
 GROUPS = {"paper": "", "cpu": "_cpu"}  # group in the file -> suffix of its preset names
@@ -67,14 +67,22 @@ def get_preset(name: str, *, key: str = "train.preset") -> ExperimentPreset:
     return presets[name]
 
 
-def _unknown_knobs(top: Mapping[str, Any], base: Mapping[str, Any], prefix: str) -> list[str]:
-    """Dotted keys of ``top`` that ``base`` (a dumped train section) does not have."""
+#: recipe blocks of the train section: besides their own keys they take the trainer knobs as overrides
+_RECIPE_BLOCKS = {name for name, f in TrainParams.model_fields.items()
+                  if isinstance(f.annotation, type) and issubclass(f.annotation, RecipeParams)}
+
+
+def _unknown_knobs(top: Mapping[str, Any], base: Mapping[str, Any], prefix: str, *,
+                   trainer_knobs: bool = False) -> list[str]:
+    """Dotted keys of ``top`` that ``base`` (a dumped train section) does not have; a recipe block
+    (``trainer_knobs``) also knows the trainer knobs (whether the recipe reads one is the schema's check)."""
+    known = set(base) | (set(TrainerParams.model_fields) if trainer_knobs else set())
     out: list[str] = []
     for k, v in top.items():
-        if k not in base or k in ("preset", "overrides"):
+        if k not in known or k in ("preset", "overrides"):
             out.append(f"{prefix}{k}")
-        elif isinstance(v, Mapping) and isinstance(base[k], Mapping):
-            out.extend(_unknown_knobs(v, base[k], f"{prefix}{k}."))
+        elif isinstance(v, Mapping) and isinstance(base.get(k), Mapping):
+            out.extend(_unknown_knobs(v, base[k], f"{prefix}{k}.", trainer_knobs=not trainer_knobs and k in _RECIPE_BLOCKS))
     return out
 
 

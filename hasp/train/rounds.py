@@ -44,16 +44,14 @@ class RecipeError(ValueError):
 
 @dataclass
 class RecipeResult:
-    """What a multi-round recipe left: the last checkpoint and one summary per round."""
+    """What a multi-round recipe left: the last checkpoint, one summary per round and the per-step
+    history of every round's trainer, its steps continued across rounds (each row says its round)."""
 
     recipe: str
     model_dir: Path  # the checkpoint the last round wrote (merged folder)
     adapter_dir: Path
     rounds: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"recipe": self.recipe, "model_dir": str(self.model_dir), "adapter_dir": str(self.adapter_dir),
-                "rounds": self.rounds}
+    history: list[dict[str, float]] = field(default_factory=list)
 
 
 def as_trajectories(items: Iterable[Trajectory | dict[str, Any]]) -> list[Trajectory]:
@@ -78,10 +76,10 @@ def round_fingerprint(recipe: str, start: Path, questions: Sequence[Any], train:
 
 
 def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path,
-               train: TrainParams, *, rounds: int, learning_rate: float, num_train_epochs: float,
-               build_rows: RowBuilder, log_callback: LogCallback | None = None,
+               train: TrainParams, *, rounds: int, build_rows: RowBuilder, log_callback: LogCallback | None = None,
                inputs_key: str | None = None) -> RecipeResult:
-    """``rounds`` rounds of sample → rows → LoRA SFT; returns the last checkpoint and every round's summary.
+    """``rounds`` rounds of sample → rows → LoRA SFT with ``train.trainer(recipe)``'s knobs; returns the
+    last checkpoint and every round's summary.
 
     ``inputs_key`` names what the sampler depends on beyond the arguments (library, data, agent
     settings; the grid passes its phase's cache key): it is part of each round's fingerprint."""
@@ -89,10 +87,10 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
 
     check_model(model_dir)
     out_dir = Path(out_dir)
-    sft = SFTRecipe.from_params(train).model_copy(update={
-        "learning_rate": learning_rate, "num_train_epochs": num_train_epochs, "save_merged": True})
+    sft = SFTRecipe.from_params(train.trainer(recipe))
     current, adapter = Path(model_dir), Path(model_dir)
     done: list[dict[str, Any]] = []
+    history: list[dict[str, float]] = []
     step0 = 0
     k = train.rollout.k
     previous: str | None = None
@@ -119,8 +117,9 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
             def shifted(metrics: dict[str, float], step: int, _o: int = offset) -> Any:
                 return log_callback({**metrics, "round": float(i)}, step + _o) if log_callback else None
 
+            # the next round samples from the merged folder
             res = train_sft(current, rdir / "rows.jsonl", rdir, sft, log_callback=shifted,
-                            label=f"train: {recipe} round {i + 1}/{rounds}")
+                            label=f"train: {recipe} round {i + 1}/{rounds}", save_merged=True)
             summary = {"round": i, "start_model": str(current), "n_trajectories": len(trajs),
                        "n_questions": len(questions), "k": k, "data": stats,
                        "metrics": res.metrics, "step_offset": offset,
@@ -128,8 +127,9 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
             write_json(summary, marker)
         previous = fp
         done.append(summary)
+        trainer_log = read_json(rdir / "train_summary.json") if (rdir / "train_summary.json").is_file() else {}
+        history += [{**h, "step": h["step"] + summary["step_offset"], "round": float(i)}
+                    for h in trainer_log.get("history", [])]
         step0 = int(summary["step_offset"]) + int(summary["metrics"].get("global_step", 0))
         current, adapter = Path(summary["merged_dir"]), Path(summary["adapter_dir"])
-    result = RecipeResult(recipe=recipe, model_dir=current, adapter_dir=adapter, rounds=done)
-    write_json(result.to_dict(), out_dir / f"{recipe}_summary.json")
-    return result
+    return RecipeResult(recipe=recipe, model_dir=current, adapter_dir=adapter, rounds=done, history=history)

@@ -25,7 +25,7 @@ from typing import Any
 
 from hasp.config import RSParams, TrainParams
 from hasp.records import Trajectory
-from hasp.signals.coarse import SignalWeights, score_trajectory
+from hasp.train.data import Scored, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
 from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
 
@@ -66,23 +66,23 @@ def composite(traj: Trajectory, cfg: RSParams, max_steps: int) -> float:
             + cfg.economy_weight * step_economy(traj, max_steps))
 
 
-def rs_score(traj: Trajectory, cfg: RSParams, weights: SignalWeights | None = None) -> tuple[float, str, float, float]:
+def rs_score(item: Scored, cfg: RSParams) -> tuple[float, str, float, float]:
     """(score, its source, TaskSuccess, A(τ)): Score(τ), or the skill-integrated reward when present."""
-    w = weights or SignalWeights()
-    success = 1.0 if traj.em >= w.success_em else 0.0
-    a = score_trajectory(traj, w).A
+    traj = item.traj
+    success = 1.0 if item.success else 0.0
+    a = item.score.A
     post = traj.harness.postprocess if traj.harness is not None else {}
     if cfg.skill_reward and isinstance(post.get(SKILL_REWARD_KEY), (int, float)):
         return float(post[SKILL_REWARD_KEY]), SKILL_REWARD_KEY, success, a
     return cfg.beta_success * success + cfg.beta_pf * a, "score", success, a
 
 
-def select(trajs: Sequence[Trajectory], cfg: RSParams, max_steps: int,
-           weights: SignalWeights | None = None) -> list[Verdict]:
-    """A verdict per trajectory: passed the composite filter, and kept among its question's top N."""
+def select(scored: Sequence[Scored], cfg: RSParams, max_steps: int) -> list[Verdict]:
+    """A verdict per scored trajectory: passed the composite filter, and kept among its question's top N."""
     verdicts = []
-    for i, t in enumerate(trajs):
-        score, source, success, a = rs_score(t, cfg, weights)
+    for i, item in enumerate(scored):
+        t = item.traj
+        score, source, success, a = rs_score(item, cfg)
         comp = composite(t, cfg, max_steps)
         verdicts.append(Verdict(index=i, qid=t.qid, em=t.em, f1=t.f1, step_economy=step_economy(t, max_steps),
                                 composite=comp, task_success=success, pf_score=a, score=score,
@@ -98,17 +98,14 @@ def select(trajs: Sequence[Trajectory], cfg: RSParams, max_steps: int,
     return verdicts
 
 
-def kept_rows(trajs: Sequence[Trajectory], verdicts: Sequence[Verdict], cfg: RSParams,
-              weights: SignalWeights | None = None) -> list[dict[str, Any]]:
+def kept_rows(scored: Sequence[Scored], verdicts: Sequence[Verdict], cfg: RSParams) -> list[dict[str, Any]]:
     """SFT rows on every audited step of the kept trajectories; the target is the action that ran."""
-    w = weights or SignalWeights()
     rows = []
     for v in verdicts:
         if not v.kept:
             continue
-        t = trajs[v.index]
-        step_scores = score_trajectory(t, w).steps
-        for step, sc in zip(t.steps, step_scores):
+        t = scored[v.index].traj
+        for step, sc in zip(t.steps, scored[v.index].score.steps):
             if step.audit is None or not step.prompt_messages:
                 continue
             weight = {"uniform": 1.0, "score": v.score, "step": sc.A}[cfg.row_weight]
@@ -120,13 +117,14 @@ def kept_rows(trajs: Sequence[Trajectory], verdicts: Sequence[Verdict], cfg: RSP
     return rows
 
 
-def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, questions: Sequence[Any] = (),
-               weights: SignalWeights | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """One RS round's rows and what the filter did; an empty kept set is an error unless hindsight
-    rows (an option apart from the paper's recipe) supply material."""
+def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams,
+               questions: Sequence[Any] = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One RS round's rows and what the filter did (each trajectory scored once, for both); an empty
+    kept set is an error unless hindsight rows (an option apart from the paper's recipe) supply material."""
     cfg = train.rs
-    verdicts = select(trajs, cfg, train.rollout.max_steps, weights)
-    rows = kept_rows(trajs, verdicts, cfg, weights)
+    scored = score_all(trajs)
+    verdicts = select(scored, cfg, train.rollout.max_steps)
+    rows = kept_rows(scored, verdicts, cfg)
     kept_q = {v.qid for v in verdicts if v.kept}
     stats: dict[str, Any] = {
         "sampled": len(trajs), "passed": sum(v.passed for v in verdicts), "kept": sum(v.kept for v in verdicts),
@@ -149,8 +147,8 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, questions:
 
 
 def train_rs(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
-             split: str = "train", weights: SignalWeights | None = None,
-             log_callback: LogCallback | None = None, inputs_key: str | None = None) -> RecipeResult:
+             split: str = "train", log_callback: LogCallback | None = None,
+             inputs_key: str | None = None) -> RecipeResult:
     """``train.rs.iterations`` rounds of rejection sampling from ``model_dir``; see the module docstring.
 
     ``sample(questions, model_dir)`` gets every question ``train.rollout.k`` times and returns their
@@ -158,7 +156,6 @@ def train_rs(model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir
     if train.rs.hindsight.enabled:
         check_split(split, "train.rs.hindsight")
     return run_rounds("rs", Path(model_dir), questions, sample, Path(out_dir), train,
-                      rounds=train.rs.iterations, learning_rate=train.rs.learning_rate,
-                      num_train_epochs=train.rs.num_train_epochs,
-                      build_rows=lambda trajs, i: round_rows(trajs, i, train, questions, weights),
+                      rounds=train.rs.iterations,
+                      build_rows=lambda trajs, i: round_rows(trajs, i, train, questions),
                       log_callback=log_callback, inputs_key=inputs_key)

@@ -1,25 +1,59 @@
-"""One training phase of any recipe, from params: what ``hasp train`` and the experiment grid call.
+"""One training phase of any recipe, from params: the one entry point ``hasp train <recipe>``, the
+evolution epoch's training step and the experiment grid all call.
 
-``run_recipe`` resolves the train section (with its preset), checks the model before anything
+``run_recipe`` takes the resolved train section (preset applied), checks the model before anything
 starts, and hands each recipe the inputs it reads: SFT and DPO a rows file (``sft.jsonl`` /
-``dpo.jsonl``), RS and OPD a sampler over the training questions. It writes
-``recipe_summary.json`` under the output folder with the checkpoint the phase ended on, so a caller
-(the CLI, a Prefect task) gets the same answer from a fresh run and from a finished one.
+``dpo.jsonl``), RS and OPD a sampler over the training questions. Every recipe ends in the same
+``TrainSummary``, written as ``train_metrics.json`` under the output folder, so a caller (the CLI, a
+Prefect task, DVC's metrics and plots) reads one shape from a fresh run and from a finished one.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from hasp.atomic import write_json
+from pydantic import BaseModel, ConfigDict, Field
+
+from hasp.atomic import read_json, write_json
 from hasp.config import Params, TrainParams
 from hasp.train.rounds import LogCallback, RecipeError, Sampler
 
-SUMMARY_FILE = "recipe_summary.json"
+SUMMARY_FILE = "train_metrics.json"
+TRAINER_FILE = "train_summary.json"  # what each trainer writes beside its adapter (knobs, metrics, history)
 #: (state messages, max_tokens) -> the teacher's reply text
 TeacherFn = Callable[[list[dict[str, str]], int], str]
+
+
+class TrainSummary(BaseModel):
+    """What one training phase left, in the same shape for every recipe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    recipe: Literal["sft", "rs", "opd", "dpo"]
+    preset: str | None = None
+    start_model: str | None = Field(None, description="the checkpoint training started from")
+    skipped: str | None = Field(None, description="why nothing was trained; None when a checkpoint was written")
+    model_dir: str | None = Field(None, description="the merged checkpoint the phase ended on")
+    adapter_dir: str | None = Field(None, description="the LoRA adapter of the last trainer")
+    rows: str | None = Field(None, description="sft/dpo: the rows file trained on")
+    metrics: dict[str, Any] = Field(default_factory=dict, description="the last trainer's final metrics")
+    history: list[dict[str, float]] = Field(
+        default_factory=list, description="per-step logs of every trainer; rs/opd steps continue across "
+                                          "rounds and each row says its round")
+    rounds: list[dict[str, Any]] = Field(default_factory=list, description="rs/opd: one summary per round")
+    train_summaries: list[str] = Field(default_factory=list, description="each trainer's own summary file")
+    wall_s: float = Field(0.0, description="seconds the phase took")
+
+    def brief(self) -> dict[str, Any]:
+        """The summary without its per-step history and per-round detail (what a command prints)."""
+        return {**self.model_dump(mode="json", exclude={"history", "rounds"}), "rounds": len(self.rounds)}
+
+
+def read_summary(out_dir: Path) -> TrainSummary:
+    return TrainSummary.model_validate(read_json(Path(out_dir) / SUMMARY_FILE))
 
 
 def resolve_model(model: Path | str | None) -> Path:
@@ -57,11 +91,36 @@ def resolved_train(p: Params, preset: str | None = None) -> TrainParams:
     return apply_preset(p.train, preset)
 
 
-def run_recipe(p: Params, *, model: Path, out_dir: Path, train: TrainParams | None = None,
+def skip_training(train: TrainParams, out_dir: Path, reason: str) -> TrainSummary:
+    """Record that this phase trains nothing, and why."""
+    summary = TrainSummary(recipe=train.recipe, preset=train.preset, skipped=reason)
+    write_json(summary.model_dump(mode="json"), Path(out_dir) / SUMMARY_FILE)
+    return summary
+
+
+def _train_on_rows(start: Path, rows: Path, out_dir: Path, train: TrainParams,
+                   log_callback: LogCallback | None) -> Any:
+    """sft or dpo on a rows file: one trainer, one checkpoint."""
+    if train.recipe == "dpo":
+        from hasp.train.dpo import train_dpo
+
+        return train_dpo(start, rows, out_dir, train, log_callback=log_callback)
+    from hasp.atomic import read_jsonl
+    from hasp.train.sft import SFTRecipe, train_sft
+
+    if not read_jsonl(rows):
+        raise RecipeError(f"{rows}: no SFT rows (no PF-corrected step above the reward floor)")
+    return train_sft(start, rows, out_dir, SFTRecipe.from_params(train.trainer("sft")),
+                     log_callback=log_callback, label="train: sft")
+
+
+def run_recipe(p: Params, *, model: Path | str | None, out_dir: Path, train: TrainParams | None = None,
                rows: Path | None = None, questions: Sequence[Any] = (), sample: Sampler | None = None,
                teacher: TeacherFn | None = None, log_callback: LogCallback | None = None,
-               inputs_key: str | None = None) -> dict[str, Any]:
-    """Train ``model`` with ``train.recipe`` into ``out_dir``; returns (and writes) the phase summary.
+               inputs_key: str | None = None) -> TrainSummary:
+    """Train ``model`` (a folder, a cached hub name, or None for the embedded model) with
+    ``train.recipe`` into ``out_dir``; returns (and writes) the phase summary. ``train.enabled: false``
+    trains nothing and says so.
 
     ``rows`` feeds sft/dpo; ``questions`` and ``sample`` feed rs/opd (``sample`` gets every question
     ``train.rollout.k`` times). A missing input is a ``RecipeError`` naming it. ``inputs_key`` (what the
@@ -69,44 +128,37 @@ def run_recipe(p: Params, *, model: Path, out_dir: Path, train: TrainParams | No
     train = train or resolved_train(p)
     out_dir = Path(out_dir)
     recipe = train.recipe
-    base: dict[str, Any] = {"recipe": recipe, "preset": train.preset, "start_model": str(model)}
+    if not train.enabled:
+        return skip_training(train, out_dir, "train.enabled is false")
+    t0 = time.perf_counter()
     if recipe in ("sft", "dpo"):
         if rows is None or not Path(rows).is_file():
             raise RecipeError(f"train.recipe {recipe}: rows file {rows} not found")
-        if recipe == "sft":
-            from hasp.atomic import read_jsonl
-            from hasp.train.sft import SFTRecipe, train_sft
-
-            if not read_jsonl(rows):
-                raise RecipeError(f"{rows}: no SFT rows (no PF-corrected step above the reward floor)")
-            res = train_sft(model, Path(rows), out_dir, SFTRecipe.from_params(train).model_copy(
-                update={"save_merged": True}), log_callback=log_callback, label="train: sft")
-        else:
-            from hasp.train.dpo import train_dpo
-
-            res = train_dpo(model, Path(rows), out_dir, train.model_copy(update={"save_merged": True}),
-                            log_callback=log_callback)
-        summary = {**base, "model_dir": str(res.merged_dir), "adapter_dir": str(res.adapter_dir),
-                   "metrics": res.metrics, "rows": str(rows),
-                   "train_summaries": [str(out_dir / "train_summary.json")]}
-    elif recipe in ("rs", "opd"):
-        if sample is None or not questions:
-            raise RecipeError(f"train.recipe {recipe} samples its own rollouts: it needs training questions "
-                              "and a sampler")
+    elif sample is None or not questions:
+        raise RecipeError(f"train.recipe {recipe} samples its own rollouts: it needs training questions "
+                          "and a sampler")
+    start = resolve_model(model)
+    base: dict[str, Any] = {"recipe": recipe, "preset": train.preset, "start_model": str(start)}
+    if recipe in ("sft", "dpo"):
+        res = _train_on_rows(start, Path(str(rows)), out_dir, train, log_callback)
+        summary = TrainSummary(**base, model_dir=str(res.merged_dir), adapter_dir=str(res.adapter_dir),
+                               rows=str(rows), metrics=res.metrics, history=res.history,
+                               train_summaries=[str(out_dir / TRAINER_FILE)])
+    else:
         if recipe == "rs":
             from hasp.train.rs import train_rs
 
-            rr = train_rs(model, questions, sample, out_dir, train, log_callback=log_callback, inputs_key=inputs_key)
+            rr = train_rs(start, questions, sample, out_dir, train, log_callback=log_callback, inputs_key=inputs_key)
         else:
             from hasp.train.opd import train_opd
 
-            rr = train_opd(model, questions, sample, out_dir, train, reward_floor=p.signals.reward_floor,
+            rr = train_opd(start, questions, sample, out_dir, train, reward_floor=p.signals.reward_floor,
                            teacher=teacher, log_callback=log_callback, inputs_key=inputs_key)
-        summary = {**base, "model_dir": str(rr.model_dir), "adapter_dir": str(rr.adapter_dir),
-                   "rounds": rr.rounds, "metrics": rr.rounds[-1]["metrics"] if rr.rounds else {},
-                   "train_summaries": [str(Path(r["adapter_dir"]).parent / "train_summary.json")
-                                       for r in rr.rounds]}
-    else:  # the schema allows only the four
-        raise RecipeError(f"train.recipe: unknown recipe {recipe!r}")
-    write_json(summary, out_dir / SUMMARY_FILE)
+        summary = TrainSummary(**base, model_dir=str(rr.model_dir), adapter_dir=str(rr.adapter_dir),
+                               rounds=rr.rounds, metrics=rr.rounds[-1]["metrics"] if rr.rounds else {},
+                               history=rr.history,
+                               train_summaries=[str(Path(r["adapter_dir"]).parent / TRAINER_FILE)
+                                                for r in rr.rounds])
+    summary.wall_s = time.perf_counter() - t0
+    write_json(summary.model_dump(mode="json"), out_dir / SUMMARY_FILE)
     return summary

@@ -29,12 +29,14 @@ Sample weights (TRL has none for SFT):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,20 +50,21 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.atomic import read_jsonl  # noqa: E402
-from hasp.config import SFTParams  # noqa: E402
+from hasp.config import TrainerParams  # noqa: E402
 from hasp.progress import Progress  # noqa: E402
 
 WEIGHT_COLUMN = "sample_weight"
 LogCallback = Callable[[dict[str, float], int], Any]  # mlflow.log_metrics(metrics, step=...) fits
 
 
-class SFTRecipe(SFTParams):
+class SFTRecipe(TrainerParams):
     """The SFT run's knobs as one object; fields, defaults and help text are the ``train`` section's
-    (``hasp.config.SFTParams``), so a knob set in params.yaml reaches the trainer unchanged."""
+    (``hasp.config.TrainerParams``), so a knob set in params.yaml reaches the trainer unchanged. Build it
+    from ``TrainParams.trainer(recipe)`` so a recipe block's overrides apply."""
 
     @classmethod
-    def from_params(cls, train: SFTParams) -> "SFTRecipe":
-        return cls.model_validate(train.model_dump(include=set(SFTParams.model_fields)))
+    def from_params(cls, trainer: TrainerParams) -> "SFTRecipe":
+        return cls.model_validate(trainer.model_dump(include=set(TrainerParams.model_fields)))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "SFTRecipe":
@@ -314,6 +317,19 @@ def idle_cores() -> int:
     return max(1, n - busy)
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """``train.torch_threads`` for the duration of one training (None: torch's default, 0: idle cores);
+    the setting is process-global, so the caller's is restored afterwards."""
+    prev = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n or idle_cores())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
 def write_pretrained(model: Any, tok: Any, folder: Path) -> None:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -383,23 +399,20 @@ def save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
 
 
 def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe | None = None, *,
-              log_callback: LogCallback | None = None, label: str = "train: LoRA SFT") -> TrainResult:
-    """Train a LoRA adapter on SFT rows; save adapter, merged model and a summary under ``out_dir``.
+              log_callback: LogCallback | None = None, label: str = "train: LoRA SFT",
+              save_merged: bool = True) -> TrainResult:
+    """Train a LoRA adapter on SFT rows; save adapter, merged model (unless ``save_merged`` is false)
+    and a summary under ``out_dir``.
 
     ``log_callback(metrics, step)`` is called at every logging step (``mlflow.log_metrics`` fits).
     """
     recipe = recipe or SFTRecipe()
-    prev_threads = torch.get_num_threads()
-    if recipe.torch_threads is not None:
-        torch.set_num_threads(recipe.torch_threads or idle_cores())
-    try:
-        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback, label)
-    finally:
-        torch.set_num_threads(prev_threads)  # process-global: do not leak the setting to the caller
+    with torch_threads(recipe.torch_threads):
+        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback, label, save_merged)
 
 
 def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe,
-               log_callback: LogCallback | None, label: str) -> TrainResult:
+               log_callback: LogCallback | None, label: str, save_merged: bool) -> TrainResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
     t0 = time.perf_counter()
@@ -436,7 +449,7 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     box = [trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
                        peft_config=lora_config(recipe), callbacks=[history, ProgressCallback(label)])]
     del model  # the trainer holds it
-    out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, recipe.save_merged)
+    out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, save_merged)
 
     steps = int(out.global_step)
     metrics: dict[str, Any] = {
