@@ -235,9 +235,9 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
         if not rep.passed:
             return [], [f"{cand.skill_id}: Phase D failed ({'; '.join(rep.errors[:2])})"]
         hit = trigger_hit_rate(compiled_pf(cand), [traj])
-        review = heuristic_review(cand, rep.q_exec, cluster, trigger_hit_rate=hit)
+        review = heuristic_review(cand, rep.q_exec, cluster, trigger_hit_rate=hit, evolve=e)
         why = [] if hit > 0 else [f"{cand.skill_id}: its trigger never fires on the episode it repairs"]
-        res = admit(lib_dir, cand, review, epoch=0, cluster=cluster, refusals=why,
+        res = admit(lib_dir, cand, review, epoch=0, cluster=cluster, refusals=why, evolve=e,
                     accept_reason="sequential rollout: Phase D passed and the trigger fires on its episode")
         return ([cand.skill_id], []) if res.admitted else ([], [res.reason])
 
