@@ -330,6 +330,26 @@ def params_write(out: Annotated[Path, typer.Option(help="File to write the resol
     typer.echo(str(out))
 
 
+@app.command("dvc-yaml")
+def dvc_yaml_cmd(out: Annotated[Path, typer.Option(help="Where to write it.")] = Path("dvc.yaml"),
+                 check: Annotated[bool, typer.Option("--check", help="Only compare: exit 1 when OUT differs.")]
+                 = False) -> None:
+    """Write dvc.yaml from the phase graph (hasp/evolve/phase_graph.py): each stage's deps and params are
+    the phase's declared inputs, the same ones the Prefect cache keys on."""
+    from hasp.evolve.dvc_yaml import dvc_yaml
+
+    text = dvc_yaml()
+    if check:
+        same = out.is_file() and out.read_text(encoding="utf-8") == text
+        typer.echo(f"{out} {'matches' if same else 'differs from'} the phase graph"
+                   + ("" if same else ": run `hasp dvc-yaml`"))
+        raise typer.Exit(0 if same else 1)
+    from hasp.atomic import atomic_write
+
+    atomic_write(out, lambda f: f.write(text))
+    typer.echo(f"wrote {out}")
+
+
 @app.command("retriever-serve")
 def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, topk: int = 3) -> None:
     """Serve a BM25 index over CORPUS (jsonl of {id, contents}) with the Search-R1 /retrieve API."""
