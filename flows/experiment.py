@@ -51,7 +51,6 @@ from tasks.episodes import make_executor
 from tasks import phases
 from tasks.cache import output_complete, outputs_complete
 
-GRID = ("E1", "E2", "E3", "E4", "E5", "E6")
 GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.train.opd", "hasp.train.dpo",
                 "hasp.train.rounds", "hasp.train.hindsight", "hasp.train.presets", "hasp.eval.runner")
 
@@ -70,11 +69,6 @@ def eval_code_version() -> str:
     """The code key of the untrained evaluation: the runner, the agent and its prompt files only."""
     prompts = sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
     return source_key([*module_closure(EVAL_MODULES), *prompts])
-
-
-def grid_names(suffix: str = "_cpu") -> list[str]:
-    """The six presets of one group: ``_cpu`` (the embedded model) or ``""`` (the paper's)."""
-    return [f"{n}{suffix}" for n in GRID]
 
 
 def model_identity(folder: Path) -> str:

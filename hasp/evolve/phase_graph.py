@@ -29,7 +29,7 @@ DVC_LAYOUT: Mapping[str, str] = {"data": "outputs/data", "epoch": "outputs/epoch
                                  "out": "outputs"}
 
 #: modules the library's pf.py files import: a phase that runs the skills runs them too
-SKILL_RUNTIME = ("hasp.domains.search.pf_support", "hasp.pf.teacher_ask")
+SKILL_RUNTIME = ("hasp.domains.search.pf_support", "hasp.pf.teacher")
 #: where the epoch's phase functions live (each phase runs through it)
 EPOCH_FILE = "hasp/evolve/epoch.py"
 #: the policy's rollout: the agent, the search task, the library and the skills it loads

@@ -50,8 +50,3 @@ class SearchTask:
         return episode_runner(policy=policy, library=library, cfg=cfg, variant=variant, params=harness,
                               make_env=make_env, teacher=teacher, scorer=score, label=label)
 
-
-def skills_prompt(library: SkillLibrary, limit: int = 8) -> str:
-    """Prompt-only rendering of the library: one line per skill summary."""
-    lines = [f"- {s.spec.system_summary or s.spec.description}" for s in library.skills[:limit]]
-    return "\n".join(lines)
