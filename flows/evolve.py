@@ -274,7 +274,7 @@ def _prepare(p: Params, data_dir: Path, pipe: Pipeline) -> dict[str, Any]:
 
 
 @flow(name="hasp-evolve-epoch", log_prints=True)
-def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs",
+def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "outputs",
                       library: str = "skills/search", epoch: int = 0) -> dict[str, Any]:
     p = load_params(params_path)
     out, lib = Path(out_root), Path(library)
@@ -320,7 +320,7 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
 
 @flow(name="hasp-evolve", log_prints=True)
 def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
-                params_path: str = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
+                params_path: str | None = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
                 start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None) -> dict[str, Any]:
     """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
     params.yaml.

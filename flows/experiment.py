@@ -253,7 +253,7 @@ def flat_gains(gains: dict[str, Any]) -> dict[str, Any]:
 
 
 @flow(name="hasp-experiment-grid", log_prints=True)
-def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_root: str = "outputs/experiment",
+def experiment_flow(presets: list[str], params_path: str | None = "params.yaml", out_root: str = "outputs/experiment",
                     library: str = "skills/search", data_dir: str | None = None, model: str | None = None,
                     run_name: str | None = None) -> dict[str, Any]:
     """Run ``presets`` (e.g. ``["E3_cpu"]`` or the six) from ``model`` (default: the embedded model)."""

@@ -12,7 +12,7 @@ import yaml
 from hasp.config import load_params
 from hasp.evolve.dvc_yaml import dvc_yaml
 from hasp.evolve.phase_graph import BY_NAME, DVC_LAYOUT, cache_key, code_paths
-from tests.test_dvc_pipeline import DVC, repo, run, set_param, stale  # noqa: F401 - repo is a fixture
+from test_dvc_pipeline import DVC, dvc_repo, run, set_param, stale  # noqa: F401 - dvc_repo is a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,16 +62,16 @@ def test_every_stage_reads_its_code_and_the_files_upstream_stages_write():
         assert s["cmd"].startswith("hasp "), name  # no logic in dvc.yaml
 
 
-def test_dvc_status_shows_propose_changed_when_proposal_format_changes(repo):
+def test_dvc_status_shows_propose_changed_when_proposal_format_changes(dvc_repo):
     """Record the propose and analyse stages as done (``dvc commit`` on placeholder outputs, no model),
     then change evolve.proposal_format: DVC reports propose changed and analyse unchanged."""
-    ep = repo / "outputs" / "epoch_0"
+    ep = dvc_repo / "outputs" / "epoch_0"
     ep.mkdir(parents=True)
     for name in ("rollout.jsonl", "failures.json", "summaries.json", "clusters.json", "summary_analyse.json",
                  "candidates.json", "summary_propose.json"):
         (ep / name).write_text("[]\n")
-    run(DVC + ["commit", "-f", "analyse", "propose"], repo)
-    assert stale(repo, "analyse", "propose") == set()
-    set_param(repo, "evolve", "proposal_format", "code")
-    assert stale(repo, "analyse", "propose") == {"propose"}
-    assert "evolve.proposal_format" in run(DVC + ["status", "propose"], repo)
+    run(DVC + ["commit", "-f", "analyse", "propose"], dvc_repo)
+    assert stale(dvc_repo, "analyse", "propose") == set()
+    set_param(dvc_repo, "evolve", "proposal_format", "code")
+    assert stale(dvc_repo, "analyse", "propose") == {"propose"}
+    assert "evolve.proposal_format" in run(DVC + ["status", "propose"], dvc_repo)

@@ -16,9 +16,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from hasp.cli.params import params_or_exit
+from hasp.cli.params import ParamsOpt, params_or_exit
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="Model to train: a local HF folder or a hub name in the local cache "
                     "(default: the embedded SmolLM2-135M-Instruct).")]
@@ -109,7 +108,7 @@ def _sampled(recipe: str, model: Optional[str], data: Path, library: Path, out: 
 
 
 def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
-       out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = Path("params.yaml"),
+       out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = None,
        preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
     checkpoint. Writes round_<i>/ (rollout, rows, adapter, merged) and recipe_summary.json."""
@@ -118,7 +117,7 @@ def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: Li
 
 def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
+        params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
     _sampled("opd", model, data, library, out, params, preset, track)
 
@@ -127,7 +126,7 @@ def dpo(model: ModelOpt = None,
         rows: Annotated[Path, typer.Option("--rows", help="Objective-A preference rows (Phase H's dpo.jsonl).")]
         = Path("outputs/epoch_0/dpo.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
+        params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""
     from hasp.train.run import resolve_model, run_recipe
 
