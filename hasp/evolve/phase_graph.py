@@ -147,10 +147,6 @@ PHASES: tuple[Phase, ...] = (
 BY_NAME: Mapping[str, Phase] = {ph.name: ph for ph in PHASES}
 
 
-def phase(name: str) -> Phase:
-    return BY_NAME[name]
-
-
 def repo_root() -> Path:
     """The folder holding the ``hasp`` package (paths in the graph are relative to it)."""
     return package_dir("hasp").parent
