@@ -30,6 +30,8 @@ from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
 from hasp.evolve.gate import epoch_phases, static_exec
+from hasp.evolve.phase_graph import cache_key, epoch_code_paths, repo_root
+from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.lazy import LazyPolicy
 from hasp.pf.library import library_hash
@@ -37,27 +39,9 @@ from hasp.progress import Pipeline, phase_result
 from hasp.track.dvc_plots import write_plot_data
 from tasks import phases
 from tasks.artifacts import publish_epoch
-from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete, source_key
+from tasks.cache import output_complete, outputs_complete
 from tasks.episodes import make_executor
 from tasks.phases import settle
-
-# Every hasp module an epoch executes (closed over their imports by ``module_closure``); their sources (plus the prompt files) are the code part of
-# each cache key, so editing an unrelated domain package does not invalidate the epoch's cache.
-EPOCH_MODULES = ("hasp.evolve.epoch", "hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.propose",
-                 "hasp.evolve.validate", "hasp.evolve.review", "hasp.evolve.admit", "hasp.evolve.summarize",
-                 "hasp.evolve.gate", "hasp.evolve.frontier", "hasp.signals.coarse",
-                 "hasp.train.data", "hasp.train.sft", "hasp.domains.search.task", "hasp.pf.sandboxed",
-                 "hasp.pf.sandbox_driver", "hasp.sandbox.policy", "hasp.sandbox.child", "hasp.llm.endpoints",
-                 # imported by the search seed skills' pf.py (the skills themselves are in the library hash)
-                 "hasp.domains.search.pf_support", "hasp.pf.teacher_ask")
-
-
-# Knobs only the admission gates, the frontier and the val gate read. Phases A–E are keyed without
-# them, so the filtering ablation (one run per row, same seed data) reuses one set of rollouts,
-# clusters, candidates, validations and reviews and differs only where the rows differ.
-GATE_ONLY = ("evolve.filtering", "evolve.val_gate", "evolve.val_rule", "evolve.val_limit", "evolve.r_skill_lambda",
-             "evolve.frontier_size", "evolve.rollback_tolerance", "evolve.max_library_size")
-
 
 def tracking_code_version(*roots: str) -> str:
     """Code key of a tracking task only (MLflow logging): it is left out of the phases' key, so
@@ -66,10 +50,10 @@ def tracking_code_version(*roots: str) -> str:
 
 
 def code_version() -> str:
-    files = module_closure(EPOCH_MODULES)
-    files += sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
-    files.append(Path(__file__).resolve().parents[1] / "hasp" / "train" / "presets.yaml")  # train.preset's values
-    return source_key(files)
+    """Code key of the whole epoch (every phase's code in the phase graph): the run-level tasks
+    (tracking, the grid) key on it; each phase keys on its own code only."""
+    root = repo_root()
+    return key_of(*[(p, content_hash(root / p)) for p in epoch_code_paths()])
 
 
 def _model_identity(params: Any) -> str:
@@ -180,12 +164,16 @@ def make_clients(p: Params, out: Path) -> Clients:
 
 @dataclass
 class RunKeys:
-    """The parts of every cache key that are fixed for a whole run."""
+    """What a run's cache keys need beyond the phase graph: the identities of the models it calls."""
 
-    code: str
     model_id: str
     teacher_id: str
-    data_h: str
+
+
+def layout(out: Path, data_dir: Path, ep_dir: Path, library: Path, evolved: Path | None = None) -> dict[str, Path]:
+    """Where this run keeps the artifacts the phase graph names by role."""
+    return {"data": data_dir, "epoch": ep_dir, "library": library, "evolved": evolved or ep_dir / "library",
+            "train": out / "train", "eval": out / "eval", "out": out}
 
 
 STALE_IF_SKIPPED = {"validate": "validation.json", "review": "reviews.json", "gate": "gate.json"}
@@ -206,74 +194,63 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     ep_dir.mkdir(parents=True, exist_ok=True)
     history = out / "proposal_history.jsonl"
     pipe = pipe or Pipeline(f"epoch {epoch}", epoch_phase_count(p))
-    code, model_id, teacher_id, data_h = keys.code, keys.model_id, keys.teacher_id, keys.data_h
+    model_id, teacher_id = keys.model_id, keys.teacher_id
     run_phases = epoch_phases(p.evolve)
     for phase, name in STALE_IF_SKIPPED.items():
         if phase not in run_phases:
             (ep_dir / name).unlink(missing_ok=True)
     sweep_scratch(ep_dir)
-    lib_h = content_hash(lib_in)
-    agent_llm = p.section_hash("agent", "llm", "harness", "sandbox")
+    lay = layout(out, data_dir, ep_dir, lib_in)
     ph: dict[str, Any] = {}
 
-    k = key_of(code, data_h, lib_h, agent_llm, model_id, teacher_id, p.evolve.prefilter)
+    k = cache_key("rollout", p, lay, model_id)
     ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
         k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher,
         executor=clients.executor)
-    roll_h = content_hash(ep_dir / "rollout.jsonl")
 
     summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
-    k = key_of(code, roll_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), summ_id, epoch)
+    k = cache_key("analyse", p, lay, summ_id, epoch)
     ph["analyse"] = _phase(pipe, "B analyse", phases.analyse, (ep_dir / "clusters.json",),
         k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch)
-    clus_h = content_hash(ep_dir / "clusters.json")
 
-    k = key_of(code, clus_h, lib_h, p.section_hash("evolve", exclude=GATE_ONLY), model_id,
-               [asdict(x) for x in history_before(history, epoch).entries], epoch)
+    k = cache_key("propose", p, lay, model_id, [asdict(x) for x in history_before(history, epoch).entries], epoch)
     ph["propose"] = _phase(pipe, "C propose", phases.propose, (ep_dir / "candidates.json",),
         k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
         epoch=epoch, history_path=history)
     clients.release_student()  # free its memory before the next model-heavy phases
-    cand_h = content_hash(ep_dir / "candidates.json")
 
     if "validate" in run_phases:
-        static = static_exec(p.evolve)
-        k = key_of(code, cand_h, static, p.section_hash("sandbox"))
+        k = cache_key("validate", p, lay)
         ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / "validation.json",),
-            k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static, sandbox=p.sandbox)
-    val_h = content_hash(ep_dir / "validation.json")
+            k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static_exec(p.evolve),
+            sandbox=p.sandbox)
 
     if "review" in run_phases:
-        k = key_of(code, cand_h, val_h, clus_h, roll_h, lib_h, p.section_hash("evolve", "sandbox", exclude=GATE_ONLY),
-                   teacher_id)
+        k = cache_key("review", p, lay)
         ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / "reviews.json",),
             k, ep_dir, lib_in, p, teacher=clients.teacher)
-    rev_h = content_hash(ep_dir / "reviews.json")
 
     # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's
     # seed member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
-    val_key = (code, data_h, agent_llm, p.evolve.val_limit, model_id, teacher_id)
-    k = key_of(*val_key, library_hash(lib_in))
+    k = cache_key("val_rollout", p, lay, model_id, library_hash(lib_in))
     ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
                                     policy=clients.policy, teacher=clients.teacher, label="val_baseline",
                                     executor=clients.executor)
     if "gate" in run_phases:
-        k = key_of(code, data_h, lib_h, cand_h, val_h, rev_h, p.section_hash("evolve"), agent_llm, model_id,
-                   teacher_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
+        k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
         ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / "gate.json",),
             k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher,
             executor=clients.executor)
-    gate_h = content_hash(ep_dir / "gate.json")
 
-    k = key_of(code, cand_h, rev_h, val_h, gate_h, lib_h, p.section_hash("evolve", "sandbox"), epoch)
+    k = cache_key("admit", p, lay, epoch)
     ph["admit"] = _phase(pipe, "F admit", phases.admit,
         (ep_dir / "library" / "library_history.json", ep_dir / "admission.json"),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
     evolved = ep_dir / "library"
 
-    k = key_of(*val_key, library_hash(evolved))
+    k = cache_key("val_rollout", p, lay, model_id, library_hash(evolved))
     ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
                                  policy=clients.policy, teacher=clients.teacher, label="val_after",
                                  executor=clients.executor)
@@ -283,8 +260,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     earlier = [content_hash(f) for f in sorted(out.glob("epoch_*/skill_records.jsonl"))
                if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
-    k = key_of(code, roll_h, p.section_hash("signals", "evolve"), cand_h, rev_h, val_h, gate_h,
-               content_hash(ep_dir / "admission.json"), earlier)
+    k = cache_key("build_data", p, lay, earlier)
     ph["build_data"] = _phase(pipe, "G-H build data", phases.build_data, (ep_dir / "sft.jsonl",),
         k, ep_dir / "rollout.jsonl", p, ep_dir)
     for name, summary in ph.items():
@@ -292,13 +268,13 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     return ph, carry
 
 
-def _prepare(p: Params, data_dir: Path, code: str, pipe: Pipeline) -> dict[str, Any]:
-    k = key_of(code, p.section_hash("data"))
+def _prepare(p: Params, data_dir: Path, pipe: Pipeline) -> dict[str, Any]:
+    k = cache_key("prepare", p, {"data": data_dir})
     return _phase(pipe, "prepare data", phases.prepare_data, (data_dir / "test.jsonl",), k, p, data_dir)
 
 
 @flow(name="hasp-evolve-epoch", log_prints=True)
-def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs",
+def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "outputs",
                       library: str = "skills/search", epoch: int = 0) -> dict[str, Any]:
     p = load_params(params_path)
     out, lib = Path(out_root), Path(library)
@@ -311,20 +287,20 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
     phase_out: dict[str, Any] = {}
     pipe = Pipeline(f"epoch {epoch}", epoch_phase_count(p) + 4)  # + data, train, evaluate, track
     try:
-        phase_out["data"] = _prepare(p, data_dir, code, pipe)
-        keys = RunKeys(code, model_id, teacher_id, content_hash(data_dir))
+        phase_out["data"] = _prepare(p, data_dir, pipe)
+        keys = RunKeys(model_id, teacher_id)
         ep_phases, carry = run_epoch(p, out, data_dir, lib, epoch, clients, keys, seed_frontier=True, pipe=pipe)
         phase_out.update(ep_phases)
         ep_dir = out / f"epoch_{epoch}"
 
-        train_key = key_of(code, content_hash(ep_dir / "sft.jsonl"), p.section_hash("train"), model_id)
+        lay = layout(out, data_dir, ep_dir, lib, evolved=carry)
+        train_key = cache_key("train", p, lay, model_id)
         phase_out["train"] = pipe.run("train", phases.train.with_options(
             refresh_cache=p.train.enabled and _fresh(trained_dir / "config.json")),
             train_key, ep_dir / "sft.jsonl", p, out / "train")
         has_trained = (trained_dir / "config.json").exists()
 
-        k = key_of(code, keys.data_h, content_hash(carry), content_hash(lib),
-                   p.section_hash("agent", "llm", "harness", "sandbox"), model_id, train_key if has_trained else None, teacher_id)
+        k = cache_key("evaluate", p, lay, model_id, content_hash(lib))  # lib: the "before" arm's library
         eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval" / "metrics.json",),
             k, p, data_dir, carry, out / "eval", policy=clients.policy,
             trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib,
@@ -344,7 +320,7 @@ def evolve_epoch_flow(params_path: str = "params.yaml", out_root: str = "outputs
 
 @flow(name="hasp-evolve", log_prints=True)
 def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
-                params_path: str = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
+                params_path: str | None = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
                 start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None) -> dict[str, Any]:
     """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
     params.yaml.
@@ -376,8 +352,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     ran = list(range(start_epoch, start_epoch + epochs))
     pipe = Pipeline(f"{epochs} epoch(s)", 2 + epochs * epoch_phase_count(p) + int(final_eval))
     try:
-        data_sum = _prepare(p, data_dir, code, pipe)
-        keys = RunKeys(code, *keys_model, content_hash(data_dir))
+        data_sum = _prepare(p, data_dir, pipe)
+        keys = RunKeys(*keys_model)
         for i in ran:
             ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0), pipe=pipe)
             per_epoch.append(ph)
@@ -386,8 +362,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                          + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
                             if ph["frontier"]["rolled_back_to"] is not None else ""))
         if final_eval:
-            k = key_of(code, keys.data_h, content_hash(lib), content_hash(start_lib),
-                       p.section_hash("agent", "llm", "harness", "sandbox"), *keys_model)
+            lay = layout(out, data_dir, out / f"epoch_{ran[-1]}", start_lib, evolved=lib)
+            k = cache_key("evaluate", p, lay, keys.model_id, content_hash(start_lib))
             eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval_evolution" / "metrics.json",),
                 k, p, data_dir, lib, out / "eval_evolution", policy=clients.policy, trained_policy=None,
                 teacher=clients.teacher, library_before=start_lib, executor=clients.executor)

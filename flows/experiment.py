@@ -42,14 +42,15 @@ from hasp.config import Params, load_params
 from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 from hasp.eval.paired import START_LIBRARY, add_grid_gains
 from hasp.eval.summary import hop_counts
+from hasp.evolve.phase_graph import cache_key
+from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from tasks import experiment as texp
 from tasks.episodes import make_executor
 from tasks import phases
-from tasks.cache import content_hash, key_of, module_closure, output_complete, outputs_complete, source_key
+from tasks.cache import output_complete, outputs_complete
 
-GRID = ("E1", "E2", "E3", "E4", "E5", "E6")
 GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.train.opd", "hasp.train.dpo",
                 "hasp.train.rounds", "hasp.train.hindsight", "hasp.train.presets", "hasp.eval.runner")
 
@@ -68,11 +69,6 @@ def eval_code_version() -> str:
     """The code key of the untrained evaluation: the runner, the agent and its prompt files only."""
     prompts = sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
     return source_key([*module_closure(EVAL_MODULES), *prompts])
-
-
-def grid_names(suffix: str = "_cpu") -> list[str]:
-    """The six presets of one group: ``_cpu`` (the embedded model) or ``""`` (the paper's)."""
-    return [f"{n}{suffix}" for n in GRID]
 
 
 def model_identity(folder: Path) -> str:
@@ -178,7 +174,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         if closed:
             ev = Clients(policy=clients.policy(ckpt), student=clients.student(ckpt), trained=None,
                          teacher=clients.teacher, executor=clients.executor)
-            ep, lib = run_epoch(pe, e_dir / "evolve", data, lib, i, ev, RunKeys(code, ckpt_id, teacher_id, data_h),
+            ep, lib = run_epoch(pe, e_dir / "evolve", data, lib, i, ev, RunKeys(ckpt_id, teacher_id),
                                 seed_frontier=(i == 0), pipe=pipe)
             clients.release_student()
             ph["evolve"] = {"mode": pe.evolve.mode, "proposed": ep["propose"]["proposed"],
@@ -196,10 +192,10 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
                 copy_output(a_roll, pool)
                 ph["rollout"] = {**ep["rollout"], "reused_from": str(a_roll)}
             else:
-                k = key_of(code, data_h, lib_h, agent_h, ckpt_id, teacher_id, p.evolve.prefilter)
+                k = cache_key("rollout", pe, {"data": data, "library": lib}, ckpt_id)
                 ph["rollout"] = _phase(pipe, f"{name} phase {i}: rollout pool", phases.rollout, (pool,),
                                        k, pe, data, lib, pool, policy=clients.policy(ckpt), teacher=clients.teacher)
-            k = key_of(code, content_hash(pool), p.section_hash("signals", "evolve"))
+            k = cache_key("build_data", pe, {"epoch": ph_dir}, [])
             ph["build_data"] = _phase(pipe, f"{name} phase {i}: rows", phases.build_data, (ph_dir / "sft.jsonl",),
                                       k, pool, pe, ph_dir)
             rows = ph_dir / ("sft.jsonl" if t.recipe == "sft" else t.dpo.rows)
@@ -257,7 +253,7 @@ def flat_gains(gains: dict[str, Any]) -> dict[str, Any]:
 
 
 @flow(name="hasp-experiment-grid", log_prints=True)
-def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_root: str = "outputs/experiment",
+def experiment_flow(presets: list[str], params_path: str | None = "params.yaml", out_root: str = "outputs/experiment",
                     library: str = "skills/search", data_dir: str | None = None, model: str | None = None,
                     run_name: str | None = None) -> dict[str, Any]:
     """Run ``presets`` (e.g. ``["E3_cpu"]`` or the six) from ``model`` (default: the embedded model)."""
@@ -284,7 +280,7 @@ def experiment_flow(presets: list[str], params_path: str = "params.yaml", out_ro
     started = time.time()
     try:
         if not outputs_complete(data / "corpus.jsonl", data / "train.jsonl", data / "test.jsonl"):
-            _prepare(p, data, code, pipe)
+            _prepare(p, data, pipe)
         data_h = content_hash(data)
         k = key_of(eval_code_version(), data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"),
                    base_id, teacher_id)

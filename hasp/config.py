@@ -659,7 +659,7 @@ def _read_mapping(path: Path) -> dict[str, Any]:
     return raw
 
 
-def demo_params(path: Path | str) -> Params:
+def demo_params(path: Path | str | None) -> Params:
     """``path`` with its ``demo:`` overrides applied: the scale of ``hasp demo`` (a few one-hop
     questions, short episodes) stated in the same file as every other knob."""
     base = load_params(path)
@@ -667,6 +667,25 @@ def demo_params(path: Path | str) -> Params:
         return load_params(path, base.demo)
     except ParamsError as e:
         raise ParamsError(f"{e} (set by its demo: section)") from None
+
+
+#: the params file a command reads when none is named, in the folder it runs in
+DEFAULT_PARAMS_FILE = Path("params.yaml")
+
+
+def params_file(path: Path | str | None) -> Path | None:
+    """The file a command reads: ``path`` when one is named (it must exist: a typo must not silently run
+    on defaults), else ``./params.yaml`` when there is one, else None: the built-in defaults, so every
+    command also runs outside the repository."""
+    if path is not None:
+        return Path(path)
+    return DEFAULT_PARAMS_FILE if DEFAULT_PARAMS_FILE.is_file() else None
+
+
+def defaults_notice() -> str:
+    """The one line a command prints when it runs on the built-in defaults."""
+    return (f"no {DEFAULT_PARAMS_FILE} in {Path.cwd()}: running on the built-in defaults "
+            "(--params FILE reads one)")
 
 
 def load_params(path: Path | str | None = None, overrides: dict[str, Any] | None = None) -> Params:

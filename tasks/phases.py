@@ -1,9 +1,9 @@
 """One Prefect task per phase. Each is a typed wrapper over ``hasp.evolve.epoch``.
 
-Tasks take a ``cache_key`` computed by the flow from content hashes (see
-``tasks.cache``); everything else they receive (paths, live clients, the episode
-executor of ``runner.kind``) is not part of the key: where episodes run does not
-change what they produce. Results (the phase summaries) are persisted so a second run of an
+Tasks take a ``cache_key`` the flow derives from the phase graph (``hasp.evolve.phase_graph.cache_key``:
+the phase's code, params keys and upstream files, plus the model's identity); everything else they
+receive (paths, live clients, the episode executor of ``runner.kind``) is not part of the key: where
+episodes run does not change what they produce. Results (the phase summaries) are persisted so a second run of an
 unchanged epoch is served from the cache.
 
 A phase whose model calls failed (its summary counts ``failed_calls``) finishes by raising

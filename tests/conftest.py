@@ -32,3 +32,20 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             yield home
     finally:
         mp.undo()
+
+
+#: fixtures that start the real model (llama.cpp or transformers serving the embedded weights) or train one
+MODEL_FIXTURES = frozenset({"real_llm", "tiny_model_dir", "transformers_llm", "llamacpp", "peft_and_llamacpp"})
+#: fixtures that start a service: a Prefect API, or a git + DVC repository the test runs DVC in
+SERVICE_FIXTURES = frozenset({"prefect_harness", "dvc_repo"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by the fixtures they use (directly or through other fixtures), so the quick lane
+    ``pytest -m "not model and not services"`` needs no list of files kept by hand."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
+        if used & SERVICE_FIXTURES:
+            item.add_marker(pytest.mark.services)

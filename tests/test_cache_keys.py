@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tasks.cache import content_hash, key_of, module_closure
+from hasp.fingerprint import content_hash, key_of, module_closure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,10 +21,10 @@ def test_module_closure_follows_function_level_imports():
 
 def test_how_results_are_logged_is_not_in_the_key_of_what_produced_them():
     """Editing MLflow logging must not re-run rollouts or training (hours), only the tracking task."""
-    from flows.evolve import EPOCH_MODULES
     from flows.experiment import GRID_MODULES
+    from hasp.evolve.phase_graph import epoch_code_paths
 
-    phases = {str(f.relative_to(ROOT)) for f in module_closure((*EPOCH_MODULES, *GRID_MODULES))}
+    phases = {*epoch_code_paths(), *(str(f.relative_to(ROOT)) for f in module_closure(GRID_MODULES))}
     assert not [f for f in phases if f.startswith("hasp/track/")]
     tracking = {str(f.relative_to(ROOT)) for f in module_closure(("hasp.track.grid_report",))}
     assert {"hasp/track/grid_report.py", "hasp/track/mlflow_run.py"} <= tracking
@@ -52,14 +52,18 @@ def test_content_hash_ignores_bytecode_and_hidden_files(tmp_path):
     assert content_hash(tmp_path) != h and key_of("t", h) != key_of("t", content_hash(tmp_path))
 
 
-def test_filtering_ablation_rows_share_the_phase_a_to_e_keys():
-    from flows.evolve import GATE_ONLY
+def test_filtering_ablation_rows_share_the_phase_a_to_e_keys(tmp_path):
+    """One run per filtering row on the same seed data reuses rollouts, clusters, candidates and reviews:
+    those phases do not read the gate-only knobs; admission re-runs."""
     from hasp.config import load_params
+    from hasp.evolve.phase_graph import cache_key
 
+    lay = {"data": tmp_path / "data", "epoch": tmp_path / "epoch_0", "library": ROOT / "skills" / "search"}
     base = load_params(ROOT / "params.yaml")
     for row in ("none", "exec", "teacher"):
         other = load_params(ROOT / "params.yaml", {"evolve.filtering": row, "evolve.val_gate": False})
-        assert other.section_hash("evolve", exclude=GATE_ONLY) == base.section_hash("evolve", exclude=GATE_ONLY)
-        assert other.section_hash("evolve") != base.section_hash("evolve")  # admission still re-runs
+        for shared in ("rollout", "analyse", "propose", "review"):
+            assert cache_key(shared, other, lay) == cache_key(shared, base, lay), (row, shared)
+        assert cache_key("admit", other, lay) != cache_key("admit", base, lay)
     changed = load_params(ROOT / "params.yaml", {"evolve.max_candidates": 1})
-    assert changed.section_hash("evolve", exclude=GATE_ONLY) != base.section_hash("evolve", exclude=GATE_ONLY)
+    assert cache_key("propose", changed, lay) != cache_key("propose", base, lay)

@@ -112,6 +112,7 @@ def _pids_with(text: str) -> list[int]:
     return out
 
 
+@pytest.mark.services
 def test_prefect_server_of_a_run_ends_when_the_run_is_killed(tmp_path: Path) -> None:
     """``hasp evolve run`` owns its Prefect API server: a SIGKILL of the run ends the server too."""
     script = tmp_path / "run.py"
@@ -136,6 +137,7 @@ def test_prefect_server_of_a_run_ends_when_the_run_is_killed(tmp_path: Path) -> 
         assert _wait_gone(pid, 30), f"Prefect server {pid} outlived the run"
 
 
+@pytest.mark.services
 def test_run_logs_reach_the_owned_prefect_server_before_it_stops(tmp_path: Path) -> None:
     """Task logs still queued when the block ends are sent while the server is up; stopping it first
     left Prefect's exit-time drain retrying a closed port (one "Error logging to API" and a long hang)."""

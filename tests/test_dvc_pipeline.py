@@ -27,11 +27,12 @@ def run(cmd, cwd, **kw):
 
 
 @pytest.fixture
-def repo(tmp_path):
+def dvc_repo(tmp_path):
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "skills", tmp_path / "skills")
-    shutil.copytree(ROOT / "hasp", tmp_path / "hasp", ignore=shutil.ignore_patterns("__pycache__"))
+    for code in ("hasp", "flows", "tasks"):  # every stage's code deps (the experiment stage runs the Prefect flow)
+        shutil.copytree(ROOT / code, tmp_path / code, ignore=shutil.ignore_patterns("__pycache__"))
     run(["git", "init", "-q"], tmp_path)
     run(DVC + ["init", "-q"], tmp_path)
     run(["git", "add", "-A"], tmp_path)
@@ -51,36 +52,36 @@ def stale(repo: Path, *stages: str) -> set[str]:
             if line and not line.startswith((" ", "\t")) and line.rstrip().endswith(":")}
 
 
-def test_pipeline_graph_is_valid(repo):
-    out = run(DVC + ["dag", "--dot"], repo)
+def test_pipeline_graph_is_valid(dvc_repo):
+    out = run(DVC + ["dag", "--dot"], dvc_repo)
     for stage in ("prepare", "rollout", "analyse", "propose", "validate", "review", "admit",
                   "build_data", "train", "evaluate", "track"):
         assert stage in out
 
 
-def test_only_dependent_stages_rerun(repo):
+def test_only_dependent_stages_rerun(dvc_repo):
     # prepare needs no model: reproduce it for real, then change params and ask DVC what is stale.
-    run(DVC + ["repro", "prepare"], repo)
-    assert (repo / "outputs" / "data" / "test.jsonl").exists()
-    assert stale(repo, "prepare") == set()
-    set_param(repo, "evolve", "min_cluster_size", 5)
-    assert stale(repo, "prepare") == set()        # evolve knob: prepare untouched
-    set_param(repo, "data", "seed", 11)
-    assert stale(repo, "prepare") == {"prepare"}
-    run(DVC + ["repro", "prepare"], repo)
-    assert stale(repo, "prepare") == set()
+    run(DVC + ["repro", "prepare"], dvc_repo)
+    assert (dvc_repo / "outputs" / "data" / "test.jsonl").exists()
+    assert stale(dvc_repo, "prepare") == set()
+    set_param(dvc_repo, "evolve", "min_cluster_size", 5)
+    assert stale(dvc_repo, "prepare") == set()        # evolve knob: prepare untouched
+    set_param(dvc_repo, "data", "seed", 11)
+    assert stale(dvc_repo, "prepare") == {"prepare"}
+    run(DVC + ["repro", "prepare"], dvc_repo)
+    assert stale(dvc_repo, "prepare") == set()
 
 
-def test_experiment_stage_follows_train_preset(repo):
+def test_experiment_stage_follows_train_preset(dvc_repo):
     """One preset per DVC experiment: with train.preset null the stage runs nothing and writes an empty
     metrics file; setting the preset (what `dvc exp run -S train.preset=E3_cpu experiment` does) makes
     that stage stale and leaves the data untouched."""
-    assert "experiment" in run(DVC + ["dag", "--dot"], repo)
-    run(DVC + ["repro", "experiment"], repo)
-    assert (repo / "outputs" / "experiment" / "metrics.json").read_text().strip() == "{}"
-    assert stale(repo, "experiment") == set()
-    set_param(repo, "train", "preset", "E3_cpu")
-    assert stale(repo, "experiment") == {"experiment"}
+    assert "experiment" in run(DVC + ["dag", "--dot"], dvc_repo)
+    run(DVC + ["repro", "experiment"], dvc_repo)
+    assert (dvc_repo / "outputs" / "experiment" / "metrics.json").read_text().strip() == "{}"
+    assert stale(dvc_repo, "experiment") == set()
+    set_param(dvc_repo, "train", "preset", "E3_cpu")
+    assert stale(dvc_repo, "experiment") == {"experiment"}
 
 
 def _experiments(repo: Path) -> dict[str, dict]:
@@ -98,17 +99,17 @@ def _experiments(repo: Path) -> dict[str, dict]:
     return out
 
 
-def test_dvc_exp_show_lists_experiments_with_their_params_and_metrics(repo):
+def test_dvc_exp_show_lists_experiments_with_their_params_and_metrics(dvc_repo):
     """Real `dvc exp run`s of the experiment stage, compared by `dvc exp show`. A preset is queued the
     way the grid is run (its run would train and serve the embedded model, so it stays queued here);
     two experiments that differ in the data run for real to the experiment stage (with train.preset
     null it trains nothing, the prepare stage before it writes the data metrics) and are listed with
     the params they ran with and the metrics columns of both stages."""
     run(DVC + ["exp", "run", "--queue", "-n", "E1_cpu", "-S", "train.preset=E1_cpu",
-               "-S", "++train.overrides.max_steps=3", "experiment"], repo)
-    run(DVC + ["exp", "run", "-n", "seed11", "-S", "data.seed=11", "experiment"], repo)
-    run(DVC + ["exp", "run", "-n", "seed13", "-S", "data.seed=13", "-S", "data.n_questions=40", "experiment"], repo)
-    exps = _experiments(repo)
+               "-S", "++train.overrides.max_steps=3", "experiment"], dvc_repo)
+    run(DVC + ["exp", "run", "-n", "seed11", "-S", "data.seed=11", "experiment"], dvc_repo)
+    run(DVC + ["exp", "run", "-n", "seed13", "-S", "data.seed=13", "-S", "data.n_questions=40", "experiment"], dvc_repo)
+    exps = _experiments(dvc_repo)
     assert set(exps) == {"E1_cpu", "seed11", "seed13"}
     queued = exps["E1_cpu"]
     assert queued["executor"]["state"] == "queued" and queued["params"]["train"]["preset"] == "E1_cpu"
@@ -124,7 +125,7 @@ def test_dvc_exp_show_lists_experiments_with_their_params_and_metrics(repo):
         assert sum(e["metrics"]["outputs/data/summary.json"]["hops"].values()) == n
 
 
-def test_track_stage_writes_what_dvc_plots_show_draws(repo, monkeypatch):
+def test_track_stage_writes_what_dvc_plots_show_draws(dvc_repo, monkeypatch):
     """The track stage's command on an epoch's files: `dvc plots show` then lists every plot of
     dvc.yaml with its data (training curves, per-epoch numbers, test EM per arm), and the epoch's
     run holds its rollout episodes as traces."""
@@ -134,7 +135,7 @@ def test_track_stage_writes_what_dvc_plots_show_draws(repo, monkeypatch):
 
     from hasp.cli import main
 
-    out = repo / "outputs"
+    out = dvc_repo / "outputs"
     (out / "train").mkdir(parents=True)
     hist = [{"step": float(s), "loss": 2.0 / s, "learning_rate": 1e-4, "grad_norm": 1.0 + s} for s in (1, 2, 3)]
     (out / "train" / "train_metrics.json").write_text(json.dumps({"metrics": {}, "history": hist}))
@@ -149,11 +150,11 @@ def test_track_stage_writes_what_dvc_plots_show_draws(repo, monkeypatch):
     (out / "eval").mkdir()
     (out / "eval" / "metrics.json").write_text(json.dumps(
         {"generated": {"react": {"em": 0.1, "f1": 0.2, "n": 16}, "pf": {"em": 0.3, "f1": 0.4, "n": 16}}}))
-    monkeypatch.chdir(repo)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'mlflow.db'}")
+    monkeypatch.chdir(dvc_repo)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{dvc_repo / 'mlflow.db'}")
     assert main(["track", "epoch", "--out", "outputs", "--params", "params.yaml"]) in (0, None)
 
-    shown = json.loads(run(DVC + ["plots", "show", "--json"], repo))
+    shown = json.loads(run(DVC + ["plots", "show", "--json"], dvc_repo))
     assert not shown.get("errors")
     data = {pid: v[0]["content"]["data"]["values"] for pid, v in shown["data"].items()}
     assert set(data) == {"training-loss", "training-learning-rate", "training-grad-norm", "epoch-em",

@@ -263,7 +263,7 @@ def test_seed_verdicts_survive_the_shared_bases():
     assert got == SEED_VERDICTS
 
 
-BASED = "from hasp.pf import register_pf\nfrom hasp.pf.bases import HintPF\n\n"
+BASED = "from hasp.pf import register_pf\nfrom hasp.pf.base import HintPF\n\n"
 
 
 def test_a_literal_hint_inherited_intervene_is_prompt_equivalent():
@@ -289,7 +289,7 @@ def test_a_literal_hint_inherited_intervene_is_prompt_equivalent():
 def test_a_runtime_hint_is_not_b(body, why):
     src = BASED + f'@register_pf("h_bad")\nclass H(HintPF):\n    {body}\n'
     rep = analyse_source(src, "h_bad")
-    assert rep.a and not rep.b and any("hasp.pf.bases line" in r for r in rep.reasons), rep.reasons
+    assert rep.a and not rep.b and any("hasp.pf.base line" in r for r in rep.reasons), rep.reasons
 
 
 def test_an_inherited_redirect_is_rewrite_only_and_names_the_base_module():

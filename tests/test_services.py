@@ -28,6 +28,7 @@ from flows.services import (ServiceError, mlflow_server_command, port_in_use, pr
 from hasp.llm.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.services
 PY = sys.executable
 PYTHONPATH = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 POOL = "hasp-test-pool"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from hasp.pf.bases import FindingsPF
+from hasp.pf.base import FindingsPF
 from hasp.pf.library import load_library
 from hasp.pf.skill_md import HASP_FILE, load_skill, render_skill_folder, write_skill_folder
 

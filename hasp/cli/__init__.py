@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from hasp.cli.params import params_or_exit
+from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 from hasp.cli.skills import skills_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,12 +44,11 @@ _register_evolve_commands(evolve_app)
 _register_train_commands(train_app)
 _register_experiment_commands(experiment_app)
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
 EpochDir = Annotated[Path, typer.Option("--epoch-dir", help="Output folder of the epoch (outputs/epoch_<i>).")]
 Library = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
 
 
-def _params(path: Path) -> Any:
+def _params(path: Path | None) -> Any:
     return params_or_exit(path)
 
 
@@ -86,18 +85,13 @@ def model_serve(port: int = 8765,
                                    "the merged folder beside it; the name is then derived). Repeatable. "
                                    "llamacpp: one checkpoint (adapter or merged folder), its adapters converted "
                                    "to GGUF and applied to every request.")] = None,
-                params: Annotated[Optional[Path], typer.Option(
-                    "--params", help="params.yaml to read (llm.backend, llm.vllm); default ./params.yaml "
-                                     "when it exists")] = None) -> None:
+                params: ParamsOpt = None) -> None:
     """Serve a model OpenAI-compatibly until Ctrl-C: llama.cpp on the GGUF, with a trained checkpoint's
     adapters (CPU), transformers serve on a folder (CPU), or vllm serve with LoRA adapters selectable by
     name (GPU)."""
     import time
 
-    from hasp.config import Params
-
-    p = _params(params) if params is not None else (
-        _params(Path("params.yaml")) if Path("params.yaml").is_file() else Params())
+    p = _params(params)
     chosen = backend or p.llm.backend
     if chosen not in ("llamacpp", "transformers", "vllm"):
         raise typer.BadParameter(f"--backend {chosen!r}: choose llamacpp, transformers or vllm")
@@ -175,7 +169,7 @@ def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any
 
 # ----------------------------------------------------------------------------- data
 @data_app.command("prepare")
-def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = Path("params.yaml")) -> None:
+def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = None) -> None:
     """Generate the multi-hop benchmark into OUT (corpus + train/val/test)."""
     from hasp.atomic import write_json
     from hasp.domains.search.prepare import prepare_data
@@ -188,7 +182,7 @@ def data_prepare(out: Path = Path("outputs/data"), params: ParamsOpt = Path("par
 # ----------------------------------------------------------------------------- evolve phases
 @evolve_app.command("rollout")
 def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("outputs/data"),
-                   params: ParamsOpt = Path("params.yaml"), split: str = "train") -> None:
+                   params: ParamsOpt = None, split: str = "train") -> None:
     """Phase A: PF-aware rollout of the policy on the seed split (behind the two-stage prefilter
     when ``evolve.prefilter`` is on; other splits always get the plain PF-aware rollout)."""
     from hasp.agent.remote import episode_executor
@@ -208,7 +202,7 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
 
 
 @evolve_app.command("analyse")
-def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml")) -> None:
+def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = None) -> None:
     """Phase B: failure detection (+ LLM summarizer: teacher, else the student) and clustering."""
     import contextlib
 
@@ -227,7 +221,7 @@ def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Pa
 
 
 @evolve_app.command("propose")
-def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml"),
+def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = None,
                    history: Optional[Path] = None) -> None:
     """Phase C: the student proposes candidate skills (SKILL.md + PF code)."""
     from hasp.evolve.epoch import propose
@@ -242,7 +236,7 @@ def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Pa
 
 
 @evolve_app.command("validate")
-def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml")) -> None:
+def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = None) -> None:
     """Phase D: executable validation in the sandbox (static reading under filtering=teacher)."""
     from hasp.evolve.epoch import validate
     from hasp.evolve.gate import static_exec
@@ -253,7 +247,7 @@ def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml")
 
 
 @evolve_app.command("review")
-def evolve_review(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml")) -> None:
+def evolve_review(epoch_dir: EpochDir, library: Library, params: ParamsOpt = None) -> None:
     """Phase E: five-dimension review (teacher if configured, else the heuristic reviewer)."""
     from hasp.evolve.epoch import review
     from hasp.llm.endpoints import teacher_client
@@ -266,7 +260,7 @@ def evolve_review(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Pat
 
 
 @evolve_app.command("admit")
-def evolve_admit(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path("params.yaml"),
+def evolve_admit(epoch_dir: EpochDir, library: Library, params: ParamsOpt = None,
                  history: Optional[Path] = None) -> None:
     """Phase F: admit accepted candidates into EPOCH_DIR/library (versioned, with history)."""
     from hasp.evolve.epoch import admit_phase
@@ -278,7 +272,7 @@ def evolve_admit(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Path
 
 
 @evolve_app.command("build-data")
-def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml")) -> None:
+def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = None) -> None:
     """Phases G–H: four-signal scores and the SFT/DPO jsonl of PF-corrected steps."""
     from hasp.evolve.epoch import build_data
 
@@ -290,7 +284,7 @@ def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = Path("params.yaml
 def params_write(out: Annotated[Path, typer.Option(help="File to write the resolved params to.")],
                  set_: Annotated[Optional[list[str]], typer.Option(
                      "--set", help="section.key=value (the value is read as YAML). Repeatable.")] = None,
-                 params: ParamsOpt = Path("params.yaml")) -> None:
+                 params: ParamsOpt = None) -> None:
     """Write PARAMS with --set values applied, validated, as one complete file (e.g. a GPU stack's
     llm.backend=vllm and llm.base_url), so every other knob keeps the value of the file it came from."""
     import yaml
@@ -306,6 +300,26 @@ def params_write(out: Annotated[Path, typer.Option(help="File to write the resol
     data = {**resolved.model_dump(mode="json"), "demo": resolved.demo}  # demo values stay as the file has them
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     typer.echo(str(out))
+
+
+@app.command("dvc-yaml")
+def dvc_yaml_cmd(out: Annotated[Path, typer.Option(help="Where to write it.")] = Path("dvc.yaml"),
+                 check: Annotated[bool, typer.Option("--check", help="Only compare: exit 1 when OUT differs.")]
+                 = False) -> None:
+    """Write dvc.yaml from the phase graph (hasp/evolve/phase_graph.py): each stage's deps and params are
+    the phase's declared inputs, the same ones the Prefect cache keys on."""
+    from hasp.evolve.dvc_yaml import dvc_yaml
+
+    text = dvc_yaml()
+    if check:
+        same = out.is_file() and out.read_text(encoding="utf-8") == text
+        typer.echo(f"{out} {'matches' if same else 'differs from'} the phase graph"
+                   + ("" if same else ": run `hasp dvc-yaml`"))
+        raise typer.Exit(0 if same else 1)
+    from hasp.atomic import atomic_write
+
+    atomic_write(out, lambda f: f.write(text))
+    typer.echo(f"wrote {out}")
 
 
 @app.command("retriever-serve")
@@ -337,22 +351,34 @@ def _plug_task_runners() -> None:
 app.command("eval")(eval_command)
 
 
-def print_results(res: dict[str, Any]) -> None:
-    from rich.console import Console
+def benchmark_title(data_dir: Path, split: str = "test") -> str:
+    """What the epoch's evaluation ran on, read from its data: "Test split (generated benchmark,
+    30 questions: 1-hop 30)"."""
+    from hasp.domains.search.generator import load_questions
+    from hasp.eval.summary import hop_mix
+
+    qs = load_questions(data_dir / f"{split}.jsonl")
+    return f"{split.capitalize()} split (generated benchmark, {len(qs)} questions: {hop_mix(qs)})"
+
+
+def print_results(res: dict[str, Any], title: str) -> None:
+    """The epoch's evaluation (``{label: summary}``) as one table."""
     from rich.table import Table
 
-    t = Table(title="Test split (generated multi-hop benchmark)")  # the epoch's evaluation: {label: summary}
+    from hasp.console import console
+
+    t = Table(title=title)
     for col in ("agent", "n", "EM", "F1", "answered", "steps", "PF fires", "modified", "parse err"):
         t.add_column(col)
     for label, m in res.items():
         t.add_row(label, str(m["n"]), f"{m['em']:.3f}", f"{m['f1']:.3f}", f"{m['answered_rate']:.2f}",
                   f"{m['mean_steps']:.1f}", str(m["pf_fires_total"]), str(m["modified_steps"]),
                   f"{m['parse_error_rate']:.2f}")
-    Console().print(t)
+    console().print(t)
 
 
 @track_app.command("epoch")
-def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt = Path("params.yaml")) -> None:
+def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt = None) -> None:
     """Log the epoch's outputs (phases, eval, training, adapter, episode traces) as one MLflow run and
     write the files ``dvc plots show`` draws (<out>/plots/)."""
     from hasp.track.dvc_plots import write_plot_data
@@ -369,7 +395,7 @@ def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt =
 
 # ----------------------------------------------------------------------------- demo
 @app.command("demo")
-def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
+def demo(out: Path = Path("outputs"), params: ParamsOpt = None,
          library: Library = Path("skills/search"),
          full: Annotated[bool, typer.Option("--full", help="ignore the demo: section of the params "
                                                              "file (run at the full scale)")] = False) -> None:
@@ -388,6 +414,7 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
     from hasp.track.mlflow_run import tracking_uri
 
     t0 = time.perf_counter()
+    params = params_path(params)
     if not full:
         try:
             resolved = demo_params(params)
@@ -400,7 +427,7 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = Path("params.yaml"),
         typer.echo("demo scale: " + ", ".join(f"{k}={v}" for k, v in resolved.demo.items())
                    + f" (resolved settings: {params})")
     res = run_epoch_flow(params, out, library)
-    print_results(res["eval"])
+    print_results(res["eval"], benchmark_title(out / "data"))
     for line in epoch_story(out / "epoch_0", res["eval"], out / "eval"):
         typer.echo(line)
     typer.echo(f"wall time {time.perf_counter() - t0:.0f}s; MLflow run {res['run_id']}; "

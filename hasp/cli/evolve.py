@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hasp.cli.params import params_or_exit
+from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 
 
 def register(evolve_app: typer.Typer) -> None:
@@ -28,7 +28,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
         mode: Annotated[Optional[str], typer.Option(help="lite | full (default: evolve.mode)")] = None,
         filtering: Annotated[Optional[str], typer.Option(
             help="none | exec | teacher | full (default: evolve.filtering)")] = None,
-        params: Annotated[Path, typer.Option("--params")] = Path("params.yaml"),
+        params: ParamsOpt = None,
         out: Annotated[Path, typer.Option("--out", help="Output root (epoch_<i>/ folders).")] = Path("outputs"),
         library: Annotated[Path, typer.Option("--library", help="Starting library.")] = Path("skills/search"),
         start_epoch: Annotated[int, typer.Option("--start-epoch", min=0,
@@ -42,12 +42,13 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
                                    ("evolve.val_gate", val_gate)) if v is not None}
     params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
+    found = params_path(params)
     prefect_env()
     from flows.evolve import evolve_flow
     from flows.prefect_server import owned_prefect_server
 
     with owned_prefect_server():  # ends with this process, even on SIGKILL
-        res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(params),
+        res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(found) if found else None,
                           out_root=str(out), library=str(library), start_epoch=start_epoch, final_eval=final_eval,
                           val_gate=val_gate)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
@@ -68,20 +69,20 @@ def prefect_env() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
-def run_epoch_flow(params: Path, out: Path, library: Path) -> dict:
+def run_epoch_flow(params: Path | None, out: Path, library: Path) -> dict:
     """One full evolution epoch as a Prefect flow (``hasp demo``); returns the flow's result."""
     prefect_env()
     from flows.evolve import evolve_epoch_flow
     from flows.prefect_server import owned_prefect_server
 
     with owned_prefect_server():
-        return evolve_epoch_flow(params_path=str(params), out_root=str(out), library=str(library))
+        return evolve_epoch_flow(params_path=str(params) if params else None, out_root=str(out), library=str(library))
 
 
 def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
          library: Annotated[Path, typer.Option("--library")],
          data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
-         params: Annotated[Path, typer.Option("--params")] = Path("params.yaml")) -> None:
+         params: ParamsOpt = None) -> None:
     """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off)."""
     from hasp.agent.remote import episode_executor
     from hasp.evolve.epoch import gate as gate_phase
@@ -121,7 +122,7 @@ def rollback(to: Annotated[int, typer.Option("--to", help="Epoch whose library s
     typer.echo(f"restored the epoch-{to} library into {path}")
 
 
-def sage(params: Annotated[Path, typer.Option("--params")] = Path("params.yaml"),
+def sage(params: ParamsOpt = None,
          data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
          library: Annotated[Path, typer.Option("--library", help="Starting library (copied per chain).")] = Path(
              "skills/search"),

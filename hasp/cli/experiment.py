@@ -12,9 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from hasp.cli.params import params_or_exit
+from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output root of the grid.")]
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Starting skill library (V1 keeps it frozen).")]
 DataOpt = Annotated[Optional[Path], typer.Option(
@@ -39,10 +38,11 @@ def _check(names: list[str]) -> None:
         raise typer.Exit(2) from None
 
 
-def _run(names: list[str], params: Path, out: Path, library: Path, data: Optional[Path], model: Optional[str],
+def _run(names: list[str], params: Optional[Path], out: Path, library: Path, data: Optional[Path], model: Optional[str],
          run_name: Optional[str]) -> None:
     params_or_exit(params)
     _check(names)
+    found = params_path(params)
     from hasp.cli.evolve import prefect_env
     from hasp.cli.train import one_line_errors
 
@@ -51,7 +51,7 @@ def _run(names: list[str], params: Path, out: Path, library: Path, data: Optiona
     from flows.prefect_server import owned_prefect_server
 
     with one_line_errors(), owned_prefect_server():
-        res = experiment_flow(presets=names, params_path=str(params), out_root=str(out), library=str(library),
+        res = experiment_flow(presets=names, params_path=str(found) if found else None, out_root=str(out), library=str(library),
                               data_dir=str(data) if data else None, model=model, run_name=run_name)
     for label, m in res["untrained"].items():
         typer.echo(json.dumps({"policy": "untrained", "arm": label, "em": m["em"], "n": m["n"],
@@ -75,7 +75,7 @@ def _run(names: list[str], params: Path, out: Path, library: Path, data: Optiona
 
 def run(name: Annotated[Optional[str], typer.Argument(
             help="Preset: E1..E6 or E1_cpu..E6_cpu (default: train.preset of the params file).")] = None,
-        params: ParamsOpt = Path("params.yaml"), out: OutOpt = Path("outputs/experiment"),
+        params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
         library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
         run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
         optional: Annotated[bool, typer.Option(
@@ -90,17 +90,17 @@ def run(name: Annotated[Optional[str], typer.Argument(
             from hasp.atomic import write_json
 
             write_json({}, out / "metrics.json")
-            typer.echo(f"{params}: train.preset is null, no experiment run "
+            typer.echo(f"{params or 'params'}: train.preset is null, no experiment run "
                        "(e.g. dvc exp run -S train.preset=E3_cpu experiment)")
             return
         if not name:
-            typer.echo(f"error: {params}: train.preset is null; name a preset (hasp experiment run E3_cpu) "
+            typer.echo(f"error: {params or 'params'}: train.preset is null; name a preset (hasp experiment run E3_cpu) "
                        "or set train.preset", err=True)
             raise typer.Exit(2)
     _run([name], params, out, library, data, model, run_name)
 
 
-def grid(params: ParamsOpt = Path("params.yaml"), out: OutOpt = Path("outputs/experiment"),
+def grid(params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
          library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
          paper: Annotated[bool, typer.Option("--paper", help="The paper's presets E1..E6 (GPU scale) instead "
                                                              "of E1_cpu..E6_cpu.")] = False,

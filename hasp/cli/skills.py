@@ -9,27 +9,18 @@ so ``hasp --help`` stays fast.
 from __future__ import annotations
 
 import difflib
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from hasp.console import console
 
 skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate.",
                          no_args_is_help=True)
 
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
 Version = tuple[int, Path, bool]  # (version, folder, generated)
-
-
-def _console() -> Console:
-    from rich.console import Console
-
-    # Piped output (scripts, tests) gets a wide fixed width so skill ids never wrap.
-    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
 
 
 def _fail(msg: str) -> None:
@@ -137,7 +128,7 @@ def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
             f = _pf_facts(s.path, s.skill_id)
             t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", "generated" if s.generated else "seed",
                       f["handler"], f["teacher"], f["watches"], f["ab"], escape(s.spec.description[:70]))
-        _console().print(t)
+        console().print(t)
         for e in lib.load_errors:
             typer.echo(f"error: {e}", err=True)
     finally:
@@ -165,7 +156,7 @@ def skills_show(skill_id: str,
     md_text = _read(folder / SKILL_FILE)
     _, body = split_frontmatter(md_text, str(folder / SKILL_FILE))
     facts = _pf_facts(folder, skill_id)
-    con = _console()
+    con = console()
     con.rule(f"{skill_id} {_label(v)} — {folder}")
     con.print(f"handler: {facts['handler']}   teacher: {facts['teacher']}   watches: {facts['watches']}   "
               f"rewrite-only: {facts['rewrite_only']}   prompt-equivalent: {facts['ab']}")
@@ -202,7 +193,7 @@ def skills_diff(skill_id: str,
     new = _pick(versions, to)
     if old[1] == new[1]:
         _fail(f"both sides are {_label(old)}; available: {', '.join(_label(v) for v in versions)}")
-    con = _console()
+    con = console()
     for name in ("SKILL.md", "hasp.yaml", "pf.py"):
         a, b = _read(old[1] / name), _read(new[1] / name)
         diff = "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
@@ -241,7 +232,7 @@ def skills_equivalence(library: LibraryOpt = Path("skills/search"),
     for r in reports:
         t.add_row(r.skill_id, "yes" if r.a else "no", "yes" if r.b else "no", "A+B" if r.prompt_equivalent else "-",
                   ",".join(r.types) or "-", "; ".join(r.reasons) or "-")
-    con = _console()
+    con = console()
     con.print(t)
     con.print(f"{n_ab} of {len(reports)} skills are prompt-equivalent (A+B)", markup=False)
 
@@ -257,8 +248,8 @@ def skills_validate(
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
         timeout: Annotated[float, typer.Option(help="Seconds for one sandboxed validation.")] = 10.0,
         params: Annotated[Optional[Path], typer.Option(
-            "--params", help="params.yaml whose sandbox: section the sandboxed runs use "
-            "(default: ./params.yaml when it exists, else the schema defaults).")] = None) -> None:
+            "--params", help="params file whose sandbox: section the sandboxed runs use "
+            "(default: ./params.yaml when there is one, else the built-in defaults).")] = None) -> None:
     """Check skill folders: Agent Skills rules, HASP's schema, PF load and execution; exit 1 if any fails."""
     import json
 
@@ -266,7 +257,6 @@ def skills_validate(
     from rich.table import Table
 
     from hasp.cli.params import params_or_exit
-    from hasp.config import SandboxParams
     from hasp.evolve.skill_check import CHECKS, check_folder, skill_folders
 
     trusted = list(trusted or [])
@@ -276,9 +266,7 @@ def skills_validate(
     for t in trusted:
         typer.echo(f"warning: {t} is trusted: its pf.py code runs in this process, unsandboxed, "
                    "with your rights", err=True)
-    if params is None and Path("params.yaml").is_file():
-        params = Path("params.yaml")
-    sb = params_or_exit(params).sandbox if params is not None else SandboxParams()
+    sb = params_or_exit(params).sandbox
     folders = list(dict.fromkeys(f for p in paths for f in skill_folders(p)))
     reports = [check_folder(f, trusted=trusted, timeout_s=timeout, sandbox_params=sb) for f in folders]
     n_ok = sum(r.ok for r in reports)
@@ -292,7 +280,7 @@ def skills_validate(
         for r in reports:  # everything from a folder is text, never markup
             t.add_row(escape(r.path), escape(r.skill_id or "-"), *(r.checks[c] for c in CHECKS), r.mode,
                       escape("; ".join(r.errors) or "-"))
-        con = _console()
+        con = console()
         con.print(t)
         con.print(f"{n_ok} of {len(reports)} skill folders pass", markup=False)
     for r in reports:  # a weaker run never passes unnoticed (under --json: in the JSON and on stderr)

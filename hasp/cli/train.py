@@ -17,9 +17,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from hasp.cli.params import params_or_exit
+from hasp.cli.params import ParamsOpt, params_or_exit
 
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params.yaml to read.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="Model to train: a local HF folder or a hub name in the local cache "
                     "(default: the embedded SmolLM2-135M-Instruct).")]
@@ -118,13 +117,13 @@ def sft(model: ModelOpt = None,
         data: Annotated[Path, typer.Option("--data", help="Objective-A SFT rows (Phase H's sft.jsonl).")]
         = Path("outputs/epoch_0/sft.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
+        params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """LoRA SFT of the policy on PF-corrected steps, weighted by A_t (E1 shape); writes adapter/ and merged/."""
     _train("sft", model, out, params, preset, track, rows=data)
 
 
 def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
-       out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = Path("params.yaml"),
+       out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = None,
        preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
     checkpoint. Writes round_<i>/ (rollout, rows, adapter, merged) and train_metrics.json."""
@@ -133,7 +132,7 @@ def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: Li
 
 def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
+        params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
     _train("opd", model, out, params, preset, track, data=data, library=library)
 
@@ -142,6 +141,6 @@ def dpo(model: ModelOpt = None,
         rows: Annotated[Path, typer.Option("--rows", help="Objective-A preference rows (Phase H's dpo.jsonl).")]
         = Path("outputs/epoch_0/dpo.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
-        params: ParamsOpt = Path("params.yaml"), preset: PresetOpt = None, track: TrackOpt = True) -> None:
+        params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""
     _train("dpo", model, out, params, preset, track, rows=rows)

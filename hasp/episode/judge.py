@@ -13,7 +13,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hasp.llm.teacher_call import ask_teacher
+from hasp.pf.teacher import teacher_reply
 from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def judge_answer(judge: Any, question: str, answers: list[str], prediction: str,
     if not prediction.strip():
         return JudgeVerdict(False, error="", raw="(no answer: not sent to the judge)")
     try:
-        reply = ask_teacher(judge, judge_messages(question, answers, prediction), max_tokens=max_tokens)
+        reply = teacher_reply(judge, judge_messages(question, answers, prediction), max_tokens=max_tokens)
     except Exception as e:  # noqa: BLE001 - a failed judge call is counted as judge_error, the eval goes on
         log.warning("judge call failed: %s: %s", type(e).__name__, e)
         return JudgeVerdict(None, error=f"{type(e).__name__}: {e}"[:300])

@@ -48,13 +48,18 @@ def eval_command(
              "(skipped with a warning when the folder has no config.json, e.g. training was off).")] = None,
     traces: Annotated[Optional[bool], typer.Option("--traces/--no-traces", help="Override eval.traces.")] = None,
     run_name: Annotated[Optional[str], typer.Option(help="Name of the parent MLflow run.")] = None,
-    params: Annotated[Path, typer.Option("--params", help="params.yaml to read.")] = Path("params.yaml"),
+    params: Annotated[Optional[Path], typer.Option(
+        "--params", help="Params file to read (default: ./params.yaml when there is one, else the built-in "
+                         "defaults).")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Evaluate agent variants on datasets of one domain; one MLflow parent run with a nested run per cell."""
-    from hasp.config import ParamsError, load_params
+    from hasp.config import ParamsError, defaults_notice, load_params, params_file
     from hasp.eval.datasets import DOMAINS, DatasetSpecError, load_datasets
 
+    params = params_file(params)
+    if params is None:
+        typer.echo(defaults_notice(), err=True)
     try:
         p = load_params(params)
     except ParamsError as e:
@@ -148,9 +153,9 @@ def dataset_params(ds: Any) -> dict[str, Any]:
 
 
 def print_table(metrics: dict[str, dict[str, dict[str, Any]]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from hasp.console import console
     from hasp.eval.report import header, table_rows
 
     t = Table(title="hasp eval: dataset × variant")
@@ -159,7 +164,4 @@ def print_table(metrics: dict[str, dict[str, dict[str, Any]]]) -> None:
                      no_wrap=col in ("dataset", "variant"))
     for row in table_rows(metrics):
         t.add_row(*row)
-    console = Console()
-    if not console.is_terminal:  # logs / pipes: do not squeeze the table into 80 columns
-        console = Console(width=220)
-    console.print(t)
+    console().print(t)

@@ -136,6 +136,12 @@ def hop_counts(questions: Sequence[Any]) -> dict[str, int]:
     return {str(getattr(q, "id", "")): int(getattr(q, "hops", 0) or 0) for q in questions}
 
 
+def hop_mix(questions: Sequence[Any]) -> str:
+    """How many questions of each hop count, e.g. ``"1-hop 20, 2-hop 10"`` (what a table ran on)."""
+    counts = Counter(int(getattr(q, "hops", 0) or 0) for q in questions)
+    return ", ".join(f"{h}-hop {n}" if h else f"no hop count {n}" for h, n in sorted(counts.items()))
+
+
 def by_hops(records: Sequence[EpisodeRecord], hops_of: dict[str, int]) -> dict[str, dict[str, Any]]:
     """EM per hop count over the scored episodes, each with n and a bootstrap 95 % interval.
 

@@ -87,10 +87,6 @@ def _p(key: str, **fields: object) -> str:
     return render("hasp.evolve", "propose", key, **fields) if fields else prompt("hasp.evolve", "propose", key)
 
 
-def _w(text: str) -> str:
-    return " ".join(text.split())
-
-
 @lru_cache(maxsize=1)
 def proposer_system() -> str:
     """The proposer's system prompt: the PF interface as the runtime enforces it, then the example."""

@@ -235,8 +235,3 @@ def summarize_failures(trajs: Iterable[Trajectory], model: ChatModel, *, known_c
             out.patterns.append(pat)
     return out
 
-
-def outcome_from_dict(d: dict[str, Any]) -> SummaryOutcome:
-    return SummaryOutcome(patterns=[FailurePattern.from_dict(p) for p in d.get("patterns", [])],
-                          dropped=list(d.get("dropped", [])), retried=int(d.get("retried", 0)),
-                          failed_calls=int(d.get("failed_calls", 0)))

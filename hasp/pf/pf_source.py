@@ -5,7 +5,7 @@ listing or comparing skills (``hasp skills``, the A+B check) needs its class
 attributes. Parsing answers that for seed and generated code alike, with no
 process start and no import side effects.
 
-A PF class may inherit from a shared base in the project (``hasp.pf.bases``, a
+A PF class may inherit from a shared base in the project (``hasp.pf.base``, a
 domain's ``pf_bases``): those are followed by reading the base's module source from
 the installed ``hasp`` package, never by importing it, so the attributes and
 methods a PF inherits count as its own.

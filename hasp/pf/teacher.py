@@ -1,22 +1,60 @@
-"""A per-episode teacher handle that counts tokens and contains failures.
+"""Every call to the teacher goes through this module.
 
-Every harness site that talks to the teacher (teacher-assisted PFs, LLM handlers, the
-difficulty gate, the PF selector, teacher-only post-processing) goes through one
-``CountingTeacher`` per episode, so the trajectory can report what the teacher cost and how
-often it failed. A failing call is logged, counted and re-raised as ``TeacherError``: the caller
-then takes its deterministic path (the dispatcher does this for PFs), so an endpoint outage
-degrades an episode to "PF only" instead of crashing it.
+The ``Teacher`` protocol, and three layers of calls, each used where its failure policy fits:
+
+- ``teacher_reply``: one request, with token counts when the object has ``chat`` (``LLMClient``)
+  and ``generate`` otherwise (test doubles); failures propagate. Evaluation code (the judge,
+  teacher snippets) and ``CountingTeacher`` call it.
+- ``CountingTeacher``: the per-episode handle every harness site uses (teacher-assisted PFs,
+  LLM handlers, the difficulty gate, the PF selector, teacher-only post-processing); it counts
+  calls, tokens and failures, and re-raises a failure as ``TeacherError`` so the caller takes its
+  deterministic path: an endpoint outage degrades an episode to "PF only" instead of crashing it.
+- ``ask_teacher`` / ``teacher_objection`` / ``teacher_directive``: what a PF's ``intervene`` or
+  ``check_final`` calls. The call never raises (App. B.1: a PF degrades to its deterministic path
+  when the teacher is absent or fails), so each PF's fallback is a plain ``if reply is None``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from hasp.pf.base import Teacher
 from hasp.prompts import render
 
 log = logging.getLogger(__name__)
+
+
+class Teacher(Protocol):
+    """What a teacher-assisted PF may call. ``hasp.llm.client.LLMClient`` satisfies it."""
+
+    def generate(self, messages: list[dict[str, str]], max_tokens: int = 256,
+                 temperature: float = 0.0) -> str: ...
+
+
+@dataclass(frozen=True)
+class TeacherReply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def _send(teacher: Any, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> tuple[Any, int, int]:
+    """The reply's text as the teacher returned it, and its token counts (0 without ``chat``)."""
+    chat = getattr(teacher, "chat", None)
+    if callable(chat):
+        r = chat(messages, max_tokens=max_tokens, temperature=temperature)
+        return (getattr(r, "text", None), int(getattr(r, "prompt_tokens", 0) or 0),
+                int(getattr(r, "completion_tokens", 0) or 0))
+    return teacher.generate(messages, max_tokens=max_tokens, temperature=temperature), 0, 0
+
+
+def teacher_reply(teacher: Any, messages: list[dict[str, str]], *, max_tokens: int,
+                  temperature: float = 0.0) -> TeacherReply:
+    """Send ``messages``; exceptions of the teacher propagate (callers decide the fallback)."""
+    text, prompt_tokens, completion_tokens = _send(teacher, messages, max_tokens, temperature)
+    return TeacherReply(str(text or ""), prompt_tokens, completion_tokens)
 
 
 class TeacherError(RuntimeError):
@@ -24,10 +62,7 @@ class TeacherError(RuntimeError):
 
 
 class CountingTeacher:
-    """Wraps a teacher (``LLMClient`` or a double) for one episode; satisfies ``Teacher``.
-
-    Uses ``chat`` when the inner object has it (to read token usage), else ``generate``.
-    """
+    """Wraps a teacher (``LLMClient`` or a double) for one episode; satisfies ``Teacher``."""
 
     def __init__(self, inner: Teacher | Any) -> None:
         self.inner = inner
@@ -41,14 +76,9 @@ class CountingTeacher:
                  temperature: float = 0.0) -> str:
         self.calls += 1
         try:
-            chat = getattr(self.inner, "chat", None)
-            if callable(chat):
-                reply = chat(messages, max_tokens=max_tokens, temperature=temperature)
-                text = reply.text
-                self.prompt_tokens += int(getattr(reply, "prompt_tokens", 0) or 0)
-                self.completion_tokens += int(getattr(reply, "completion_tokens", 0) or 0)
-            else:
-                text = self.inner.generate(messages, max_tokens=max_tokens, temperature=temperature)
+            text, prompt_tokens, completion_tokens = _send(self.inner, messages, max_tokens, temperature)
+            self.prompt_tokens += prompt_tokens
+            self.completion_tokens += completion_tokens
             if not isinstance(text, str):
                 raise TypeError(f"teacher returned {type(text).__name__}, not str")
         except Exception as e:  # noqa: BLE001 - every failure mode of a remote model is contained here
@@ -67,3 +97,55 @@ def teacher_errors(teacher: object) -> int:
 def teacher_prompt(name: str, **fields: object) -> list[dict[str, str]]:
     """One user message from ``hasp/pf/prompts/harness.yaml`` (prompts live in files, not code)."""
     return [{"role": "user", "content": render("hasp.pf", "harness", name, **fields)}]
+
+
+# ----------------------------------------------------------------------------- what a PF calls
+_PROBLEM = re.compile(r"^\W*problem\W*[:\-]?\s*(?P<why>.*)$", re.I | re.S)
+_OK = re.compile(r"^\W*ok\b", re.I)
+
+
+def ask_teacher(teacher: Teacher | None, prompt: str, *, max_tokens: int = 64, who: str = "pf") -> str | None:
+    """The teacher's stripped reply to one user turn, or None (no teacher, error, empty reply).
+
+    A failure is logged with ``who`` (the skill id) and never raised: the caller falls back.
+    """
+    if teacher is None:
+        return None
+    try:
+        reply = teacher.generate(messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
+                                 temperature=0.0)
+    except Exception as e:  # noqa: BLE001 - contained: the PF's deterministic path takes over
+        log.warning("%s: teacher call failed (%s: %s); using the deterministic fallback", who,
+                    type(e).__name__, e)
+        return None
+    reply = str(reply or "").strip()
+    return reply or None
+
+
+def teacher_objection(teacher: Teacher | None, prompt: str, *, who: str = "pf",
+                      default_reason: str = "teacher flagged the answer") -> str | None:
+    """Ask a check question whose reply must be ``OK`` or ``PROBLEM: <reason>``.
+
+    Returns the reason for PROBLEM, None for OK, no teacher, a failed call or a reply of
+    neither shape (an unclear reply is no evidence, so it must not count as a vote).
+    """
+    reply = ask_teacher(teacher, prompt + "\nReply with exactly OK, or PROBLEM: <one short reason>.",
+                        max_tokens=48, who=who)
+    if reply is None or _OK.match(reply):
+        return None
+    m = _PROBLEM.match(reply)
+    if not m:
+        return None
+    why = " ".join(m.group("why").split())[:200]
+    return why or default_reason
+
+
+_DIRECTIVE = re.compile(r"^\s*(ANSWER|SEARCH)\s*:\s*(.+)$", re.I | re.M)
+
+
+def teacher_directive(reply: str | None) -> tuple[str, str] | None:
+    """``("ANSWER" | "SEARCH", value)`` from the first ``ANSWER: ...`` / ``SEARCH: ...`` line of a
+    reply (value without quotes or brackets), or None: one reading of the repair replies
+    that teacher-assisted PFs ask for."""
+    m = _DIRECTIVE.search(reply or "")
+    return (m.group(1).upper(), m.group(2).strip().strip("'\"[]")) if m else None

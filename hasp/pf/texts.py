@@ -1,6 +1,6 @@
 """A skill's user-facing texts as data: hasp.yaml ``texts:`` sets a PF's text attributes.
 
-Why: a seed PF built on a shared base (``hasp.pf.bases``) differs from its siblings in
+Why: a seed PF built on a shared base (``hasp.pf.base``) differs from its siblings in
 its logic and in what it says (a label, a closing line, advice). Written as class
 attributes, the texts made every pf.py repeat the same block with other strings; as data
 next to the skill's other words (summary, phase texts) the pf.py holds only its logic,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from hasp.domains.code.task import CodeView, code_view, format_findings
-from hasp.pf.bases import FindingsPF
+from hasp.pf.base import FindingsPF
 
 
 class CodeFindingsPF(FindingsPF):

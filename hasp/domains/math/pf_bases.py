@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from hasp.domains.math.task import game24_numbers
-from hasp.pf.bases import FindingsPF
+from hasp.pf.base import FindingsPF
 
 
 class MathFindingsPF(FindingsPF):

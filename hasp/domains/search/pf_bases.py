@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 from hasp.pf.search_support import can_redirect_final, note_final_redirect
 from hasp.pf.base import Teacher
-from hasp.pf.bases import FinalCheckPF
+from hasp.pf.base import FinalCheckPF
 from hasp.pf.intervention import Intervention, InterventionType
-from hasp.pf.teacher_ask import teacher_directive
+from hasp.pf.teacher import teacher_directive
 
 
 class FinalRedirectPF(FinalCheckPF):

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from hasp.llm.teacher_call import ask_teacher
+from hasp.pf.teacher import teacher_reply
 from hasp.prompts import prompt, render
 
 from .retriever import Hit
@@ -73,7 +73,7 @@ class TeacherSnippetEnvironment:
         messages = [{"role": "system", "content": render("hasp.domains.search", "teacher_snippets", "system", words=words)},
                     {"role": "user", "content": f"Query: {query.strip()}\n\nDocuments:\n{self._documents(hits)}"}]
         try:
-            reply = ask_teacher(self.teacher, messages, max_tokens=self.max_tokens)
+            reply = teacher_reply(self.teacher, messages, max_tokens=self.max_tokens)
             self.stats.prompt_tokens += reply.prompt_tokens
             self.stats.completion_tokens += reply.completion_tokens
             text = " ".join(reply.text.split())

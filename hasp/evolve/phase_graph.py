@@ -1,0 +1,197 @@
+"""The epoch's phase graph, declared once: what each phase's output depends on.
+
+A phase names the params keys it reads, the ``hasp`` modules that run it (with every ``hasp`` module
+they import and the prompt files beside them) and the files of earlier phases it reads. Both
+orchestrations are derived from this table:
+
+- the Prefect flows key each cached task on ``cache_key`` (declared code, params and inputs, plus
+  what only a live run knows: the model's identity, the epoch, the proposal history);
+- ``dvc.yaml``'s stages list the same files as ``deps`` and the same keys as ``params``
+  (``hasp dvc-yaml`` writes the file from ``hasp.evolve.dvc_yaml``; a test checks the committed one).
+
+A knob or file left out here is left out of both, so ``dvc repro`` and the Prefect cache re-run the
+same phases when something changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hasp.fingerprint import content_hash, key_of, module_closure, package_dir
+
+#: where a run keeps its artifacts, by role; dvc.yaml's stages run on this layout
+DVC_LAYOUT: Mapping[str, str] = {"data": "outputs/data", "epoch": "outputs/epoch_0", "library": "skills/search",
+                                 "evolved": "outputs/epoch_0/library", "train": "outputs/train", "eval": "outputs/eval",
+                                 "out": "outputs"}
+
+#: modules the library's pf.py files import: a phase that runs the skills runs them too
+SKILL_RUNTIME = ("hasp.domains.search.pf_support", "hasp.pf.teacher")
+#: where the epoch's phase functions live (each phase runs through it)
+EPOCH_FILE = "hasp/evolve/epoch.py"
+#: the policy's rollout: the agent, the search task, the library and the skills it loads
+ROLLOUT_MODULES = ("hasp.agent.rollout", "hasp.agent.variants", "hasp.domains.search.rollout_spec",
+                   "hasp.domains.search.task", "hasp.pf.library", "hasp.eval.summary", *SKILL_RUNTIME)
+#: what a policy episode reads: the agent, the harness, the sandbox and every model endpoint
+EPISODE_PARAMS = ("agent", "harness", "sandbox", "llm", "teacher")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase: its inputs (``params``, ``modules`` + ``files``, ``inputs``) and, for its DVC stage,
+    the ``hasp`` command and what it writes. Paths are templates over a layout's roles
+    (``{epoch}/rollout.jsonl``)."""
+
+    name: str
+    modules: tuple[str, ...]
+    params: tuple[str, ...] = ()  # a section ("agent") or one key ("evolve.proposal_format")
+    inputs: tuple[str, ...] = ()  # artifacts of earlier phases
+    files: tuple[str, ...] = (EPOCH_FILE,)  # code that is not a hasp module import (phase functions, presets)
+    cmd: str | None = None  # the DVC stage's command; None: a phase only the Prefect flow runs
+    outs: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+
+
+def _epoch(*names: str) -> tuple[str, ...]:
+    return tuple(f"{{epoch}}/{n}" for n in names)
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("prepare", ("hasp.domains.search.prepare",), ("data",), files=(),
+          cmd="hasp data prepare --out {data}",
+          outs=("{data}/corpus.jsonl", "{data}/train.jsonl", "{data}/val.jsonl", "{data}/test.jsonl"),
+          metrics=("{data}/summary.json",)),
+    Phase("rollout", ROLLOUT_MODULES, (*EPISODE_PARAMS, "evolve.prefilter"),
+          ("{data}/corpus.jsonl", "{data}/train.jsonl", "{library}"),
+          cmd="hasp evolve rollout --epoch-dir {epoch} --library {library} --data {data}",
+          outs=_epoch("rollout.jsonl"), metrics=_epoch("summary_rollout.json")),
+    Phase("analyse", ("hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.summarize", "hasp.pf.library"),
+          ("evolve.mode", "evolve.lite_failures", "evolve.min_cluster_size", "evolve.summarizer",
+           "evolve.summarizer_temperature", "evolve.summarizer_max_tokens", "evolve.summarizer_retries",
+           "evolve.summarizer_max_failures", "llm", "teacher", "sandbox"),
+          (*_epoch("rollout.jsonl"), "{library}"),
+          cmd="hasp evolve analyse --epoch-dir {epoch} --library {library}",
+          outs=_epoch("failures.json", "summaries.json", "clusters.json"), metrics=_epoch("summary_analyse.json")),
+    Phase("propose", ("hasp.evolve.propose", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.agent.replay",
+                      "hasp.llm.structured", "hasp.pf.library"),
+          ("evolve.mode", "evolve.max_candidates", "evolve.lite_max_candidates", "evolve.proposal_format",
+           "evolve.proposals_per_cluster", "evolve.structured_output", "evolve.proposal_temperature",
+           "evolve.proposal_max_tokens", "evolve.declarative_max_tokens", "agent.max_steps", "llm", "sandbox"),
+          (*_epoch("clusters.json", "rollout.jsonl"), "{library}"),
+          cmd="hasp evolve propose --epoch-dir {epoch} --library {library}",
+          outs=_epoch("candidates.json"), metrics=_epoch("summary_propose.json")),
+    Phase("validate", ("hasp.evolve.validate", "hasp.evolve.declarative", "hasp.evolve.gate", "hasp.evolve.propose",
+                       "hasp.evolve.cluster", "hasp.pf.sandboxed", "hasp.pf.sandbox_driver", "hasp.sandbox.child"),
+          ("evolve.mode", "evolve.filtering", "evolve.val_gate", "sandbox"),
+          _epoch("candidates.json", "rollout.jsonl", "clusters.json"),
+          cmd="hasp evolve validate --epoch-dir {epoch}",
+          outs=_epoch("validation.json"), metrics=_epoch("summary_validate.json")),
+    Phase("review", ("hasp.evolve.review", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.pf.sandboxed",
+                     "hasp.pf.library", "hasp.llm.endpoints"),
+          ("sandbox", "teacher", "llm"),
+          (*_epoch("candidates.json", "validation.json", "clusters.json", "rollout.jsonl"), "{library}"),
+          cmd="hasp evolve review --epoch-dir {epoch} --library {library}",
+          outs=_epoch("reviews.json"), metrics=_epoch("summary_review.json")),
+    # the PF agent on the val split with one library: the val gate's baseline and the library after the
+    # epoch (the DVC gate stage runs its baseline itself)
+    Phase("val_rollout", ROLLOUT_MODULES, (*EPISODE_PARAMS, "evolve.val_limit"),
+          ("{data}/corpus.jsonl", "{data}/val.jsonl")),
+    Phase("gate", (*ROLLOUT_MODULES, "hasp.evolve.gate", "hasp.evolve.admit", "hasp.evolve.review"),
+          (*EPISODE_PARAMS, "evolve.mode", "evolve.filtering", "evolve.val_gate", "evolve.val_rule",
+           "evolve.val_limit", "evolve.r_skill_lambda"),
+          ("{data}/corpus.jsonl", "{data}/val.jsonl",
+           *_epoch("candidates.json", "validation.json", "reviews.json", "clusters.json"), "{library}"),
+          cmd="hasp evolve gate --epoch-dir {epoch} --library {library} --data {data}",
+          outs=_epoch("gate.json"), metrics=_epoch("summary_gate.json")),
+    Phase("admit", ("hasp.evolve.admit", "hasp.evolve.gate", "hasp.evolve.propose", "hasp.evolve.review",
+                    "hasp.evolve.cluster", "hasp.pf.library"),
+          ("evolve.mode", "evolve.filtering", "evolve.val_gate", "evolve.r_skill_lambda", "evolve.max_library_size",
+           "sandbox"),
+          (*_epoch("candidates.json", "validation.json", "reviews.json", "gate.json", "clusters.json"), "{library}"),
+          cmd="hasp evolve admit --epoch-dir {epoch} --library {library}",
+          outs=("{epoch}/library", "{epoch}/admission.json"), metrics=_epoch("summary_admit.json")),
+    Phase("build_data", ("hasp.signals.coarse", "hasp.train.data"), ("signals", "evolve.r_skill_lambda"),
+          _epoch("rollout.jsonl", "candidates.json", "reviews.json", "validation.json", "gate.json", "admission.json"),
+          cmd="hasp evolve build-data --epoch-dir {epoch}",
+          outs=_epoch("sft.jsonl", "dpo.jsonl", "sft_skill.jsonl", "dpo_skill.jsonl", "skill_records.jsonl"),
+          metrics=_epoch("data_summary.json", "summary_build_data.json")),
+    Phase("train", ("hasp.train.sft", "hasp.train.presets"), ("train",), _epoch("sft.jsonl"),
+          files=(EPOCH_FILE, "hasp/train/presets.yaml"),
+          cmd="hasp train sft --data {epoch}/sft.jsonl --out {train}",
+          outs=("{train}/adapter", "{train}/merged"), metrics=("{train}/train_metrics.json",)),
+    Phase("evaluate", ("hasp.eval.runner", "hasp.eval.datasets", *ROLLOUT_MODULES), (*EPISODE_PARAMS, "eval"),
+          ("{data}/corpus.jsonl", "{data}/test.jsonl", "{evolved}", "{train}/merged"),
+          cmd="hasp eval --domain search --dataset generated --data {data} --variants react,pf "
+              "--library {evolved} --trained {train}/merged --out {eval} --run-name epoch_0-eval --no-progress",
+          outs=("{eval}/generated",), metrics=("{eval}/metrics.json",)),
+    Phase("track", ("hasp.track.epoch_report", "hasp.track.dvc_plots"), ("tracking",),
+          ("{eval}/metrics.json", "{train}/train_metrics.json", "{epoch}/summary_admit.json", "{evolved}"),
+          files=(), cmd="hasp track epoch --out {out} --epoch 0",
+          outs=("{epoch}/mlflow_run_id.txt", "{out}/plots/train_steps.json", "{out}/plots/epochs.json",
+                "{out}/plots/test.json")),
+    # one preset of the post-training grid per DVC experiment (train.preset; null runs nothing)
+    Phase("experiment", ("hasp.cli.experiment", "hasp.train.run", "hasp.train.sampler", "hasp.train.rs",
+                         "hasp.train.opd", "hasp.train.dpo", "hasp.train.rounds", "hasp.train.hindsight",
+                         "hasp.train.presets", "hasp.eval.runner", "hasp.evolve.epoch"),
+          ("train", "agent", "harness", "evolve", "signals", "sandbox", "eval", "llm", "teacher", "tracking"),
+          ("{data}/corpus.jsonl", "{data}/train.jsonl", "{data}/val.jsonl", "{data}/test.jsonl", "{library}"),
+          files=("hasp/train/presets.yaml", "flows", "tasks"),
+          cmd="hasp experiment run --optional --params params.yaml --data {data} --out {out}/experiment "
+              "--library {library}",
+          metrics=("{out}/experiment/metrics.json",)),
+)
+
+BY_NAME: Mapping[str, Phase] = {ph.name: ph for ph in PHASES}
+
+
+def repo_root() -> Path:
+    """The folder holding the ``hasp`` package (paths in the graph are relative to it)."""
+    return package_dir("hasp").parent
+
+
+def code_paths(ph: Phase) -> list[str]:
+    """The phase's code, relative to the repository: the module closure of ``modules``, the
+    ``prompts/`` folder of every package in it, and ``files``."""
+    root = repo_root()
+    sources = module_closure(ph.modules)
+    prompts = {f.parent / "prompts" for f in sources if (f.parent / "prompts").is_dir()}
+    rel = {str(p.relative_to(root)) for p in [*sources, *prompts]}
+    return sorted(rel | set(ph.files))
+
+
+def code_key(ph: Phase) -> str:
+    """Fingerprint of the phase's code (names and contents of ``code_paths``)."""
+    root = repo_root()
+    return key_of(*[(p, content_hash(root / p)) for p in code_paths(ph)])
+
+
+def params_values(params: Any, keys: Iterable[str]) -> dict[str, Any]:
+    """The values of ``keys`` (``section`` or ``section.key``) in a ``Params``, as JSON-able data."""
+    out: dict[str, Any] = {}
+    for dotted in keys:
+        node: Any = params
+        for part in dotted.split("."):
+            node = getattr(node, part)
+        out[dotted] = node.model_dump(mode="json") if hasattr(node, "model_dump") else node
+    return out
+
+
+def resolve(template: str, layout: Mapping[str, Path | str]) -> Path:
+    return Path(template.format(**{k: str(v) for k, v in layout.items()}))
+
+
+def cache_key(name: str, params: Any, layout: Mapping[str, Path | str], *extras: Any) -> str:
+    """The Prefect cache key of phase ``name``: its code, the values of its params keys and the content
+    of its inputs under ``layout``, plus ``extras`` (what the graph cannot see: model identity, epoch,
+    earlier proposal feedback ...)."""
+    ph = BY_NAME[name]
+    inputs = [content_hash(resolve(i, layout)) for i in ph.inputs]
+    return key_of(name, code_key(ph), json.dumps(params_values(params, ph.params), sort_keys=True), inputs, *extras)
+
+
+def epoch_code_paths() -> list[str]:
+    """Every code path of the epoch's phases (what a run-level code key covers)."""
+    return sorted({p for ph in PHASES if ph.name not in ("track", "experiment") for p in code_paths(ph)})
