@@ -2,11 +2,11 @@
 val-gate run, two evaluation cells and the RS/OPD sampler, each on a greedy scripted policy, give
 exactly the trajectories recorded in ``tests/data/search_episode_trajectories.json``.
 
-The fixture was written by this module (``HASP_WRITE_FIXTURES=1``) from the code that built an episode
-per caller before the one episode spec; an episode recipe that renders another prompt, shows other
-tool output, selects other PFs or grades differently fails here with the first step that differs.
-The only difference allowed is what the environment adds to Δ_t for the replay (``RECORDED_FOR_REPLAY``:
-the titles of a SEARCH's hits, the contents of the document a READ opened), which the fixture predates.
+The fixture is a recorded reference (``HASP_WRITE_FIXTURES=1`` rewrites it): a change to the episode
+recipe that renders another prompt, shows other tool output, selects other PFs or grades differently
+fails here with the first step that differs. The keys the environment adds to Δ_t for the replay
+(``RECORDED_FOR_REPLAY``: the titles of a SEARCH's hits, the contents of the document a READ opened)
+are checked for presence, not compared, since the reference does not hold them.
 """
 
 from __future__ import annotations
