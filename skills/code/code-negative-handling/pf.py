@@ -6,7 +6,7 @@ SKILL.md text in the system prompt. ``intervene`` returns a NOOP audit record.""
 import re
 
 from hasp.pf import register_pf
-from hasp.pf.base import AuditOnlyPF
+from hasp.pf.bases import AuditOnlyPF
 
 _SIGNAL = re.compile(r"\b(negative|integers?)\b", re.I)
 

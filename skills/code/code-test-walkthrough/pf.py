@@ -6,7 +6,7 @@ SKILL.md text in the system prompt. ``intervene`` returns a NOOP audit record.""
 
 from hasp.domains.code.task import code_view
 from hasp.pf import register_pf
-from hasp.pf.base import AuditOnlyPF
+from hasp.pf.bases import AuditOnlyPF
 
 
 def contest_style(ctx, arg):

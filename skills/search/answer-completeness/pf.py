@@ -7,7 +7,7 @@ Reads ctx keys: question.
 import re
 
 from hasp.pf import register_pf
-from hasp.pf.base import FinalHintPF
+from hasp.pf.bases import FinalHintPF
 
 _MULTI = re.compile(r"\b(both|two|three|each of|and (what|which|who|when|where|how))\b", re.I)
 _LIST = re.compile(r",|/|;|\band\b|&", re.I)

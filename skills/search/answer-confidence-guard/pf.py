@@ -11,8 +11,8 @@ from hasp.domains.search.pf_bases import teacher_repair
 from hasp.pf.search_support import (can_redirect_final, names, note_final_redirect, unread_hits,
                                             used_query)
 from hasp.pf import Intervention, InterventionType, register_pf
-from hasp.pf.base import TeacherVotePF
-from hasp.pf.teacher import ask_teacher
+from hasp.pf.bases import TeacherVotePF
+from hasp.pf.teacher_ask import ask_teacher
 from hasp.textutil import keyword_query
 
 HEDGE = re.compile(r"\b(unknown|not sure|unsure|don'?t know|do not know|cannot (?:find|determine)|"

@@ -7,7 +7,7 @@ Reads ctx keys: question.
 import re
 
 from hasp.pf import register_pf
-from hasp.pf.base import FinalCheckPF
+from hasp.pf.bases import FinalCheckPF
 
 _ASKS_YEAR = re.compile(r"\b(what|which) year\b|^\s*(in )?when\b|\bwhat date\b", re.I)
 _ASKS_NUMBER = re.compile(r"\bhow (many|much|old|long|far)\b", re.I)

@@ -6,7 +6,7 @@ Reads ctx keys: has_read, all_read_contents, last_search_results_text.
 
 from hasp.pf.search_support import names
 from hasp.pf import register_pf
-from hasp.pf.base import FinalCheckPF
+from hasp.pf.bases import FinalCheckPF
 
 
 def snippet_only(ctx, answer):

@@ -9,7 +9,7 @@ import re
 
 from hasp.pf.search_support import steps_left, unread_hits
 from hasp.pf import register_pf
-from hasp.pf.base import FinalHintPF
+from hasp.pf.bases import FinalHintPF
 
 _DIGIT = re.compile(r"\d")
 

@@ -9,7 +9,7 @@ import re
 
 from hasp.pf.search_support import names
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-from hasp.pf.teacher import ask_teacher
+from hasp.pf.teacher_ask import ask_teacher
 
 _NESTED = re.compile(r"\b(?:SEARCH|READ|FINAL)\[([^\[\]]*)\]?", re.I)
 _LABEL = re.compile(r"^\s*(?:so\s+)?(?:(?:my|the)\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:\-]?\s*|"

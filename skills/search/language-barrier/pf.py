@@ -9,7 +9,7 @@ import unicodedata
 
 from hasp.pf.search_support import just_read, last_read_text
 from hasp.pf import register_pf
-from hasp.pf.base import HintPF
+from hasp.pf.bases import HintPF
 
 MIN_NON_ASCII = 20
 

@@ -7,7 +7,7 @@ Reads ctx keys: read_count, contradictory_sources, all_read_contents, question.
 import re
 
 from hasp.pf import register_pf
-from hasp.pf.base import FinalHintPF
+from hasp.pf.bases import FinalHintPF
 
 _CONTRADICTION = re.compile(r"\b(contrary to|disputed|should not be confused|incorrectly|mistakenly|"
                             r"other sources|some accounts|conflicting)\b", re.I)

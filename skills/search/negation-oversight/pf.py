@@ -8,7 +8,7 @@ import re
 
 from hasp.pf.search_support import sentences
 from hasp.pf import register_pf
-from hasp.pf.base import FinalHintPF
+from hasp.pf.bases import FinalHintPF
 
 _NEG = re.compile(r"\b(not|never|except|without|none|neither|nor|no)\b|n't\b", re.I)
 

@@ -7,8 +7,8 @@ Reads ctx keys: question, has_read, all_read_contents, step_count, max_steps, _f
 from hasp.domains.search.pf_bases import teacher_repair
 from hasp.pf.search_support import names, sentences
 from hasp.pf import Intervention, InterventionType, register_pf
-from hasp.pf.base import TeacherVotePF
-from hasp.pf.teacher import ask_teacher, teacher_directive
+from hasp.pf.bases import TeacherVotePF
+from hasp.pf.teacher_ask import ask_teacher, teacher_directive
 from hasp.textutil import content_tokens
 
 

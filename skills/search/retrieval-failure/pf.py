@@ -10,7 +10,7 @@ import re
 
 from hasp.pf.search_support import names
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-from hasp.pf.teacher import ask_teacher
+from hasp.pf.teacher_ask import ask_teacher
 from hasp.textutil import jaccard, keyword_query
 
 _QUOTED = re.compile(r"\"([^\"]{3,80})\"")

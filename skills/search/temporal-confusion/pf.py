@@ -7,7 +7,7 @@ Reads ctx keys: has_read, all_read_contents.
 import re
 
 from hasp.pf import register_pf
-from hasp.pf.base import FinalCheckPF
+from hasp.pf.bases import FinalCheckPF
 
 _YEAR = re.compile(r"\b(1\d{3}|20\d{2}|[1-9]\d{2})\b")
 

@@ -9,7 +9,7 @@ from functools import lru_cache
 from rapidfuzz.fuzz import ratio
 
 from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf
-from hasp.pf.teacher import teacher_objection
+from hasp.pf.teacher_ask import teacher_objection
 
 MIN_RATIO = 0.8
 
