@@ -41,28 +41,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=Path, required=True, help="hasp eval --out folder on the first engine")
     ap.add_argument("--second", type=Path, required=True, help="hasp eval --out folder on the second engine")
     ap.add_argument("--arm", default="pf", help="the evaluated arm (its trajectory file is <arm>.jsonl)")
+    ap.add_argument("--arm-second", default=None, help="the second side's arm when it is named otherwise "
+                    "(a grid run's trained_pf against an eval's pf)")
+    ap.add_argument("--section", default=REPORT.section, help="the results section to write (the same pairing "
+                    "serves a code change on one engine)")
     ap.add_argument("--label-first", default="first")
     ap.add_argument("--label-second", default="second")
     ap.add_argument("--ran", action="append", default=[], help="how each side was made (printed), repeatable")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     a = ap.parse_args(argv)
-    first, second = em_by_qid(cell_file(a.first, a.arm)), em_by_qid(cell_file(a.second, a.arm))
+    arm2 = a.arm_second or a.arm
+    REPORT.section = a.section
+    first, second = em_by_qid(cell_file(a.first, a.arm)), em_by_qid(cell_file(a.second, arm2))
     common = sorted(set(first) & set(second))
     if not common:
-        print(f"no question scored on both sides ({cell_file(a.first, a.arm)}, {cell_file(a.second, a.arm)})",
+        print(f"no question scored on both sides ({cell_file(a.first, a.arm)}, {cell_file(a.second, arm2)})",
               file=sys.stderr)
         return 2
     for r in a.ran:
         REPORT.line(f"ran: {r}")
-    for label, folder in ((a.label_first, a.first), (a.label_second, a.second)):
-        row = cell_summary(folder, a.arm)
+    for label, folder, arm in ((a.label_first, a.first, a.arm), (a.label_second, a.second, arm2)):
+        row = cell_summary(folder, arm)
         hits = sum(first[q] if folder == a.first else second[q] for q in common)
         extra = ", ".join(f"{k} {row[k]:.3f}" for k in ("parse_error_rate", "mean_steps") if k in row)
         REPORT.line(f"{label:<28} EM {hits:.0f}/{len(common)}" + (f"  ({extra})" if extra else "") + f"  [{folder}]")
     d = paired_difference([first[q] for q in common], [second[q] for q in common])
     REPORT.line(f"paired {a.label_second} - {a.label_first}: {d}")
     same = sum(first[q] == second[q] for q in common)
-    REPORT.line(f"questions with the same EM on both engines: {same}/{len(common)}")
+    REPORT.line(f"questions with the same EM on both sides: {same}/{len(common)}")
     if not a.no_write:
         REPORT.write()
     return 0
