@@ -57,7 +57,7 @@ def _traj(item, em, fired=()):
                         audit=AuditEvent(state={}, a_orig=bad, a_final=bad, feedback={"found": False},
                                          fired=[{"skill_id": s, "applied": True} for s in fired]))]
     return Trajectory(qid=item.id, question=item.question, answers=["1836"], variant="pf", steps=steps,
-                      em=em, harness=HarnessRecord())
+                      em=em, completion_tokens=40 if em else 90, harness=HarnessRecord())
 
 
 def test_a_repair_admitted_after_a_failed_task_serves_the_next_task_of_its_chain(tmp_path):
@@ -100,5 +100,14 @@ def test_a_repair_admitted_after_a_failed_task_serves_the_next_task_of_its_chain
     assert [t.reward for t in result.tasks[:3]] == [1.0, 2.0, 2.0]
     assert s["em_sequential"]["k"] == 2 and s["em_plain"]["k"] == 0 and s["em_difference"]["n"] == 5
     assert trajs[1].harness.postprocess["skill_integrated_reward"] == 2.0
+    assert [(t.steps, t.completion_tokens, t.plain_steps, t.plain_completion_tokens) for t in result.tasks] == [
+        (3, 90, 3, 90), (3, 40, 3, 90), (3, 40, 3, 90), (3, 90, 3, 90), (3, 90, 3, 90)]
+    seq, plain, diff = s["sequential"], s["plain"], s["sequential_minus_plain"]
+    assert (seq["tgc"]["k"], seq["tgc"]["n"], seq["sgc"]["k"], seq["sgc"]["n"]) == (2, 5, 0, 2)  # q0 failed
+    assert (seq["skill_use"]["k"], seq["skill_use"]["n"]) == (2, 3)  # q1, q2 of the later tasks q1, q2, r1
+    assert seq["success_when_used"]["p"] == 1.0 and seq["success_when_not_used"]["p"] == 0.0
+    assert plain["tgc"]["k"] == 0 and plain["skill_use"]["k"] == 0 and plain["mean_completion_tokens"]["mean"] == 90
+    assert (diff["tgc"]["mean"], diff["tgc"]["n"], diff["sgc"]["n"]) == (0.4, 5, 2)
+    assert diff["mean_steps"]["mean"] == 0.0 and diff["mean_completion_tokens"]["mean"] == -20.0
     assert any("nonsense" not in r and "declaration refused" in r for r in result.refusals)  # r0's proposal
     assert not (SEED / "generated" / "read-shown-result-v1").exists()  # the seed library is never touched

@@ -131,7 +131,9 @@ def sage(params: ParamsOpt = None,
          chain_length: Annotated[int, typer.Option("--chain-length", min=2, help="Tasks per chain.")] = 3,
          limit: Annotated[Optional[int], typer.Option(help="First N questions of the split.")] = None) -> None:
     """SAGE's sequential rollout: chains of same-template questions, skills admitted after a failed task serve
-    the next ones; compared with plain rollouts of the same questions (writes sequential.json)."""
+    the next ones; compared with plain rollouts of the same questions (writes sequential.json). Prints SAGE's
+    metrics per arm: TGC, SGC, skill use and EM with and without it, steps and generated tokens per task."""
+    from hasp.eval.chain_metrics import metric_lines
     from hasp.evolve.sequential import sage_run
     from hasp.llm.endpoints import policy_client
 
@@ -142,3 +144,6 @@ def sage(params: ParamsOpt = None,
         summary = sage_run(p, data, library, out, policy=pol, student=student, split=split,
                            chain_length=chain_length, limit=limit)
     typer.echo(json.dumps(summary, indent=1))
+    arms = {arm: summary[arm] for arm in ("sequential", "plain") if arm in summary}
+    for line in metric_lines(arms, summary.get("sequential_minus_plain"), "sequential - plain"):
+        typer.echo(line)

@@ -13,7 +13,9 @@ Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
 ``used(i, k)``: a PF admitted after task k fired in task i. The second term rewards generating a
 skill a later task succeeds with, the third using earlier skills to succeed. SAGE also asks
 ``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not.
-The reward is written per trajectory, for rejection sampling to rank by.
+The reward is written per trajectory, for rejection sampling to rank by. The summary scores both
+arms, sequential and plain (base library, same chains), with SAGE's chain metrics
+(``hasp.eval.chain_metrics``: TGC, SGC, skill use, steps and generated tokens per task).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasp.eval.chain_metrics import ChainRecord, chain_differences, chain_metrics
 from hasp.pf.folder_files import copy_folder
 from hasp.records import Trajectory
 from hasp.stats import paired_difference, rate
@@ -74,7 +77,8 @@ def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[set[int]]
 
 @dataclass
 class ChainTask:
-    """One task of a chain: its outcome, the skills it created and the earlier ones it used."""
+    """One task of a chain: its outcome and cost, the skills it created and the earlier ones it used,
+    and the same task's outcome and cost in the plain rollout (base library) when there is one."""
 
     chain: int
     position: int
@@ -84,7 +88,23 @@ class ChainTask:
     used_from: list[int] = field(default_factory=list)  # positions whose skills fired here
     used_skills: list[str] = field(default_factory=list)
     reward: float = 0.0
+    steps: int = 0
+    completion_tokens: int = 0
     plain_em: float | None = None
+    plain_steps: int | None = None
+    plain_completion_tokens: int | None = None
+
+    def record(self) -> ChainRecord:
+        return ChainRecord(chain=self.chain, position=self.position, em=self.em,
+                           used_earlier_skill=bool(self.used_from), steps=self.steps,
+                           completion_tokens=self.completion_tokens)
+
+    def plain_record(self) -> ChainRecord | None:
+        """The plain rollout's side; its base library holds no skill of the chain, so none is used."""
+        if self.plain_em is None:
+            return None
+        return ChainRecord(chain=self.chain, position=self.position, em=self.plain_em, used_earlier_skill=False,
+                           steps=self.plain_steps or 0, completion_tokens=self.plain_completion_tokens or 0)
 
 
 @dataclass
@@ -105,9 +125,14 @@ class SequentialResult:
             "mean_reward": round(sum(t.reward for t in self.tasks) / max(1, len(self.tasks)), 4),
             "proposal_refusals": len(self.refusals),
         }
+        seq_records = [t.record() for t in self.tasks]
+        out["sequential"] = chain_metrics(seq_records)
         if len(plain) == len(seq):
             out["em_plain"] = rate(plain).to_dict()
             out["em_difference"] = paired_difference(plain, seq).to_dict()
+            plain_records = [r for t in self.tasks if (r := t.plain_record()) is not None]
+            out["plain"] = chain_metrics(plain_records)
+            out["sequential_minus_plain"] = chain_differences(plain_records, seq_records)
         by_pos: dict[int, list[float]] = defaultdict(list)
         for t in self.tasks:
             by_pos[t.position].append(t.em)
@@ -151,9 +176,13 @@ def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, w
             traj = run_task(item, lib)
             fired = _fired(traj)
             used = sorted({owner[s] for s in fired if s in owner})
+            base = plain.get(item.id) if plain else None
             task = ChainTask(chain=c, position=pos, qid=item.id, em=float(traj.em), used_from=used,
-                             used_skills=sorted(s for s in fired if s in owner),
-                             plain_em=float(plain[item.id].em) if plain and item.id in plain else None)
+                             used_skills=sorted(s for s in fired if s in owner), steps=len(traj.steps),
+                             completion_tokens=traj.completion_tokens,
+                             plain_em=float(base.em) if base is not None else None,
+                             plain_steps=len(base.steps) if base is not None else None,
+                             plain_completion_tokens=base.completion_tokens if base is not None else None)
             if not traj.em and pos < len(chain) - 1:  # a skill from the last task has no later task to help
                 admitted, why = grow(traj, lib)
                 task.created = admitted
