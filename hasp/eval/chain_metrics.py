@@ -13,7 +13,7 @@ same numbers from ``chain_metrics`` and, for two arms on the same chains, ``chai
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,19 +61,19 @@ def chain_metrics(tasks: Sequence[ChainRecord]) -> dict[str, Any]:
     """TGC, SGC, skill use, success with and without a used skill, and mean steps and generated
     tokens per task of one arm; rates carry their Wilson 95 % interval, means a bootstrap one."""
     chains = _by_chain(tasks)
-    tasks = [t for rows in chains.values() for t in rows]
+    ordered = [t for rows in chains.values() for t in rows]
     later = _later(chains)
     used = [t for t in later if t.used_earlier_skill]
     unused = [t for t in later if not t.used_earlier_skill]
     return {
-        "tasks": len(tasks), "chains": len(chains),
-        "tgc": rate([_flag(t.solved) for t in tasks]).to_dict(),
+        "tasks": len(ordered), "chains": len(chains),
+        "tgc": rate([_flag(t.solved) for t in ordered]).to_dict(),
         "sgc": rate([_flag(all(t.solved for t in rows)) for rows in chains.values()]).to_dict(),
         "skill_use": rate([_flag(t.used_earlier_skill) for t in later]).to_dict(),
         "success_when_used": rate([_flag(t.solved) for t in used]).to_dict(),
         "success_when_not_used": rate([_flag(t.solved) for t in unused]).to_dict(),
-        "mean_steps": bootstrap_mean([t.steps for t in tasks]).to_dict(),
-        "mean_completion_tokens": bootstrap_mean([t.completion_tokens for t in tasks]).to_dict(),
+        "mean_steps": bootstrap_mean([t.steps for t in ordered]).to_dict(),
+        "mean_completion_tokens": bootstrap_mean([t.completion_tokens for t in ordered]).to_dict(),
     }
 
 
@@ -87,7 +87,7 @@ def chain_differences(before: Sequence[ChainRecord], after: Sequence[ChainRecord
     same = [c for c in a_chains
             if c in b_chains and [t.position for t in a_chains[c]] == [t.position for t in b_chains[c]]]
 
-    def paired(value: Any) -> dict[str, Any]:
+    def paired(value: Callable[[ChainRecord], float]) -> dict[str, Any]:
         return paired_difference([value(b[k]) for k in common], [value(a[k]) for k in common]).to_dict()
 
     def chain_solved(rows: Sequence[ChainRecord]) -> float:
