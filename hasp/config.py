@@ -314,9 +314,10 @@ class TrainerParams(_Strict):
     seed: int = Field(42, ge=0, le=SEED_MAX, description="seed for LoRA init, data order and dropout "
                                                         "(0..2^32-1; the paper's runs used 42); presets keep it, "
                                                         "so repeating a preset over seeds changes only this")
-    weighting: Literal["loss", "oversample", "none"] = Field(
+    weighting: Literal["loss", "oversample", "none", "advantage"] = Field(
         "loss", description="how the step advantage A_t is honoured by the SFT trainer (sft, rs, opd): per-row "
-                            "loss weight, oversampling, or ignored")
+                            "loss weight, oversampling, or ignored; grpo and sage train with advantage (a signed, "
+                            "unnormalised weight: the policy-gradient loss)")
     normalize_weights: bool = Field(True, description="weighting=loss: divide weights by their mean so the "
                                                       "average row weight is 1")
     oversample_factor: float = Field(2.0, gt=0, description="weighting=oversample: total copies = "
@@ -340,7 +341,7 @@ class TrainerParams(_Strict):
                                 "Changing it changes float reduction order, so losses differ in the last digits")
 
 
-RECIPES = ("sft", "rs", "opd", "dpo")
+RECIPES = ("sft", "rs", "opd", "dpo", "grpo", "sage")
 
 
 class RolloutParams(_Strict):
@@ -484,11 +485,67 @@ class DPOParams(RecipeParams):
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
 
 
+#: knobs a policy-gradient update fixes itself: one optimizer step over all of a round's rows (strictly
+#: on-policy), the signed advantage as the row weight, no warmup or decay inside the single step
+PG_FIXED = frozenset({"weighting", "normalize_weights", "oversample_factor", "max_steps", "num_train_epochs",
+                      "gradient_accumulation_steps", "warmup_steps", "lr_scheduler_type"})
+
+
+class PolicyGradientParams(RecipeParams):
+    """What GRPO and SAGE share: rounds of G sampled episodes per group, a reward per episode, the
+    advantage r - mean(group) (seed 001: not divided by the std), and one strictly on-policy update per
+    round on the model's own reply tokens, observations masked (they are prompt, never target)."""
+
+    READS: ClassVar[frozenset[str]] = SFT_TRAINER_READS - PG_FIXED
+
+    iterations: int = Field(4, ge=1, description="sample-update rounds; each samples from the checkpoint the "
+                            "previous one wrote and takes exactly one optimizer step")
+    group_size: int = Field(4, ge=2, description="G: episodes sampled per question (GRPO) or sequential rollouts "
+                            "per chain (SAGE); the advantage compares the members of a group")
+    questions_per_round: int | None = Field(None, ge=1, description="questions (SAGE: chains) sampled per round, "
+                                            "drawn afresh each round with train.seed; null = all of them")
+    reward: Literal["success", "composite"] = Field(
+        "success", description="outcome reward of an episode: success (EM) or App. D.4's composite "
+        "(rs.em_weight EM + rs.f1_weight F1 + rs.economy_weight StepEconomy)")
+    no_answer_penalty: float = Field(0.0, ge=0, description="subtracted from the reward of an episode that ends "
+                                     "without a FINAL (seed 001 penalises ending without an action by 1.0)")
+    scale_by_std: bool = Field(False, description="divide the advantage by the group's std (DeepSeek GRPO); "
+                               "seed 001 and its baseline do not")
+    beta: float = Field(0.0, ge=0, description="weight of the KL penalty to the recipe's start checkpoint "
+                        "(k3 estimator per generated token); 0 = none, as in seed 001")
+
+
+class GRPOParams(PolicyGradientParams):
+    """GRPO on agent episodes (seed 001's baseline): G samples per training question from the served
+    checkpoint, group-relative advantage, policy-gradient loss on the generated tokens only."""
+
+    RECIPE: ClassVar[str] = "grpo"
+
+    agent: Literal["pf", "react"] = Field("pf", description="the agent that samples: pf (PFs and library "
+                                          "active, as RS samples) or react (no skills: seed 001's baseline)")
+
+
+class SAGEParams(PolicyGradientParams):
+    """SAGE (seed 001): GRPO over chains of two same-template training questions with sequential rollout
+    (task 1, the policy's own skill proposal from that episode, task 2 with the skill in the library) and
+    the skill-integrated reward."""
+
+    RECIPE: ClassVar[str] = "sage"
+
+    bonus: Literal["seed", "repair"] = Field(
+        "seed", description="seed: the skill bonus of task 1 needs task 1 and task 2 solved and task 2 using "
+        "task 1's skill (seed 001); repair: HASP's variant, task 1's skill earns the bonus when task 2 uses it "
+        "and is solved, whether task 1 was solved or not (skills are mined from failed episodes)")
+    proposal_max_tokens: int | None = Field(None, ge=16, description="reply budget of a chain's skill proposal; "
+                                            "null = evolve.declarative_max_tokens")
+
+
 class TrainParams(TrainerParams):
     enabled: bool = Field(True, description="false = the pipeline skips training")
-    recipe: Literal["sft", "rs", "opd", "dpo"] = Field(
+    recipe: Literal["sft", "rs", "opd", "dpo", "grpo", "sage"] = Field(
         "sft", description="post-training recipe: sft (weighted LoRA SFT), rs (rejection sampling), opd "
-                           "(on-policy distillation), dpo (preference rows)")
+                           "(on-policy distillation), dpo (preference rows), grpo (group-relative policy "
+                           "gradient), sage (GRPO over skill chains with the skill-integrated reward)")
     preset: str | None = Field(None, description="an E1-E6 preset (paper Table 13) or its _cpu variant "
                                "(hasp/train/presets.yaml); its values replace the train knobs it names")
     overrides: dict[str, Any] = Field(
@@ -501,13 +558,16 @@ class TrainParams(TrainerParams):
     opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs and trainer overrides "
                            "(recipe opd)")
     dpo: DPOParams = Field(DPOParams(), description="DPO knobs and trainer overrides (recipe dpo)")
+    grpo: GRPOParams = Field(GRPOParams(), description="GRPO knobs and trainer overrides (recipe grpo)")
+    sage: SAGEParams = Field(SAGEParams(), description="SAGE knobs and trainer overrides (recipe sage)")
 
     def trainer(self, recipe: str | None = None) -> TrainerParams:
         """The trainer knobs ``recipe`` (default: ``self.recipe``) runs with: the shared ones with its
         block's overrides (sft has no block: it runs the shared knobs as they are)."""
         recipe = recipe or self.recipe
         shared = self.model_dump(include=set(TrainerParams.model_fields))
-        block = {"sft": None, "rs": self.rs, "opd": self.opd, "dpo": self.dpo}[recipe]
+        block = {"sft": None, "rs": self.rs, "opd": self.opd, "dpo": self.dpo, "grpo": self.grpo,
+                 "sage": self.sage}[recipe]
         return TrainerParams.model_validate({**shared, **(block.trainer_overrides() if block else {})})
 
 

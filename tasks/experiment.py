@@ -23,22 +23,20 @@ _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
 def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path, out_dir: Path, *,
                 rows: Path | None = None, data_dir: Path | None = None, library: Path | None = None,
                 sampler_policy: Any = None, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
-    """One training phase: sft/dpo on ``rows``; rs/opd sample the train split with ``library`` through
+    """One training phase: sft/dpo on ``rows``; rs/opd/grpo/sage sample the train split with ``library`` through
     ``sampler_policy`` (``model_dir -> policy context``), on threads or through ``executor``
     (``runner.kind``). Finished RS/OPD rounds in ``out_dir`` are
     reused, so a phase that failed half-way resumes at its first unfinished round. A phase that trains
     nothing (``train.enabled: false``) has no checkpoint for the next one: that is a ``RecipeError``."""
     from hasp.train.rounds import RecipeError
-    from hasp.train.run import run_recipe, teacher_fn
-    from hasp.train.sampler import PFRolloutSampler, training_questions
+    from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
+    from hasp.train.run import run_recipe
 
     kw: dict[str, Any] = {}
-    if train.recipe in ("rs", "opd"):
+    if train.recipe in SAMPLING_RECIPES:
         assert data_dir is not None
-        kw["questions"] = training_questions(data_dir)
-        kw["sample"] = PFRolloutSampler(params, data_dir, library, rollout=train.rollout, policy_for=sampler_policy,
-                                        teacher=teacher, executor=executor)
-        kw["teacher"] = teacher_fn(teacher) if train.recipe == "opd" else None
+        kw = recipe_inputs(params, train, data_dir, library, out_dir=out_dir, policy_for=sampler_policy,
+                           teacher=teacher, executor=executor)
     summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
     if summary.skipped:
         raise RecipeError(f"{train.preset or train.recipe}: {summary.skipped}")

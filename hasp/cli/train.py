@@ -35,6 +35,8 @@ def register(train_app: typer.Typer) -> None:
     train_app.command("rs")(rs)
     train_app.command("opd")(opd)
     train_app.command("dpo")(dpo)
+    train_app.command("grpo")(grpo)
+    train_app.command("sage")(sage)
 
 
 @contextlib.contextmanager
@@ -90,23 +92,21 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
            rows: Path | None = None, data: Path | None = None, library: Path | None = None) -> None:
     """Any recipe from the command line: sft/dpo on ``rows``, rs/opd sampling ``data``'s train split with
     ``library``; prints the summary and the MLflow run id."""
-    from hasp.train.run import run_recipe, teacher_fn
+    from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
+    from hasp.train.run import run_recipe
 
     p = params_or_exit(params)
     with one_line_errors(), contextlib.ExitStack() as stack:
         t = _train_section(p, recipe, preset)
         kw: dict[str, Any] = {}
-        if recipe in ("rs", "opd"):
+        if recipe in SAMPLING_RECIPES:
             from hasp.agent.remote import episode_executor
             from hasp.llm.endpoints import teacher_client
-            from hasp.train.sampler import PFRolloutSampler, training_questions
 
             assert data is not None and library is not None
             teacher = teacher_client(p.teacher, p.llm)
             executor = stack.enter_context(episode_executor(p.runner))
-            kw = {"questions": training_questions(data),
-                  "sample": PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor),
-                  "teacher": teacher_fn(teacher) if recipe == "opd" else None,
+            kw = {**recipe_inputs(p, t, data, library, out_dir=out, teacher=teacher, executor=executor),
                   "inputs_key": _sampling_inputs(p, data, library)}
         s = run_recipe(p, model=model, out_dir=out, train=t, rows=rows, **kw)
     run_id = track_training(p, t, s, track)
@@ -144,3 +144,19 @@ def dpo(model: ModelOpt = None,
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""
     _train("dpo", model, out, params, preset, track, rows=rows)
+
+
+def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_grpo"), params: ParamsOpt = None,
+         preset: PresetOpt = None, track: TrackOpt = True) -> None:
+    """GRPO: G episodes per training question, advantage = reward - group mean, one on-policy update on the
+    model's own replies per round. Writes round_<i>/ (rollout, rows, adapter, merged) and train_metrics.json."""
+    _train("grpo", model, out, params, preset, track, data=data, library=library)
+
+
+def sage(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_sage"), params: ParamsOpt = None,
+         preset: PresetOpt = None, track: TrackOpt = True) -> None:
+    """SAGE: GRPO over chains of two same-template questions with sequential rollout (task 1, the policy's own
+    skill from it, task 2 with that skill) and the skill-integrated reward."""
+    _train("sage", model, out, params, preset, track, data=data, library=library)

@@ -143,7 +143,8 @@ class SequentialResult:
         return {"summary": self.summary(), "tasks": [asdict(t) for t in self.tasks], "refusals": self.refusals}
 
 
-def _fired(traj: Trajectory) -> set[str]:
+def fired_skills(traj: Trajectory) -> set[str]:
+    """Skills whose PF acted (was applied) at some step of ``traj``."""
     return {str(f.get("skill_id")) for s in traj.steps if s.audit for f in s.audit.fired if f.get("applied", True)}
 
 
@@ -174,7 +175,7 @@ def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, w
         chain_trajs = []
         for pos, item in enumerate(chain):
             traj = run_task(item, lib)
-            fired = _fired(traj)
+            fired = fired_skills(traj)
             used = sorted({owner[s] for s in fired if s in owner})
             base = plain.get(item.id) if plain else None
             task = ChainTask(chain=c, position=pos, qid=item.id, em=float(traj.em), used_from=used,
@@ -208,16 +209,12 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
              split: str = "train", chain_length: int = 3, limit: int | None = None) -> dict[str, Any]:
     """Plain rollouts and sequential rollouts on the same chained questions of ``split``; writes
     ``sequential.json``, ``sequential.jsonl`` (trajectories with their reward) and ``plain.jsonl``."""
-    from hasp.agent.replay import replay
     from hasp.agent.rollout import write_trajectories
     from hasp.atomic import write_json
     from hasp.episode.domains import SearchDomain
     from hasp.episode.spec import episode_spec, run_episodes
-    from hasp.evolve.admit import admit
-    from hasp.evolve.cluster import cluster_patterns, existing_from_library
-    from hasp.evolve.declarative import compiled_pf, propose_declarative, reply_format_for, validate_declared
-    from hasp.evolve.detectors import detect_failures
-    from hasp.evolve.review import heuristic_review, trigger_hit_rate
+    from hasp.evolve.chain_skill import propose_into_chain
+    from hasp.evolve.declarative import reply_format_for
     from hasp.llm.structured import constrains_json, dialect_of
     from hasp.pf.library import load_library
     from hasp.progress import Progress
@@ -225,7 +222,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     domain = SearchDomain(data_dir=Path(data_dir))
     chains = build_chains(domain.items(split, limit), chain_length, seed=params.data.seed)
     items = [it for chain in chains for it in chain]
-    a, e = params.agent, params.evolve
+    e = params.evolve
     reply_format = reply_format_for(e.structured_output, params.llm.base_url is None,
                                     constrains_json(params.llm.constrained, dialect_of(student)))
     spec, index = episode_spec(params, domain, "pf"), domain.open(params)
@@ -246,29 +243,9 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
             lib.close()
 
     def grow(traj: Trajectory, lib_dir: Path) -> tuple[list[str], list[str]]:
-        patterns = detect_failures([traj])
-        if not patterns:
-            return [], ["no failure pattern detected"]
-        lib = load_library(lib_dir, domain.name, sandbox=params.sandbox)
-        ids, existing = lib.ids, existing_from_library(lib)
-        lib.close()
-        cluster = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)[0]
-        (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
-                                      replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
-                                      temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
-                                      reply_format=reply_format,
-                                      gold={traj.qid: list(traj.answers)} if split == "train" else None)
-        if not cand.declared:
-            return [], [cand.parse_error]
-        rep = validate_declared(cand)
-        if not rep.passed:
-            return [], [f"{cand.skill_id}: Phase D failed ({'; '.join(rep.errors[:2])})"]
-        hit = trigger_hit_rate(compiled_pf(cand), [traj])
-        review = heuristic_review(cand, rep.q_exec, cluster, trigger_hit_rate=hit, evolve=e)
-        why = [] if hit > 0 else [f"{cand.skill_id}: its trigger never fires on the episode it repairs"]
-        res = admit(lib_dir, cand, review, epoch=0, cluster=cluster, refusals=why, evolve=e,
-                    accept_reason="sequential rollout: Phase D passed and the trigger fires on its episode")
-        return ([cand.skill_id], []) if res.admitted else ([], [res.reason])
+        made = propose_into_chain(traj, lib_dir, params=params, student=student, domain=domain.name,
+                                  gold=split == "train", reply_format=reply_format)
+        return made.admitted, made.refusals
 
     with Progress("sequential", len(items), unit="tasks") as bar:
         result, seq_trajs = sequential_rollout(chains, base_library=library, work_dir=out_dir, run_task=run_task,

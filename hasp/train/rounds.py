@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import random
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -75,12 +77,36 @@ def round_fingerprint(recipe: str, start: Path, questions: Sequence[Any], train:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+def round_questions(questions: Sequence[Any], per_round: int | None, seed: int, index: int) -> list[Any]:
+    """The questions round ``index`` samples: all, or ``per_round`` of them drawn with the seed and the
+    round (a resumed run draws the same ones)."""
+    if per_round is None or per_round >= len(questions):
+        return list(questions)
+    return random.Random(f"{seed}:{index}").sample(list(questions), per_round)
+
+
+def policy_gradient_step(sft: Any, n_rows: int) -> Any:
+    """The trainer knobs of one strictly on-policy update: every row of the round in one optimizer step
+    (micro-batches accumulated), the signed advantage as the row weight, a constant learning rate."""
+    per = sft.per_device_train_batch_size
+    return sft.model_copy(update={"weighting": "advantage", "max_steps": 1, "num_train_epochs": 1.0,
+                                  "gradient_accumulation_steps": max(1, math.ceil(n_rows / per)),
+                                  "warmup_steps": 0.0, "lr_scheduler_type": "constant"})
+
+
 def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: Sampler, out_dir: Path,
                train: TrainParams, *, rounds: int, build_rows: RowBuilder, log_callback: LogCallback | None = None,
-               inputs_key: str | None = None) -> RecipeResult:
-    """``rounds`` rounds of sample → rows → LoRA SFT with ``train.trainer(recipe)``'s knobs; returns the
-    last checkpoint and every round's summary.
+               inputs_key: str | None = None, repeats: int | None = None,
+               policy_gradient: bool = False, kl_beta: float = 0.0, per_round: int | None = None) -> RecipeResult:
+    """``rounds`` rounds of sample → rows → LoRA training with ``train.trainer(recipe)``'s knobs; returns
+    the last checkpoint and every round's summary.
 
+    ``repeats`` (default ``train.rollout.k``) is how often each question is sampled. With
+    ``policy_gradient`` a round takes one optimizer step on advantage-weighted rows
+    (``policy_gradient_step``; KL of weight ``kl_beta`` to ``model_dir``), and a round whose groups
+    carry no signal (every advantage 0) trains nothing and hands its start checkpoint on.
+    ``per_round`` samples that many questions per round, drawn afresh each round with ``train.seed``
+    (all of them when None or larger).
     ``inputs_key`` names what the sampler depends on beyond the arguments (library, data, agent
     settings; the grid passes its phase's cache key): it is part of each round's fingerprint."""
     from hasp.train.sft import SFTRecipe, check_model, train_sft
@@ -88,11 +114,12 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
     check_model(model_dir)
     out_dir = Path(out_dir)
     sft = SFTRecipe.from_params(train.trainer(recipe))
+    start = Path(model_dir)
     current, adapter = Path(model_dir), Path(model_dir)
     done: list[dict[str, Any]] = []
     history: list[dict[str, float]] = []
     step0 = 0
-    k = train.rollout.k
+    k = repeats or train.rollout.k
     previous: str | None = None
     for i in range(rounds):
         rdir = out_dir / f"round_{i}"
@@ -107,7 +134,7 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
                             "running it again", recipe, i + 1, rdir)
                 shutil.rmtree(rdir)
             rdir.mkdir(parents=True, exist_ok=True)
-            asked = [q for q in questions for _ in range(k)]
+            asked = [q for q in round_questions(questions, per_round, train.seed, i) for _ in range(k)]
             trajs = as_trajectories(sample(asked, current))
             write_jsonl([t.to_dict() for t in trajs], rdir / "rollout.jsonl")
             rows, stats = build_rows(trajs, i)
@@ -117,13 +144,21 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
             def shifted(metrics: dict[str, float], step: int, _o: int = offset) -> Any:
                 return log_callback({**metrics, "round": float(i)}, step + _o) if log_callback else None
 
-            # the next round samples from the merged folder
-            res = train_sft(current, rdir / "rows.jsonl", rdir, sft, log_callback=shifted,
-                            label=f"train: {recipe} round {i + 1}/{rounds}", save_merged=True)
             summary = {"round": i, "start_model": str(current), "n_trajectories": len(trajs),
-                       "n_questions": len(questions), "k": k, "data": stats,
-                       "metrics": res.metrics, "step_offset": offset,
-                       "adapter_dir": str(res.adapter_dir), "merged_dir": str(res.merged_dir), "fingerprint": fp}
+                       "n_questions": len(questions), "k": k, "data": stats, "step_offset": offset,
+                       "fingerprint": fp}
+            if policy_gradient and not rows:
+                log.warning("%s round %d: every group's rewards are equal, no advantage to train on; the "
+                            "round hands its start checkpoint on", recipe, i + 1)
+                summary.update(metrics={"global_step": 0}, skipped="no advantage signal",
+                               adapter_dir=str(adapter), merged_dir=str(current))
+            else:
+                knobs = policy_gradient_step(sft, len(rows)) if policy_gradient else sft
+                # the next round samples from the merged folder
+                res = train_sft(current, rdir / "rows.jsonl", rdir, knobs, log_callback=shifted,
+                                label=f"train: {recipe} round {i + 1}/{rounds}", save_merged=True,
+                                kl_beta=kl_beta if policy_gradient else 0.0, reference=start)
+                summary.update(metrics=res.metrics, adapter_dir=str(res.adapter_dir), merged_dir=str(res.merged_dir))
             write_json(summary, marker)
         previous = fp
         done.append(summary)

@@ -32,7 +32,7 @@ class TrainSummary(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    recipe: Literal["sft", "rs", "opd", "dpo"]
+    recipe: Literal["sft", "rs", "opd", "dpo", "grpo", "sage"]
     preset: str | None = None
     start_model: str | None = Field(None, description="the checkpoint training started from")
     skipped: str | None = Field(None, description="why nothing was trained; None when a checkpoint was written")
@@ -43,7 +43,7 @@ class TrainSummary(BaseModel):
     history: list[dict[str, float]] = Field(
         default_factory=list, description="per-step logs of every trainer; rs/opd steps continue across "
                                           "rounds and each row says its round")
-    rounds: list[dict[str, Any]] = Field(default_factory=list, description="rs/opd: one summary per round")
+    rounds: list[dict[str, Any]] = Field(default_factory=list, description="rs/opd/grpo/sage: one summary per round")
     train_summaries: list[str] = Field(default_factory=list, description="each trainer's own summary file")
     wall_s: float = Field(0.0, description="seconds the phase took")
 
@@ -123,7 +123,8 @@ def run_recipe(p: Params, *, model: Path | str | None, out_dir: Path, train: Tra
     trains nothing and says so.
 
     ``rows`` feeds sft/dpo; ``questions`` and ``sample`` feed rs/opd (``sample`` gets every question
-    ``train.rollout.k`` times). A missing input is a ``RecipeError`` naming it. ``inputs_key`` (what the
+    ``train.rollout.k`` times), grpo (``train.grpo.group_size`` times) and sage (``questions`` are
+    chains, each sampled ``train.sage.group_size`` times); ``recipe_inputs`` builds them. A missing input is a ``RecipeError`` naming it. ``inputs_key`` (what the
     sampler depends on) decides with the knobs whether a finished rs/opd round in ``out_dir`` is reused."""
     train = train or resolved_train(p)
     out_dir = Path(out_dir)
@@ -149,6 +150,16 @@ def run_recipe(p: Params, *, model: Path | str | None, out_dir: Path, train: Tra
             from hasp.train.rs import train_rs
 
             rr = train_rs(start, questions, sample, out_dir, train, log_callback=log_callback, inputs_key=inputs_key)
+        elif recipe == "grpo":
+            from hasp.train.grpo import train_grpo
+
+            rr = train_grpo(start, questions, sample, out_dir, train, log_callback=log_callback,
+                            inputs_key=inputs_key)
+        elif recipe == "sage":
+            from hasp.train.sage import train_sage
+
+            rr = train_sage(start, questions, sample, out_dir, train, log_callback=log_callback,
+                            inputs_key=inputs_key)
         else:
             from hasp.train.opd import train_opd
 
@@ -157,8 +168,9 @@ def run_recipe(p: Params, *, model: Path | str | None, out_dir: Path, train: Tra
         summary = TrainSummary(**base, model_dir=str(rr.model_dir), adapter_dir=str(rr.adapter_dir),
                                rounds=rr.rounds, metrics=rr.rounds[-1]["metrics"] if rr.rounds else {},
                                history=rr.history,
-                               train_summaries=[str(Path(r["adapter_dir"]).parent / TRAINER_FILE)
-                                                for r in rr.rounds])
+                               train_summaries=[str(out_dir / f"round_{r['round']}" / TRAINER_FILE)
+                                                for r in rr.rounds if not r.get("skipped")])
     summary.wall_s = time.perf_counter() - t0
     write_json(summary.model_dump(mode="json"), out_dir / SUMMARY_FILE)
     return summary
+

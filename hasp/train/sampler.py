@@ -66,10 +66,10 @@ def training_questions(data_dir: Path, split: str = "train") -> list[Any]:
 
 
 def sample_spec(params: Params, rollout: RolloutParams, data_dir: Path, library: Path | None,
-                teacher: Any) -> EpisodeSpec:
-    """The PF agent (``pf_teacher`` with a teacher) under the rollout's budgets and sampling, in
-    teacher-snippet mode when the rollout asks for it."""
-    return episode_spec(params, SearchDomain(data_dir=Path(data_dir)), "pf", label=LABEL, library=library,
+                teacher: Any, variant: str = "pf") -> EpisodeSpec:
+    """The PF agent (``pf_teacher`` with a teacher), or ``variant`` (``react``: no skills), under the
+    rollout's budgets and sampling, in teacher-snippet mode when the rollout asks for it."""
+    return episode_spec(params, SearchDomain(data_dir=Path(data_dir)), variant, label=LABEL, library=library,
                         teacher=teacher, pipeline=True, rollout=rollout, snippets=rollout.teacher_snippets)
 
 
@@ -82,13 +82,13 @@ class PFRolloutSampler:
 
     def __init__(self, params: Params, data_dir: Path, library: Path | None, *, rollout: RolloutParams,
                  policy_for: PolicyFor | None = None, teacher: Any = None,
-                 executor: EpisodeExecutor | None = None) -> None:
+                 executor: EpisodeExecutor | None = None, variant: str = "pf") -> None:
         if rollout.teacher_snippets and teacher is None:
             raise RecipeError("train.rollout.teacher_snippets needs a teacher: set teacher.base_url and "
                               "teacher.model, or train.rollout.teacher_snippets: false")
         self.params, self.rollout, self.teacher, self.executor = params, rollout, teacher, executor
         self.library = Path(library) if library is not None else None
-        self.spec = sample_spec(params, rollout, Path(data_dir), self.library, teacher)
+        self.spec = sample_spec(params, rollout, Path(data_dir), self.library, teacher, variant)
         self.index = self.spec.domain.open(params) if executor is None else None
         self.policy_for = policy_for or served_policy(params, rollout)
         self.calls: list[dict[str, Any]] = []

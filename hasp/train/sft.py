@@ -25,6 +25,8 @@ Sample weights (TRL has none for SFT):
 - ``weighting="oversample"``: rows are repeated in proportion to the weight (largest-remainder
   apportionment of ``round(oversample_factor · n)`` copies) and trained with TRL's plain loss.
 - ``weighting="none"``: weights ignored.
+- ``weighting="advantage"``: the weight is a signed advantage, kept as it is (GRPO and SAGE; the
+  policy-gradient trainer of ``hasp.train.losses``).
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.atomic import read_jsonl  # noqa: E402
 from hasp.config import TrainerParams  # noqa: E402
 from hasp.progress import Progress  # noqa: E402
+from hasp.train.losses import WEIGHT_COLUMN, PolicyGradientTrainer, WeightedSFTTrainer  # noqa: E402
 
-WEIGHT_COLUMN = "sample_weight"
 LogCallback = Callable[[dict[str, float], int], Any]  # mlflow.log_metrics(metrics, step=...) fits
 
 
@@ -173,6 +175,8 @@ def prepare_rows(rows: list[dict[str, Any]], tok: Any, recipe: SFTRecipe) -> tup
         mean = sum(raw) / len(raw) if raw else 1.0
         scale = 1.0 / mean if recipe.normalize_weights and mean > 0 else 1.0
         examples = [{"prompt": p, "completion": [c], WEIGHT_COLUMN: max(0.0, w) * scale} for p, c, w in kept]
+    elif recipe.weighting == "advantage":  # policy gradient: the signed advantage, as it is
+        examples = [{"prompt": p, "completion": [c], WEIGHT_COLUMN: w} for p, c, w in kept]
     else:
         examples = [{"prompt": p, "completion": [c]} for p, c, _ in kept]
     stats["n_train_examples"] = len(examples)
@@ -180,69 +184,6 @@ def prepare_rows(rows: list[dict[str, Any]], tok: Any, recipe: SFTRecipe) -> tup
 
 
 # -- trainer -------------------------------------------------------------------------------------
-
-class _WeightCollator:
-    """Wraps TRL's collator: pads as usual, then adds the per-row ``sample_weight`` tensor."""
-
-    def __init__(self, base: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> None:
-        self.base = base
-
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = self.base(examples)
-        if examples and WEIGHT_COLUMN in examples[0]:
-            batch[WEIGHT_COLUMN] = torch.tensor([float(e[WEIGHT_COLUMN]) for e in examples], dtype=torch.float32)
-        return batch
-
-
-class WeightedSFTTrainer(SFTTrainer):
-    """``SFTTrainer`` whose NLL is weighted per row by a ``sample_weight`` column.
-
-    Training loss = Σ_i w_i Σ_t nll_it / num_items_in_batch — TRL 1.16's own normaliser (label
-    tokens across the accumulated micro-batches), so gradient accumulation stays exact. Batches
-    without weights, eval, and the non-default loss paths (DFT, label smoothing, custom loss
-    functions, MoE aux loss) fall back to ``SFTTrainer.compute_loss``. Logs the unweighted token
-    NLL as ``nll`` beside the weighted ``loss``.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.data_collator = _WeightCollator(self.data_collator)
-
-    def _set_signature_columns_if_needed(self) -> None:
-        super()._set_signature_columns_if_needed()
-        if WEIGHT_COLUMN not in self._signature_columns:
-            self._signature_columns = [*self._signature_columns, WEIGHT_COLUMN]
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
-        weights = inputs.pop(WEIGHT_COLUMN, None)
-        if (weights is None or return_outputs or not model.training or self.compute_loss_func is not None
-                or self.label_smoother is not None or self.args.loss_type != "nll" or self.aux_loss_enabled):
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
-        inputs["use_cache"] = False
-        outputs = model(**inputs, fused_lm_head=True)
-        nll = -outputs.log_probs  # (batch, seq-1), zero on ignored positions
-        mask = outputs.label_mask
-        w = weights.to(device=nll.device, dtype=nll.dtype).view(-1, 1)
-        num_tokens = mask.sum() if num_items_in_batch is None else num_items_in_batch
-        loss = (nll * w).sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
-        # the metrics SFTTrainer logs, computed the same way
-        num_valid = self.accelerator.gather_for_metrics(mask.sum()).sum()
-        ent = self.accelerator.gather_for_metrics(outputs.entropy.detach().sum()).sum()
-        top1 = self.accelerator.gather_for_metrics(outputs.is_top1.sum()).sum()
-        nll_sum = self.accelerator.gather_for_metrics(nll.detach().sum()).sum()
-        ok = num_valid > 0
-        self._metrics["train"]["entropy"].append((ent / num_valid).item() if ok else 0.0)
-        self._metrics["train"]["mean_token_accuracy"].append((top1 / num_valid).item() if ok else 0.0)
-        self._metrics["train"]["nll"].append((nll_sum / num_valid).item() if ok else 0.0)
-        self._metrics["train"]["mean_sample_weight"].append(float(weights.mean()))
-        n_in_batch = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
-        self._total_train_tokens += n_in_batch // self._tp_size
-        self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
-        return loss
-
 
 class ProgressCallback(TrainerCallback):
     """Optimizer steps as a phase of ``hasp.progress`` (count, elapsed, ETA, final loss)."""
@@ -400,19 +341,29 @@ def save_folder(dest: Path, write: Callable[[Path], Any]) -> None:
 
 def train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe | None = None, *,
               log_callback: LogCallback | None = None, label: str = "train: LoRA SFT",
-              save_merged: bool = True) -> TrainResult:
+              save_merged: bool = True, kl_beta: float = 0.0, reference: Path | None = None) -> TrainResult:
     """Train a LoRA adapter on SFT rows; save adapter, merged model (unless ``save_merged`` is false)
     and a summary under ``out_dir``.
 
     ``log_callback(metrics, step)`` is called at every logging step (``mlflow.log_metrics`` fits).
+    ``weighting="advantage"`` trains the policy-gradient loss (``hasp.train.losses``), with a KL
+    penalty of weight ``kl_beta`` to ``reference`` when it is positive.
     """
     recipe = recipe or SFTRecipe()
     with torch_threads(recipe.torch_threads):
-        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback, label, save_merged)
+        return _train_sft(Path(model_dir), Path(rows_path), Path(out_dir), recipe, log_callback, label, save_merged,
+                          kl_beta, reference)
+
+
+def _trainer_class(recipe: SFTRecipe, kl_beta: float, reference: Path | None) -> tuple[type, dict[str, Any]]:
+    if recipe.weighting == "advantage":
+        return PolicyGradientTrainer, {"beta": kl_beta, "reference": reference}
+    return (WeightedSFTTrainer if recipe.weighting == "loss" else SFTTrainer), {}
 
 
 def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecipe,
-               log_callback: LogCallback | None, label: str, save_merged: bool) -> TrainResult:
+               log_callback: LogCallback | None, label: str, save_merged: bool, kl_beta: float = 0.0,
+               reference: Path | None = None) -> TrainResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
     t0 = time.perf_counter()
@@ -445,9 +396,9 @@ def _train_sft(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
         seed=recipe.seed, data_seed=recipe.seed, dataloader_num_workers=0, dataloader_pin_memory=False,
     )
     history = HistoryCallback(log_callback)
-    trainer_cls = WeightedSFTTrainer if recipe.weighting == "loss" else SFTTrainer
+    trainer_cls, extra = _trainer_class(recipe, kl_beta, reference)
     box = [trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                       peft_config=lora_config(recipe), callbacks=[history, ProgressCallback(label)])]
+                       peft_config=lora_config(recipe), callbacks=[history, ProgressCallback(label)], **extra)]
     del model  # the trainer holds it
     out, train_s, adapter_dir, merged_dir = train_and_save(box, tok, model_dir, out_dir, save_merged)
 

@@ -1,0 +1,98 @@
+"""SAGE (seed 001): GRPO over chains of two same-template training questions (``train.recipe: sage``).
+
+A chain is two training questions that share a question template (``build_chains``). For every chain a
+round runs G sequential rollouts from the checkpoint it starts from; one rollout is
+
+1. task 1 with the run's library (a fresh copy per rollout),
+2. the policy itself proposes a declared skill from that episode's failing steps, which is admitted
+   into the rollout's library when it passes Phase D and its trigger fires on the episode (no val
+   gate: task 2 is the skill's test),
+3. task 2 with the library and that skill.
+
+Skill-integrated reward, in our words: task 2 earns one extra point when it is solved *and* it used
+the skill task 1 left; under the seed's rule (``bonus: seed``) task 1 earns the same extra point only
+when it was itself solved as well, i.e. a skill counts as well made when it came from a success and
+carried a later success. HASP proposes skills from failed episodes, so under the seed's rule a solved
+task 1 has no skill to be credited for; ``bonus: repair`` pays task 1 its point whenever its skill
+carried task 2 to success, solved or not. Both are reported apart.
+
+Advantages are group-relative per chain and task position (the G rollouts of a chain's task 1 form
+one group, its task 2 another), not divided by the std. Rows: every turn of task 1 and the proposal
+turn (the student's prompt and its reply: the skill is part of task 1's output) with task 1's
+advantage; every turn of task 2 with task 2's. The update is the GRPO one (``hasp.train.losses``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hasp.config import TrainParams
+from hasp.records import Trajectory
+from hasp.train.grpo import group_advantages, turn_rows
+from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
+
+SAGE_KEY = "sage"  # where a chain task's record sits in ``harness.postprocess``
+
+
+def skill_integrated_rewards(r1: float, r2: float, used: bool, *, bonus: str = "seed",
+                             solved: tuple[bool, bool] | None = None) -> tuple[float, float]:
+    """(R1, R2) of one two-task chain from its outcome rewards, whether task 2 used task 1's skill, and
+    which tasks were solved (default: outcome reward 1, the seed's ``1[r = 1]``). ``bonus``: "seed"
+    (seed 001) or "repair" (task 1's success not required); see the module docstring."""
+    s1, s2 = solved if solved is not None else (r1 >= 1, r2 >= 1)
+    carried = 1.0 if used and s2 else 0.0
+    return r1 + (carried if s1 or bonus == "repair" else 0.0), r2 + carried
+
+
+def chain_record(t: Trajectory) -> dict[str, Any]:
+    rec = (t.harness.postprocess.get(SAGE_KEY) if t.harness is not None else None) or {}
+    if not rec:
+        raise RecipeError(f"{t.qid}: a SAGE trajectory without its chain record")
+    return rec
+
+
+def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows of one SAGE round: advantages per (chain, position) group; task 1's proposal turn takes
+    task 1's advantage."""
+    recs = [chain_record(t) for t in trajs]
+    rewards = [float(r["reward"]) for r in recs]
+    adv = group_advantages(rewards, [f"{r['chain']}#{r['position']}" for r in recs],
+                           scale_by_std=train.sage.scale_by_std)
+    rows: list[dict[str, Any]] = []
+    for t, r, a in zip(trajs, recs, adv):
+        if a == 0.0:
+            continue
+        extra = {"chain": r["chain"], "position": r["position"], "reward": round(float(r["reward"]), 6)}
+        rows += turn_rows(t, a, source="sage", **extra)
+        prop = r.get("proposal")
+        if prop and prop.get("reply", "").strip():
+            rows.append({"messages": [dict(m) for m in prop["messages"]]
+                         + [{"role": "assistant", "content": prop["reply"].strip()}],
+                         "sample_weight": round(a, 6), "source": "sage_proposal", "qid": t.qid, "step": -1,
+                         **extra})
+    first = [r for r in recs if r["position"] == 0]
+    second = [r for r in recs if r["position"] == 1]
+    stats = {"sampled": len(trajs), "rollouts": len(first), "rows": len(rows),
+             "proposal_rows": sum(r["source"] == "sage_proposal" for r in rows),
+             "negative_rows": sum(r["sample_weight"] < 0 for r in rows),
+             "task1_solved": sum(r["outcome"] >= 1 for r in first),
+             "task2_solved": sum(r["outcome"] >= 1 for r in second),
+             "both_solved": sum(a["outcome"] >= 1 and b["outcome"] >= 1 for a, b in zip(first, second)),
+             "skills_admitted": sum(bool(r["created"]) for r in first),
+             "task2_used_skill": sum(r["used_earlier_skill"] for r in second),
+             "mean_reward": round(statistics.fmean(rewards), 6) if rewards else 0.0}
+    return rows, stats
+
+
+def train_sage(model_dir: Path, chains: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
+               log_callback: LogCallback | None = None, inputs_key: str | None = None) -> RecipeResult:
+    """``train.sage.iterations`` SAGE rounds from ``model_dir`` over ``chains`` (objects with an ``id``),
+    ``sample`` running the sequential rollouts (``hasp.evolve.training_inputs.SageSampler``)."""
+    cfg = train.sage
+    return run_rounds("sage", Path(model_dir), chains, sample, Path(out_dir), train, rounds=cfg.iterations,
+                      build_rows=lambda trajs, i: round_rows(trajs, i, train), log_callback=log_callback,
+                      inputs_key=inputs_key, repeats=cfg.group_size, policy_gradient=True, kl_beta=cfg.beta,
+                      per_round=cfg.questions_per_round)
