@@ -257,13 +257,16 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
                     library: str = "skills/search", data_dir: str | None = None, model: str | None = None,
                     run_name: str | None = None) -> dict[str, Any]:
     """Run ``presets`` (e.g. ``["E3_cpu"]`` or the six) from ``model`` (default: the embedded model)."""
-    from hasp.train.presets import get_preset
+    from hasp.train.presets import PresetError, get_preset
     from hasp.train.rounds import RecipeError
     from hasp.train.run import resolve_model
 
     p = load_params(params_path)
-    for n in presets:
-        get_preset(n, key="experiment")  # an unknown name fails before anything runs
+    for i, n in enumerate(presets):
+        start = get_preset(n, key="experiment").start  # an unknown name fails before anything runs
+        if start is not None and start not in presets[:i] and model is None:
+            raise PresetError(f"experiment: {n} starts from {start}'s checkpoint: run {start} before it in the same "
+                              f"grid (hasp experiment grid), or name the start checkpoint with --model")
     out, lib = Path(out_root), Path(library)
     data = Path(data_dir) if data_dir else out / "data"
     code = grid_code_version()
@@ -292,8 +295,18 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
                            teacher=clients.teacher)
         for n in presets:
             t0 = time.time()
+            start, start_id = base, base_id
+            if get_preset(n).start in experiments:  # a checkpoint of an earlier preset of this grid
+                before = experiments.get(str(get_preset(n).start)) or {}
+                if "final_model" not in before:
+                    experiments[n] = {"name": n, "error": f"starts from {get_preset(n).start}'s checkpoint, "
+                                                          "which this grid did not train"}
+                    phase_result(n, f"failed: {experiments[n]['error']}")
+                    continue
+                start = Path(before["final_model"])
+                start_id = model_identity(start)
             try:
-                experiments[n] = run_experiment(n, p, out=out, data=data, library=lib, base=base, base_id=base_id,
+                experiments[n] = run_experiment(n, p, out=out, data=data, library=lib, base=start, base_id=start_id,
                                                 code=code, teacher_id=teacher_id, data_h=data_h, clients=clients,
                                                 pipe=pipe)
             except RecipeError as e:  # nothing to train on, a teacher that failed: this preset only

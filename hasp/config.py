@@ -588,6 +588,8 @@ class ExperimentPreset(_Strict):
     teacher: str | None = Field(description="teacher model the paper ran (null = none; a CPU variant uses "
                                 "whatever teacher params configure)")
     train: dict[str, Any] = Field(description="train-section values; validated as train knobs")
+    start: str | None = Field(None, description="the preset of the same group whose trained checkpoint this one "
+                              "starts from (it runs earlier in the same grid); null = the grid's base model")
 
 
 

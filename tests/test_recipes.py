@@ -252,7 +252,7 @@ def test_a_preset_keeps_the_knobs_it_does_not_name_and_says_where_it_came_from()
     t = apply_preset(base)
     assert (t.weight_decay, t.per_device_train_batch_size, t.preset, t.recipe) == (0.01, 1, "E5_cpu", "rs")
     assert apply_preset(TrainParams()) == TrainParams()  # no preset, no change
-    assert len(load_presets()) == 12
+    assert len(load_presets()) == 16  # E1-E6, GRPO, SAGE at paper and CPU scale
 
 
 def test_overrides_win_over_the_preset_and_an_unknown_override_is_one_line():
@@ -284,7 +284,7 @@ def test_unknown_preset_and_unknown_knobs_are_one_line_errors_naming_the_key(tmp
     with pytest.raises(ParamsError, match=r"p.yaml: train.rs.min_scor: neither a knob of recipe rs nor a train knob"):
         load_params(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text("train:\n  recipe: ppo\n")
-    with pytest.raises(ParamsError, match=r"train.recipe: Input should be 'sft', 'rs', 'opd' or 'dpo'"):
+    with pytest.raises(ParamsError, match=r"train.recipe: Input should be 'sft', 'rs', 'opd', 'dpo', 'grpo' or 'sage'"):
         load_params(tmp_path / "p.yaml")
     import hasp.train.presets as presets
 

@@ -74,7 +74,7 @@ def _run(names: list[str], params: Optional[Path], out: Path, library: Path, dat
 
 
 def run(name: Annotated[Optional[str], typer.Argument(
-            help="Preset: E1..E6 or E1_cpu..E6_cpu (default: train.preset of the params file).")] = None,
+            help="Preset: E1..E6, GRPO, SAGE or their _cpu variants (default: train.preset of the params file).")] = None,
         params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
         library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
         run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
@@ -102,10 +102,11 @@ def run(name: Annotated[Optional[str], typer.Argument(
 
 def grid(params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
          library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
-         paper: Annotated[bool, typer.Option("--paper", help="The paper's presets E1..E6 (GPU scale) instead "
-                                                             "of E1_cpu..E6_cpu.")] = False,
+         paper: Annotated[bool, typer.Option("--paper", help="The paper-scale presets (GPU) instead of the "
+                                                             "_cpu ones.")] = False,
          run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
          ) -> None:
-    """Run all six presets as one flow: one MLflow parent run, a child per preset, a comparison table."""
-    names = [f"E{k}{'' if paper else '_cpu'}" for k in range(1, 7)]
+    """Run the grid as one flow: E1-E6, then GRPO and SAGE from E2's checkpoint; one MLflow parent run, a
+    child per preset, a comparison table."""
+    names = [f"{n}{'' if paper else '_cpu'}" for n in (*(f"E{k}" for k in range(1, 7)), "GRPO", "SAGE")]
     _run(names, params, out, library, data, model, run_name)

@@ -51,12 +51,17 @@ def load_presets() -> dict[str, ExperimentPreset]:
             full = f"{name}{suffix}"
             spec = dict(spec)
             spec["train"] = deep_merge(shared, spec.get("train") or {})
+            if spec.get("start"):
+                spec["start"] = f"{spec['start']}{suffix}"  # a start names a preset of the same group
             try:
                 preset = ExperimentPreset.model_validate(spec)
                 TrainParams.model_validate(preset.train)
             except ValidationError as e:
                 raise PresetError(f"{PRESETS_FILE}: {group}.{name}: {_errors(e, '')}") from None
             out[full] = preset
+    for full, preset in out.items():
+        if preset.start is not None and preset.start not in out:
+            raise PresetError(f"{PRESETS_FILE}: {full}.start: no preset {preset.start}")
     return out
 
 
