@@ -1,6 +1,6 @@
-"""Training tokens/s and peak RSS per recipe, and RS sampling throughput one at a time vs concurrent.
+"""Training tokens/s and peak RSS per recipe, and sampling throughput one at a time vs concurrent.
 
-Why: a post-training run is a sum of these numbers. Each recipe (sft, rs, opd, dpo) trains on the same
+Why: a post-training run is a sum of these numbers. Each recipe (sft, rs, opd, dpo, grpo, sage) trains on the same
 fixed input in a fresh process, so its peak RSS is its own (load, train and merge); tokens/s counts the
 tokens that went through the model (prompt + target, no padding: TRL's ``num_tokens``) over the
 trainer's wall time. For rs and opd this is the training step on a fixed pool of sampled trajectories;
@@ -11,8 +11,13 @@ The fixed input: the generated benchmark (``data:`` of the params) and one pool 
 real PF agent with the seed library, driven by a scripted policy that answers at once, so the seed PFs
 correct it (SEARCH, then READ) before it gives the gold answer. That yields PF-corrected steps (SFT and
 OPD rows), preference pairs (DPO) and correct trajectories (RS keeps them), identical on every run.
+GRPO and SAGE need groups whose outcomes differ: their pool is the same trajectories with the first of
+each question's k samples kept correct and the others marked failed (GRPO), and, for SAGE, pairs of
+questions made into chains whose first rollout carries a skill to a solved task 2 (no proposal turn:
+no student ran). One GRPO/SAGE round is one optimizer step over all its rows, so ``--steps`` does not
+apply to them. SAGE's sampling (task 1, the policy's own proposal, task 2) is measured apart.
 
-    python bench/train_throughput.py [--model embedded|tiny|FOLDER] [--steps 10] [--recipes sft,rs,opd,dpo]
+    python bench/train_throughput.py [--model embedded|tiny|FOLDER] [--steps 10] [--recipes sft,rs,opd,dpo,grpo,sage]
         [--sample-questions 4] [--endpoint URL --endpoint-model NAME] [--no-sampling] [--no-write]
 
 ``--model tiny`` builds a tiny random Llama (the tests' model) for a smoke run; its figures mean nothing.
@@ -40,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the re
 from doubles import ReplyDouble  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ("sft", "rs", "opd", "dpo")
+RECIPES = ("sft", "rs", "opd", "dpo", "grpo", "sage")
 REPORT = Report("Training throughput")
 
 
@@ -122,7 +127,41 @@ def bench_train(p: Params, recipe: str, steps: int) -> TrainParams:
     """The params' train section with the recipe, a fixed step count and a log per step (so the last
     log holds the token count of the whole run)."""
     raw = {**p.train.model_dump(), "recipe": recipe, "preset": None, "max_steps": steps, "logging_steps": 1}
+    for pg in ("grpo", "sage"):  # one round: one update over the fixed pool
+        raw[pg] = {**raw[pg], "iterations": 1, "questions_per_round": None}
     return TrainParams.model_validate(raw)
+
+
+def policy_gradient_pool(pool: list[Any], recipe: str, questions: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The fixed pool with outcomes that differ inside each group (see the module docstring), and what
+    the recipe samples on (questions, or SAGE chains)."""
+    from copy import deepcopy
+
+    from hasp.evolve.training_inputs import training_chains
+    from hasp.train.sage import SAGE_KEY, skill_integrated_rewards
+
+    by_q: dict[str, list[Any]] = {}
+    for t in deepcopy(pool):
+        by_q.setdefault(t.qid, []).append(t)
+    for group in by_q.values():
+        for j, t in enumerate(group):
+            t.em = 1.0 if j == 0 else 0.0
+    if recipe == "grpo":
+        return [t for g in by_q.values() for t in g], questions
+    chains = training_chains(questions, 0)
+    out = []
+    for c in chains:
+        a, b = (by_q.get(str(it.id), []) for it in c.items)
+        for j, (t1, t2) in enumerate(zip(a, b)):
+            used = j == 0
+            r1, r2 = skill_integrated_rewards(t1.em, t2.em, used)
+            for pos, t, r in ((0, t1, r1), (1, t2, r2)):
+                t.harness.postprocess[SAGE_KEY] = {"chain": c.id, "position": pos, "outcome": t.em, "reward": r,
+                                                   "created": ["bench_skill"] if used and pos == 0 else [],
+                                                   "refusals": [], "used_earlier_skill": used and pos == 1,
+                                                   "used": ["bench_skill"] if used and pos == 1 else []}
+            out += [t1, t2]
+    return out, chains
 
 
 def run_worker(recipe: str, params: Path, model: Path, work: Path, steps: int) -> dict[str, Any]:
@@ -136,8 +175,11 @@ def run_worker(recipe: str, params: Path, model: Path, work: Path, steps: int) -
     p = load_params(params)
     pool = [Trajectory.from_dict(d) for d in read_jsonl(work / "pool.jsonl")]
     rows = work / ("dpo.jsonl" if recipe == "dpo" else "sft.jsonl")
+    questions: list[Any] = training_questions(work / "data")
+    if recipe in ("grpo", "sage"):
+        pool, questions = policy_gradient_pool(pool, recipe, questions)
     summary = run_recipe(p, model=model, out_dir=work / recipe, train=bench_train(p, recipe, steps), rows=rows,
-                         questions=training_questions(work / "data"), sample=lambda asked, _: list(pool))
+                         questions=questions, sample=lambda asked, _: list(pool))
     last = read_json(Path(summary.train_summaries[-1]))
     logged = [h for h in last["history"] if "num_tokens" in h]
     m = last["metrics"]
@@ -204,6 +246,27 @@ def sample_figures(p: Params, work: Path, library: Path, model: Path, n_question
     return out
 
 
+def sage_sample_figures(p: Params, work: Path, library: Path, model: Path, n_chains: int,
+                        endpoint: str | None, endpoint_model: str | None) -> dict[str, Any]:
+    """SAGE's sequential chain rollouts (task 1, the policy's own proposal, task 2) at the default
+    concurrency, one rollout per chain."""
+    from hasp.evolve.training_inputs import SageSampler, training_chains
+    from hasp.train.sampler import training_questions
+
+    chains = training_chains(training_questions(work / "data"), p.data.seed)[:n_chains]
+    with sampling_policy(p, model, endpoint, endpoint_model) as client:
+        sampler = SageSampler(p, work / "data", library, train=p.train, work_dir=work / "sage-chains",
+                              policy_for=lambda _: contextlib.nullcontext(client))
+        t0 = time.perf_counter()
+        trajs = sampler(chains, model)
+        wall = time.perf_counter() - t0
+    recs = [t.harness.postprocess.get("sage", {}) for t in trajs]
+    return {"chains": len(chains), "episodes": len(trajs), "wall_s": wall, "episodes_per_s": len(trajs) / wall,
+            "proposals": sum(bool(r.get("proposal")) for r in recs if r.get("position") == 0),
+            "admitted": sum(bool(r.get("created")) for r in recs if r.get("position") == 0),
+            "completion_tokens": sum(t.completion_tokens for t in trajs)}
+
+
 # -- the run -----------------------------------------------------------------------------------------
 
 def resolve(model: str, work: Path) -> Path:
@@ -218,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="embedded", help="embedded (default), tiny (a smoke run), or a model folder")
     ap.add_argument("--steps", type=int, default=10, help="optimizer steps per recipe (train.max_steps)")
-    ap.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated subset of sft,rs,opd,dpo")
+    ap.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated subset of " + ",".join(RECIPES))
+    ap.add_argument("--sage-chains", type=int, default=4, help="chains of SAGE's sampling line (0: none)")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params file (train, llm, data)")
     ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search", help="skill library of the agent")
     ap.add_argument("--sample-questions", type=int, default=4, help="training questions sampled (x train.rollout.k)")
@@ -270,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
             one, many = runs
             REPORT.line(f"  ratio concurrent/one at a time: {many['episodes_per_s'] / one['episodes_per_s']:.2f}x "
                         "episodes/s")
+            if a.sage_chains:
+                sg = sage_sample_figures(p, work, a.library, model, a.sage_chains, a.endpoint, a.endpoint_model)
+                REPORT.line(f"SAGE sampling ({where}, concurrency {p.llm.max_concurrency}): {sg['chains']} chains, "
+                            f"{sg['episodes']} episodes and {sg['proposals']} proposals ({sg['admitted']} admitted) "
+                            f"in {sg['wall_s']:.1f}s = {sg['episodes_per_s']:.3f} episodes/s, "
+                            f"{sg['completion_tokens']} completion tokens of the agent")
         if not a.no_write:
             REPORT.write()
     finally:

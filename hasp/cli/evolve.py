@@ -129,7 +129,10 @@ def sage(params: ParamsOpt = None,
          out: Annotated[Path, typer.Option("--out")] = Path("outputs/sage"),
          split: Annotated[str, typer.Option(help="Split whose questions form the chains.")] = "train",
          chain_length: Annotated[int, typer.Option("--chain-length", min=2, help="Tasks per chain.")] = 3,
-         limit: Annotated[Optional[int], typer.Option(help="First N questions of the split.")] = None) -> None:
+         limit: Annotated[Optional[int], typer.Option(help="First N questions of the split.")] = None,
+         model: Annotated[Optional[Path], typer.Option(
+             "--model", help="Checkpoint folder that acts and writes the skills (default: the embedded model).")]
+         = None) -> None:
     """SAGE's sequential rollout: chains of same-template questions, skills admitted after a failed task serve
     the next ones; compared with plain rollouts of the same questions (writes sequential.json). Prints SAGE's
     metrics per arm: TGC, SGC, skill use and EM with and without it, steps and generated tokens per task."""
@@ -138,8 +141,8 @@ def sage(params: ParamsOpt = None,
     from hasp.llm.endpoints import policy_client
 
     p = params_or_exit(params)
-    with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, \
-            policy_client(p.llm, port=p.llm.port + 1, max_tokens=p.evolve.declarative_max_tokens,
+    with policy_client(p.llm, model_dir=model, max_tokens=p.agent.max_tokens) as pol, \
+            policy_client(p.llm, model_dir=model, port=p.llm.port + 1, max_tokens=p.evolve.declarative_max_tokens,
                           temperature=p.evolve.proposal_temperature) as student:
         summary = sage_run(p, data, library, out, policy=pol, student=student, split=split,
                            chain_length=chain_length, limit=limit)
