@@ -8,6 +8,7 @@ came from. Loading a skill folder imports its ``pf.py`` under a scoped registry
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -16,7 +17,15 @@ from hasp.pf.base import ProgramFunction
 P = TypeVar("P", bound=type[ProgramFunction])
 
 REGISTRY: dict[str, type[ProgramFunction]] = {}
-_collectors: list[dict[str, type[ProgramFunction]]] = []
+#: per thread: libraries are loaded from several threads at once (SAGE's chain rollouts), and a class
+#: registered while one thread imports a pf.py must land in that thread's bucket
+_local = threading.local()
+
+
+def _collectors() -> list[dict[str, type[ProgramFunction]]]:
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    return _local.stack
 
 
 def register_pf(skill_id: str) -> Callable[[P], P]:
@@ -26,7 +35,8 @@ def register_pf(skill_id: str) -> Callable[[P], P]:
         if not (isinstance(cls, type) and issubclass(cls, ProgramFunction)):
             raise TypeError(f"@register_pf({skill_id!r}) must decorate a ProgramFunction subclass")
         cls.skill_id = skill_id
-        target = _collectors[-1] if _collectors else REGISTRY
+        stack = _collectors()
+        target = stack[-1] if stack else REGISTRY
         target[skill_id] = cls
         return cls
 
@@ -37,8 +47,9 @@ def register_pf(skill_id: str) -> Callable[[P], P]:
 def collecting() -> Iterator[dict[str, type[ProgramFunction]]]:
     """Collect registrations made inside the block into a fresh dict instead of REGISTRY."""
     bucket: dict[str, type[ProgramFunction]] = {}
-    _collectors.append(bucket)
+    stack = _collectors()
+    stack.append(bucket)
     try:
         yield bucket
     finally:
-        _collectors.pop()
+        stack.pop()
