@@ -34,6 +34,10 @@ SEED_MAX = 2**32 - 1
 
 
 class DataParams(_Strict):
+    version: Literal[1, 2] = Field(
+        1, description="benchmark generator: 1 = one phrasing per relation (every figure in the README is on it); "
+                       "2 = several phrasings with some phrasings and relations held out of train/val, varied date "
+                       "and number formats, answer aliases, more near-name distractors, 1-3 hops")
     seed: int = Field(7, ge=0, le=SEED_MAX, description="generator seed for the generated benchmark "
                                                         "(0..2^32-1, the range numpy and torch accept)")
     n_questions: int = Field(80, ge=6, description="questions generated (split into train/val/test)")
@@ -55,6 +59,12 @@ class DataParams(_Strict):
     def _fractions(self) -> "DataParams":
         if abs(sum(self.fractions) - 1.0) > 1e-6 or min(self.fractions) <= 0:
             raise ValueError("data.fractions must be three positive numbers summing to 1")
+        return self
+
+    @model_validator(mode="after")
+    def _version_hops(self) -> "DataParams":
+        if self.version == 2 and max(k for k, v in self.hop_weights.items() if v) > 3:
+            raise ValueError("data.hop_weights: data.version 2 generates 1-3 hop questions")
         return self
 
 

@@ -60,9 +60,11 @@ def _epoch(*names: str) -> tuple[str, ...]:
 
 
 PHASES: tuple[Phase, ...] = (
+    # "data" covers every data knob, data.version (which generator) among them
     Phase("prepare", ("hasp.domains.search.prepare",), ("data",), files=(),
           cmd="hasp data prepare --out {data}",
-          outs=("{data}/corpus.jsonl", "{data}/train.jsonl", "{data}/val.jsonl", "{data}/test.jsonl"),
+          outs=("{data}/corpus.jsonl", "{data}/train.jsonl", "{data}/val.jsonl", "{data}/test.jsonl",
+                "{data}/templates.json"),
           metrics=("{data}/summary.json",)),
     Phase("rollout", ROLLOUT_MODULES, (*EPISODE_PARAMS, "evolve.prefilter"),
           ("{data}/corpus.jsonl", "{data}/train.jsonl", "{library}"),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -37,6 +37,9 @@ __all__ = [
     "load_corpus",
     "load_questions",
     "split",
+    "split_sizes",
+    "template_catalogue",
+    "write_templates",
     "write_benchmark",
 ]
 
@@ -61,11 +64,14 @@ class QAItem:
 
 @dataclass
 class Benchmark:
-    """A corpus of Search-R1 style documents ``{id, title, contents}`` and the questions over it."""
+    """A corpus of Search-R1 style documents ``{id, title, contents}`` and the questions over it.
+    ``templates`` maps a question id to the id of the phrasing it was asked with (``kind.relation/i``):
+    what ``templates.json`` reports per split, kept out of the question rows."""
 
     corpus: list[dict[str, str]]
     questions: list[QAItem]
     seed: int | None = None
+    templates: dict[str, str] = field(default_factory=dict)
 
 
 class BenchmarkFormatError(ValueError):
@@ -467,9 +473,16 @@ def _answer(w: _World, e: _Entity, final: str) -> list[str] | None:
     return None
 
 
+def template_catalogue() -> dict[str, dict[str, str]]:
+    """Every question phrasing by template id (``kind.relation/0``: one phrasing per relation)."""
+    return {f"{kind}.{rel}/0": {"relation": f"{kind}.{rel}", "text": text}
+            for kind, finals in _FINALS.items() for rel, text in finals.items()}
+
+
 def _make_question(w: _World, rng: random.Random, anchor: _Entity,
-                   hops: int) -> tuple[str, list[str], list[_Entity]] | None:
-    """Random walk of ``hops - 1`` bridges from ``anchor`` then one final; None if stuck."""
+                   hops: int) -> tuple[str, list[str], list[_Entity], str] | None:
+    """Random walk of ``hops - 1`` bridges from ``anchor`` then one final; None if stuck. The last
+    element is the template id of the final's phrasing."""
     chain, phrase = [anchor], anchor.name
     for _ in range(hops - 1):
         cur = chain[-1]
@@ -487,7 +500,7 @@ def _make_question(w: _World, rng: random.Random, anchor: _Entity,
     f = rng.choice(finals)
     answers = _answer(w, last, f)
     assert answers is not None
-    return _FINALS[last.kind][f].format(x=phrase), answers, chain
+    return _FINALS[last.kind][f].format(x=phrase), answers, chain, f"{last.kind}.{f}/0"
 
 
 def _check_chain(w: _World, docs: dict[str, str], chain: list[_Entity], answers: list[str]) -> None:
@@ -495,6 +508,17 @@ def _check_chain(w: _World, docs: dict[str, str], chain: list[_Entity], answers:
     for a, b in pairwise(chain):
         assert b.name in docs[a.doc_id], (a.name, b.name)
     assert answers[0] in docs[chain[-1].doc_id], (chain[-1].name, answers[0])
+
+
+def _lay_out_corpus(w: _World, rng: random.Random, render: Callable[[_World, _Entity], str]) -> list[dict[str, str]]:
+    """Give every entity a shuffled doc id (ids must not reveal kind or look-alike pairing) and
+    render one document per entity, in doc id order."""
+    order = w.entities[:]
+    rng.shuffle(order)
+    for i, e in enumerate(order):
+        e.doc_id = f"doc{i:04d}"
+    return [{"id": e.doc_id, "title": e.name, "contents": f'"{e.name}"\n{render(w, e)}'}
+            for e in sorted(w.entities, key=lambda x: x.doc_id)]
 
 
 def generate_benchmark(seed: int, n_questions: int, n_entities: int | None = None,
@@ -511,13 +535,7 @@ def generate_benchmark(seed: int, n_questions: int, n_entities: int | None = Non
     rng = random.Random(seed)
     w = _build_world(rng, n_entities)
 
-    order = w.entities[:]
-    rng.shuffle(order)  # doc ids must not reveal kind or look-alike pairing
-    for i, e in enumerate(order):
-        e.doc_id = f"doc{i:04d}"
-    corpus = []
-    for e in sorted(w.entities, key=lambda x: x.doc_id):
-        corpus.append({"id": e.doc_id, "title": e.name, "contents": f'"{e.name}"\n{_render(w, e)}'})
+    corpus = _lay_out_corpus(w, rng, _render)
     docs = {d["id"]: d["contents"] for d in corpus}
 
     anchors_all = [e for e in w.entities if e.kind in ("person", "company", "band", "city")]
@@ -526,6 +544,7 @@ def generate_benchmark(seed: int, n_questions: int, n_entities: int | None = Non
     seen: set[str] = set()
     used: dict[int, int] = {}
     questions: list[QAItem] = []
+    templates: dict[str, str] = {}
     attempts = 0
     while len(questions) < n_questions:
         attempts += 1
@@ -538,13 +557,15 @@ def generate_benchmark(seed: int, n_questions: int, n_entities: int | None = Non
         made = _make_question(w, rng, anchor, rng.choices(hop_keys, hop_w)[0])
         if made is None or made[0] in seen:
             continue
-        text, answers, chain = made
+        text, answers, chain, template = made
         _check_chain(w, docs, chain, answers)
         seen.add(text)
         used[anchor.key] = used.get(anchor.key, 0) + 1
-        questions.append(QAItem(id=f"s{seed}-q{len(questions):04d}", question=text, answers=answers,
+        qid = f"s{seed}-q{len(questions):04d}"
+        templates[qid] = template
+        questions.append(QAItem(id=qid, question=text, answers=answers,
                                 hops=len(chain), support=[e.doc_id for e in chain]))
-    return Benchmark(corpus=corpus, questions=questions, seed=seed)
+    return Benchmark(corpus=corpus, questions=questions, seed=seed, templates=templates)
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,13 +577,19 @@ def split(benchmark: Benchmark | Sequence[QAItem], seed: int,
 
     Questions are ordered by a hash of (seed, id) rather than shuffled in list order, so a
     question's split does not depend on the input order."""
-    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError(f"fractions must be 3 non-negative numbers summing to 1, got {fractions}")
     items = list(benchmark.questions if isinstance(benchmark, Benchmark) else benchmark)
     items.sort(key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest())
-    n_train = round(fractions[0] * len(items))
-    n_val = min(len(items) - n_train, round(fractions[1] * len(items)))
+    n_train, n_val, _ = split_sizes(len(items), fractions)
     return {"train": items[:n_train], "val": items[n_train:n_train + n_val], "test": items[n_train + n_val:]}
+
+
+def split_sizes(n: int, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS) -> tuple[int, int, int]:
+    """Questions per split (train, val, test) for ``n`` questions; test takes the rounding remainder."""
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(f"fractions must be 3 non-negative numbers summing to 1, got {fractions}")
+    n_train = round(fractions[0] * n)
+    n_val = min(n - n_train, round(fractions[1] * n))
+    return n_train, n_val, n - n_train - n_val
 
 
 def _write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -585,6 +612,23 @@ def write_benchmark(bench: Benchmark, out_dir: str | Path, *, seed: int | None =
         paths[name] = out / f"{name}.jsonl"
         _write_jsonl(paths[name], [q.to_dict() for q in items])
     return paths
+
+
+def write_templates(path: str | Path, *, version: int, catalogue: Mapping[str, Mapping[str, str]],
+                    splits: Mapping[str, Sequence[str]], held_out_relations: Sequence[str] = (),
+                    held_out_templates: Sequence[str] = ()) -> Path:
+    """Write ``templates.json``: every phrasing of the generator version (``catalogue``), the ones
+    held out of train/val, the template ids each split's questions use (``splits``: split -> one id
+    per question) and the test templates no train/val question uses. What a reader needs to tell
+    generalisation to new phrasings and relations from recall of seen ones."""
+    used = {name: sorted(set(ids)) for name, ids in splits.items()}
+    training = {t for name in ("train", "val") for t in used.get(name, [])}
+    record = {"version": version, "templates": {k: dict(v) for k, v in catalogue.items()},
+              "held_out": {"relations": sorted(held_out_relations), "templates": sorted(held_out_templates)},
+              "splits": used, "unseen_in_test": sorted(set(used.get("test", [])) - training)}
+    out = Path(path)
+    out.write_text(json.dumps(record, ensure_ascii=False, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    return out
 
 
 def _iter_jsonl(path: str | Path) -> Iterator[tuple[Path, int, dict[str, Any]]]:
