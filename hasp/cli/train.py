@@ -108,13 +108,19 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
                   "sample": PFRolloutSampler(p, data, library, rollout=t.rollout, teacher=teacher, executor=executor),
                   "teacher": teacher_fn(teacher) if recipe == "opd" else None,
                   "inputs_key": _sampling_inputs(p, data, library)}
+        if rows is not None:  # Phase H's rows file: train.objective picks what to train on from its folder
+            from hasp.train.objective import rows_for
+
+            rows = rows_for(t, rows, rows.parent).path
         s = run_recipe(p, model=model, out_dir=out, train=t, rows=rows, **kw)
     run_id = track_training(p, t, s, track)
     typer.echo(json.dumps({**s.brief(), "mlflow_run_id": run_id}, default=str))
 
 
 def sft(model: ModelOpt = None,
-        data: Annotated[Path, typer.Option("--data", help="Objective-A SFT rows (Phase H's sft.jsonl).")]
+        data: Annotated[Path, typer.Option("--data", help=(
+            "Phase H's sft.jsonl; with train.objective B (AB) the skill author's sft_skill.jsonl beside it "
+            "replaces (joins) it."))]
         = Path("outputs/epoch_0/sft.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
@@ -138,7 +144,9 @@ def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: L
 
 
 def dpo(model: ModelOpt = None,
-        rows: Annotated[Path, typer.Option("--rows", help="Objective-A preference rows (Phase H's dpo.jsonl).")]
+        rows: Annotated[Path, typer.Option("--rows", help=(
+            "Phase H's dpo.jsonl; with train.objective B (AB) the skill author's dpo_skill.jsonl beside it "
+            "replaces (joins) it."))]
         = Path("outputs/epoch_0/dpo.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
