@@ -193,7 +193,7 @@ def test_objective_b_without_an_evolution_epoch_is_one_clear_error(tmp_path):
             rows_for(_train(objective=objective), tmp_path / "sft.jsonl", None)
 
 
-def test_a_bad_objective_is_one_params_error_line(tmp_path):
+def test_a_bad_objective_is_one_params_error_line(tmp_path, capsys):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert params["train"]["objective"] == "A" and TrainParams().objective == "A"
     f = tmp_path / "p.yaml"
@@ -206,6 +206,12 @@ def test_a_bad_objective_is_one_params_error_line(tmp_path):
     assert str(e.value) == f"{f}: train.objective: B needs train.recipe sft or dpo (recipe rs samples its own rows)"
     with pytest.raises(PresetError, match=r"^train.preset E3_cpu: train.objective: AB needs train.recipe sft or dpo"):
         apply_preset(TrainParams(objective="AB", preset="E3_cpu"))
+    from hasp.cli import main
+
+    f.write_text("train:\n  objective: B\n")  # `hasp train rs` forces its recipe: the same rule, the same line
+    assert main(["train", "rs", "--params", str(f), "--out", str(tmp_path / "rs"), "--no-track"]) == 2
+    assert capsys.readouterr().err.strip() == "error: train.objective: B needs train.recipe sft or dpo (recipe rs " \
+                                               "samples its own rows)"
 
 
 def test_the_train_phase_follows_the_objective_and_the_skill_rows(full):

@@ -62,6 +62,9 @@ def track_training(p: Any, train: Any, summary: Any, track: bool) -> str | None:
 
 
 def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
+    from pydantic import ValidationError
+
+    from hasp.config import TrainParams
     from hasp.train.rounds import RecipeError
     from hasp.train.run import resolved_train
 
@@ -69,7 +72,11 @@ def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
     if t.preset and t.recipe != recipe:
         raise RecipeError(f"train.preset {t.preset} is a {t.recipe} preset, not {recipe}: "
                           f"run `hasp train {t.recipe}` or pick a {recipe} preset")
-    return t.model_copy(update={"recipe": recipe})
+    try:  # the command's recipe under the section's rules (train.objective B needs sft or dpo)
+        return TrainParams.model_validate({**t.model_dump(), "recipe": recipe})
+    except ValidationError as e:
+        raise RecipeError("; ".join(f"train.{'.'.join(map(str, er['loc']))}: {er['msg']}"
+                                    for er in e.errors())) from None
 
 
 def _sampling_inputs(p: Any, data: Path, library: Path) -> str:

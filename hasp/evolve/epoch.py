@@ -526,10 +526,9 @@ def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
     """Objective B of one epoch from its phase files; earlier epochs' ``skill_records.jsonl``
     (siblings ``epoch_<j>``, j < this epoch) supply the other side of cross-epoch DPO pairs."""
     from hasp.atomic import read_jsonl, write_jsonl
-    from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
-
     from hasp.evolve.declarative import reply_lines
     from hasp.evolve.propose import Candidate
+    from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
 
     cpath = epoch_dir / "candidates.json"
     if not cpath.exists():
