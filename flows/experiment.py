@@ -156,6 +156,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     ``wall_s`` is the training and evaluation time of the tasks that produced the results (kept with
     their cached summaries, so a cached re-run reports the time of the run that did the work); the
     evolution epochs and rollout pools print their own times in the progress log."""
+    from hasp.train.objective import policy_rows, rows_for
     from hasp.train.presets import replaced_knobs
     from hasp.train.run import SUMMARY_FILE
 
@@ -198,7 +199,9 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
             k = cache_key("build_data", pe, {"epoch": ph_dir}, [])
             ph["build_data"] = _phase(pipe, f"{name} phase {i}: rows", phases.build_data, (ph_dir / "sft.jsonl",),
                                       k, pool, pe, ph_dir)
-            rows = ph_dir / ("sft.jsonl" if t.recipe == "sft" else t.dpo.rows)
+            # this phase's refreshed policy rows and, for train.objective B / AB, this phase's evolution epoch's
+            # skill-author rows
+            rows = rows_for(t, policy_rows(t, ph_dir), e_dir / "evolve" / f"epoch_{i}" if closed else None).path
             inputs: Any = content_hash(rows)
         else:
             inputs = (data_h, lib_h, agent_h, p.section_hash("eval"))

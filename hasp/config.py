@@ -558,6 +558,10 @@ class TrainParams(TrainerParams):
                            "gradient), sage (GRPO over skill chains with the skill-integrated reward)")
     preset: str | None = Field(None, description="an E1-E6 preset (paper Table 13) or its _cpu variant "
                                "(hasp/train/presets.yaml); its values replace the train knobs it names")
+    objective: Literal["A", "B", "AB"] = Field(
+        "A", description="rows sft and dpo train on: A = the policy's PF-corrected steps (sft.jsonl / dpo.jsonl), "
+                         "B = the skill author's proposals weighted by r_skill (sft_skill.jsonl / dpo_skill.jsonl), "
+                         "AB = both; rs and opd sample their own rows, so they take A only")
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="train knobs set over the preset, in the train section's own shape (e.g. max_steps: 5, "
@@ -570,6 +574,16 @@ class TrainParams(TrainerParams):
     dpo: DPOParams = Field(DPOParams(), description="DPO knobs and trainer overrides (recipe dpo)")
     grpo: GRPOParams = Field(GRPOParams(), description="GRPO knobs and trainer overrides (recipe grpo)")
     sage: SAGEParams = Field(SAGEParams(), description="SAGE knobs and trainer overrides (recipe sage)")
+
+    @model_validator(mode="after")
+    def _objective_needs_rows(self) -> "TrainParams":
+        if self.objective != "A" and self.recipe not in ("sft", "dpo"):
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("objective_recipe", "{objective} needs train.recipe sft or dpo (recipe "
+                                         "{recipe} samples its own rows)",
+                                         {"objective": self.objective, "recipe": self.recipe}),
+                loc=("objective",), input=self.objective)])
+        return self
 
     def trainer(self, recipe: str | None = None) -> TrainerParams:
         """The trainer knobs ``recipe`` (default: ``self.recipe``) runs with: the shared ones with its

@@ -260,3 +260,31 @@ def test_a_closed_loop_sft_phase_where_nothing_was_admitted_trains_on_the_epochs
     assert Path(e["final_model"]) == out / "E4_cpu" / "phase_1" / "train" / "merged"
     # nothing admitted: the start-library arm runs the same skills as the final library
     assert e["eval"]["trained_pf_start_library"]["library_size"] == e["eval"]["trained_pf"]["library_size"]
+
+
+def test_a_closed_loop_sft_phase_with_objective_ab_trains_on_its_own_epochs_skill_rows_too(env):
+    """E4_cpu with train.objective AB: each phase's trainer reads one file holding that phase's refreshed
+    policy rows followed by the skill-author rows of that phase's own evolution epoch."""
+    from flows.experiment import experiment_flow
+    from hasp.atomic import read_jsonl
+
+    work, clients, model = env
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["train"].update(objective="AB", overrides={"max_steps": 1, "max_length": 2048})
+    params["evolve"].update(structured_output="lines")  # the student double answers the line format
+    (work / "params_ab.yaml").write_text(yaml.safe_dump(params))
+    out = work / "out_ab"
+    res = experiment_flow(presets=["E4_cpu"], params_path=str(work / "params_ab.yaml"), out_root=str(out),
+                          library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
+    e = res["experiments"]["E4_cpu"]
+    assert "error" not in e and len(e["phases"]) == 2
+    for i, ph in enumerate(e["phases"]):
+        ph_dir, ep_dir = out / "E4_cpu" / f"phase_{i}", out / "E4_cpu" / "evolve" / f"epoch_{i}"
+        rows = ph_dir / "sft_objective_AB.jsonl"
+        assert ph["train"]["rows"] == str(rows)
+        skill = read_jsonl(ep_dir / "sft_skill.jsonl")
+        assert read_jsonl(rows) == read_jsonl(ph_dir / "sft.jsonl") + [
+            {**r, "sample_weight": max(0.0, r["sample_weight"])} for r in skill]
+        trained = json.loads((ph_dir / "train" / "train_summary.json").read_text())
+        assert trained["metrics"]["n_rows_in"] == len(read_jsonl(rows))
+    assert read_jsonl(out / "E4_cpu" / "evolve" / "epoch_0" / "sft_skill.jsonl")  # the student's proposal, scored

@@ -64,6 +64,9 @@ def track_training(p: Any, train: Any, summary: Any, track: bool) -> str | None:
 
 
 def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
+    from pydantic import ValidationError
+
+    from hasp.config import TrainParams
     from hasp.train.rounds import RecipeError
     from hasp.train.run import resolved_train
 
@@ -71,7 +74,11 @@ def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
     if t.preset and t.recipe != recipe:
         raise RecipeError(f"train.preset {t.preset} is a {t.recipe} preset, not {recipe}: "
                           f"run `hasp train {t.recipe}` or pick a {recipe} preset")
-    return t.model_copy(update={"recipe": recipe})
+    try:  # the command's recipe under the section's rules (train.objective B needs sft or dpo)
+        return TrainParams.model_validate({**t.model_dump(), "recipe": recipe})
+    except ValidationError as e:
+        raise RecipeError("; ".join(f"train.{'.'.join(map(str, er['loc']))}: {er['msg']}"
+                                    for er in e.errors())) from None
 
 
 def _sampling_inputs(p: Any, data: Path, library: Path) -> str:
@@ -108,13 +115,19 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
             executor = stack.enter_context(episode_executor(p.runner))
             kw = {**recipe_inputs(p, t, data, library, out_dir=out, teacher=teacher, executor=executor),
                   "inputs_key": _sampling_inputs(p, data, library)}
+        if rows is not None:  # Phase H's rows file: train.objective picks what to train on from its folder
+            from hasp.train.objective import rows_for
+
+            rows = rows_for(t, rows, rows.parent).path
         s = run_recipe(p, model=model, out_dir=out, train=t, rows=rows, **kw)
     run_id = track_training(p, t, s, track)
     typer.echo(json.dumps({**s.brief(), "mlflow_run_id": run_id}, default=str))
 
 
 def sft(model: ModelOpt = None,
-        data: Annotated[Path, typer.Option("--data", help="Objective-A SFT rows (Phase H's sft.jsonl).")]
+        data: Annotated[Path, typer.Option("--data", help=(
+            "Phase H's sft.jsonl; with train.objective B (AB) the skill author's sft_skill.jsonl beside it "
+            "replaces (joins) it."))]
         = Path("outputs/epoch_0/sft.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
@@ -138,7 +151,9 @@ def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: L
 
 
 def dpo(model: ModelOpt = None,
-        rows: Annotated[Path, typer.Option("--rows", help="Objective-A preference rows (Phase H's dpo.jsonl).")]
+        rows: Annotated[Path, typer.Option("--rows", help=(
+            "Phase H's dpo.jsonl; with train.objective B (AB) the skill author's dpo_skill.jsonl beside it "
+            "replaces (joins) it."))]
         = Path("outputs/epoch_0/dpo.jsonl"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:

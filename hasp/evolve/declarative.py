@@ -38,7 +38,8 @@ from hasp.evolve.excerpts import EVIDENCE_KEY, failing_steps_text
 from hasp.evolve.propose import LLM_CALL_FAILED, Candidate, ChatModel, FeedbackHistory, _suggested_id
 from hasp.pf.declaration import PFDeclaration
 from hasp.pf.declared import compile_declaration
-from hasp.pf.skill_md import MAX_DESCRIPTION, MAX_SKILL_ID, SKILL_ID, SkillFormatError, SkillSpec, render_skill_md
+from hasp.pf.skill_md import (MAX_DESCRIPTION, MAX_SKILL_ID, SKILL_ID, SkillFormatError, SkillSpec, parse_skill_md,
+                             render_skill_md)
 from hasp.pf.vocabulary import ACTIONS, CONDITIONS, FIELDS, SOURCES, Step
 from hasp.prompts import prompt, render
 from hasp.textutil import truncate
@@ -310,6 +311,56 @@ def _candidate(cluster: Cluster, fields: dict[str, Any], decl: PFDeclaration, si
                      error_category=cluster.category, version=1, priority=0.5, domain="search", pf=decl, body=body)
     return Candidate(skill_id=sid, skill_md=render_skill_md(spec), code="", cluster_category=cluster.category,
                      raw_reply=reply, notes=notes, epoch=epoch, declaration=decl.model_dump(exclude_defaults=True))
+
+
+def _condition_text(cond: str | dict[str, Any]) -> str | None:
+    """A condition as the line format writes it (``name``, ``not name``, ``field >= 2``); None for the
+    nested forms the line format has no words for."""
+    if isinstance(cond, str):
+        return f"not {cond[1:]}" if cond.startswith("!") else cond
+    if set(cond) == {"field", "op", "value"}:
+        return f"{cond['field']} {cond['op']} {cond['value']}"
+    return None
+
+
+def _canonical(decl: PFDeclaration) -> dict[str, Any]:
+    d = decl.model_dump(exclude_defaults=True)
+    if decl.rewrite is not None:  # one source or a list of one: the same rewrite
+        d["rewrite"] = {"action": decl.rewrite.action, "arg": decl.rewrite.sources}
+    return d
+
+
+def reply_lines(candidate: Candidate) -> str | None:
+    """The reply to the declarative prompt that declares ``candidate``'s PF, in the ``KEY: value``
+    lines the prompt asks for: the target of the candidate's skill-authoring training row
+    (Objective B). None when the lines cannot say that declaration (a nested condition, a vote, text
+    over several lines) or it has none: such a candidate was not an answer to this prompt."""
+    if not candidate.declaration or not candidate.skill_md:
+        return None
+    decl = PFDeclaration(**candidate.declaration)
+    when = [_condition_text(c) for c in decl.when]
+    if decl.vote or None in when:
+        return None
+    try:
+        description = " ".join(parse_skill_md(candidate.skill_md).description.split())
+    except SkillFormatError:
+        return None
+    lines = [f"SKILL_ID: {candidate.skill_id}", f"DESCRIPTION: {description}",
+             f"WATCHES: {', '.join(decl.watches)}", f"WHEN: {', '.join(str(c) for c in when)}"]
+    if decl.rewrite is not None:
+        lines.append(f"REWRITE: {decl.rewrite.action} {' '.join(decl.rewrite.sources)}")
+    else:
+        lines.append(f"INJECT: {decl.inject}")
+    if decl.max_fires is not None:
+        lines.append(f"MAX_FIRES: {decl.max_fires}")
+    if decl.reason:
+        lines.append(f"REASON: {decl.reason}")
+    text = "\n".join(lines)
+    try:
+        same = _canonical(declaration_of(reply_fields(text))) == _canonical(decl)
+    except (ValueError, ValidationError):
+        return None
+    return text if same else None
 
 
 # --------------------------------------------------------------------------- the proposal loop

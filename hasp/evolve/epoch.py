@@ -526,16 +526,20 @@ def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
     """Objective B of one epoch from its phase files; earlier epochs' ``skill_records.jsonl``
     (siblings ``epoch_<j>``, j < this epoch) supply the other side of cross-epoch DPO pairs."""
     from hasp.atomic import read_jsonl, write_jsonl
+    from hasp.evolve.declarative import reply_lines
+    from hasp.evolve.propose import Candidate
     from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
 
     cpath = epoch_dir / "candidates.json"
     if not cpath.exists():
         return {"skipped": "no candidates.json in this epoch"}
-    records = build_skill_records(read_json(cpath), reviews=_load_list(epoch_dir / "reviews.json"),
+    candidates = read_json(cpath)
+    targets = {c["skill_id"]: t for c in candidates if (t := reply_lines(Candidate.from_dict(c))) is not None}
+    records = build_skill_records(candidates, reviews=_load_list(epoch_dir / "reviews.json"),
                                   exec_reports=_load_list(epoch_dir / "validation.json"),
                                   val_results=_load_list(epoch_dir / "gate.json"),
                                   decisions=_load_list(epoch_dir / "admission.json"),
-                                  lam=params.evolve.r_skill_lambda)
+                                  lam=params.evolve.r_skill_lambda, targets=targets)
     this = _epoch_num(epoch_dir)
     earlier = [r for p in sorted(epoch_dir.parent.glob("epoch_*/skill_records.jsonl"))
                if _epoch_num(p.parent) < this for r in read_jsonl(p)]
@@ -557,24 +561,31 @@ def _epoch_num(epoch_dir: Path) -> int:
 
 # ----------------------------------------------------------------------------- LoRA SFT (E1 shape)
 def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | None = None) -> TrainSummary:
-    """The epoch's training step: SFT of the policy on the Phase-H rows through the one training entry
-    point (``hasp.train.run.run_recipe``), which writes adapter/, merged/ and the ``TrainSummary``. The
-    epoch has rows and no sampler, so a preset or ``train.recipe`` of another recipe, or rows that are
-    empty, is recorded as a skipped phase instead."""
+    """The epoch's training step: SFT of the policy through the one training entry point
+    (``hasp.train.run.run_recipe``), which writes adapter/, merged/ and the ``TrainSummary``. The rows
+    are the ones ``train.objective`` picks (``hasp.train.objective.rows_for``): the Phase-H rows
+    ``sft_path``, the skill author's rows beside it, or both. The epoch has rows and no sampler, so a
+    preset or ``train.recipe`` of another recipe, or rows that are empty, is recorded as a skipped
+    phase instead."""
     from hasp.atomic import read_jsonl
+    from hasp.train.objective import rows_for
     from hasp.train.run import resolved_train, run_recipe, skip_training
 
     t = resolved_train(params)
     reason = None
+    rows = Path(sft_path)
     if t.enabled and t.recipe != "sft":
         reason = (f"train.recipe is {t.recipe}{f' (preset {t.preset})' if t.preset else ''}: this step trains "
                   "sft on the epoch's rows only; rs and opd sample their own rollouts and dpo reads dpo.jsonl")
-    elif t.enabled and not read_jsonl(sft_path):
-        reason = f"{sft_path} has no rows above the reward floor (no PF-corrected steps); training skipped"
+    elif t.enabled:
+        rows = rows_for(t, rows, rows.parent).path
+        if not read_jsonl(rows):
+            reason = (f"{rows} has no rows above the reward floor (no PF-corrected steps"
+                      f"{'' if t.objective == 'A' else ' and no scored skill proposals'}); training skipped")
     if reason is not None:
         log.warning(reason)
         return skip_training(t, out_dir, reason)
-    return run_recipe(params, model=model_dir, out_dir=out_dir, train=t, rows=sft_path)
+    return run_recipe(params, model=model_dir, out_dir=out_dir, train=t, rows=rows)
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from hasp.config import SignalParams, default_of
 from hasp.records import StepRecord, Trajectory
@@ -162,7 +162,8 @@ def signal_summary(scored: list[Scored]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- Objective B ("evolve")
 # The skill author is trained on its own proposals: the prompt is the Phase-C proposal prompt
 # for the cluster, the completion the candidate's SKILL.md + PF code in the two-block format the
-# proposal parser reads, and the reward r_skill = Q_skill + λ·ΔEM_val (App. D.6, E).
+# proposal parser reads (a declared PF: the reply that declares it, given as ``targets``), and the
+# reward r_skill = Q_skill + λ·ΔEM_val (App. D.6, E).
 
 _EXEC_CHECKS = ("syntax", "policy", "interface", "mock_exec", "return_types")
 _REVIEW_DIMS = ("q_concept", "q_trigger", "q_intervene", "q_exec", "q_val")
@@ -175,8 +176,10 @@ def skill_completion(skill_md: str, code: str) -> str:
 
 def build_skill_records(candidates: Iterable[dict[str, Any]], *, reviews: Iterable[dict[str, Any]] = (),
                         exec_reports: Iterable[dict[str, Any]] = (), val_results: Iterable[dict[str, Any]] = (),
-                        decisions: Iterable[dict[str, Any]] = (), lam: float = 0.5) -> list[dict[str, Any]]:
-    """One scored record per candidate that has code and a proposal prompt.
+                        decisions: Iterable[dict[str, Any]] = (), lam: float = 0.5,
+                        targets: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """One scored record per candidate that has a proposal prompt and a target: its code, or for a
+    declared PF (no code) ``targets[skill_id]``, the reply that declares it (Phase C's format).
 
     ``fine`` holds every measured sub-score (five review dimensions, Phase-D checks, val
     deltas); ``coarse`` the three numbers the reward is made of. A candidate never reviewed
@@ -189,7 +192,9 @@ def build_skill_records(candidates: Iterable[dict[str, Any]], *, reviews: Iterab
     out = []
     for c in candidates:
         sid = c["skill_id"]
-        if not c.get("code", "").strip() or not c.get("prompt_messages"):
+        code = c.get("code", "")
+        completion = skill_completion(c.get("skill_md", ""), code) if code.strip() else (targets or {}).get(sid)
+        if not completion or not c.get("prompt_messages"):
             continue
         r, e, v, d = rv.get(sid), ex.get(sid), va.get(sid), dec.get(sid, {})
         reviewed = r is not None and r.get("decided_by") != "not_reviewed"
@@ -204,7 +209,7 @@ def build_skill_records(candidates: Iterable[dict[str, Any]], *, reviews: Iterab
         out.append({
             "skill_id": sid, "category": c.get("cluster_category", ""), "epoch": c.get("epoch", 0),
             "prompt": [dict(m) for m in c["prompt_messages"]],
-            "completion": skill_completion(c.get("skill_md", ""), c["code"]),
+            "completion": completion,
             "admitted": bool(d.get("admitted", False)), "decision_reasons": d.get("reason", ""),
             "q_skill": q_skill, "r_skill": r_skill,
             "coarse": {"q_skill": q_skill, "delta_em_val": d_em, "r_skill": r_skill},
