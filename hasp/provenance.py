@@ -151,9 +151,12 @@ def params_hash(params: Params) -> str:
 
 
 def _paths_hash(paths: Path | Sequence[Path]) -> str:
-    """``content_hash`` of one path; for several, sha256 over theirs in the given order."""
+    """``content_hash`` of one path (alone or in a list of one); for several, sha256 over theirs in the
+    given order."""
     if isinstance(paths, (str, Path)):
         return content_hash(paths)
+    if len(paths) == 1:
+        return content_hash(paths[0])
     return hashlib.sha256("\n".join(content_hash(p) for p in paths).encode()).hexdigest()
 
 
