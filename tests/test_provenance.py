@@ -177,3 +177,30 @@ def test_tags_read_back_from_a_real_mlflow_store_after_a_tracked_grid(tmp_path: 
     assert client.get_run(res["child_run_ids"]["E1_cpu"]).data.tags["hasp.experiment"] == "E1_cpu"
     bare = client.get_run(bare_id).data.tags
     assert bare["hasp.provenance.git_commit"] == prov.git_commit and bare["hasp.provenance.model"] == NOT_GIVEN
+
+
+def test_the_training_run_of_hasp_train_names_its_start_model_and_rows(tmp_path: Path, hash_cache: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    from hasp.cli.train import track_training
+    from hasp.train.run import TrainSummary
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    rows = tmp_path / "sft.jsonl"
+    rows.write_text('{"prompt": "q", "completion": "a"}\n')
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "config.json").write_text("{}")
+    (start / "model.safetensors").write_bytes(b"\0" * 512)
+    p = Params()
+    summary = TrainSummary(recipe="sft", start_model=str(start), adapter_dir=str(tmp_path / "no_adapter"))
+    run_id = track_training(p, p.train, summary, True, data=rows)
+    tags = mlflow.tracking.MlflowClient().get_run(run_id).data.tags
+    assert tags["hasp.provenance.model"] == str(start.resolve())
+    assert tags["hasp.provenance.model_sha256"] == content_hash(start)
+    assert tags["hasp.provenance.data_hash"] == content_hash(rows)
+    assert tags["hasp.provenance.library_hash"] == NOT_GIVEN
+    assert tags["hasp.provenance.params_hash"] == provenance(params=p).params_hash
+    assert tags["hasp.recipe"] == "sft"
