@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the scripted endpoint double
 
 from hasp.atomic import json_file_error  # noqa: E402
+from hasp.provenance import without_provenance  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
 REPORT = Report("Chaos: SIGKILLs during an evolution epoch with training")
@@ -133,7 +134,7 @@ def bad_artifacts(project: Path) -> list[str]:
 def final_metrics(project: Path) -> dict[str, Any]:
     """What must not depend on interruptions: evaluation cells without timings, admissions, library size."""
     out = project / "outputs"
-    metrics = json.loads((out / "eval" / "metrics.json").read_text(encoding="utf-8"))
+    metrics = without_provenance(json.loads((out / "eval" / "metrics.json").read_text(encoding="utf-8")))
     cells = {ds: {label: {k: v for k, v in s.items() if not any(t in k for t in TIMING)}
                   for label, s in arms.items()} for ds, arms in metrics.items()}
     admit = json.loads((out / "epoch_0" / "summary_admit.json").read_text(encoding="utf-8"))

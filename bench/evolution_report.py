@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hasp.eval.paired import em_by_qid  # noqa: E402
 from hasp.evolve.story import epoch_story  # noqa: E402
+from hasp.provenance import without_provenance  # noqa: E402
 from hasp.stats import paired_difference, rate  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                     None)
     metrics = None
     if eval_dir is not None:
-        by_ds = json.loads((eval_dir / "metrics.json").read_text(encoding="utf-8"))
+        by_ds = without_provenance(json.loads((eval_dir / "metrics.json").read_text(encoding="utf-8")))
         metrics = next(iter(by_ds.values())) if by_ds else None
     report = Report(args.section)
     report.line(f"outputs in {args.out}")

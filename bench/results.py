@@ -2,7 +2,8 @@
 
 Why: a figure in the README must come from a run, with the command that produced it and when.
 Each bench script prints its lines through a ``Report`` and, at the end, replaces its own section
-of the results file with them, stamped with the command line, the date (UTC), the commit and the
+of the results file with them, stamped with the command line, the date (UTC), the provenance (commit
+and uncommitted changes, the lock file's hash, the ML package versions; ``hasp.provenance``) and the
 machine. Other sections are left as they are, so the file always holds the latest run of each.
 """
 
@@ -11,25 +12,24 @@ from __future__ import annotations
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADER = ("# Measured results\n\nWritten by the scripts under `bench/`: each section is the latest run of one script, "
-          "with its command, date, commit and machine. Re-run a command to replace its section.\n")
+          "with its command, date, provenance (commit, lock file, package versions) and machine. Re-run a command "
+          "to replace its section.\n")
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=RESULTS.parent)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=RESULTS.parent).stdout.strip()
-        return out.stdout.strip() + (" (uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+def _provenance() -> str:
+    """Commit (and uncommitted changes), lock file hash and package versions of this checkout."""
+    root = str(RESULTS.parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from hasp.provenance import provenance
+
+    return provenance().environment()
 
 
 def _machine() -> str:
@@ -59,7 +59,7 @@ class Report:
         body = [f"## {self.section}", "",
                 f"- command: `{command}`",
                 f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-                f"- commit: {_commit()}",
+                f"- provenance: {_provenance()}",
                 f"- machine: {_machine()}"]
         if self.note:
             body.append(f"- note: {self.note}")

@@ -46,6 +46,7 @@ from hasp.evolve.phase_graph import cache_key
 from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
+from hasp.provenance import PROVENANCE_KEY, provenance
 from tasks import experiment as texp
 from tasks.episodes import make_executor
 from tasks import phases
@@ -260,6 +261,7 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
                     library: str = "skills/search", data_dir: str | None = None, model: str | None = None,
                     run_name: str | None = None) -> dict[str, Any]:
     """Run ``presets`` (e.g. ``["E3_cpu"]`` or the six) from ``model`` (default: the embedded model)."""
+    from hasp.llm.endpoints import served_model
     from hasp.train.presets import PresetError, get_preset
     from hasp.train.rounds import RecipeError
     from hasp.train.run import resolve_model
@@ -288,6 +290,7 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
         if not outputs_complete(data / "corpus.jsonl", data / "train.jsonl", data / "test.jsonl"):
             _prepare(p, data, pipe)
         data_h = content_hash(data)
+        prov = provenance(params=p, data_dir=data, library=lib, model=served_model(p.llm, base))
         k = key_of(eval_code_version(), data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"),
                    base_id, teacher_id)
         untrained = _phase(pipe, "evaluate untrained", texp.evaluate_arms, (out / "eval_untrained" / "metrics.json",),
@@ -322,7 +325,7 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
     grid = {"presets": list(presets), "base_model": str(base), "untrained": untrained, "experiments": experiments}
     add_grid_gains(out, grid, hop_counts(load_eval_dataset(parse_dataset_spec("generated"), p, split="test",
                                                            data_dir=data).questions))
-    write_json(grid, out / "grid.json")
+    write_json({**grid, PROVENANCE_KEY: prov.to_dict()}, out / "grid.json")
     metrics: dict[str, Any] = {"untrained": flat_metrics(untrained)}
     ran = {n: e for n, e in experiments.items() if "error" not in e}
     if len(presets) == 1:  # one preset per DVC experiment: the same keys in every row of `dvc exp show`
@@ -332,9 +335,9 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
     else:
         metrics.update({n: {**flat_metrics(e["eval"], e["wall_s"]), "gain": flat_gains(e.get("gains", {}))}
                         for n, e in ran.items()})
-    write_json(metrics, out / "metrics.json")
+    write_json({**metrics, PROVENANCE_KEY: prov.to_dict()}, out / "metrics.json")
     k = key_of(code, tracking_code_version("hasp.track.grid_report"), grid, p.model_dump(mode="json"),
                os.environ.get("MLFLOW_TRACKING_URI", str(Path.cwd())), run_name)
     tracked = pipe.run("track (MLflow)", texp.track_grid, k, out, p, grid, run_name or f"grid-{'-'.join(presets)}",
-                       {"grid": (started, time.time()), **spans})
+                       {"grid": (started, time.time()), **spans}, provenance=prov)
     return {**grid, **tracked, "model_used": servers_started}

@@ -10,8 +10,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import json
+import os
 from pathlib import Path
 from typing import Any
+
+from hasp.atomic import write_json_atomic
+
+#: entries kept in the hash cache file (oldest dropped first)
+HASH_CACHE_ENTRIES = 256
 
 
 def content_hash(path: Path | str) -> str:
@@ -30,6 +37,59 @@ def content_hash(path: Path | str) -> str:
     else:
         h.update(b"<missing>")
     return h.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """``$HASP_CACHE`` or ``~/.cache/hasp``: what HASP computes once per machine (the prepared model
+    folder, the hash cache of large files) lives under it."""
+    return Path(os.environ.get("HASP_CACHE") or Path.home() / ".cache" / "hasp")
+
+
+def _stamp(p: Path) -> str | None:
+    """What changes when a file or folder is rewritten: size and mtime of every file (None: missing)."""
+    if p.is_file():
+        st = p.stat()
+        return f"{st.st_size}:{st.st_mtime_ns}"
+    if p.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(x for x in p.rglob("*") if x.is_file()):
+            st = f.stat()
+            h.update(f"{f.relative_to(p)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
+    return None
+
+
+def cached_content_hash(path: Path | str, cache_file: Path | None = None) -> str:
+    """``content_hash(path)``, remembered by (path, size, mtime) in ``cache_file`` (default
+    ``<default_cache_dir()>/content_hashes.json``).
+
+    Why: a model's weights are hundreds of megabytes and every run records their hash; re-reading
+    them for an unchanged file would cost each run seconds. A rewrite changes size or mtime, so the
+    stamp misses and the bytes are read again. A cache file that cannot be read or written only
+    costs the re-read."""
+    p = Path(path).resolve()
+    stamp = _stamp(p)
+    if stamp is None:
+        return content_hash(p)
+    cache_file = cache_file or default_cache_dir() / "content_hashes.json"
+    try:
+        cache = json.loads(cache_file.read_text(encoding="utf-8"))
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    hit = cache.get(str(p))
+    if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
+        return hit["sha256"]
+    digest = content_hash(p)
+    cache.pop(str(p), None)
+    cache[str(p)] = {"stamp": stamp, "sha256": digest}
+    kept = dict(list(cache.items())[-HASH_CACHE_ENTRIES:])
+    try:
+        write_json_atomic(kept, cache_file)
+    except OSError:
+        pass
+    return digest
 
 
 def _module_file(name: str, package_dir: Path) -> Path | None:

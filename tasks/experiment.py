@@ -14,6 +14,7 @@ from typing import Any
 from prefect import task
 
 from hasp.config import Params, TrainParams
+from hasp.provenance import Provenance
 from tasks.cache import BY_CACHE_KEY
 
 _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
@@ -72,7 +73,8 @@ def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path,
 
 @task(name="track-grid", **_opts)
 def track_grid(cache_key: str, out_root: Path, params: Params, grid: dict[str, Any], name: str,
-               spans: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+               spans: dict[str, tuple[float, float]] | None = None,
+               provenance: Provenance | None = None) -> dict[str, Any]:
     from hasp.track.grid_report import log_grid
 
-    return log_grid(out_root, params, grid, run_name=name, spans=spans)
+    return log_grid(out_root, params, grid, run_name=name, spans=spans, provenance=provenance)

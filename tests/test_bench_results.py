@@ -27,6 +27,11 @@ def test_console_text_is_fenced_markdown_is_not_and_other_sections_stay(tmp_path
     out = path.read_text()
     speed, grid = out.split("## Speed\n")[1].split("## Grid\n")
     assert "- note: alone on the machine" in speed and "\n```\ntokens/s   12.5\n```\n" in speed
+    from hasp.provenance import provenance
+
+    prov = provenance()  # the checkout's commit, the lock file's hash and the package versions
+    assert f"- provenance: commit {prov.git_commit[:12]}" in speed
+    assert f"requirements.lock {prov.lock_sha256[:12]}" in speed and f"mlflow {prov.packages['mlflow']}" in speed
     assert "```" not in grid and "\n| trained_pf | 0.5 |\n" in grid
 
     again = results.Report("Speed")

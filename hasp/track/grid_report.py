@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params
+from hasp.provenance import Provenance, provenance as collect_provenance
 from hasp.track.mlflow_run import dated_child_run, flatten, log_adapter, log_json_artifact, log_numeric, start_run
 
 #: the trainer log keys that are not curves
@@ -146,13 +147,16 @@ def _log_eval(mlflow: Any, summaries: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_name: str | None = None,
-             spans: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+             spans: Mapping[str, tuple[float, float]] | None = None,
+             provenance: Provenance | None = None) -> dict[str, Any]:
     """Log ``grid`` (what the experiment flow returned) as a parent run with a child per preset;
     returns ``{"parent_run_id": ..., "child_run_ids": {preset: run id}}``.
 
     ``spans`` = ``{"grid" | preset: (start, end)}`` in seconds since the epoch: when the grid and each
     preset ran in this command, so the runs' durations in the UI are theirs (a preset served from the
-    cache took seconds; its ``wall_s`` metric keeps the time of the run that did the work)."""
+    cache took seconds; its ``wall_s`` metric keeps the time of the run that did the work).
+    ``provenance`` (the grid's base model, data, library, params; default: code, environment and
+    params) tags the parent and every child."""
     import tempfile
 
     names = list((grid.get("experiments") or {}).keys())
@@ -161,15 +165,16 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
     all_curves: dict[str, list[tuple[int, dict[str, float]]]] = {}
     spans = spans or {}
     grid_span = spans.get("grid")
+    prov = provenance if provenance is not None else collect_provenance(params=params)
     with start_run(params.tracking.experiment, name, tags={"hasp.grid": ",".join(names)},
-                   start_time=grid_span[0] if grid_span else None) as mlflow:
+                   start_time=grid_span[0] if grid_span else None, provenance=prov) as mlflow:
         parent = mlflow.active_run().info.run_id
         mlflow.log_params({"presets": ",".join(names), "base_model": str(grid.get("base_model", ""))})
         _log_eval(mlflow, grid.get("untrained") or {})
         for e_name, e in (grid.get("experiments") or {}).items():
             preset = e.get("preset", {})
             loop = preset.get("loop", {})
-            tags = {"hasp.experiment": e_name, "hasp.recipe": str(e.get("recipe")),
+            tags = {**prov.tags(), "hasp.experiment": e_name, "hasp.recipe": str(e.get("recipe")),
                     "hasp.loop": str(loop.get("kind")), "hasp.evolve_mode": str(loop.get("evolve_mode"))}
             if e.get("error"):
                 tags["hasp.error"] = str(e["error"])[:4000]

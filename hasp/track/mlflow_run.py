@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.processes import pid_alive
+from hasp.provenance import Provenance, provenance as collect_provenance
 
 
 def tracking_uri(project_dir: Path | None = None) -> str:
@@ -80,13 +81,23 @@ def _mlflow():
     return mlflow
 
 
+def provenance_tags(prov: Provenance | None = None) -> dict[str, str]:
+    """The ``hasp.provenance.*`` tags of a run: ``prov``'s, or (None) the code and environment
+    collected now. Every run HASP starts carries them (``start_run``)."""
+    return (prov if prov is not None else collect_provenance()).tags()
+
+
 @contextlib.contextmanager
 def start_run(experiment: str, run_name: str, *, tags: Mapping[str, str] | None = None,
-              project_dir: Path | None = None, start_time: float | None = None) -> Iterator[Any]:
+              project_dir: Path | None = None, start_time: float | None = None,
+              provenance: Provenance | None = None) -> Iterator[Any]:
     """Context manager around one MLflow run; yields the ``mlflow`` module bound to it.
 
     ``start_time`` (seconds since the epoch) dates the run from when its work began: results logged
-    after the work would otherwise show the logging time as the run's duration in the UI."""
+    after the work would otherwise show the logging time as the run's duration in the UI.
+    ``provenance`` (the inputs the caller knows: model, data, library, params) becomes the run's
+    ``hasp.provenance.*`` tags; without it the code and environment are collected here."""
+    tags = {**provenance_tags(provenance), **(tags or {})}
     mlflow = _mlflow()
     uri = tracking_uri(project_dir)
     ensure_store(uri)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params, TrainParams
+from hasp.provenance import Provenance, provenance as collect_provenance
 from hasp.track.grid_report import curves
 from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, start_run
 
@@ -23,14 +24,16 @@ SUMMARY_ARTIFACT = "train_metrics.json"
 
 
 def log_training(params: Params, train: TrainParams, summary: Mapping[str, Any], *,
-                 run_name: str | None = None) -> str:
+                 run_name: str | None = None, provenance: Provenance | None = None) -> str:
     """Log one finished training (``summary``: the ``TrainSummary`` ``hasp.train.run.run_recipe``
-    returns, dumped); returns the run id. ``hasp.experiment`` is set only when a preset chose the recipe."""
+    returns, dumped); returns the run id. ``hasp.experiment`` is set only when a preset chose the recipe.
+    ``provenance`` names the start model and data (default: code, environment and params only)."""
     recipe = str(summary.get("recipe") or train.recipe)
     tags = {"hasp.recipe": recipe, "hasp.command": f"train {recipe}"}
     if train.preset:
         tags["hasp.experiment"] = train.preset
-    with start_run(params.tracking.experiment, run_name or f"train-{recipe}", tags=tags) as mlflow:
+    prov = provenance if provenance is not None else collect_provenance(params=params)
+    with start_run(params.tracking.experiment, run_name or f"train-{recipe}", tags=tags, provenance=prov) as mlflow:
         run_id = mlflow.active_run().info.run_id
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(train.model_dump(mode="json"), "train.").items()})
         mlflow.log_param("start_model", str(summary.get("start_model", ""))[:500])
