@@ -134,4 +134,7 @@ class PolicyGradientTrainer(WeightedSFTTrainer):
         self._metrics["train"]["mean_advantage"].append(float(adv.mean()))
         valid = mask.sum()
         self._metrics["train"]["nll"].append(float((-(logp * mask).sum() / valid.clamp(min=1)).detach()))
+        n_in_batch = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
+        self._total_train_tokens += n_in_batch // self._tp_size  # what TRL counts as num_tokens
+        self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
         return loss
