@@ -9,7 +9,6 @@ crafted trajectories and on an evaluation run through the real runner, harness a
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -154,7 +153,8 @@ def test_a_declared_rewrite_records_its_source_on_the_fire():
         "t/hasp.yaml: pf")
     # nothing read yet: the first source yields nothing, the second answers from the results
     ctx = {"question": WHEN.question, "read_count": 0, "max_steps": 6, "step_count": 1,
-           "last_search_results_text": "1. [doc0002] Felwick: Felwick is a city located in Nisbrethia, founded in 1317."}
+           "last_search_results_text": "1. [doc0002] Felwick: Felwick is a city located in Nisbrethia, "
+                                       "founded in 1317."}
     iv = pf.intervene(dict(ctx), "FINAL", "Nowhere")
     assert (iv.new_action_arg, iv.source) == ("1317", "answer_span_from_results")
     fired = Dispatcher([pf]).dispatch(dict(ctx), "FINAL", "Nowhere").fired
@@ -231,9 +231,8 @@ def _metrics(evaluated) -> dict:
     return {ds.name: {**res["react"].metrics()[ds.name], **res["pf"].metrics()[ds.name]}}
 
 
-def test_the_eval_table_shows_the_oracle_row_and_the_rewrite_column(evaluated, tmp_path):
-    from rich.console import Console
-    from rich.table import Table
+def test_the_eval_table_shows_the_oracle_row_and_the_rewrite_column(evaluated, tmp_path, capsys):
+    from hasp.eval.cli import print_table
 
     metrics = _metrics(evaluated)
     rows = [dict(zip(header(), r)) for r in table_rows(metrics)]
@@ -243,15 +242,11 @@ def test_the_eval_table_shows_the_oracle_row_and_the_rewrite_column(evaluated, t
     assert oracle["correct via vocab rewrite"] == "–" and oracle["steps"] == "–"
     assert rows[1]["correct via vocab rewrite"] == "1/2" and rows[0]["correct via vocab rewrite"] == "–"
 
-    t = Table()  # what `hasp eval` prints (hasp.eval.cli.print_table), rendered to a string
-    for col in header():
-        t.add_column(col)
-    for r in table_rows(metrics):
-        t.add_row(*r)
-    out = io.StringIO()
-    Console(file=out, width=1000).print(t)
-    text = out.getvalue()
-    assert "extractor | gold support" in text and "correct via vocab rewrite" in text and "1/2" in text
+    print_table(metrics)  # what `hasp eval` prints
+    text = capsys.readouterr().out
+    assert "correct via vocab rewrite" in text
+    oracle_line = next(line for line in text.splitlines() if "extractor | gold support" in line)
+    assert oracle["EM"] in oracle_line and "1/2" in next(line for line in text.splitlines() if " pf " in line)
 
     md = to_markdown(metrics)
     assert "| extractor \\| gold support | 3 |" in md  # the pipe escaped, so the row keeps its cells
@@ -289,3 +284,20 @@ def test_the_grid_table_puts_the_ceiling_beside_the_trained_arms(evaluated):
     assert f"| oracle | extractor \\| gold support | 3 | - | 0.667 [{lo:.2f}, {hi:.2f}] | 0.667 | - | - | - |" in md
     assert "| untrained | untrained_pf | 3 | 0 | 0.667 | 0.667 | 1-hop " in md and "| 1/2 | - |" in md
     assert "| E2_cpu | trained_pf | 3 | 0 | 1.000 | 1.000 | - | 0/3 | 5 |" in md
+
+
+def test_the_bench_grid_report_computes_the_ceiling_of_a_grid_that_ran_without_it(tmp_path, monkeypatch):
+    import importlib.util
+
+    from hasp.track.grid_report import comparison_rows
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # the script imports its sibling ``results``
+    spec = importlib.util.spec_from_file_location("grid_report_bench", ROOT / "bench" / "grid_report.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    grid = {"untrained": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}}, "experiments": {}}
+    bench.add_ceiling(tmp_path / "grid", grid, tmp_path / "nowhere")  # no prepared data: nothing to compute
+    assert CEILING_KEY not in grid["untrained"]["untrained_pf"]
+    bench.add_ceiling(tmp_path / "grid", grid, _generated(tmp_path, (WHEN, CHAIN, LACKS)))
+    rows = comparison_rows(grid)
+    assert (rows[-1]["arm"], rows[-1]["n"], rows[-1]["em"]) == (ORACLE_LABEL, 3, pytest.approx(2 / 3, abs=1e-4))
