@@ -1,7 +1,9 @@
 """What post-training grid runs measured, written into the results file: per grid folder the test-split
 table (untrained agent and each preset's trained policy, without and with PFs; EM per hop count with n
-and 95 % intervals; wall time per preset), each trained arm's paired gain over the untrained arms, and
-per arm the episodes where a PF rewrote the policy's correct answer into another action.
+and 95 % intervals; per PF arm the correct answers a vocabulary rewrite wrote; wall time per preset)
+with the vocabulary answer extractor's ceiling on gold support beside the arms, each trained arm's
+paired gain over the untrained arms, and per arm the episodes where a PF rewrote the policy's correct
+answer into another action.
 
 Why a bench script: whether a recipe moves the policy is a measured result like any speed figure; it
 goes into ``bench/RESULTS.md`` with the command that produced each grid. The gains are recomputed from
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from hasp.atomic import read_json  # noqa: E402
 from hasp.domains.search.blocked import blocked_in_file  # noqa: E402
+from hasp.eval.ceiling import CEILING_KEY, extractor_ceiling, retriever_lookup  # noqa: E402
 from hasp.eval.paired import add_grid_gains, cell_file, gains_over_seeds  # noqa: E402
 from hasp.eval.summary import hop_counts  # noqa: E402
 from hasp.track.grid_archive import HOPS_FILE, archive_grid  # noqa: E402
@@ -40,6 +43,22 @@ def _hops(grid_dir: Path, data_dir: Path | None) -> dict[str, int]:
     from hasp.domains.search.task import SearchTask
 
     return hop_counts(SearchTask.load(data_dir or grid_dir / "data").questions("test"))
+
+
+def add_ceiling(grid_dir: Path, grid: dict, data_dir: Path | None) -> None:
+    """A grid whose summaries carry no extractor ceiling (evaluated before they did) gets it from the
+    prepared data folder's test split, which is what the grid evaluated; an archive keeps none then."""
+    summaries = [*(grid.get("untrained") or {}).values(),
+                 *(s for e in (grid.get("experiments") or {}).values() for s in (e.get("eval") or {}).values())]
+    data = data_dir or grid_dir / "data"
+    if any(CEILING_KEY in s for s in summaries) or not (data / "corpus.jsonl").is_file():
+        return
+    from hasp.domains.search.task import SearchTask
+
+    task = SearchTask.load(data)
+    ceiling = extractor_ceiling(task.questions("test"), retriever_lookup(task.retriever))
+    for s in (grid.get("untrained") or {}).values():
+        s[CEILING_KEY] = ceiling
 
 
 def blocked_markdown(grid_dir: Path, grid: dict) -> str:
@@ -66,12 +85,17 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
         return None
     hops = _hops(grid_dir, data_dir)
     add_grid_gains(grid_dir, grid, hops)
+    add_ceiling(grid_dir, grid, data_dir)
     report.line(f"### {grid_dir.name}")
     report.line("")
     report.line(f"- ran: `{ran}`")
     report.line(f"- outputs: {grid_dir}; base model {grid.get('base_model')}")
     report.line("")
     report.line(table_markdown(comparison_rows(grid)))
+    report.line("The oracle row is the vocabulary answer extractor (the source a declared PF's FINAL rewrite "
+                "answers with) after reading each question's gold support documents: a ceiling for the answers "
+                "such rewrites can write.")
+    report.line("")
     report.line("Paired gains on the same test questions (trained arm − untrained arm; for a closed loop also "
                 "the evolved library − the starting library, both under the trained policy):")
     report.line("")

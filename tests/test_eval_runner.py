@@ -145,6 +145,9 @@ def test_mlflow_parent_nested_runs_metrics_and_plot(logged):
             assert k in child.data.metrics, k
         if variant == "pf":
             assert child.data.metrics["fires.premature_final"] == 3
+            assert child.data.metrics["correct_via_vocabulary_rewrite"] == 0  # no declared rewrite here
+        assert child.data.metrics["extractor_ceiling_n"] == 3  # every question has its supporting paragraphs
+        assert child.data.metrics["extractor_ceiling_lo"] <= child.data.metrics["extractor_ceiling_em"]
         hop_keys = [k for k in child.data.metrics if k.startswith("em_hops_") and not k.endswith(("_lo", "_hi"))]
         assert hop_keys and all(f"{k}_lo" in child.data.metrics and f"n_hops_{k[8:]}" in child.data.metrics
                                 for k in hop_keys)
@@ -153,7 +156,8 @@ def test_mlflow_parent_nested_runs_metrics_and_plot(logged):
     png = Path(client.download_artifacts(parent.info.run_id, "plots/pf_triggers.png", str(logged["tmp"])))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     md = Path(client.download_artifacts(parent.info.run_id, "comparison.md", str(logged["tmp"]))).read_text()
-    assert md.count("\n") == 2 + 4 and "| pf |" in md
+    # header + rule, the 4 cells, and per dataset the extractor's row on gold support
+    assert md.count("\n") == 2 + 4 + 2 and "| pf |" in md and md.count("| extractor \\| gold support |") == 2
 
 
 def test_traces_carry_real_timestamps_and_pf_spans(logged):

@@ -27,7 +27,7 @@ from hasp.config import AgentParams, HarnessParams, ParamsError, default_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.conditions import ConditionEnv
 from hasp.pf.difficulty import assess_difficulty
-from hasp.pf.dispatcher import DispatchPlan, Dispatcher
+from hasp.pf.dispatcher import DispatchPlan, Dispatcher, Fired
 from hasp.pf.handlers import HandlerOutcome, HandlerVoter
 from hasp.pf.library import Skill, SkillLibrary
 from hasp.pf.phases import PhaseRule, PhaseRules
@@ -64,6 +64,15 @@ class Surfaces:
 
 #: HarnessParams keys that list PF skill ids for the selector
 PF_ID_KEYS = ("mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs")
+
+
+def _fired_entry(f: Fired) -> dict[str, Any]:
+    """κ_t's record of one fire; ``source`` only when a declared PF's rewrite names one, so the
+    records of every other PF keep their shape."""
+    entry = {"skill_id": f.skill_id, "type": f.type, "reason": f.reason, "applied": f.applied}
+    if f.source:
+        entry["source"] = f.source
+    return entry
 
 
 def check_pf_ids(hp: HarnessParams, library: SkillLibrary) -> None:
@@ -220,8 +229,7 @@ class EpisodeHarness:
             self.record.teacher_fallbacks += len(d.teacher_fallbacks)
         return AuditEvent(state=state.snapshot() if snapshot is None else snapshot, a_orig=Action(action_type, arg), a_final=final,
                           context=contexts, mode=d.mode, errors=list(d.errors) + handlers.get("errors", []),
-                          fired=[{"skill_id": f.skill_id, "type": f.type, "reason": f.reason, "applied": f.applied}
-                                 for f in d.fired],
+                          fired=[_fired_entry(f) for f in d.fired],
                           dispatch_s=d.elapsed_s, handlers=handlers)
 
     def reminders(self, state: EpisodeState, audit: AuditEvent) -> list[PhaseRule]:

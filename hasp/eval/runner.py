@@ -12,6 +12,10 @@ run with that error, since its numbers would mean nothing.
 Outputs under ``out_dir``: ``<dataset>/<label>.jsonl`` (trajectories), ``<dataset>/<label>.
 episodes.jsonl`` (judge verdicts, snippet stats, start times) and ``metrics.json``
 (``{dataset: {label: summary}}``, plus a ``provenance`` block when the caller gives one).
+
+A search cell's summary carries the dataset's extractor ceiling (``hasp.eval.ceiling``: the
+vocabulary answer extractor on each question's gold support, computed once per dataset) and a PF
+cell's the share of its correct answers a vocabulary rewrite wrote, so every score is read beside them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from hasp.config import Params
 from hasp.episode.domains import domain_named
 from hasp.episode.records import EpisodeRecord
 from hasp.episode.spec import episode_spec, run_episodes
+from hasp.eval.ceiling import (CEILING_KEY, VIA_REWRITE_KEY, extractor_ceiling, retriever_lookup,
+                               vocabulary_rewrite_share)
 from hasp.eval.datasets import EvalDataset
 from hasp.eval.summary import by_hops, grading_weaker, hop_counts, summarize_cell
 from hasp.provenance import PROVENANCE_KEY
@@ -153,6 +159,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     out_dir = Path(out_dir)
     cells: list[CellResult] = []
     own_libs: dict[Path, Any] = {}  # arms with a library of their own
+    ceilings: dict[tuple[str, ...], dict[str, Any]] = {}  # (dataset, *question ids) -> the extractor ceiling
 
     def lib_of(arm: Arm) -> Any:
         if arm.library is None:
@@ -163,6 +170,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
 
     try:
         for ds in datasets:
+            ceiling = dataset_ceiling(ds, ceilings)
             for arm in arms:
                 try:
                     cell = _run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm),
@@ -172,6 +180,8 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                     _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"),
                                   provenance=provenance)
                     raise
+                if ceiling is not None:
+                    cell.summary[CEILING_KEY] = dict(ceiling)
                 if lib is not None:
                     cell.summary["library_size"] = len(lib.skills)
                 if lib_of(arm) is not None:  # PFs of this arm's library, besides programs graded (code)
@@ -194,6 +204,17 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                 one.close()
     write_json(_with_provenance(result.metrics(), provenance), out_dir / "metrics.json")
     return result
+
+
+def dataset_ceiling(ds: EvalDataset, cache: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, Any] | None:
+    """The extractor ceiling of a search dataset's questions (``hasp.eval.ceiling``), once per set of
+    question ids in ``cache``; None outside search (no vocabulary extractor there)."""
+    if ds.domain != "search":
+        return None
+    key = (ds.name, *(str(q.id) for q in ds.questions))
+    if key not in cache:
+        cache[key] = extractor_ceiling(ds.questions, retriever_lookup(ds.retriever))
+    return cache[key]
 
 
 def _with_provenance(metrics: dict[str, Any], provenance: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -239,6 +260,8 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
         summary["em_by_hops"] = hops
     summary.update({"domain": ds.domain, "dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split,
                     "variant": arm.variant.name})
+    if ds.domain == "search" and arm.variant.use_pfs:
+        summary[VIA_REWRITE_KEY] = vocabulary_rewrite_share([r.traj for r in records])
     if ds.domain == "code":
         summary["pass_at_1"] = summary["em"]  # a program passes its tests or not: mean em is pass@1
         summary["sandbox_weaker"] = grading_weaker([r.traj for r in records])  # programs ran there

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.episode.records import EpisodeRecord
+from hasp.eval.ceiling import CEILING_KEY, VIA_REWRITE_KEY
 from hasp.eval.report import to_markdown, write_csv
 from hasp.eval.runner import CellResult, EvalResult
 from hasp.provenance import Provenance, provenance as collect_provenance
@@ -40,8 +41,9 @@ def _metric_name(s: str) -> str:
 
 
 def cell_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Numeric summary values plus ``fires.<skill>`` and ``em_hops_<h>`` (with its interval and n);
-    other nested dicts and strings are left out."""
+    """Numeric summary values plus ``fires.<skill>``, ``em_hops_<h>`` (with its interval and n), the
+    dataset's extractor ceiling (``extractor_ceiling_em`` with its interval and n) and the correct
+    answers a vocabulary rewrite wrote; other nested dicts and strings are left out."""
     out = {_metric_name(k): float(v) for k, v in summary.items()
            if isinstance(v, (int, float)) and not isinstance(v, bool)}
     for skill, n in (summary.get("pf_fires") or {}).items():
@@ -50,6 +52,13 @@ def cell_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
         out[f"em_hops_{hops}"] = float(m["mean"])
         out[f"em_hops_{hops}_lo"], out[f"em_hops_{hops}_hi"] = (float(x) for x in m["ci95"])
         out[f"n_hops_{hops}"] = float(m["n"])
+    ceiling = summary.get(CEILING_KEY) or {}
+    if ceiling.get("n"):
+        out["extractor_ceiling_em"], out["extractor_ceiling_n"] = float(ceiling["em"]), float(ceiling["n"])
+        out["extractor_ceiling_lo"], out["extractor_ceiling_hi"] = (float(x) for x in ceiling["em_ci95"])
+    via = summary.get(VIA_REWRITE_KEY)
+    if via:
+        out[VIA_REWRITE_KEY] = float(via["k"])
     return out
 
 

@@ -64,7 +64,7 @@ class DeclaredPF(ProgramFunction):
         self.max_fires = decl.max_fires
         self.handler_kind = "code" if decl.vote else None
         self._when = [compile_condition(c, _NAMES, f"{where}: when", _FIELDS) for c in decl.when]
-        self._sources: list[Callable[[Step], str | None]] = []
+        self._sources: list[tuple[str, Callable[[Step], str | None]]] = []  # (source name, getter)
         self._text: list[tuple[str, str | None]] = []
         if decl.rewrite is not None:
             new = decl.rewrite.action
@@ -79,7 +79,7 @@ class DeclaredPF(ProgramFunction):
                                            f"{new} cannot take (it takes: {sorted(REWRITE_KINDS[new] - {'any'})})")
                 if name == "arg" and set(self.watches) == {new}:
                     raise SkillFormatError(f"{where}: rewrite.arg: 'arg' would repeat the proposed {new} unchanged")
-                self._sources.append(src.get)
+                self._sources.append((name, src.get))
         else:
             self._text = _template(decl.inject or "", f"{where}: inject")
         self.modify_only = decl.rewrite is not None
@@ -90,11 +90,12 @@ class DeclaredPF(ProgramFunction):
     def _holds(self, s: Step) -> bool:
         return all(c(s) for c in self._when)
 
-    def _target(self, s: Step) -> str | None:
-        for get in self._sources:
+    def _target(self, s: Step) -> tuple[str, str] | None:
+        """``(source name, argument)`` from the first source that yields one."""
+        for name, get in self._sources:
             value = get(s)
             if value and value.strip():
-                return value.strip()[:MAX_ARG_CHARS]
+                return name, value.strip()[:MAX_ARG_CHARS]
         return None
 
     @staticmethod
@@ -131,11 +132,11 @@ class DeclaredPF(ProgramFunction):
                                                           reason=self._why(s))
         if s.action == "FINAL" and rw.action != "FINAL" and not can_redirect_final(s.ctx):
             return None  # the episode's shared budget for turning answers back into lookups
-        target = self._target(s)
-        if target is None or (rw.action, target) == (s.action, s.arg.strip()):
+        found = self._target(s)
+        if found is None or (rw.action, found[1]) == (s.action, s.arg.strip()):
             return None
-        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type=rw.action, new_action_arg=target,
-                            reason=self._why(s))
+        return Intervention(type=InterventionType.MODIFY_ACTION, new_action_type=rw.action, new_action_arg=found[1],
+                            reason=self._why(s), source=found[0])
 
     def _safe_decide(self, ctx: dict[str, Any], action_type: str, arg: str) -> Intervention | None:
         try:

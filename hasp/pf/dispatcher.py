@@ -57,6 +57,7 @@ class Fired:
     reason: str = ""
     applied: bool = True  # False when a MODIFY_ACTION was suppressed (limit / already modified)
     context_text: str = ""
+    source: str = ""  # the vocabulary source of a declared PF's rewrite ("" for any other PF)
 
 
 @dataclass(slots=True)
@@ -283,7 +284,9 @@ class Dispatcher:
             if applied:
                 fires[sid] = fires.get(sid, 0) + 1
             reason = shown_text(iv.reason, MAX_REASON_CHARS, one_line=True) if iv.reason else ""
-            res.fired.append(Fired(sid, _TYPE_NAME[kind], reason, applied, shown))
+            source = getattr(iv, "source", "")
+            source = source if source.__class__ is str else ""
+            res.fired.append(Fired(sid, _TYPE_NAME[kind], reason, applied, shown, source))
         res.elapsed_s = time.perf_counter() - t0
         return res
 

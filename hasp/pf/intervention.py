@@ -84,7 +84,9 @@ class InterventionType(str, Enum):
 @dataclass(slots=True, init=False)
 class Intervention:
     """A PF's decision. Only these keyword arguments are part of the contract,
-    because generated PFs are written against exactly this interface."""
+    because generated PFs are written against exactly this interface; ``source`` is set by
+    declared PFs only (``hasp.pf.declared``): the vocabulary source that produced a rewrite's
+    argument, so a record can tell an answer the extractor wrote from one the policy wrote."""
 
     type: InterventionType
     new_action_type: str | None
@@ -92,12 +94,13 @@ class Intervention:
     context_text: str
     reason: str
     skill_id: str
+    source: str
 
     # written out rather than generated + __post_init__: one Python frame per fire, which is
     # most of a PF's cost on the step it fires (bench/harness_overhead.py)
     def __init__(self, type: InterventionType | str = InterventionType.NOOP, new_action_type: str | None = None,
                  new_action_arg: str | None = None, context_text: str = "", reason: str = "",
-                 skill_id: str = "") -> None:
+                 skill_id: str = "", source: str = "") -> None:
         if type.__class__ is not InterventionType:  # a plain string from generated code or a dict
             type = InterventionType(type)
         if type is InterventionType.MODIFY_ACTION and not new_action_type:
@@ -108,6 +111,7 @@ class Intervention:
         self.context_text = context_text
         self.reason = reason
         self.skill_id = skill_id
+        self.source = source
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -116,5 +120,5 @@ class Intervention:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Intervention":
-        keys = {"type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id"}
+        keys = {"type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id", "source"}
         return cls(**{k: v for k, v in d.items() if k in keys})

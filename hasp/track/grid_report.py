@@ -6,7 +6,9 @@ values the preset or ``train.overrides`` replaced), the per-step training curves
 and round on one step axis (with ``phase`` and ``round`` logged beside them so the V2 phase
 boundaries show as steps in those curves, and listed in the tag ``hasp.phase_boundaries``), the
 evaluation of the trained policy with and without PFs (per hop count too), and the final adapter
-as artifacts. The parent holds the untrained agent's evaluation, the comparison table (markdown
+as artifacts. The comparison table puts beside the arms the ceiling of the vocabulary answer
+extractor on the test questions' gold support (an oracle row) and, per PF arm, how many correct
+answers a vocabulary rewrite wrote. The parent holds the untrained agent's evaluation, the comparison table (markdown
 and JSON) and a training-curves plot. Everything is read from the files the grid wrote, so a
 cached grid logs the same runs it would have logged live.
 """
@@ -24,6 +26,11 @@ from hasp.track.mlflow_run import dated_child_run, flatten, log_adapter, log_jso
 
 #: the trainer log keys that are not curves
 NOT_CURVES = {"step", "epoch"}
+#: cell-summary keys written by the evaluation (``hasp.eval.ceiling``; read here by name, as this
+#: package sits below ``hasp.eval``)
+CEILING_KEY = "extractor_ceiling"
+VIA_REWRITE_KEY = "correct_via_vocabulary_rewrite"
+ORACLE_EXPERIMENT, ORACLE_ARM = "oracle", "extractor | gold support"
 
 
 def curves(experiment: Mapping[str, Any]) -> tuple[list[tuple[int, dict[str, float]]], list[int]]:
@@ -50,13 +57,18 @@ def curves(experiment: Mapping[str, Any]) -> tuple[list[tuple[int, dict[str, flo
 
 
 def comparison_rows(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per (policy, PFs on/off): the untrained agent, then each preset's trained policy."""
+    """One row per (policy, PFs on/off): the untrained agent, then each preset's trained policy, then
+    the extractor's ceiling on gold support (when the evaluation recorded one)."""
     rows = []
+    ceiling: Mapping[str, Any] | None = None
 
     def add(experiment: str, label: str, s: Mapping[str, Any], wall: float | None) -> None:
+        nonlocal ceiling
         rows.append({"experiment": experiment, "arm": label, "n": s.get("n"), "n_failed": s.get("n_failed", 0),
                      "em": s.get("em"), "f1": s.get("f1"), "em_by_hops": s.get("em_by_hops", {}),
-                     "wall_s": wall})
+                     "wall_s": wall, "via_rewrite": s.get(VIA_REWRITE_KEY)})
+        if ceiling is None and isinstance(s.get(CEILING_KEY), Mapping):
+            ceiling = s[CEILING_KEY]
 
     for label, s in (grid.get("untrained") or {}).items():
         add("untrained", label, s, None)
@@ -66,7 +78,19 @@ def comparison_rows(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
                          "em": None, "f1": None, "em_by_hops": {}, "wall_s": None})
         for label, s in (e.get("eval") or {}).items():
             add(name, label, s, e.get("wall_s"))
+    if ceiling is not None:
+        rows.append(oracle_row(ceiling))
     return rows
+
+
+def oracle_row(ceiling: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparison row of the extractor on gold support: n, EM with its 95 % interval, F1."""
+    missing = int(ceiling.get("no_support") or 0)
+    arm = ORACLE_ARM + (f" ({missing} without support)" if missing else "")
+    n = ceiling.get("n") or 0
+    return {"experiment": ORACLE_EXPERIMENT, "arm": arm, "n": n, "n_failed": None,
+            "em": ceiling.get("em") if n else None, "em_ci95": ceiling.get("em_ci95"),
+            "f1": ceiling.get("f1") if n else None, "em_by_hops": {}, "wall_s": None, "via_rewrite": None}
 
 
 def _ci(h: Mapping[str, Any]) -> tuple[float, float]:
@@ -79,14 +103,25 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
         return "; ".join(f"{k}-hop {v.get('mean', 0):.2f} [{_ci(v)[0]:.2f}, {_ci(v)[1]:.2f}] n={v.get('n')}"
                          for k, v in sorted(h.items())) or "-"
 
-    lines = ["| experiment | arm | n | failed | EM | F1 | EM per hop count (95% CI) | wall s |",
-             "|---|---|---|---|---|---|---|---|"]
+    def em(r: Mapping[str, Any]) -> str:
+        if not isinstance(r["em"], (int, float)):
+            return "-"
+        ci = r.get("em_ci95")
+        return f"{r['em']:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+    def via(r: Mapping[str, Any]) -> str:
+        v = r.get("via_rewrite")
+        return f"{v['k']}/{v['n']}" if isinstance(v, Mapping) else "-"
+
+    lines = ["| experiment | arm | n | failed | EM | F1 | EM per hop count (95% CI) | correct via vocab rewrite "
+             "| wall s |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        em = f"{r['em']:.3f}" if isinstance(r["em"], (int, float)) else "-"
         f1 = f"{r['f1']:.3f}" if isinstance(r["f1"], (int, float)) else "-"
         wall = f"{r['wall_s']:.0f}" if isinstance(r["wall_s"], (int, float)) else "-"
-        lines.append(f"| {r['experiment']} | {r['arm']} | {r['n']} | {r['n_failed']} | {em} | {f1} | "
-                     f"{hops(r['em_by_hops'])} | {wall} |")
+        failed = "-" if r["n_failed"] is None else r["n_failed"]
+        arm = str(r["arm"]).replace("|", "\\|")  # a pipe in a label would split its Markdown cell
+        lines.append(f"| {r['experiment']} | {arm} | {r['n']} | {failed} | {em(r)} | {f1} | "
+                     f"{hops(r['em_by_hops'])} | {via(r)} | {wall} |")
     return "\n".join(lines) + "\n"
 
 
