@@ -40,7 +40,7 @@ def records(eval_dir: Path) -> dict[str, list[ChainRecord]]:
 
 
 def _rate(r: dict[str, Any]) -> str:
-    return f"{r['mean']:.3f} [{r['ci95'][0]:.2f},{r['ci95'][1]:.2f}] n{r['n']}"
+    return f"{r['k']}/{r['n']} {r['p']:.3f} [{r['ci95'][0]:.2f},{r['ci95'][1]:.2f}]"
 
 
 def _diff(d: dict[str, Any]) -> str:
@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             m = chain_metrics(recs)
             REPORT.line(f"{label:<8}{kind:<11}{_rate(m['tgc']):<24}{_rate(m['sgc']):<24}{_rate(m['skill_use']):<22}"
                         f"{m['mean_steps']['mean']:>11.2f}{m['mean_completion_tokens']['mean']:>12.1f}")
-    for label, by in arms.items():
-        if label == a.base:
-            continue
+    others = [label for label in arms if label != a.base]
+    pairs = [(a.base, o) for o in others] + [(x, y) for i, x in enumerate(others) for y in others[i + 1:]]
+    for before, after in pairs:  # every arm against the base, then the trained arms against each other
         for kind in ("plain", "sequential"):
-            d = chain_differences(arms[a.base][kind], by[kind])
-            REPORT.line(f"{label} - {a.base} ({kind}): TGC {_diff(d['tgc'])}; SGC {_diff(d['sgc'])}; "
+            d = chain_differences(arms[before][kind], arms[after][kind])
+            REPORT.line(f"{after} - {before} ({kind}): TGC {_diff(d['tgc'])}; SGC {_diff(d['sgc'])}; "
                         f"steps {_diff(d['mean_steps'])}; tokens {_diff(d['mean_completion_tokens'])}")
     if a.train:
         REPORT.line("training rounds:")
