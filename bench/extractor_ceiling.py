@@ -28,13 +28,16 @@ from results import Report  # noqa: E402 - bench/ is the script directory
 
 REPORT = Report("Extractor ceiling on gold support")
 SHARED = ROOT.parent / "shared" / "data"
-REAL = [f"hotpotqa:{SHARED / 'hotpotqa'}", f"2wiki:{SHARED / '2wiki'}", f"musique:{SHARED / 'musique'}"]
+REAL = [f"hotpotqa:{SHARED / 'hotpotqa' / 'hotpot_dev_distractor_sample_a.jsonl'}",
+        f"hotpotqa:{SHARED / 'hotpotqa' / 'hotpot_dev_distractor_sample_b.jsonl'}",
+        f"2wiki:{SHARED / '2wiki' / '2wiki_dev_sample.jsonl'}",
+        f"musique:{SHARED / 'musique' / 'musique_ans_dev_sample.jsonl'}"]
 
 
 def _line(label: str, c: dict) -> str:
-    em = c["em"]
-    return (f"{label:<34} n {c['n']:>4}  EM {em['k']:>3}/{em['n']:<4} {em['p']:.3f} [{em['ci95'][0]:.2f}, "
-            f"{em['ci95'][1]:.2f}]  F1 {c['f1']:.3f}  no support {c['no_support']}")
+    lo, hi = c["em_ci95"]
+    return (f"{label:<34} n {c['n']:>4}  EM {c['em_k']:>3}/{c['n']:<4} {c['em']:.3f} [{lo:.2f}, {hi:.2f}]  "
+            f"F1 {c['f1']:.3f}  no support {c['no_support']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="optimizer steps per recipe (train.max_steps)")
     ap.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated subset of " + ",".join(RECIPES))
     ap.add_argument("--sage-chains", type=int, default=4, help="chains of SAGE's sampling line (0: none)")
+    ap.add_argument("--section", default=REPORT.section, help="results section to write (a run of some recipes "
+                    "beside the section of all of them)")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params file (train, llm, data)")
     ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search", help="skill library of the agent")
     ap.add_argument("--sample-questions", type=int, default=4, help="training questions sampled (x train.rollout.k)")
@@ -300,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(recipes) - set(RECIPES))
     if unknown:
         ap.error(f"--recipes: unknown {', '.join(unknown)} (choose from {', '.join(RECIPES)})")
+    REPORT.section = a.section
     p = load_params(a.params)
     work = Path(tempfile.mkdtemp(prefix="hasp-train-bench-"))
     try:
