@@ -105,7 +105,9 @@ def test_two_phases_evolve_then_train_from_the_last_checkpoint(first):
     assert e["eval"]["trained_pf"]["library_size"] == p1["evolve"]["library_size"]
     assert (e_dir / "eval" / "start_library" / "generated" / f"{start}.jsonl").is_file()
     metrics = json.loads((work / "out" / "metrics.json").read_text())
-    assert set(metrics) == {"untrained", "trained", "gain"} and "em_1hop" in metrics["trained"]["trained_pf"]
+    assert set(metrics) == {"untrained", "trained", "gain", "provenance"}
+    assert "em_1hop" in metrics["trained"]["trained_pf"]
+    assert len(metrics["provenance"]["git_commit"]) == 40  # what produced the metrics travels with them
     # the trained arms minus the untrained ones, paired on the same test questions
     n_test = len((work / "data" / "test.jsonl").read_text().splitlines())
     assert set(e["gains"]) == {f"{a} - {b}" for a in ("trained_react", "trained_pf", start)
