@@ -70,3 +70,25 @@ def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student:
     else:
         out.refusals = [res.reason]
     return out
+
+
+def chain_reply_format(params: Any, student: Any) -> Any:
+    """How a chain's proposal is asked of ``student``: the evolve section's structured-output choice,
+    constrained JSON where the student's endpoint takes it."""
+    from hasp.evolve.declarative import reply_format_for
+    from hasp.llm.structured import constrains_json, dialect_of
+
+    return reply_format_for(params.evolve.structured_output, params.llm.base_url is None,
+                            constrains_json(params.llm.constrained, dialect_of(student)))
+
+
+def run_in_chain(spec: Any, item: Any, lib_dir: Path, *, params: Any, policy: Any, opened: Any) -> Trajectory:
+    """One task of a chain with the chain's library folder as it is now (skills admitted by earlier
+    tasks included), loaded for this task and closed after it."""
+    from hasp.pf.library import load_library
+
+    lib = load_library(lib_dir, spec.domain.name, sandbox=params.sandbox)
+    try:
+        return spec.runner(policy=policy, library=lib, opened=opened)(item).traj
+    finally:
+        lib.close()

@@ -213,18 +213,14 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     from hasp.atomic import write_json
     from hasp.episode.domains import SearchDomain
     from hasp.episode.spec import episode_spec, run_episodes
-    from hasp.evolve.chain_skill import propose_into_chain
-    from hasp.evolve.declarative import reply_format_for
-    from hasp.llm.structured import constrains_json, dialect_of
+    from hasp.evolve.chain_skill import chain_reply_format, propose_into_chain, run_in_chain
     from hasp.pf.library import load_library
     from hasp.progress import Progress
 
     domain = SearchDomain(data_dir=Path(data_dir))
     chains = build_chains(domain.items(split, limit), chain_length, seed=params.data.seed)
     items = [it for chain in chains for it in chain]
-    e = params.evolve
-    reply_format = reply_format_for(e.structured_output, params.llm.base_url is None,
-                                    constrains_json(params.llm.constrained, dialect_of(student)))
+    reply_format = chain_reply_format(params, student)
     spec, index = episode_spec(params, domain, "pf"), domain.open(params)
 
     base = load_library(library, domain.name, sandbox=params.sandbox)
@@ -236,11 +232,7 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     plain = {t.qid: t for t in plain_trajs}
 
     def run_task(item: Any, lib_dir: Path) -> Trajectory:
-        lib = load_library(lib_dir, domain.name, sandbox=params.sandbox)
-        try:
-            return spec.runner(policy=policy, library=lib, opened=index)(item).traj
-        finally:
-            lib.close()
+        return run_in_chain(spec, item, lib_dir, params=params, policy=policy, opened=index)
 
     def grow(traj: Trajectory, lib_dir: Path) -> tuple[list[str], list[str]]:
         made = propose_into_chain(traj, lib_dir, params=params, student=student, domain=domain.name,

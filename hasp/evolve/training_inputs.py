@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params, TrainParams
-from hasp.evolve.chain_skill import propose_into_chain
+from hasp.evolve.chain_skill import chain_reply_format, propose_into_chain, run_in_chain
 from hasp.evolve.sequential import build_chains, fired_skills
 from hasp.records import Trajectory
 from hasp.train.grpo import episode_reward
@@ -56,13 +56,7 @@ class SageSampler:
         self.calls: list[dict[str, Any]] = []
 
     def _task(self, policy: Any, item: Any, lib_dir: Path) -> Trajectory:
-        from hasp.pf.library import load_library
-
-        lib = load_library(lib_dir, self.spec.domain.name, sandbox=self.params.sandbox)
-        try:
-            return self.spec.runner(policy=policy, library=lib, opened=self.index)(item).traj
-        finally:
-            lib.close()
+        return run_in_chain(self.spec, item, lib_dir, params=self.params, policy=policy, opened=self.index)
 
     def _rollout(self, policy: Any, chain: Chain, j: int, reply_format: Any) -> list[Trajectory]:
         from hasp.pf.folder_files import copy_folder
@@ -92,13 +86,9 @@ class SageSampler:
         return [t1, t2]
 
     def __call__(self, chains: Sequence[Chain], model_dir: Path) -> list[Trajectory]:
-        from hasp.evolve.declarative import reply_format_for
-        from hasp.llm.structured import constrains_json, dialect_of
-
         out: list[Trajectory] = []
         with self.policy_for(Path(model_dir)) as policy:
-            reply_format = reply_format_for(self.params.evolve.structured_output, self.params.llm.base_url is None,
-                                            constrains_json(self.params.llm.constrained, dialect_of(policy)))
+            reply_format = chain_reply_format(self.params, policy)
             workers = max(1, min(len(chains), self.params.llm.max_concurrency))
             with ThreadPoolExecutor(workers) as pool:
                 for pair in pool.map(lambda a: self._rollout(policy, a[1], a[0], reply_format), enumerate(chains)):
