@@ -12,10 +12,14 @@ import hashlib
 import importlib.util
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 from hasp.atomic import write_json_atomic
+
+#: serialises ast.parse (see module_closure)
+_PARSE_LOCK = threading.Lock()
 
 #: entries kept in the hash cache file (oldest dropped first)
 HASH_CACHE_ENTRIES = 256
@@ -131,7 +135,9 @@ def module_closure(roots: tuple[str, ...], package: str = "hasp") -> list[Path]:
         seen[name] = f
         parents = name.split(".")
         todo += [".".join(parents[:i]) for i in range(1, len(parents))]  # packages' __init__ run too
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+        with _PARSE_LOCK:  # CPython 3.11 before 3.11.8: ast.parse in two threads at once can raise SystemError
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 todo += [a.name for a in node.names if a.name.split(".")[0] == package]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
