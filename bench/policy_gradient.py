@@ -7,6 +7,12 @@ pass in which a skill proposed after a failed task 1 serves task 2). This script
 with the base arm chain by chain (``hasp.eval.chain_metrics``) and prints each training run's rounds
 (rewards, rows, skills made and used) so a null result shows where the signal was missing.
 
+An arm trained with several seeds names one folder per seed (``--arm grpo=EVAL_S42 --arm grpo=EVAL_S43``):
+each seed is reported on its own, then the seeds are pooled, a chain of seed s paired with the same
+chain of the base arm (one base folder serves every seed; a base given once per seed is paired seed by
+seed). The pooled interval treats (seed, chain) pairs as the sample, so it reflects training-seed and
+question variation together.
+
     python bench/policy_gradient.py --arm start=EVAL_A --arm grpo=EVAL_B --arm sage=EVAL_C --base start \\
         --train grpo=TRAIN_B --train sage=TRAIN_C --ran "..."
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,21 @@ def records(eval_dir: Path) -> dict[str, list[ChainRecord]]:
                          steps=t["plain_steps"] or 0, completion_tokens=t["plain_completion_tokens"] or 0)
              for t in tasks if t.get("plain_em") is not None]
     return {"plain": plain, "sequential": seq}
+
+
+def seeded(recs: dict[str, list[ChainRecord]], seed: int) -> dict[str, list[ChainRecord]]:
+    """The same records with their chain named ``seed:chain``, so seeds pool without colliding."""
+    return {kind: [replace(t, chain=f"{seed}:{t.chain}") for t in rows] for kind, rows in recs.items()}
+
+
+def pooled(folders: list[Path], n: int) -> dict[str, list[ChainRecord]]:
+    """``n`` seeds of one arm pooled: folder i is seed i (one folder is reused for every seed)."""
+    per = [records(f) for f in folders]
+    out: dict[str, list[ChainRecord]] = {"plain": [], "sequential": []}
+    for i in range(n):
+        for kind, rows in seeded(per[i if len(per) > 1 else 0], i).items():
+            out[kind].extend(rows)
+    return out
 
 
 def _rate(r: dict[str, Any]) -> str:
@@ -66,6 +88,23 @@ def round_lines(label: str, train_dir: Path) -> None:
         REPORT.line(f"  {label} round {r['round']}: {shown}{extra}")
 
 
+def report_arms(arms: dict[str, dict[str, list[ChainRecord]]], base: str) -> None:
+    """One table of arms and every arm paired with ``base``, then the other arms with each other."""
+    REPORT.line(f"{'arm':<8}{'pass':<11}{'TGC':<24}{'SGC':<24}{'skill use':<22}{'steps/task':>11}{'tokens/task':>12}")
+    for label, by in arms.items():
+        for kind, recs in by.items():
+            m = chain_metrics(recs)
+            REPORT.line(f"{label:<8}{kind:<11}{_rate(m['tgc']):<24}{_rate(m['sgc']):<24}{_rate(m['skill_use']):<22}"
+                        f"{m['mean_steps']['mean']:>11.2f}{m['mean_completion_tokens']['mean']:>12.1f}")
+    others = [label for label in arms if label != base]
+    pairs = [(base, o) for o in others] + [(x, y) for i, x in enumerate(others) for y in others[i + 1:]]
+    for before, after in pairs:
+        for kind in ("plain", "sequential"):
+            d = chain_differences(arms[before][kind], arms[after][kind])
+            REPORT.line(f"{after} - {before} ({kind}): TGC {_diff(d['tgc'])}; SGC {_diff(d['sgc'])}; "
+                        f"steps {_diff(d['mean_steps'])}; tokens {_diff(d['mean_completion_tokens'])}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", type=pair, action="append", required=True, help="LABEL=hasp evolve sage --out folder")
@@ -74,24 +113,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ran", action="append", default=[], help="how the arms were made (printed), repeatable")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     a = ap.parse_args(argv)
-    arms = {label: records(folder) for label, folder in a.arm}
-    if a.base not in arms:
-        ap.error(f"--base {a.base}: not among the arms {sorted(arms)}")
+    folders: dict[str, list[Path]] = {}
+    for label, folder in a.arm:
+        folders.setdefault(label, []).append(folder)
+    if a.base not in folders:
+        ap.error(f"--base {a.base}: not among the arms {sorted(folders)}")
+    seeds = max(len(f) for f in folders.values())
+    bad = [label for label, f in folders.items() if len(f) not in (1, seeds)]
+    if bad:
+        ap.error(f"arms {bad}: give one folder, or one per seed ({seeds})")
     for r in a.ran:
         REPORT.line(f"ran: {r}")
-    REPORT.line(f"{'arm':<8}{'pass':<11}{'TGC':<24}{'SGC':<24}{'skill use':<22}{'steps/task':>11}{'tokens/task':>12}")
-    for label, by in arms.items():
-        for kind, recs in by.items():
-            m = chain_metrics(recs)
-            REPORT.line(f"{label:<8}{kind:<11}{_rate(m['tgc']):<24}{_rate(m['sgc']):<24}{_rate(m['skill_use']):<22}"
-                        f"{m['mean_steps']['mean']:>11.2f}{m['mean_completion_tokens']['mean']:>12.1f}")
-    others = [label for label in arms if label != a.base]
-    pairs = [(a.base, o) for o in others] + [(x, y) for i, x in enumerate(others) for y in others[i + 1:]]
-    for before, after in pairs:  # every arm against the base, then the trained arms against each other
-        for kind in ("plain", "sequential"):
-            d = chain_differences(arms[before][kind], arms[after][kind])
-            REPORT.line(f"{after} - {before} ({kind}): TGC {_diff(d['tgc'])}; SGC {_diff(d['sgc'])}; "
-                        f"steps {_diff(d['mean_steps'])}; tokens {_diff(d['mean_completion_tokens'])}")
+    views = [(f"seed {i + 1} of {seeds}", {label: records(f[i if len(f) > 1 else 0]) for label, f in folders.items()})
+             for i in range(seeds)] if seeds > 1 else [("", {label: records(f[0]) for label, f in folders.items()})]
+    if seeds > 1:
+        views.append((f"{seeds} seeds pooled", {label: pooled(f, seeds) for label, f in folders.items()}))
+    for title, arms in views:
+        if title:
+            REPORT.line(f"-- {title}")
+        report_arms(arms, a.base)
     if a.train:
         REPORT.line("training rounds:")
         for label, folder in a.train:

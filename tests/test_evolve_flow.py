@@ -223,6 +223,8 @@ def test_single_epoch_flow_still_runs_with_the_gate(env):
     hist = json.loads((work / "single" / "epoch_0" / "library" / "library_history.json").read_text())
     assert len(hist) == ph["propose"]["proposed"]
     assert all("gates" in h for h in hist)
+    # an epoch that admitted nothing does not run the same agent on the same library twice
+    assert (res["eval"]["pf_before"].get("same_library_as") == "pf") == (not any(h["decision"] == "admitted" for h in hist))
 
 
 def test_serve_registers_evolve_flow_with_a_cron_schedule(monkeypatch):

@@ -602,14 +602,27 @@ def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, 
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
     from hasp.eval.runner import Arm, run_eval
 
+    from hasp.pf.library import library_hash
+
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
     arms = epoch_arms(teacher, trained_policy)
-    if library_before is not None:
-        pf = get_variant(pipeline_variant("pf", teacher))
-        arms.insert(1, Arm(f"{pf.name}_before", pf, None, library_before))
+    pf = get_variant(pipeline_variant("pf", teacher))
+    before = f"{pf.name}_before"
+    unchanged = library_before is not None and library_hash(Path(library_before)) == library_hash(Path(library_root))
+    if library_before is not None and not unchanged:
+        arms.insert(1, Arm(before, pf, None, library_before))
     res = run_eval(params, [ds], arms, policy=policy, library_root=library_root,
                    out_dir=out_dir, teacher=teacher, teacher_snippets=False, executor=executor)
-    return res.metrics()[ds.name]
+    metrics = res.metrics()[ds.name]
+    if unchanged:  # nothing admitted: the "before" agent is the same agent on the same questions
+        log.info("the epoch admitted nothing: %s reuses the %s episodes instead of running them again", before, pf.name)
+        first, *rest = metrics.items()  # the table keeps its order: react, <pf>_before, <pf>, ...
+        metrics = dict([first, (before, {**metrics[pf.name], "same_library_as": pf.name}), *rest])
+        for f in list(Path(out_dir).rglob(f"{pf.name}.*")):  # its trajectories and the runner's episode times
+            shutil.copyfile(f, f.with_name(before + f.name[len(pf.name):]))
+        written = read_json(Path(out_dir) / "metrics.json")
+        write_json({**written, ds.name: metrics}, Path(out_dir) / "metrics.json")
+    return metrics
 
 
 def epoch_arms(teacher: Any, trained_policy: Any | None) -> list[Any]:

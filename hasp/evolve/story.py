@@ -88,7 +88,8 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
         lines.append("Test split:")
         for label, m in eval_metrics.items():
             n = int(m.get("n") or 0)
-            lines.append(f"  {label:22s} EM {_rate(m.get('em'), n)} (n={n})")
+            same = f" (nothing admitted: the {m['same_library_as']} episodes)" if m.get("same_library_as") else ""
+            lines.append(f"  {label:22s} EM {_rate(m.get('em'), n)} (n={n}){same}")
         before = next((k for k in eval_metrics if k.endswith("_before")), None)
         if before and eval_dir is not None:
             after_label = before.removesuffix("_before")
