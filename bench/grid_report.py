@@ -45,6 +45,15 @@ def _hops(grid_dir: Path, data_dir: Path | None) -> dict[str, int]:
     return hop_counts(SearchTask.load(data_dir or grid_dir / "data").questions("test"))
 
 
+def _templates(grid_dir: Path, data_dir: Path | None) -> dict[str, bool]:
+    """Benchmark v2: whether training used each test question's template (empty for version 1, or
+    when no data folder is at hand)."""
+    from hasp.domains.search.generator import load_template_seen
+
+    test = (data_dir or grid_dir / "data") / "test.jsonl"
+    return load_template_seen(test) if test.is_file() else {}
+
+
 def add_ceiling(grid_dir: Path, grid: dict, data_dir: Path | None) -> None:
     """A grid whose summaries carry no extractor ceiling (evaluated before they did) gets it from the
     prepared data folder's test split, which is what the grid evaluated; an archive keeps none then."""
@@ -84,7 +93,7 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
         print(f"error: {grid_dir / 'grid.json'}: {e}", file=sys.stderr)
         return None
     hops = _hops(grid_dir, data_dir)
-    add_grid_gains(grid_dir, grid, hops)
+    add_grid_gains(grid_dir, grid, hops, _templates(grid_dir, data_dir))
     add_ceiling(grid_dir, grid, data_dir)
     report.line(f"### {grid_dir.name}")
     report.line("")
@@ -113,7 +122,7 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
 
 def report_seeds(report: Report, grid_dirs: list[Path], grids: list[dict], data_dir: Path | None) -> None:
     """Presets repeated over several grids (seeds): each side averaged over seeds per question."""
-    pooled = gains_over_seeds(grid_dirs, grids, _hops(grid_dirs[0], data_dir))
+    pooled = gains_over_seeds(grid_dirs, grids, _hops(grid_dirs[0], data_dir), _templates(grid_dirs[0], data_dir))
     if not pooled:
         return
     report.line("### Over seeds")

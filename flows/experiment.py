@@ -323,8 +323,8 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
         servers_started = clients.started
         clients.close()
     grid = {"presets": list(presets), "base_model": str(base), "untrained": untrained, "experiments": experiments}
-    add_grid_gains(out, grid, hop_counts(load_eval_dataset(parse_dataset_spec("generated"), p, split="test",
-                                                           data_dir=data).questions))
+    test = load_eval_dataset(parse_dataset_spec("generated"), p, split="test", data_dir=data)
+    add_grid_gains(out, grid, hop_counts(test.questions), test.template_seen)
     write_json({**grid, PROVENANCE_KEY: prov.to_dict()}, out / "grid.json")
     metrics: dict[str, Any] = {"untrained": flat_metrics(untrained)}
     ran = {n: e for n, e in experiments.items() if "error" not in e}

@@ -281,9 +281,9 @@ def test_the_grid_table_puts_the_ceiling_beside_the_trained_arms(evaluated):
                                                           ("oracle", ORACLE_LABEL)]
     md = grid_report.table_markdown(rows)
     lo, hi = pf[CEILING_KEY]["em_ci95"]
-    assert f"| oracle | extractor \\| gold support | 3 | - | 0.667 [{lo:.2f}, {hi:.2f}] | 0.667 | - | - | - |" in md
+    assert f"| oracle | extractor \\| gold support | 3 | - | 0.667 [{lo:.2f}, {hi:.2f}] | 0.667 | - | - | - | - |" in md
     assert "| untrained | untrained_pf | 3 | 0 | 0.667 | 0.667 | 1-hop " in md and "| 1/2 | - |" in md
-    assert "| E2_cpu | trained_pf | 3 | 0 | 1.000 | 1.000 | - | 0/3 | 5 |" in md
+    assert "| E2_cpu | trained_pf | 3 | 0 | 1.000 | 1.000 | - | - | 0/3 | 5 |" in md
 
 
 def test_the_bench_grid_report_computes_the_ceiling_of_a_grid_that_ran_without_it(tmp_path, monkeypatch):

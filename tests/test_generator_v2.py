@@ -202,3 +202,57 @@ def test_data_version_reaches_the_prepare_stage_and_its_cache_key() -> None:
     assert "hasp/domains/search/generator_v2.py" in stage["deps"]
     v1, v2 = Params(), Params.model_validate({"data": {"version": 2}})
     assert cache_key("prepare", v1, DVC_LAYOUT) != cache_key("prepare", v2, DVC_LAYOUT)
+
+
+# ------------------------------------------------------------------ seen / unseen templates in every table
+class AnswersSeenTemplatesDouble:
+    """A policy double that answers a question with its gold answer when training used its template,
+    and with a wrong name otherwise: every table must then split EM 1 (seen) from EM 0 (unseen)."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def chat(self, messages, **kw):
+        from doubles import ReplyDouble
+
+        user = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        row = next(r for r in self.rows if r["question"] in user)
+        return ReplyDouble(f"Thought: done.\nAction: FINAL[{row['answers'][0] if row['seen'] else 'Nobody Known'}]")
+
+
+def test_evaluations_report_seen_and_unseen_templates_apart(v2: Path, tmp_path: Path) -> None:
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+    from hasp.eval.paired import em_by_qid, paired_gain
+    from hasp.eval.report import to_markdown
+    from hasp.eval.runner import run_eval
+    from hasp.eval.tracking import cell_metrics
+
+    rows = _rows(v2, "test")
+    p = Params().model_copy(update={"llm": Params().llm.model_copy(update={"max_concurrency": 1})})
+    ds = load_eval_dataset(parse_dataset_spec(f"generated:{v2}"), p, split="test", limit=12)
+    assert set(ds.template_seen) == {str(q.id) for q in ds.questions}
+    seen = sum(ds.template_seen.values())
+    assert 0 < seen < 12  # the test split rotates seen and held-out templates
+    res = run_eval(p, [ds], ["react"], policy=AnswersSeenTemplatesDouble(rows), library_root=None,
+                   out_dir=tmp_path / "eval", progress=False)
+    cell = res.metrics()[ds.name]["react"]
+    by = cell["em_by_template"]
+    assert (by["seen"]["mean"], by["seen"]["n"]) == (1.0, seen) and (by["unseen"]["mean"], by["unseen"]["n"]) == (0.0, 12 - seen)
+    ceiling = cell["extractor_ceiling"]["by_template"]
+    assert ceiling["seen"]["n"] + ceiling["unseen"]["n"] == cell["extractor_ceiling"]["n"]
+    assert cell_metrics(cell)["em_template_unseen"] == 0.0 and cell_metrics(cell)["n_template_seen"] == seen
+    assert "EM seen/unseen templates" in to_markdown(res.metrics()) and "seen 1.000" in to_markdown(res.metrics())
+    after = em_by_qid(tmp_path / "eval" / ds.name / "react.jsonl")
+    gain = paired_gain({q: 0.0 for q in after}, after, template_of=ds.template_seen)
+    assert gain["by_template"]["seen"]["mean"] == 1.0 and gain["by_template"]["unseen"]["mean"] == 0.0
+
+
+def test_a_seen_flag_that_is_not_a_boolean_is_one_error_naming_file_and_line(v2: Path, tmp_path: Path) -> None:
+    from hasp.domains.search.generator import BenchmarkFormatError, load_template_seen
+
+    rows = _rows(v2, "test")[:3]
+    rows[1]["seen"] = "yes"
+    bad = tmp_path / "test.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(BenchmarkFormatError, match=rf"^{re.escape(str(bad))}:2: field 'seen' must be true or false"):
+        load_template_seen(bad)

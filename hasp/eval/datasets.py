@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,8 @@ class EvalDataset:
     domain: str = "search"
     data_dir: Path | None = None  # generated: the folder it was loaded from
     retriever_url: str | None = None  # a file without paragraphs: the Search-R1 retriever it searches
+    #: benchmark v2: question id -> whether train/val use its template (seen) or hold it out (unseen)
+    template_seen: dict[str, bool] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -162,8 +164,10 @@ def _load_generated(spec: DatasetSpec, params: Params, split: str, limit: int | 
         prepare_data(params, data_dir)
     task = SearchTask.load(data_dir)
     items = task.questions(split)
-    return EvalDataset(spec, split, items[:limit] if limit else items, task.retriever, len(items),
-                       len(task.retriever), data_dir=data_dir)
+    items = items[:limit] if limit else items
+    seen = task.template_seen(split)
+    return EvalDataset(spec, split, items, task.retriever, len(task.questions(split)), len(task.retriever),
+                       data_dir=data_dir, template_seen={str(q.id): seen[str(q.id)] for q in items if str(q.id) in seen})
 
 
 def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,

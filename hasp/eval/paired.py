@@ -33,18 +33,26 @@ def em_by_qid(path: Path) -> dict[str, float]:
 
 
 def paired_gain(before: Mapping[str, float], after: Mapping[str, float],
-                hops_of: Mapping[str, int] | None = None) -> dict[str, Any]:
+                hops_of: Mapping[str, int] | None = None,
+                template_of: Mapping[str, bool] | None = None) -> dict[str, Any]:
     """EM after − before over the questions both sides scored: ``{"mean", "n", "ci95", "by_hops"}``,
-    ``by_hops`` holding the same per hop count (when ``hops_of`` knows the questions)."""
+    ``by_hops`` holding the same per hop count (when ``hops_of`` knows the questions), and with
+    ``template_of`` (benchmark v2: question id -> template seen in training) ``by_template`` per
+    seen / unseen template."""
     common = sorted(set(before) & set(after))
     out: dict[str, Any] = paired_difference([before[q] for q in common], [after[q] for q in common]).to_dict()
-    groups: dict[int, list[str]] = {}
-    for q in common:
-        h = (hops_of or {}).get(q)
-        if h:
-            groups.setdefault(int(h), []).append(q)
-    out["by_hops"] = {str(h): paired_difference([before[q] for q in qs], [after[q] for q in qs]).to_dict()
-                      for h, qs in sorted(groups.items())}
+
+    def by(group_of: Mapping[str, Any]) -> dict[str, Any]:
+        groups: dict[Any, list[str]] = {}
+        for q in common:
+            if group_of.get(q) is not None:
+                groups.setdefault(group_of[q], []).append(q)
+        return {str(g): paired_difference([before[q] for q in qs], [after[q] for q in qs]).to_dict()
+                for g, qs in sorted(groups.items())}
+
+    out["by_hops"] = by({q: int(h) for q, h in (hops_of or {}).items() if h})
+    if template_of:
+        out["by_template"] = by({q: "seen" if s else "unseen" for q, s in template_of.items()})
     return out
 
 
@@ -54,7 +62,8 @@ def cell_file(eval_dir: Path, label: str) -> Path:
 
 
 def gains_over(base_dir: Path, base_labels: list[str], eval_dir: Path, labels: list[str],
-               hops_of: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+               hops_of: Mapping[str, int] | None = None,
+               template_of: Mapping[str, bool] | None = None) -> dict[str, dict[str, Any]]:
     """Every arm of ``eval_dir`` against every arm of ``base_dir``: ``{"<arm> - <base arm>": gain}``.
 
     For the post-training grid: the trained policy with PFs against the untrained PF agent (the
@@ -66,7 +75,7 @@ def gains_over(base_dir: Path, base_labels: list[str], eval_dir: Path, labels: l
         after = em_by_qid(cell_file(eval_dir, a))
         for b, before in base.items():
             if after and before:
-                out[f"{a} - {b}"] = paired_gain(before, after, hops_of)
+                out[f"{a} - {b}"] = paired_gain(before, after, hops_of, template_of)
     return out
 
 
@@ -87,7 +96,8 @@ def library_cells(eval_dir: Path, labels: list[str]) -> Iterator[tuple[str, str,
                 yield a, b, before, after
 
 
-def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str, int] | None = None) -> None:
+def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str, int] | None = None,
+                   template_of: Mapping[str, bool] | None = None) -> None:
     """Set ``gains`` on each preset of a grid that trained (``gains_over`` against the untrained arms,
     plus the evolved library against the starting one for the same trained policy), read from the
     trajectory files under ``grid_dir`` so a cached or earlier grid is reported the same."""
@@ -95,9 +105,9 @@ def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str
     for name, e in (grid.get("experiments") or {}).items():
         if "error" not in e:
             ev, labels = Path(grid_dir) / name / "eval", list(e.get("eval") or {})
-            e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, ev, labels, hops_of)
+            e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, ev, labels, hops_of, template_of)
             for a, b, before, after in library_cells(ev, labels):
-                e["gains"][f"{a} - {b}"] = paired_gain(before, after, hops_of)
+                e["gains"][f"{a} - {b}"] = paired_gain(before, after, hops_of, template_of)
 
 
 def seed_mean(cells: list[Mapping[str, float]]) -> dict[str, float]:
@@ -107,7 +117,8 @@ def seed_mean(cells: list[Mapping[str, float]]) -> dict[str, float]:
 
 
 def gains_over_seeds(grid_dirs: list[Path], grids: list[Mapping[str, Any]],
-                     hops_of: Mapping[str, int] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+                     hops_of: Mapping[str, int] | None = None,
+                     template_of: Mapping[str, bool] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """``{preset: {"<arm> - <base arm>": gain}}`` over the repeats of a grid with different seeds.
 
     Each side is first averaged over seeds per question, so the interval (bootstrap over questions)
@@ -130,6 +141,6 @@ def gains_over_seeds(grid_dirs: list[Path], grids: list[Mapping[str, Any]],
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for (name, a, b), pairs in cells.items():
         if len(pairs) >= 2:
-            g = paired_gain(seed_mean([p[0] for p in pairs]), seed_mean([p[1] for p in pairs]), hops_of)
+            g = paired_gain(seed_mean([p[0] for p in pairs]), seed_mean([p[1] for p in pairs]), hops_of, template_of)
             out.setdefault(name, {})[f"{a} - {b}"] = {**g, "seeds": len(pairs)}
     return out

@@ -18,7 +18,8 @@ from hasp.eval.ceiling import CEILING_KEY, VIA_REWRITE_KEY, ceiling_of, ceiling_
 #: (column, summary key, format) — one place so the CLI table, CSV and Markdown agree
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("n", "n", "d"), ("scored", "n_scored", "d"), ("failed", "n_failed", "d"), ("EM", "em", ".3f"),
-    ("F1", "f1", ".3f"), ("EM by hops [95% CI]", "em_by_hops", "hops"), ("judge", "judge_acc", ".3f"),
+    ("F1", "f1", ".3f"), ("EM by hops [95% CI]", "em_by_hops", "hops"),
+    ("EM seen/unseen templates [95% CI]", "em_by_template", "groups"), ("judge", "judge_acc", ".3f"),
     ("judge err", "judge_errors", "d"), ("answered", "answered_rate", ".2f"), ("parse err", "parse_error_rate", ".2f"),
     ("steps", "mean_steps", ".2f"), ("correct via vocab rewrite", VIA_REWRITE_KEY, "k/n"),
     ("PF fires", "pf_fires_total", "d"), ("action share", "pf_action_share", ".2f"),
@@ -34,6 +35,9 @@ def _fmt(value: Any, spec: str) -> str:
     if spec == "hops":  # {"1": {"mean", "n", "ci95"}, ...} -> "1h .250 [.00,.50] n8; 2h ..."
         return "; ".join(f"{h}h {m['mean']:.3f} [{m['ci95'][0]:.2f},{m['ci95'][1]:.2f}] n{m['n']}"
                          for h, m in value.items()) or "–"
+    if spec == "groups":  # {"seen": {"mean", "n", "ci95"}, ...} -> "seen .250 [.00,.50] n8; unseen ..."
+        return "; ".join(f"{g} {m['mean']:.3f} [{m['ci95'][0]:.2f},{m['ci95'][1]:.2f}] n{m['n']}"
+                         for g, m in value.items()) or "–"
     if spec == "k/n":  # {"k", "n", "share"} -> "3/7"
         return f"{int(value['k'])}/{int(value['n'])}"
     if spec == "ci":  # the oracle row's EM: "0.400 [0.23, 0.59]"
@@ -44,7 +48,9 @@ def _fmt(value: Any, spec: str) -> str:
 def _oracle_row(ds: str, ceiling: Mapping[str, Any]) -> list[str]:
     """The extractor's row: n, EM [95 % CI] and F1 on gold support; nothing else applies to it."""
     shown = {"n": _fmt(ceiling.get("n"), "d"), "em": _fmt(ceiling, "ci"),
-             "f1": _fmt(ceiling.get("f1"), ".3f") if ceiling.get("n") else "–"}
+             "f1": _fmt(ceiling.get("f1"), ".3f") if ceiling.get("n") else "–",
+             "em_by_template": "; ".join(f"{g} {ceiling_text(c)} n{c['n']}"
+                                         for g, c in (ceiling.get("by_template") or {}).items()) or "–"}
     return [ds, oracle_label(ceiling), *(shown.get(key, "–") for _, key, _ in COLUMNS)]
 
 

@@ -39,7 +39,7 @@ from hasp.episode.spec import episode_spec, run_episodes
 from hasp.eval.ceiling import (CEILING_KEY, VIA_REWRITE_KEY, extractor_ceiling, retriever_lookup,
                                vocabulary_rewrite_share)
 from hasp.eval.datasets import EvalDataset
-from hasp.eval.summary import by_hops, grading_weaker, hop_counts, summarize_cell
+from hasp.eval.summary import by_hops, by_template, grading_weaker, hop_counts, summarize_cell, template_groups
 from hasp.provenance import PROVENANCE_KEY
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,12 @@ def dataset_ceiling(ds: EvalDataset, cache: dict[tuple[str, ...], dict[str, Any]
         return None
     key = (ds.name, *(str(q.id) for q in ds.questions))
     if key not in cache:
-        cache[key] = extractor_ceiling(ds.questions, retriever_lookup(ds.retriever))
+        lookup = retriever_lookup(ds.retriever)
+        cache[key] = extractor_ceiling(ds.questions, lookup)
+        if ds.template_seen:  # benchmark v2: the ceiling on seen and on held-out templates apart
+            group = template_groups(ds.template_seen)
+            cache[key]["by_template"] = {g: extractor_ceiling([q for q in ds.questions if group.get(str(q.id)) == g],
+                                                              lookup) for g in sorted(set(group.values()))}
     return cache[key]
 
 
@@ -258,6 +263,8 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
     hops = by_hops(records, hop_counts(ds.questions))
     if hops:
         summary["em_by_hops"] = hops
+    if ds.template_seen:
+        summary["em_by_template"] = by_template(records, ds.template_seen)
     summary.update({"domain": ds.domain, "dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split,
                     "variant": arm.variant.name})
     if ds.domain == "search" and arm.variant.use_pfs:

@@ -147,9 +147,27 @@ def by_hops(records: Sequence[EpisodeRecord], hops_of: dict[str, int]) -> dict[s
 
     Why: a mixed benchmark's mean hides where an agent moves; a small model can gain on one-hop
     questions while staying at zero on chains. Items without a hop count (math, code) give {}."""
-    groups: dict[int, list[float]] = {}
+    return by_group(records, {q: int(h) for q, h in hops_of.items() if h})
+
+
+def template_groups(template_seen: dict[str, bool]) -> dict[str, str]:
+    """``{question id: "seen" | "unseen"}``: whether training used the question's template."""
+    return {q: "seen" if s else "unseen" for q, s in template_seen.items()}
+
+
+def by_template(records: Sequence[EpisodeRecord], template_seen: dict[str, bool]) -> dict[str, dict[str, Any]]:
+    """EM on questions whose template training used (seen) and on held-out ones (unseen), as ``by_hops``.
+
+    Why: a gain that only holds on the phrasings the agent and its skills were fitted to is recall,
+    not generalisation; benchmark v2 holds phrasings and relations out of train/val to tell them apart."""
+    return by_group(records, template_groups(template_seen))
+
+
+def by_group(records: Sequence[EpisodeRecord], group_of: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """EM per group of questions (the groups in sorted order), failed episodes left out."""
+    groups: dict[Any, list[float]] = {}
     for r in records:
-        h = hops_of.get(r.traj.qid)
-        if h and not _failed(r):
-            groups.setdefault(int(h), []).append(float(r.traj.em))
-    return {str(h): bootstrap_mean(v).to_dict() for h, v in sorted(groups.items())}
+        g = group_of.get(r.traj.qid)
+        if g is not None and not _failed(r):
+            groups.setdefault(g, []).append(float(r.traj.em))
+    return {str(g): bootstrap_mean(v).to_dict() for g, v in sorted(groups.items())}

@@ -41,17 +41,19 @@ def _metric_name(s: str) -> str:
 
 
 def cell_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Numeric summary values plus ``fires.<skill>``, ``em_hops_<h>`` (with its interval and n), the
+    """Numeric summary values plus ``fires.<skill>``, ``em_hops_<h>`` and ``em_template_<seen|unseen>``
+    (each with its interval and n), the
     dataset's extractor ceiling (``extractor_ceiling_em`` with its interval and n) and the correct
     answers a vocabulary rewrite wrote; other nested dicts and strings are left out."""
     out = {_metric_name(k): float(v) for k, v in summary.items()
            if isinstance(v, (int, float)) and not isinstance(v, bool)}
     for skill, n in (summary.get("pf_fires") or {}).items():
         out[f"fires.{_metric_name(skill)}"] = float(n)
-    for hops, m in (summary.get("em_by_hops") or {}).items():
-        out[f"em_hops_{hops}"] = float(m["mean"])
-        out[f"em_hops_{hops}_lo"], out[f"em_hops_{hops}_hi"] = (float(x) for x in m["ci95"])
-        out[f"n_hops_{hops}"] = float(m["n"])
+    for key, prefix in (("em_by_hops", "hops"), ("em_by_template", "template")):
+        for group, m in (summary.get(key) or {}).items():
+            out[f"em_{prefix}_{group}"] = float(m["mean"])
+            out[f"em_{prefix}_{group}_lo"], out[f"em_{prefix}_{group}_hi"] = (float(x) for x in m["ci95"])
+            out[f"n_{prefix}_{group}"] = float(m["n"])
     ceiling = summary.get(CEILING_KEY) or {}
     if ceiling.get("n"):
         out["extractor_ceiling_em"], out["extractor_ceiling_n"] = float(ceiling["em"]), float(ceiling["n"])

@@ -66,7 +66,8 @@ def comparison_rows(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
         nonlocal ceiling
         rows.append({"experiment": experiment, "arm": label, "n": s.get("n"), "n_failed": s.get("n_failed", 0),
                      "em": s.get("em"), "f1": s.get("f1"), "em_by_hops": s.get("em_by_hops", {}),
-                     "wall_s": wall, "via_rewrite": s.get(VIA_REWRITE_KEY)})
+                     "em_by_template": s.get("em_by_template", {}), "wall_s": wall,
+                     "via_rewrite": s.get(VIA_REWRITE_KEY)})
         if ceiling is None and isinstance(s.get(CEILING_KEY), Mapping):
             ceiling = s[CEILING_KEY]
 
@@ -90,7 +91,9 @@ def oracle_row(ceiling: Mapping[str, Any]) -> dict[str, Any]:
     n = ceiling.get("n") or 0
     return {"experiment": ORACLE_EXPERIMENT, "arm": arm, "n": n, "n_failed": None,
             "em": ceiling.get("em") if n else None, "em_ci95": ceiling.get("em_ci95"),
-            "f1": ceiling.get("f1") if n else None, "em_by_hops": {}, "wall_s": None, "via_rewrite": None}
+            "f1": ceiling.get("f1") if n else None, "em_by_hops": {}, "wall_s": None, "via_rewrite": None,
+            "em_by_template": {g: {"mean": c.get("em"), "ci95": c.get("em_ci95"), "n": c.get("n")}
+                               for g, c in (ceiling.get("by_template") or {}).items() if c.get("n")}}
 
 
 def _ci(h: Mapping[str, Any]) -> tuple[float, float]:
@@ -99,8 +102,8 @@ def _ci(h: Mapping[str, Any]) -> tuple[float, float]:
 
 
 def table_markdown(rows: list[dict[str, Any]]) -> str:
-    def hops(h: Mapping[str, Any]) -> str:
-        return "; ".join(f"{k}-hop {v.get('mean', 0):.2f} [{_ci(v)[0]:.2f}, {_ci(v)[1]:.2f}] n={v.get('n')}"
+    def hops(h: Mapping[str, Any], unit: str = "-hop") -> str:
+        return "; ".join(f"{k}{unit} {v.get('mean', 0):.2f} [{_ci(v)[0]:.2f}, {_ci(v)[1]:.2f}] n={v.get('n')}"
                          for k, v in sorted(h.items())) or "-"
 
     def em(r: Mapping[str, Any]) -> str:
@@ -113,29 +116,33 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
         v = r.get("via_rewrite")
         return f"{v['k']}/{v['n']}" if isinstance(v, Mapping) else "-"
 
-    lines = ["| experiment | arm | n | failed | EM | F1 | EM per hop count (95% CI) | correct via vocab rewrite "
-             "| wall s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| experiment | arm | n | failed | EM | F1 | EM per hop count (95% CI) | EM seen / unseen templates "
+             "(95% CI) | correct via vocab rewrite | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f1 = f"{r['f1']:.3f}" if isinstance(r["f1"], (int, float)) else "-"
         wall = f"{r['wall_s']:.0f}" if isinstance(r["wall_s"], (int, float)) else "-"
         failed = "-" if r["n_failed"] is None else r["n_failed"]
         arm = str(r["arm"]).replace("|", "\\|")  # a pipe in a label would split its Markdown cell
         lines.append(f"| {r['experiment']} | {arm} | {r['n']} | {failed} | {em(r)} | {f1} | "
-                     f"{hops(r['em_by_hops'])} | {via(r)} | {wall} |")
+                     f"{hops(r['em_by_hops'])} | {hops(r.get('em_by_template') or {}, '')} | {via(r)} | {wall} |")
     return "\n".join(lines) + "\n"
 
 
 def gains_markdown(grid: Mapping[str, Any]) -> str:
     """Each preset's trained arms minus the untrained arms (and, for V2, the evolved library minus the
     starting one under the trained policy), question by question on the test split (paired bootstrap
-    95 % interval), overall and per hop count."""
-    lines = ["| experiment | comparison | ΔEM (95% CI) | n | per hop count |", "|---|---|---|---|---|"]
+    95 % interval), overall, per hop count and, on benchmark v2, per seen / unseen template."""
+    def groups(by: Mapping[str, Any], unit: str) -> str:
+        return "; ".join(f"{k}{unit} {v.get('mean', 0):+.3f} [{_ci(v)[0]:+.3f}, {_ci(v)[1]:+.3f}] n={v.get('n')}"
+                         for k, v in by.items()) or "-"
+
+    lines = ["| experiment | comparison | ΔEM (95% CI) | n | per hop count | seen / unseen templates |",
+             "|---|---|---|---|---|---|"]
     for name, e in (grid.get("experiments") or {}).items():
         for pair, g in (e.get("gains") or {}).items():
             lo, hi = _ci(g)
-            hops = "; ".join(f"{h}-hop {v.get('mean', 0):+.3f} [{_ci(v)[0]:+.3f}, {_ci(v)[1]:+.3f}] n={v.get('n')}"
-                             for h, v in (g.get("by_hops") or {}).items()) or "-"
-            lines.append(f"| {name} | {pair} | {g.get('mean', 0):+.3f} [{lo:+.3f}, {hi:+.3f}] | {g.get('n')} | {hops} |")
+            lines.append(f"| {name} | {pair} | {g.get('mean', 0):+.3f} [{lo:+.3f}, {hi:+.3f}] | {g.get('n')} | "
+                         f"{groups(g.get('by_hops') or {}, '-hop')} | {groups(g.get('by_template') or {}, '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -175,10 +182,11 @@ def _log_eval(mlflow: Any, summaries: Mapping[str, Mapping[str, Any]]) -> None:
     for label, s in summaries.items():
         log_numeric(mlflow, {label: {k: v for k, v in s.items() if k in ("em", "f1", "n", "n_failed", "answered_rate",
                                                                          "pf_fires_total", "mean_steps")}})
-        for hop, h in (s.get("em_by_hops") or {}).items():
-            lo, hi = _ci(h)
-            log_numeric(mlflow, {f"{label}.em_hops_{hop}": {"mean": h.get("mean", 0.0), "n": h.get("n", 0),
-                                                            "lo": lo, "hi": hi}})
+        for key, prefix in (("em_by_hops", "em_hops"), ("em_by_template", "em_template")):
+            for group, h in (s.get(key) or {}).items():
+                lo, hi = _ci(h)
+                log_numeric(mlflow, {f"{label}.{prefix}_{group}": {"mean": h.get("mean", 0.0), "n": h.get("n", 0),
+                                                                   "lo": lo, "hi": hi}})
 
 
 def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_name: str | None = None,

@@ -662,6 +662,20 @@ def load_questions(path: str | Path) -> list[QAItem]:
     return items
 
 
+def load_template_seen(path: str | Path) -> dict[str, bool]:
+    """``{question id: whether train/val use its template}`` of a benchmark-v2 questions file (rows
+    without a ``seen`` key, as in version 1, are left out); a ``seen`` that is not a boolean raises one
+    BenchmarkFormatError naming file:line."""
+    out: dict[str, bool] = {}
+    for p, lineno, row in _iter_jsonl(path):
+        if "seen" not in row:
+            continue
+        if not isinstance(row["seen"], bool):
+            raise BenchmarkFormatError(f"{p}:{lineno}: field 'seen' must be true or false")
+        out[str(row.get("id"))] = row["seen"]
+    return out
+
+
 def load_corpus(path: str | Path) -> list[dict[str, str]]:
     """Read a Search-R1 style corpus jsonl (``id`` and ``contents`` required, ``title`` optional)."""
     docs: list[dict[str, str]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hasp.domains.search.generator import QAItem, load_corpus, load_questions
+from hasp.domains.search.generator import QAItem, load_corpus, load_questions, load_template_seen
 from hasp.domains.search.metrics import exact_match, f1
 from hasp.domains.search.retriever import BM25Retriever
 
@@ -28,3 +28,7 @@ class SearchTask:
     def questions(self, split: str, limit: int | None = None) -> list[QAItem]:
         items = load_questions(self.data_dir / f"{split}.jsonl")
         return items[:limit] if limit else items
+
+    def template_seen(self, split: str) -> dict[str, bool]:
+        """Benchmark v2: whether train/val use each question's template (empty for version 1)."""
+        return load_template_seen(self.data_dir / f"{split}.jsonl")
