@@ -15,7 +15,7 @@ from doubles import ScriptedPolicyDouble
 
 from hasp.agent.replay import replay
 from hasp.evolve.cluster import REWRITE_CATEGORY, cluster_patterns, existing_from_library
-from hasp.evolve.declarative import compiled_pf, propose_declarative, revision_options, validate_declared
+from hasp.evolve.declarative import compiled_pf, propose_declarative, reply_lines, revision_options, validate_declared
 from hasp.evolve.detectors import detect_failures
 from hasp.evolve.gate import Evidence, refusals
 from hasp.evolve.review import heuristic_review, trigger_hit_rate
@@ -87,6 +87,8 @@ def test_a_harmful_rewrite_cluster_is_answered_with_a_revision_that_replaces_the
     spec = parse_skill_md(cand.skill_md)
     assert spec.phases == declared[PF].phases and spec.priority == declared[PF].priority  # the rest is kept
     assert "Not when: FINAL whose words all occur in the evidence seen." in spec.description
+    # Objective B trains the student on the reply the question asked for: the chosen option's number
+    assert cand.target == "1" and reply_lines(cand) == "1" and cand.prompt_messages[-1]["content"] == asked
 
     rep = validate_declared(cand)
     assert rep.passed, rep.errors

@@ -331,10 +331,13 @@ def _canonical(decl: PFDeclaration) -> dict[str, Any]:
 
 
 def reply_lines(candidate: Candidate) -> str | None:
-    """The reply to the declarative prompt that declares ``candidate``'s PF, in the ``KEY: value``
-    lines the prompt asks for: the target of the candidate's skill-authoring training row
+    """The reply to the candidate's proposal prompt that declares its PF: the exact reply when the
+    proposer recorded one (``Candidate.target``: a revision's option number), else the ``KEY: value``
+    lines the declarative prompt asks for: the target of the candidate's skill-authoring training row
     (Objective B). None when the lines cannot say that declaration (a nested condition, a vote, text
     over several lines) or it has none: such a candidate was not an answer to this prompt."""
+    if candidate.target:  # the proposer recorded the exact reply (a revision's option number)
+        return candidate.target
     if not candidate.declaration or not candidate.skill_md:
         return None
     decl = PFDeclaration(**candidate.declaration)
@@ -617,7 +620,8 @@ def propose_revision(student: ChatModel, cluster: Cluster, base: SkillSpec, opti
                      "the rest of the skill kept, skill_id and description set by the project")
         cand = Candidate(skill_id=base.skill_id, skill_md=render_skill_md(spec), code="",
                          cluster_category=cluster.category, raw_reply=f"UNLESS? {truncate(reply, 300)}", notes=notes,
-                         epoch=epoch, declaration=spec.pf.model_dump(exclude_defaults=True), revises=base.skill_id)
+                         epoch=epoch, declaration=spec.pf.model_dump(exclude_defaults=True), revises=base.skill_id,
+                         target=str(options.index(named[0]) + 1))  # the question asks for an option's number
         break
     if cand is None:
         log.warning("revision of %s refused: %s", base.skill_id, error)

@@ -272,6 +272,9 @@ class Candidate:
     declaration: dict[str, Any] | None = None
     #: the library skill this candidate is a new version of (a revision keeps its id), else None
     revises: str | None = None
+    #: the reply to ``prompt_messages`` that yields this candidate, when the proposer knows it exactly
+    #: (a revision: the chosen option's number); Objective B's target. Empty: derived from the candidate
+    target: str = ""
 
     @property
     def declared(self) -> bool:
