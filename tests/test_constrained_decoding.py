@@ -401,6 +401,10 @@ def test_schema_proposals_send_the_cluster_schema_through_the_client():
     schema = student.calls[0]["json_schema"]
     assert "response_format" not in student.calls[0] and schema["properties"]["skill_id"]["enum"] == [cand.skill_id]
     assert schema["properties"]["watches"]["items"]["enum"] == ["READ"]
+    # Objective B's target is the JSON the student wrote for this prompt, not the line format it was not asked in
+    from hasp.evolve.declarative import reply_lines
+
+    assert cand.target == reply and reply_lines(cand) == reply
 
 
 @pytest.mark.parametrize("setting,embedded,expected", [

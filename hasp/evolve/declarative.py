@@ -332,11 +332,12 @@ def _canonical(decl: PFDeclaration) -> dict[str, Any]:
 
 def reply_lines(candidate: Candidate) -> str | None:
     """The reply to the candidate's proposal prompt that declares its PF: the exact reply when the
-    proposer recorded one (``Candidate.target``: a revision's option number), else the ``KEY: value``
+    proposer recorded one (``Candidate.target``: a revision's option number, the JSON a student wrote
+    under structured output), else the ``KEY: value``
     lines the declarative prompt asks for: the target of the candidate's skill-authoring training row
     (Objective B). None when the lines cannot say that declaration (a nested condition, a vote, text
     over several lines) or it has none: such a candidate was not an answer to this prompt."""
-    if candidate.target:  # the proposer recorded the exact reply (a revision's option number)
+    if candidate.target:  # the proposer recorded the exact reply
         return candidate.target
     if not candidate.declaration or not candidate.skill_md:
         return None
@@ -704,6 +705,8 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                 kw["seed"] = None if seed is None else seed + 1  # a second interview must not repeat the first
                 continue
             cand = _candidate(cluster, fields, decl, sid, reply, notes, epoch)
+            if reply_format in ("json", "schema"):  # the JSON it wrote is the reply this prompt gets from it
+                cand.target = reply
             break
         if cand is None:
             log.warning("declared proposal for %s refused: %s", cluster.category, error)

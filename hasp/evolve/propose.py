@@ -273,7 +273,8 @@ class Candidate:
     #: the library skill this candidate is a new version of (a revision keeps its id), else None
     revises: str | None = None
     #: the reply to ``prompt_messages`` that yields this candidate, when the proposer knows it exactly
-    #: (a revision: the chosen option's number); Objective B's target. Empty: derived from the candidate
+    #: (a revision: the chosen option's number; structured output: the JSON it wrote); Objective B's target.
+    #: Empty: derived from the candidate
     target: str = ""
 
     @property
