@@ -39,6 +39,7 @@ from flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, copy_
 from flows.evolve import run_epoch, tracking_code_version
 from hasp.atomic import write_json
 from hasp.config import Params, load_params
+from hasp.eval.ceiling import CEILING_KEY
 from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 from hasp.eval.paired import START_LIBRARY, add_grid_gains
 from hasp.eval.summary import hop_counts
@@ -238,13 +239,21 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
 
 
 def flat_metrics(summaries: dict[str, Any], wall: float | None = None) -> dict[str, Any]:
-    """``{arm: {em, f1, n, n_failed, em_<h>hop}}`` (+ wall_s): what DVC reads as metrics."""
+    """``{arm: {em, f1, n, n_failed, em_<h>hop, em_<seen|unseen>}}`` (+ wall_s) and the extractor's ceiling
+    on the same questions (``extractor_ceiling``: em, n, interval): what DVC reads as metrics."""
     out: dict[str, Any] = {}
+    ceiling = None
     for label, s in summaries.items():
         m = {k: s[k] for k in ("em", "f1", "n", "n_failed") if k in s}
         for hop, h in (s.get("em_by_hops") or {}).items():
             m[f"em_{hop}hop"] = h.get("mean")
+        for group, h in (s.get("em_by_template") or {}).items():
+            m[f"em_{group}"] = h.get("mean")
         out[label] = m
+        ceiling = ceiling or s.get(CEILING_KEY)
+    if ceiling and ceiling.get("n"):
+        out["extractor_ceiling"] = {"em": ceiling["em"], "n": ceiling["n"], "lo": ceiling["em_ci95"][0],
+                                    "hi": ceiling["em_ci95"][1]}
     if wall is not None:
         out["wall_s"] = round(wall, 1)
     return out

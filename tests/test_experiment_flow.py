@@ -107,6 +107,9 @@ def test_two_phases_evolve_then_train_from_the_last_checkpoint(first):
     metrics = json.loads((work / "out" / "metrics.json").read_text())
     assert set(metrics) == {"untrained", "trained", "gain", "provenance"}
     assert "em_1hop" in metrics["trained"]["trained_pf"]
+    ceiling = e["eval"]["trained_pf"]["extractor_ceiling"]  # beside the scores in what `dvc metrics show` reads
+    assert metrics["trained"]["extractor_ceiling"] == {"em": ceiling["em"], "n": ceiling["n"],
+                                                      "lo": ceiling["em_ci95"][0], "hi": ceiling["em_ci95"][1]}
     assert len(metrics["provenance"]["git_commit"]) == 40  # what produced the metrics travels with them
     # the trained arms minus the untrained ones, paired on the same test questions
     n_test = len((work / "data" / "test.jsonl").read_text().splitlines())
