@@ -212,14 +212,15 @@ def test_kl_penalty_is_zero_at_the_reference_and_logged(tiny_model_dir: Path, tm
     (0, 0, False, (0, 0), (0, 0)),
 ])
 def test_skill_integrated_reward_every_case(r1, r2, used, seed_rule, repair_rule) -> None:  # noqa: ANN001
-    assert sage.skill_integrated_rewards(r1, r2, used, bonus="seed") == seed_rule
-    assert sage.skill_integrated_rewards(r1, r2, used, bonus="repair") == repair_rule
+    uses = [(), (0,) if used else ()]  # task 2 fired task 1's skill, or not
+    assert tuple(sage.skill_integrated_rewards([r1, r2], uses, bonus="seed")) == seed_rule
+    assert tuple(sage.skill_integrated_rewards([r1, r2], uses, bonus="repair")) == repair_rule
 
 
 def test_skill_integrated_reward_with_a_graded_outcome() -> None:
     # the outcome term may be a composite; success is what the bonus asks for
-    assert sage.skill_integrated_rewards(0.9, 0.95, True, solved=(True, True)) == (1.9, 1.95)
-    assert sage.skill_integrated_rewards(0.9, 0.95, True) == (0.9, 0.95)
+    assert sage.skill_integrated_rewards([0.9, 0.95], [(), (0,)], solved=[True, True]) == [1.9, 1.95]
+    assert sage.skill_integrated_rewards([0.9, 0.95], [(), (0,)]) == [0.9, 0.95]
 
 
 def _chain_rec(chain: str, pos: int, em: float, reward: float, *, proposal: bool = False) -> dict:

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from doubles import ScriptedPolicyDouble
 
-from hasp.evolve.sequential import (build_chains, sequential_rollout, skill_integrated_rewards,
-                                    template_key)
+from hasp.evolve.sequential import build_chains, sequential_rollout, template_key
+from hasp.train.sage import skill_integrated_rewards
 from hasp.pf.library import load_library
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory
 
@@ -36,8 +36,10 @@ def test_chains_share_a_template_and_drop_single_leftovers():
 
 def test_skill_integrated_reward_counts_generation_and_use():
     # task 0 fails and creates a skill; task 1 succeeds using it; task 2 succeeds without it
-    assert skill_integrated_rewards([0, 1, 1], [set(), {0}, set()]) == [1.0, 2.0, 1.0]
-    assert skill_integrated_rewards([0, 0], [set(), {0}]) == [0.0, 0.0]  # use without success earns nothing
+    # (the sequential rollout's rule: a skill made from a failed task is paid when it carries a success)
+    assert skill_integrated_rewards([0, 1, 1], [set(), {0}, set()], bonus="repair") == [1.0, 2.0, 1.0]
+    assert skill_integrated_rewards([0, 0], [set(), {0}], bonus="repair") == [0.0, 0.0]  # use without success
+    assert skill_integrated_rewards([0, 1, 1], [set(), {0}, set()], bonus="seed") == [0.0, 2.0, 1.0]
 
 
 GOOD = ("SKILL_ID: read_shown_result\nDESCRIPTION: A READ of an id no search showed reads a shown result.\n"

@@ -12,7 +12,9 @@ Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
 
 ``used(i, k)``: a PF admitted after task k fired in task i. The second term rewards generating a
 skill a later task succeeds with, the third using earlier skills to succeed. SAGE also asks
-``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not.
+``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not: the
+``repair`` rule of ``hasp.train.sage.skill_integrated_rewards``, the one definition the SAGE recipe
+uses as well.
 The reward is written per trajectory, for rejection sampling to rank by. The summary scores both
 arms, sequential and plain (base library, same chains), with SAGE's chain metrics
 (``hasp.eval.chain_metrics``: TGC, SGC, skill use, steps and generated tokens per task).
@@ -33,6 +35,7 @@ from hasp.eval.chain_metrics import ChainRecord, chain_differences, chain_metric
 from hasp.pf.folder_files import copy_folder
 from hasp.records import Trajectory
 from hasp.stats import paired_difference, rate
+from hasp.train.sage import skill_integrated_rewards
 
 _NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
 _NUMBER = re.compile(r"\b\d+\b")
@@ -63,16 +66,6 @@ def build_chains(items: Sequence[Any], length: int, seed: int = 0, key: Callable
         rng.shuffle(g)
         chains += [g[i:i + length] for i in range(0, len(g), length) if len(g[i:i + length]) >= 2]
     return chains
-
-
-def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[set[int]]) -> list[float]:
-    """R_k for one chain; ``used[i]`` = positions k < i whose admitted skills fired in task i."""
-    out = []
-    for k, r in enumerate(outcomes):
-        generated = max((1.0 for i in range(k + 1, len(outcomes)) if outcomes[i] >= 1 and k in used[i]), default=0.0)
-        uses = 1.0 if r >= 1 and used[k] else 0.0
-        out.append(float(r) + generated + uses)
-    return out
 
 
 @dataclass
@@ -193,7 +186,8 @@ def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, w
             chain_trajs.append(traj)
             if on_task is not None:
                 on_task()
-        rewards = skill_integrated_rewards([t.em for t in row], [set(t.used_from) for t in row])
+        # skills here come from failed tasks only, so the repair rule is the one that can pay their makers
+        rewards = skill_integrated_rewards([t.em for t in row], [set(t.used_from) for t in row], bonus="repair")
         for t, r, traj in zip(row, rewards, chain_trajs):
             t.reward = r
             if traj.harness is not None:

@@ -73,8 +73,8 @@ class SageSampler:
         used = sorted(set(made.admitted) & fired_skills(t2))
         shutil.rmtree(lib_dir.parent, ignore_errors=True)
         r1, r2 = (episode_reward(t, self.cfg, self.train) for t in (t1, t2))
-        R1, R2 = skill_integrated_rewards(r1, r2, bool(used), bonus=self.cfg.bonus,
-                                          solved=(t1.em >= 1, t2.em >= 1))
+        R1, R2 = skill_integrated_rewards([r1, r2], [(), (0,) if used else ()], bonus=self.cfg.bonus,
+                                          solved=[t1.em >= 1, t2.em >= 1])
         common = {"chain": chain.id, "created": made.admitted, "refusals": made.refusals}
         for pos, t, reward in ((0, t1, R1), (1, t2, R2)):
             rec = {**common, "position": pos, "outcome": float(t.em), "reward": reward,

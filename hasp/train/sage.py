@@ -25,7 +25,7 @@ advantage; every turn of task 2 with task 2's. The update is the GRPO one (``has
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +37,20 @@ from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, r
 SAGE_KEY = "sage"  # where a chain task's record sits in ``harness.postprocess``
 
 
-def skill_integrated_rewards(r1: float, r2: float, used: bool, *, bonus: str = "seed",
-                             solved: tuple[bool, bool] | None = None) -> tuple[float, float]:
-    """(R1, R2) of one two-task chain from its outcome rewards, whether task 2 used task 1's skill, and
-    which tasks were solved (default: outcome reward 1, the seed's ``1[r = 1]``). ``bonus``: "seed"
-    (seed 001) or "repair" (task 1's success not required); see the module docstring."""
-    s1, s2 = solved if solved is not None else (r1 >= 1, r2 >= 1)
-    carried = 1.0 if used and s2 else 0.0
-    return r1 + (carried if s1 or bonus == "repair" else 0.0), r2 + carried
+def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[Collection[int]], *, bonus: str = "seed",
+                             solved: Sequence[bool] | None = None) -> list[float]:
+    """R_k of every task of one chain from its outcome rewards; ``used[i]`` holds the positions k < i whose
+    skills fired in task i, ``solved`` which tasks were solved (default: outcome reward 1, the seed's
+    ``1[r = 1]``). A solved task that used an earlier skill earns one point; a task whose skill a later
+    solved task used earns one point, under ``bonus`` "seed" (seed 001) only when it was solved itself,
+    under "repair" whether or not (see the module docstring). Every chain runner computes its rewards here."""
+    ok = list(solved) if solved is not None else [r >= 1 for r in outcomes]
+    out = []
+    for k, r in enumerate(outcomes):
+        carried = any(ok[i] and k in used[i] for i in range(k + 1, len(outcomes)))
+        made = 1.0 if carried and (ok[k] or bonus == "repair") else 0.0
+        out.append(float(r) + made + (1.0 if ok[k] and used[k] else 0.0))
+    return out
 
 
 def chain_record(t: Trajectory) -> dict[str, Any]:
