@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ports import free_port_pair
 
 # real embedded model: deselect with -m "not model"
 pytestmark = pytest.mark.model
@@ -27,7 +28,7 @@ def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"].update(n_questions=10)
     params["agent"].update(max_steps=4, max_tokens=48)
-    params["llm"].update(port=8911)
+    params["llm"].update(port=free_port_pair())
     # one failure summary is enough to exercise Phase B's model path; each costs minutes on 2 cores
     params["evolve"].update(max_candidates=2, proposal_max_tokens=160, min_cluster_size=2,
                             summarizer_max_failures=1, summarizer_max_tokens=200)

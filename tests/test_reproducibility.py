@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ports import free_port_pair
 from test_dvc_pipeline import DVC, dvc_repo, run  # noqa: F401 - dvc_repo is a fixture
 
 pytestmark = pytest.mark.model
@@ -25,7 +26,7 @@ TIMING = {"wall_s_sum", "wall_s"}
 def _small(repo: Path) -> None:
     p = yaml.safe_load((repo / "params.yaml").read_text())
     p["data"]["n_questions"] = 16  # a handful of train questions: the rollout split
-    p["llm"]["port"] = 8931
+    p["llm"]["port"] = free_port_pair()
     p["llm"]["max_concurrency"] = 1
     p["llm"]["llamacpp"]["parallel"] = 1
     (repo / "params.yaml").write_text(yaml.safe_dump(p))
