@@ -125,7 +125,12 @@ def train_student(p: Params, *, student_model: Path, rows_epoch: Path, out: Path
     """SFT (Objective B) from the student on one epoch's skill-author rows; the new checkpoint, or None
     when no row passed the reward floor."""
     from hasp.evolve.epoch import train
+    from hasp.train.run import SUMMARY_FILE, read_summary
 
+    if (Path(out) / SUMMARY_FILE).is_file():  # a finished training of this seed (the arms are cached the same way)
+        done = read_summary(out)
+        if done.model_dir and Path(done.model_dir).is_dir():
+            return Path(done.model_dir)
     summary = train(rows_epoch / "sft.jsonl", p, out, model_dir=student_model)
     if summary.skipped:
         REPORT.line(f"training skipped: {summary.skipped}")
