@@ -163,11 +163,11 @@ def _load_generated(spec: DatasetSpec, params: Params, split: str, limit: int | 
         log.warning("%s has no generated benchmark; generating it from params.data", data_dir)
         prepare_data(params, data_dir)
     task = SearchTask.load(data_dir)
-    items = task.questions(split)
-    items = items[:limit] if limit else items
+    every = task.questions(split)
+    items = every[:limit] if limit else every
     seen = task.template_seen(split)
-    return EvalDataset(spec, split, items, task.retriever, len(task.questions(split)), len(task.retriever),
-                       data_dir=data_dir, template_seen={str(q.id): seen[str(q.id)] for q in items if str(q.id) in seen})
+    return EvalDataset(spec, split, items, task.retriever, len(every), len(task.retriever), data_dir=data_dir,
+                       template_seen={str(q.id): seen[str(q.id)] for q in items if str(q.id) in seen})
 
 
 def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,

@@ -601,7 +601,6 @@ def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, 
     Writes the runner's files under ``out_dir`` and returns ``{label: summary}``."""
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
     from hasp.eval.runner import Arm, run_eval
-
     from hasp.pf.library import library_hash
 
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
