@@ -17,6 +17,7 @@ This module also holds :func:`arithmetic_claims`, the checker the math PFs use t
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import threading
@@ -203,6 +204,8 @@ def format_number(v: Fraction) -> str:
 
 # ----------------------------------------------------------------------------- sympy
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 
@@ -216,18 +219,25 @@ def _with_timeout(fn: Callable[[], T], seconds: float) -> T | None:
     use_signal = (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
                   and signal.getitimer(signal.ITIMER_REAL)[0] == 0)  # never clobber a caller's timer
     if use_signal:
+        fired = []
+
         def _alarm(signum, frame):  # noqa: ANN001
+            fired.append(True)  # sympy may catch the error and go on: the flag says the budget ran out
             raise TimeoutError
 
         old = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
-            return fn()
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            out = fn()
         except Exception:  # noqa: BLE001 - sympy raises many kinds; all mean "cannot decide"
-            return None
+            out = None
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+        if fired:
+            _timed_out(seconds)
+            return None
+        return out
     box: list[T] = []
 
     def run() -> None:
@@ -239,7 +249,21 @@ def _with_timeout(fn: Callable[[], T], seconds: float) -> T | None:
     t = threading.Thread(target=run, daemon=True, name="hasp-sympy")
     t.start()
     t.join(seconds)
+    if t.is_alive():
+        _timed_out(seconds)
     return box[0] if box else None
+
+
+#: sympy checks that gave no verdict within their wall-clock budget (read "not equivalent"), this process
+SYMPY_TIMEOUTS = [0]
+
+
+def _timed_out(seconds: float) -> None:
+    """A timeout is not a verdict: it is counted and logged, since on a loaded machine it can turn an
+    equivalent answer into a miss (raise ``timeout`` of :func:`answers_equivalent` if this shows up)."""
+    SYMPY_TIMEOUTS[0] += 1
+    log.warning("math grading: sympy gave no verdict within %.1f s (%d so far in this process); the answer "
+                "counts as not equivalent", seconds, SYMPY_TIMEOUTS[0])
 
 
 _TEX_TO_SYMPY = [
