@@ -69,13 +69,20 @@ def ceiling_cell(by_variant: dict[str, Any], group: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--eval", type=pair, action="append", required=True, help="LABEL=hasp eval --out folder")
+    ap.add_argument("--eval", type=pair, action="append", required=True,
+                    help="LABEL=hasp eval --out folder; a label given twice merges its folders' cells")
     ap.add_argument("--column", type=pair, action="append", required=True,
                     help="TITLE=DATASET or TITLE=DATASET:seen|unseen, in column order")
     ap.add_argument("--ran", action="append", default=[], help="how the evaluations were made (printed)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
-    metrics = {label: json.loads((Path(d) / "metrics.json").read_text(encoding="utf-8")) for label, d in a.eval}
+    metrics: dict[str, dict[str, Any]] = {}
+    for label, d in a.eval:  # one label given twice: its folders' cells together (a cell run on its own later)
+        for ds, cells in json.loads((Path(d) / "metrics.json").read_text(encoding="utf-8")).items():
+            if not isinstance(cells, dict):
+                continue
+            have = metrics.setdefault(label, {}).setdefault(ds, {})
+            have.update({v: c for v, c in cells.items() if v not in have or (isinstance(c, dict) and "em" in c)})
     columns = []
     for title, spec in a.column:
         ds, _, group = spec.partition(":")
