@@ -86,7 +86,8 @@ def run_episodes(p: Params, data: Path, library: Path, n: int, concurrency: int)
     spec = episode_spec(p.model_copy(update={"llm": p.llm.model_copy(update={"max_concurrency": concurrency})}),
                         domain, "pf")
     try:
-        with PeakRSS(SERVER_MARKERS[p.llm.backend]) as rss, policy_client(p.llm, max_tokens=p.agent.max_tokens) as policy:
+        with PeakRSS(SERVER_MARKERS[p.llm.backend]) as rss, policy_client(
+                p.llm.model_copy(update={"reply_cache": False}), max_tokens=p.agent.max_tokens) as policy:
             before = server_counters(policy.config.base_url) if p.llm.backend == "llamacpp" else {}
             t0 = time.perf_counter()
             trajs = [r.traj for r in run_episodes(spec, items, policy=policy, library=lib, opened=index,

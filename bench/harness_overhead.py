@@ -59,7 +59,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         data = Path(d) / "data"
         prepare_data(p, data)
-        with policy_client(p.llm, port=args.port, max_tokens=p.agent.max_tokens) as pol:
+        with policy_client(p.llm.model_copy(update={"reply_cache": False}), port=args.port,
+                           max_tokens=p.agent.max_tokens) as pol:
             t0 = time.perf_counter()
             rollout(p, data, library, "test", Path(d) / "r.jsonl", policy=pol, variant="pf",
                     limit=args.questions)

@@ -50,7 +50,8 @@ def main() -> None:
         REPORT.line(f"server startup (spawn -> first 1-token answer): {handle.startup_s:.1f}s  log {handle.log_path}")
     try:
         client = LLMClient(LLMConfig(base_url=base_url, model=model, timeout_s=600.0, temperature=0.0,
-                                     max_tokens=a.max_tokens, max_concurrency=a.requests))
+                                     max_tokens=a.max_tokens, max_concurrency=a.requests,
+                                     reply_cache=False))  # every request decodes: the engine is measured
         batch = [[{"role": "user", "content": p}] for p in (PROMPTS * 4)[: a.requests]]
         # Force generation to run the full length: stops on EOS would make the two runs incomparable.
         t0 = time.perf_counter()

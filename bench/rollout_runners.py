@@ -100,7 +100,7 @@ def main() -> None:
 
     with OpenAIEndpointDouble(delay_s=a.latency_ms / 1000, reply=ReadThenAnswerReplyDouble()) as endpoint:
         cfg = LLMConfig(base_url=endpoint.base_url, model="bench", max_tokens=params.agent.max_tokens,
-                        max_concurrency=a.concurrency)
+                        max_concurrency=a.concurrency, reply_cache=False)
         policy = LLMClient(cfg)
         spec = episode_spec(params, domain, "pf", library=library)
         fn = spec.runner(policy=policy, library=lib)

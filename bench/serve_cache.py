@@ -49,7 +49,7 @@ def run_setting(p: Params, data: Path, library: Path, n: int) -> dict[str, Any]:
     items, index = domain.items("test")[:n], domain.open(p)
     lib = load_library(library, "search", sandbox=p.sandbox)
     try:
-        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as policy:
+        with policy_client(p.llm.model_copy(update={"reply_cache": False}), max_tokens=p.agent.max_tokens) as policy:
             t0 = time.perf_counter()
             trajs = [r.traj for r in run_episodes(episode_spec(p, domain, "pf"), items, policy=policy, library=lib,
                                                   opened=index, desc="episodes")]

@@ -183,6 +183,11 @@ class LLMParams(EndpointParams):
     max_concurrency: int = Field(16, ge=1, description="requests in flight per client")
     max_reply_chars: int = Field(65536, ge=1024, description="longest reply text kept; a longer one is cut "
                                                             "and ends with a note giving the cap")
+    reply_cache: bool = Field(True, description="a greedy request (temperature 0) identical to one this client "
+                              "already sent (model, adapters, messages, budget, stop, seed, grammar) gets the first "
+                              "reply again instead of a new decode: a val-gate candidate repeats the baseline's "
+                              "steps until its PF first acts, and two arms of an evaluation share their first steps. "
+                              "Counted in the client's usage.cached; sampled requests are never cached")
 
 
 class AgentParams(_Strict):

@@ -107,3 +107,32 @@ def test_top_p_is_sent_only_when_configured() -> None:
         LLMClient(LLMConfig(base_url=ep.base_url, model="m")).chat([{"role": "user", "content": "hi"}])
     assert ep.bodies[0]["top_p"] == 0.95 and ep.bodies[0]["temperature"] == 0.9
     assert "top_p" not in ep.bodies[1]
+
+
+def test_a_greedy_request_sent_again_is_answered_from_the_reply_cache() -> None:
+    with OpenAIEndpointDouble() as ep:
+        client = _client(ep.base_url)
+        first = client.chat(USER, temperature=0.0, max_tokens=7)
+        again = client.chat(USER, temperature=0.0, max_tokens=7)
+        assert ep.requests == 1 and again.text == first.text  # one decode, the same reply
+        assert (again.prompt_tokens, again.completion_tokens) == (first.prompt_tokens, first.completion_tokens)
+        # anything the reply depends on makes another request: budget, stop, seed, grammar, messages
+        client.chat(USER, temperature=0.0, max_tokens=8)
+        client.chat(USER, temperature=0.0, max_tokens=7, stop=["Observation:"])
+        client.chat(USER, temperature=0.0, max_tokens=7, seed=3)
+        client.chat([{"role": "user", "content": "hello!"}], temperature=0.0, max_tokens=7)
+        assert ep.requests == 5
+        # a sampled request decodes anew every time
+        client.chat(USER, temperature=0.7, max_tokens=7)
+        client.chat(USER, temperature=0.7, max_tokens=7)
+        assert ep.requests == 7
+        u = client.usage
+        assert (u.requests, u.cached, u.prompt_tokens) == (7, 1, 70)  # the cached reply cost no tokens
+
+
+def test_the_reply_cache_can_be_turned_off() -> None:
+    with OpenAIEndpointDouble() as ep:
+        client = _client(ep.base_url, reply_cache=False)
+        client.chat(USER, temperature=0.0)
+        client.chat(USER, temperature=0.0)
+        assert ep.requests == 2 and client.usage.cached == 0

@@ -11,11 +11,13 @@ failure kind goes through the same policy.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -33,6 +35,8 @@ Messages = list[dict[str, str]]
 RETRY_STATUSES = frozenset({408, 409, 429})
 #: backoff between attempts: BACKOFF_S * 2**attempt, capped (a server's retry-after wins when given)
 BACKOFF_S, BACKOFF_CAP_S = 0.5, 8.0
+#: greedy replies a client keeps for identical requests (``llm.reply_cache``); the oldest go first
+REPLY_CACHE_SIZE = 50_000
 
 
 class LLMError(RuntimeError):
@@ -89,6 +93,8 @@ class LLMConfig:
     extra_body: dict[str, Any] | None = None
     #: how the server takes a grammar or JSON schema (``hasp.llm.structured``): llamacpp, vllm or openai
     dialect: str = "openai"
+    #: a greedy request identical to one sent before gets that reply again (``llm.reply_cache``)
+    reply_cache: bool = default_of(LLMParams, "reply_cache")
 
     def __post_init__(self) -> None:
         if self.dialect not in structured.DIALECTS:
@@ -119,13 +125,15 @@ class ChatResult:
 class Usage:
     """Cumulative totals over a client's lifetime. ``constrained``: requests answered under the
     grammar or JSON schema they asked for; ``constraint_fallbacks``: requests that asked for one and
-    were answered without it (the dialect cannot say it, or the endpoint refused it)."""
+    were answered without it (the dialect cannot say it, or the endpoint refused it); ``cached``: greedy
+    requests answered from the client's reply cache, which ``requests`` and the token totals leave out."""
 
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     constrained: int = 0
     constraint_fallbacks: int = 0
+    cached: int = 0  # greedy requests answered from the reply cache (not sent; not in the token totals)
 
     @property
     def total_tokens(self) -> int:
@@ -148,6 +156,7 @@ class LLMClient:
         self._usage = Usage()
         self._refused: set[str] = set()  # constraints this endpoint refused: not sent again
         self._warned: set[str] = set()   # constraint kinds whose fallback was logged as a warning
+        self._replies: OrderedDict[str, tuple[str, int, int]] = OrderedDict()  # greedy request -> its reply
 
     @property
     def usage(self) -> Usage:
@@ -237,7 +246,34 @@ class LLMClient:
             "LLM endpoint %s (model %r, dialect %s): %s not applied (%s); answering without it, counted in "
             "usage.constraint_fallbacks", cfg.base_url, cfg.model, cfg.dialect, enc.kind, why[:300])
 
+    def _reply_key(self, kwargs: dict[str, Any]) -> str | None:
+        """The cache key of a greedy request: everything the reply depends on (the model name and, in
+        ``extra_body``, the adapters and grammar travel in ``kwargs``; the endpoint is this client's).
+        None for a sampled request, which must decode anew each time."""
+        if not self.config.reply_cache or kwargs.get("temperature") != 0:
+            return None
+        text = json.dumps([self.config.base_url, kwargs], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
     def _send(self, kwargs: dict[str, Any], stop: list[str] | None) -> ChatResult:
+        key = self._reply_key(kwargs)
+        if key is not None:
+            with self._lock:
+                hit = self._replies.get(key)
+                if hit is not None:
+                    self._replies.move_to_end(key)
+                    self._usage = replace(self._usage, cached=self._usage.cached + 1)
+            if hit is not None:
+                return ChatResult(text=hit[0], prompt_tokens=hit[1], completion_tokens=hit[2], latency_s=0.0)
+        result = self._decode(kwargs, stop)
+        if key is not None:
+            with self._lock:
+                self._replies[key] = (result.text, result.prompt_tokens, result.completion_tokens)
+                if len(self._replies) > REPLY_CACHE_SIZE:
+                    self._replies.popitem(last=False)
+        return result
+
+    def _decode(self, kwargs: dict[str, Any], stop: list[str] | None) -> ChatResult:
         cfg = self.config
         t0 = time.perf_counter()
         end = cancel.deadline()
@@ -371,6 +407,10 @@ class LLMClient:
         return self.config
 
     def close(self) -> None:
+        u = self.usage
+        if u.cached:
+            log.info("LLM endpoint %s (model %r): %d of %d requests answered from the reply cache",
+                     self.config.base_url, self.config.model, u.cached, u.cached + u.requests)
         self._client.close()
 
     def __enter__(self) -> LLMClient:

@@ -103,7 +103,7 @@ def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *,
         cfg = LLMConfig(base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
                         temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars,
-                        extra_body=extra_body, dialect=backend_dialect(llm.backend))
+                        extra_body=extra_body, dialect=backend_dialect(llm.backend), reply_cache=llm.reply_cache)
         with LLMClient(cfg) as client:
             yield client
     finally:
@@ -164,4 +164,4 @@ def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | None:
     return LLMClient(LLMConfig(base_url=teacher.base_url, model=str(teacher.model),
                                api_key_env=teacher.api_key_env, timeout_s=llm.timeout_s,
                                max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
-                               max_reply_chars=llm.max_reply_chars))
+                               max_reply_chars=llm.max_reply_chars, reply_cache=llm.reply_cache))
