@@ -49,8 +49,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.model)
         if used & SERVICE_FIXTURES:
             item.add_marker(pytest.mark.services)
-        if item.get_closest_marker("model") or item.get_closest_marker("services"):
-            # under pytest-xdist (``--dist loadgroup``, as scripts/test.sh runs) every test that starts the
-            # model or a service runs on one worker, in file order: one model server at a time and the
-            # session's Prefect API started once, while the other worker runs the quick tests beside it
-            item.add_marker(pytest.mark.xdist_group("heavy"))
