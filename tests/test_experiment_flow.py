@@ -88,12 +88,14 @@ def test_two_phases_evolve_then_train_from_the_last_checkpoint(first):
     assert ck0 in clients.student_dirs and ck0 in clients.policy_dirs
     # phase 1's library is the one phase 1's epoch carried (the evolving library), and it sampled with it
     assert p1["library"] == json.loads((e_dir / "evolve" / "epoch_1" / "carry.json").read_text())["library"]
-    # k = 2 samples per training question with PFs on; seed unset so the samples may differ
+    # k = 2 samples per training question with PFs on, each with a seed of its own (train.seed's): they may
+    # differ, and the round samples the same episodes when it runs again
     n_train = len((work / "data" / "train.jsonl").read_text().splitlines())
     assert p0["train"]["rounds"][0]["n_trajectories"] == 2 * n_train
     policy = clients._policy
     sampled_kw = [kw for kw in policy.kwargs if kw.get("temperature") == 0.9]
-    assert sampled_kw and all(kw.get("seed") is None for kw in sampled_kw)
+    sampled_seeds = {kw.get("seed") for kw in sampled_kw}
+    assert sampled_kw and None not in sampled_seeds and len(sampled_seeds) >= 2 * n_train
     # the untrained and the trained policy, each with and without PFs, per hop count
     assert set(res["untrained"]) == {"untrained_react", "untrained_pf"}
     start = "trained_pf_start_library"

@@ -94,3 +94,54 @@ def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, t
     down = sampler_with(AnsweringPolicyDouble(gold, correct=set(), fail=set(gold)))
     with pytest.raises(RecipeError, match=rf"all {len(qs)} sampled episodes failed; first: ConnectionError"):
         down(qs, tmp_path / "ckpt")
+
+
+def test_a_seeded_sample_sends_its_seed_with_every_request(data: Path) -> None:
+    from hasp.episode.spec import Seeded
+
+    qs = training_questions(data)[:2]
+    policy = ScriptedPolicyDouble(default="Thought: look again\nAction: SEARCH[who founded it]")
+
+    @contextlib.contextmanager
+    def policy_for(model_dir: Path):
+        yield policy
+
+    sampler = PFRolloutSampler(Params(), data, None, rollout=RolloutParams(k=1, temperature=0.9),
+                               policy_for=policy_for)
+    trajs = sampler([Seeded(qs[0], 11), Seeded(qs[1], 12), Seeded(qs[0], 13)], Path("ckpt"))
+    assert [t.qid for t in trajs] == [qs[0].id, qs[1].id, qs[0].id]  # the items, unwrapped
+    seeds: dict[str, set] = {}
+    for msgs, kw in zip(policy.seen, policy.calls):
+        user = "\n".join(m["content"] for m in msgs if m["role"] == "user")
+        seeds.setdefault(next(q.question for q in qs if q.question in user), set()).add(kw["seed"])
+    assert seeds == {qs[0].question: {11, 13}, qs[1].question: {12}}  # every step of an episode: its seed
+    assert len(policy.calls) > 3  # several steps per episode, all seeded
+
+
+def test_rounds_ask_each_sample_with_a_seed_of_its_own_and_the_same_seeds_again(data: Path, tmp_path: Path) -> None:
+    from doubles import RolloutSamplerDouble
+
+    from hasp.config import TrainParams
+    from hasp.episode.spec import Seeded, sampling_seed
+    from hasp.train.rounds import round_questions
+
+    qs = training_questions(data)[:3]
+    train = TrainParams.model_validate({"seed": 7, "rollout": {"k": 2}})
+    asked = []
+    for i in (0, 1):  # what run_rounds asks for in rounds 0 and 1
+        asked.append([Seeded(q, sampling_seed(train.seed, "rs", i, n, j))
+                      for n, q in enumerate(round_questions(qs, None, train.seed, i)) for j in range(2)])
+    seeds = [s.seed for r in asked for s in r]
+    assert len(set(seeds)) == len(seeds) == 12  # the k samples of a question differ, and so do the rounds
+    assert sampling_seed(7, "rs", 0, 0, 0) == sampling_seed(7, "rs", 0, 0, 0) != sampling_seed(8, "rs", 0, 0, 0)
+    # run_rounds itself hands the sampler exactly these items
+    from hasp.train.rounds import run_rounds
+
+    base = tmp_path / "base"  # a folder that passes the weights check; no training is reached
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    (base / "model.safetensors").write_bytes(b"")
+    double = RolloutSamplerDouble([])
+    with contextlib.suppress(Exception):  # a round without rows stops or hands on: the asking is what is checked
+        run_rounds("rs", base, qs, double, tmp_path / "out", train, rounds=1, build_rows=lambda trajs, i: ([], {}))
+    assert double.calls and double.calls[0][0] == asked[0]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from hasp.agent.context import EpisodeState
@@ -259,11 +259,13 @@ def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: AgentConfi
         log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",
                  variant.name)
 
-    def run(item: Any, env: Environment | None = None) -> Trajectory:
-        """One episode; ``env`` overrides ``make_env(item)`` when the caller needs to keep the environment."""
+    def run(item: Any, env: Environment | None = None, seed: int | None = None) -> Trajectory:
+        """One episode; ``env`` overrides ``make_env(item)`` when the caller needs to keep the environment,
+        ``seed`` the config's sampling seed for this episode (``hasp.episode.spec.Seeded``)."""
         qid, question, answers = identity(item)
         return run_episode(qid=qid, question=question, answers=answers, policy=policy,
-                           env=env if env is not None else make_env(item), cfg=cfg,
+                           env=env if env is not None else make_env(item),
+                           cfg=cfg if seed is None else replace(cfg, seed=seed),
                            variant=label or variant.name, harness=harness.episode(question, used_teacher))
 
     return run

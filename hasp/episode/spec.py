@@ -12,6 +12,7 @@ that discards the other episodes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,31 @@ from hasp.llm.client import LLMConfig
 from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """An item whose episode samples with its own ``seed`` (sent with every policy request of it).
+
+    A training round asks for each question k times at a temperature above 0; without a seed every
+    sample is the server's own draw and a run cannot be repeated. ``sampling_seed`` gives each (round,
+    question, sample) a seed of its own, so the k samples still differ and the same round samples the
+    same episodes when it runs again (exactly so on one llama.cpp slot: with several slots decoding
+    together, a batch's composition can still change a token now and then)."""
+
+    item: Any
+    seed: int
+
+
+def sampling_seed(*parts: object) -> int:
+    """A 31-bit seed that depends only on ``parts`` (e.g. ``train.seed``, round, question, sample)."""
+    digest = hashlib.sha256(":".join(str(x) for x in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def unseeded(item: Any) -> tuple[Any, int | None]:
+    """``(item, seed)`` of a ``Seeded`` item; ``(item, None)`` of any other."""
+    return (item.item, item.seed) if isinstance(item, Seeded) else (item, None)
 
 
 def pipeline_variant(variant: str, teacher: Any) -> str:
@@ -69,9 +95,10 @@ class EpisodeSpec:
 
         def run(item: Any) -> EpisodeRecord:
             start_ns = time.time_ns()
+            item, seed = unseeded(item)
             try:
                 env = d.environment(item, opened, params=p, cfg=self.agent, teacher=teacher, snippets=self.snippets)
-                traj = episode(item, env)
+                traj = episode(item, env, seed=seed)
             except Exception as exc:  # noqa: BLE001 - contained per episode and counted; see the module doc
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning("%s %s: episode failed: %s", self.label, d.identity(item)[0], error)
@@ -99,7 +126,7 @@ class EpisodeSpec:
 
     def failed(self, item: Any, error: str, *, wall_s: float = 0.0, start_ns: int | None = None) -> EpisodeRecord:
         """The record of an episode that did not run to its end: an infrastructure failure, not the agent's."""
-        qid, question, answers = self.domain.identity(item)
+        qid, question, answers = self.domain.identity(unseeded(item)[0])
         traj = Trajectory(qid=qid, question=question, answers=answers, variant=self.label, terminated="error",
                           pf_errors=[error[:500]], wall_s=wall_s)
         return EpisodeRecord(traj, time.time_ns() if start_ns is None else start_ns, error=error[:500])

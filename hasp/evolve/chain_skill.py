@@ -28,10 +28,12 @@ class ChainSkill:
 
 
 def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student: Any, domain: str,
-                       gold: bool, reply_format: Any, max_tokens: int | None = None) -> ChainSkill:
+                       gold: bool, reply_format: Any, max_tokens: int | None = None,
+                       seed: int | None = None) -> ChainSkill:
     """Ask ``student`` for a declared repair of ``traj``'s failure patterns and admit it into
     ``lib_dir`` when Phase D passes and its trigger fires on ``traj``. ``gold``: the student may see the
-    gold answer (training split only); ``max_tokens`` defaults to ``evolve.declarative_max_tokens``."""
+    gold answer (training split only); ``max_tokens`` defaults to ``evolve.declarative_max_tokens``;
+    ``seed`` is the proposal's sampling seed (None: the server's own draw)."""
     from hasp.agent.replay import replay
     from hasp.evolve.admit import admit
     from hasp.evolve.cluster import cluster_patterns, existing_from_library
@@ -51,7 +53,7 @@ def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student:
     (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
                                   replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
                                   temperature=e.proposal_temperature, max_tokens=max_tokens or e.declarative_max_tokens,
-                                  reply_format=reply_format, gold={traj.qid: list(traj.answers)} if gold else None)
+                                  seed=seed, reply_format=reply_format, gold={traj.qid: list(traj.answers)} if gold else None)
     out = ChainSkill(prompt_messages=[dict(m) for m in cand.prompt_messages], reply=cand.raw_reply)
     if not cand.declared:
         out.refusals = [cand.parse_error]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params, TrainParams
+from hasp.episode.spec import Seeded, sampling_seed, unseeded
 from hasp.evolve.chain_skill import chain_reply_format, propose_into_chain, run_in_chain
 from hasp.evolve.sequential import build_chains, fired_skills
 from hasp.records import Trajectory
@@ -58,17 +59,21 @@ class SageSampler:
     def _task(self, policy: Any, item: Any, lib_dir: Path) -> Trajectory:
         return run_in_chain(self.spec, item, lib_dir, params=self.params, policy=policy, opened=self.index)
 
-    def _rollout(self, policy: Any, chain: Chain, j: int, reply_format: Any) -> list[Trajectory]:
+    def _rollout(self, policy: Any, asked: Any, j: int, reply_format: Any) -> list[Trajectory]:
         from hasp.pf.folder_files import copy_folder
 
+        chain, seed = unseeded(asked)
         lib_dir = self.work_dir / f"rollout_{j:04d}" / "library"
         if lib_dir.parent.exists():
             shutil.rmtree(lib_dir.parent)
         copy_folder(self.library, lib_dir, skip=("snapshots", ".*"))
         item1, item2 = chain.items
+        if seed is not None:  # the rollout's seed, and the next one for its second task
+            item1, item2 = Seeded(item1, seed), Seeded(item2, sampling_seed(seed, 1))
         t1 = self._task(policy, item1, lib_dir)
         made = propose_into_chain(t1, lib_dir, params=self.params, student=policy, domain=self.spec.domain.name,
-                                  gold=True, reply_format=reply_format, max_tokens=self.cfg.proposal_max_tokens)
+                                  gold=True, reply_format=reply_format, max_tokens=self.cfg.proposal_max_tokens,
+                                  seed=None if seed is None else sampling_seed(seed, "proposal"))
         t2 = self._task(policy, item2, lib_dir)
         used = sorted(set(made.admitted) & fired_skills(t2))
         shutil.rmtree(lib_dir.parent, ignore_errors=True)

@@ -11,7 +11,8 @@ folder is run again.
 
 The sampler is passed in (``sample(questions, model_dir) -> trajectories``): it owns the agent, the
 library and the serving of ``model_dir``, which keeps this module free of servers and testable with a
-scripted policy.
+scripted policy. Each question it is asked arrives as a ``hasp.episode.spec.Seeded`` item carrying the
+sampling seed of that sample, derived from ``train.seed``, so a round can be sampled again identically.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from hasp.atomic import read_json, write_json, write_jsonl
 from hasp.config import TrainParams
+from hasp.episode.spec import Seeded, sampling_seed
 from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
@@ -134,7 +136,10 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
                             "running it again", recipe, i + 1, rdir)
                 shutil.rmtree(rdir)
             rdir.mkdir(parents=True, exist_ok=True)
-            asked = [q for q in round_questions(questions, per_round, train.seed, i) for _ in range(k)]
+            # each (round, question, sample) samples with a seed of its own: the k samples differ, and the
+            # round samples the same episodes when it runs again (hasp.episode.spec.Seeded)
+            asked = [Seeded(q, sampling_seed(train.seed, recipe, i, n, j))
+                     for n, q in enumerate(round_questions(questions, per_round, train.seed, i)) for j in range(k)]
             trajs = as_trajectories(sample(asked, current))
             write_jsonl([t.to_dict() for t in trajs], rdir / "rollout.jsonl")
             rows, stats = build_rows(trajs, i)
