@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hasp.eval.ceiling import CEILING_KEY, VIA_REWRITE_KEY, ceiling_of, ceiling_text  # noqa: E402
+from hasp.eval.paired import cell_file, em_by_qid, paired_gain  # noqa: E402
 from hasp.stats import wilson  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
@@ -58,6 +59,37 @@ def cell_text(summary: dict[str, Any], group: str | None) -> str:
     return f"{r.p:.3f} [{r.lo:.2f}, {r.hi:.2f}] n={n}"
 
 
+def seen_flags(split_file: Path) -> dict[str, bool]:
+    """``{question id: seen}`` of a benchmark-v2 split file (rows without the flag are left out)."""
+    out = {}
+    for line in split_file.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if isinstance(row.get("seen"), bool):
+            out[str(row["id"])] = row["seen"]
+    return out
+
+
+def gain_cell(folders: dict[str, list[Path]], after: str, before: str, ds: str, group: str | None,
+              seen: dict[str, bool] | None) -> str:
+    """Paired EM difference ``after - before`` (each ``LABEL/variant``) on the questions of ``ds`` both
+    scored, on one template side with ``group``; ``-`` when a side is missing."""
+    sides = []
+    for spec in (after, before):
+        label, _, variant = spec.partition("/")
+        found = [cell_file(d / ds, variant) for d in folders.get(label, [])]
+        ems = next((em_by_qid(f) for f in found if f.is_file()), {})
+        sides.append(ems)
+    if not sides[0] or not sides[1]:
+        return "-"
+    if group is not None:
+        if not seen:
+            return "-"
+        keep = {q for q, s in seen.items() if (s if group == "seen" else not s)}
+        sides = [{q: v for q, v in side.items() if q in keep} for side in sides]
+    g = paired_gain(sides[1], sides[0])
+    return f"{g['mean']:+.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}] n={g['n']}"
+
+
 def ceiling_cell(by_variant: dict[str, Any], group: str | None) -> str:
     c = ceiling_of(by_variant)
     if c is None:
@@ -73,11 +105,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="LABEL=hasp eval --out folder; a label given twice merges its folders' cells")
     ap.add_argument("--column", type=pair, action="append", required=True,
                     help="TITLE=DATASET or TITLE=DATASET:seen|unseen, in column order")
+    ap.add_argument("--gain", type=pair, action="append", default=[],
+                    help="AFTER=BEFORE, each LABEL/variant: a row of paired EM differences, question by question")
+    ap.add_argument("--split", type=pair, action="append", default=[],
+                    help="DATASET=split file (benchmark v2's test.jsonl): its questions' seen flags for the "
+                         "seen/unseen columns of the gain rows")
     ap.add_argument("--ran", action="append", default=[], help="how the evaluations were made (printed)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     metrics: dict[str, dict[str, Any]] = {}
-    for label, d in a.eval:  # one label given twice: its folders' cells together (a cell run on its own later)
+    folders: dict[str, list[Path]] = {}
+    for label, d in a.eval:
+        folders.setdefault(label, []).append(Path(d))  # one label given twice: its folders' cells together (a cell run on its own later)
         for ds, cells in json.loads((Path(d) / "metrics.json").read_text(encoding="utf-8")).items():
             if not isinstance(cells, dict):
                 continue
@@ -102,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             s = (metrics[label].get(ds) or {}).get(v)
             cells.append(cell_text(s, group) if isinstance(s, dict) else "-")
         REPORT.line(f"| {label}/{v} | " + " | ".join(cells) + " |")
+    seen_of = {ds: seen_flags(Path(f)) for ds, f in a.split}
+    for after, before in a.gain:
+        cells = [gain_cell(folders, after, before, ds, group, seen_of.get(ds)) for _, ds, group in columns]
+        REPORT.line(f"| gain {after} − {before} (paired) | " + " | ".join(cells) + " |")
     oracle = []
     for _, ds, group in columns:
         by = next((m[ds] for m in metrics.values() if isinstance(m.get(ds), dict) and ceiling_of(m[ds])), None)
@@ -110,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     REPORT.line("")
     REPORT.line(f"Cells: EM with its Wilson 95 % interval and n (failed episodes left out), F1, and for PF agents how "
                 f"many correct answers a vocabulary rewrite wrote. The last row is `{CEILING_KEY}`: the vocabulary "
-                "extractor given each question's gold support documents.")
+                "extractor given each question's gold support documents. A gain row: EM after minus before on the "
+                "questions both scored, with a paired bootstrap 95 % interval.")
     if not a.no_write:
         REPORT.write()
     return 0
