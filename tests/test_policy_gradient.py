@@ -19,6 +19,7 @@ pytest.importorskip("peft")
 from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.atomic import read_json, read_jsonl  # noqa: E402
 from hasp.config import TrainParams  # noqa: E402
+from hasp.episode.spec import unseeded  # noqa: E402
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory  # noqa: E402
 from hasp.train import grpo, sage  # noqa: E402
 from hasp.train.losses import WEIGHT_COLUMN, PolicyGradientTrainer  # noqa: E402
@@ -269,7 +270,9 @@ def test_a_grpo_round_trains_one_step_and_the_next_samples_the_new_checkpoint(ti
 
     def sampler_double(questions, model_dir):  # noqa: ANN001 - alternating success within each group
         seen.append(str(model_dir))
-        return [_episode(q, float(i % 2)) for i, q in enumerate(questions)]
+        asked = [unseeded(q) for q in questions]  # each sample of a group arrives with a seed of its own
+        assert len({s for _, s in asked}) == len(asked)
+        return [_episode(q, float(i % 2)) for i, (q, _) in enumerate(asked)]
 
     t = TrainParams.model_validate({"recipe": "grpo", "max_length": 2048,
                                     "grpo": {"iterations": 2, "group_size": 2, "learning_rate": 1e-3}})
