@@ -50,6 +50,7 @@ def tiny_params(out: Path, questions: int, train_steps: int, port: int) -> Path:
 def run_once(preset: str, params: Path, out: Path) -> float:
     env = {**os.environ, "PREFECT_HOME": str(out / ".prefect"), "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(out / "run.log", "w") as log:
         subprocess.run([sys.executable, "-m", "hasp.cli", "experiment", "run", preset, "--params", str(params),
