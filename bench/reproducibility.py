@@ -86,7 +86,7 @@ def compare(a: Path, b: Path) -> list[tuple[str, str, bool]]:
         if f.name == "metrics.json":
             same = twin.is_file() and _untimed(json.loads(f.read_text())) == _untimed(json.loads(twin.read_text()))
             rows.append(("metrics", str(rel), same))
-        elif f.suffix == ".jsonl" and ("rollout" in f.name or "eval" in rel.parts):
+        elif f.suffix == ".jsonl" and ("rollout" in f.name or any(x.startswith("eval") for x in rel.parts)):
             beh = _behaviour(f)
             if beh:
                 rows.append(("trajectories", str(rel), twin.is_file() and beh == _behaviour(twin)))
@@ -97,6 +97,24 @@ def compare(a: Path, b: Path) -> list[tuple[str, str, bool]]:
     return rows
 
 
+def distinct_samples(run: Path) -> tuple[int, int]:
+    """(questions whose samples in a training round differ from each other, questions sampled more than
+    once), over every round's rollout: seeded samples must still differ."""
+    differ = multi = 0
+    for f in sorted(run.rglob("rollout.jsonl")):
+        if "train" not in f.parts:
+            continue
+        by_q: dict[str, list[Any]] = {}
+        for line in f.read_text(encoding="utf-8").splitlines():
+            t = json.loads(line)
+            by_q.setdefault(str(t.get("qid")), []).append([s.get("raw_output") for s in t.get("steps", [])])
+        for samples in by_q.values():
+            if len(samples) > 1:
+                multi += 1
+                differ += any(x != samples[0] for x in samples[1:])
+    return differ, multi
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="E2_cpu")
@@ -104,16 +122,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-steps", type=int, default=2, help="LoRA steps per training round")
     ap.add_argument("--port", type=int, default=8890)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--reuse", action="store_true", help="compare the runs already in --out (no new runs)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     params = tiny_params(a.out, a.questions, a.train_steps, a.port)
-    walls = {}
+    walls: dict[str, float | None] = {}
     for name in ("first", "second"):
-        walls[name] = run_once(a.preset, params, a.out / name)
+        done = (a.out / name / "grid" / "metrics.json").is_file()
+        walls[name] = None if a.reuse and done else run_once(a.preset, params, a.out / name)
     rows = compare(a.out / "first" / "grid", a.out / "second" / "grid")
+    wall = " and ".join("(run before)" if w is None else f"{w:.0f} s" for w in walls.values())
     REPORT.line(f"{a.preset} twice, each from scratch (own output folder, Prefect home, MLflow store): "
                 f"{a.questions} generated one-hop questions, {a.train_steps} LoRA steps per round, one llama.cpp "
-                f"slot, one request at a time; walls {walls['first']:.0f} s and {walls['second']:.0f} s")
+                f"slot, one request at a time; walls {wall}")
+    differ, multi = distinct_samples(a.out / "first" / "grid")
+    REPORT.line(f"sampled questions whose samples in a round differ from each other: {differ}/{multi} "
+                "(each sample has a seed of its own)")
     for kind in ("metrics", "trajectories", "adapter"):
         some = [r for r in rows if r[0] == kind]
         REPORT.line(f"{kind:13s} identical {sum(r[2] for r in some)}/{len(some)}")
