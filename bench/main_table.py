@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     metrics: dict[str, dict[str, Any]] = {}
     folders: dict[str, list[Path]] = {}
-    for label, d in a.eval:
-        folders.setdefault(label, []).append(Path(d))  # one label given twice: its folders' cells together (a cell run on its own later)
+    for label, d in a.eval:  # one label given twice: its folders' cells together (a cell run on its own later)
+        folders.setdefault(label, []).append(Path(d))
         for ds, cells in json.loads((Path(d) / "metrics.json").read_text(encoding="utf-8")).items():
             if not isinstance(cells, dict):
                 continue

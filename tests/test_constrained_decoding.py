@@ -72,7 +72,8 @@ def test_the_prompt_demonstration_is_in_the_grammar():
     "Action: SEARCH[a  b]", "Action: SEARCH[a\tb]", "Action: FINAL[Paris ']", "Action: FINAL['Paris]",
     "Action: FINAL[" + "x" * (MAX_ARG_CHARS + 1) + "]",
     "Thought: " + "x" * (MAX_THOUGHT_CHARS + 1) + "\nAction: FINAL[y]",
-    *[f"Action: FINAL[{p}]" for p in sorted(PLACEHOLDERS)], *[f"Action: READ[{p.upper()}]" for p in sorted(PLACEHOLDERS)],
+    *[f"Action: FINAL[{p}]" for p in sorted(PLACEHOLDERS)],
+    *[f"Action: READ[{p.upper()}]" for p in sorted(PLACEHOLDERS)],
     "Action: SEARCH[Query]", "Action: READ[Doc Id]", "Action: READ[DOC_id]",
 ])
 def test_prose_placeholders_and_other_spellings_are_outside_the_grammar(text):

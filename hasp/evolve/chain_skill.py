@@ -53,7 +53,8 @@ def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student:
     (cand,) = propose_declarative([cluster], student, existing_skill_ids=ids,
                                   replayed={traj.qid: list(replay(traj, a.max_steps))}, max_candidates=1,
                                   temperature=e.proposal_temperature, max_tokens=max_tokens or e.declarative_max_tokens,
-                                  seed=seed, reply_format=reply_format, gold={traj.qid: list(traj.answers)} if gold else None)
+                                  seed=seed, reply_format=reply_format,
+                                  gold={traj.qid: list(traj.answers)} if gold else None)
     out = ChainSkill(prompt_messages=[dict(m) for m in cand.prompt_messages], reply=cand.raw_reply)
     if not cand.declared:
         out.refusals = [cand.parse_error]
