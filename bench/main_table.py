@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hasp.domains.search.generator import load_template_seen  # noqa: E402
 from hasp.eval.ceiling import CEILING_KEY, VIA_REWRITE_KEY, ceiling_of, ceiling_text  # noqa: E402
 from hasp.eval.paired import cell_file, em_by_qid, paired_gain  # noqa: E402
 from hasp.stats import wilson  # noqa: E402
@@ -59,16 +60,6 @@ def cell_text(summary: dict[str, Any], group: str | None) -> str:
     return f"{r.p:.3f} [{r.lo:.2f}, {r.hi:.2f}] n={n}"
 
 
-def seen_flags(split_file: Path) -> dict[str, bool]:
-    """``{question id: seen}`` of a benchmark-v2 split file (rows without the flag are left out)."""
-    out = {}
-    for line in split_file.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line) if line.strip() else {}
-        if isinstance(row.get("seen"), bool):
-            out[str(row["id"])] = row["seen"]
-    return out
-
-
 def gain_cell(folders: dict[str, list[Path]], after: str, before: str, ds: str, group: str | None,
               seen: dict[str, bool] | None) -> str:
     """Paired EM difference ``after - before`` (each ``LABEL/variant``) on the questions of ``ds`` both
@@ -79,14 +70,13 @@ def gain_cell(folders: dict[str, list[Path]], after: str, before: str, ds: str, 
         found = [cell_file(d / ds, variant) for d in folders.get(label, [])]
         ems = next((em_by_qid(f) for f in found if f.is_file()), {})
         sides.append(ems)
-    if not sides[0] or not sides[1]:
+    if not sides[0] or not sides[1] or (group is not None and not seen):
         return "-"
+    g = paired_gain(sides[1], sides[0], template_of=seen)
     if group is not None:
-        if not seen:
+        g = g["by_template"].get(group)
+        if not g:
             return "-"
-        keep = {q for q, s in seen.items() if (s if group == "seen" else not s)}
-        sides = [{q: v for q, v in side.items() if q in keep} for side in sides]
-    g = paired_gain(sides[1], sides[0])
     return f"{g['mean']:+.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}] n={g['n']}"
 
 
@@ -141,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             s = (metrics[label].get(ds) or {}).get(v)
             cells.append(cell_text(s, group) if isinstance(s, dict) else "-")
         REPORT.line(f"| {label}/{v} | " + " | ".join(cells) + " |")
-    seen_of = {ds: seen_flags(Path(f)) for ds, f in a.split}
+    seen_of = {ds: load_template_seen(f) for ds, f in a.split}
     for after, before in a.gain:
         cells = [gain_cell(folders, after, before, ds, group, seen_of.get(ds)) for _, ds, group in columns]
         REPORT.line(f"| gain {after} − {before} (paired) | " + " | ".join(cells) + " |")
