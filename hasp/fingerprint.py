@@ -8,6 +8,7 @@ changes, and stays the same when the project moves or an unchanged step runs aga
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import json
@@ -135,16 +136,26 @@ def module_closure(roots: tuple[str, ...], package: str = "hasp") -> list[Path]:
         seen[name] = f
         parents = name.split(".")
         todo += [".".join(parents[:i]) for i in range(1, len(parents))]  # packages' __init__ run too
-        with _PARSE_LOCK:  # CPython 3.11 before 3.11.8: ast.parse in two threads at once can raise SystemError
-            tree = ast.parse(f.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                todo += [a.name for a in node.names if a.name.split(".")[0] == package]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                    and node.module.split(".")[0] == package:
-                todo.append(node.module)
-                todo += [f"{node.module}.{a.name}" for a in node.names]  # submodules named in ``from x import y``
+        todo += _package_imports(f.read_text(encoding="utf-8"), package)
     return sorted(set(seen.values()))
+
+
+@functools.lru_cache(maxsize=2048)
+def _package_imports(source: str, package: str) -> tuple[str, ...]:
+    """Module names under ``package`` that ``source`` imports (and the submodules a ``from x import y``
+    may name). Kept per source text: every task's cache key walks the same closure, and parsing it again
+    each time cost seconds per epoch."""
+    with _PARSE_LOCK:  # CPython 3.11 before 3.11.8: ast.parse in two threads at once can raise SystemError
+        tree = ast.parse(source)
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names if a.name.split(".")[0] == package]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] == package:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]  # submodules named in ``from x import y``
+    return tuple(names)
 
 
 def key_of(*parts: Any) -> str:

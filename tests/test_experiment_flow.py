@@ -24,6 +24,7 @@ from test_sft_train import tiny_model_dir  # noqa: E402,F401  (module fixture: a
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = "E5_cpu"
+TRAIN_STEPS = 3  # train.overrides.max_steps: LoRA steps per phase in this file's runs
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,9 @@ def env(tmp_path_factory, prefect_harness, tiny_model_dir):
     params["llm"].update(max_concurrency=2)
     params["evolve"].update(max_candidates=1, min_cluster_size=2, summarizer=False, lite_max_candidates=1)
     params["train"].update(max_length=256)
+    # a few LoRA steps per phase are enough to check the phase chain and the curves; the preset's own step
+    # count on the tiny model's 49k-token head would be most of this file's time
+    params["train"]["overrides"] = {"max_steps": TRAIN_STEPS}
     params["tracking"]["experiment"] = "hasp-grid-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
@@ -144,9 +148,7 @@ def test_mlflow_parent_with_a_child_per_preset_and_curves(first):
     replaced = child.data.tags["hasp.replaced_knobs"].split("; ")
     assert "train.recipe: sft -> rs" in replaced and "train.max_length: 256 -> 1024" in replaced
     loss = client.get_metric_history(child_id, "loss")
-    from hasp.train.presets import get_preset
-
-    n = get_preset(PRESET).train["max_steps"]  # the preset's step cap per phase
+    n = TRAIN_STEPS  # the step cap per phase (train.overrides over the preset's)
     assert sorted(m.step for m in loss) == list(range(1, 2 * n + 1))  # two phases on one axis
     assert child.data.tags["hasp.phase_boundaries"] == f"1,{n + 1}"
     phase = {m.step: m.value for m in client.get_metric_history(child_id, "phase")}

@@ -12,8 +12,10 @@ opened descriptor, at most ``MAX_FILE_BYTES``, decoded as UTF-8. YAML in them is
 
 from __future__ import annotations
 
+import copy
 import errno
 import fnmatch
+import functools
 import logging
 import os
 import shutil
@@ -99,11 +101,19 @@ def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    """YAML from a skill folder or a reply, bounded (``hasp.bounded``); a refusal names ``source`` and the line."""
+    """YAML from a skill folder or a reply, bounded (``hasp.bounded``); a refusal names ``source`` and the line.
+
+    A library is re-read at every phase of an epoch (versions, known ids, the active set), and the bounded
+    composer costs milliseconds per file, so results are kept per text: each caller gets its own copy."""
     try:
-        return yaml_load(text)
+        return copy.deepcopy(_parsed(text))
     except ParseRefused as e:
         raise SkillFormatError(f"{source}: invalid YAML: {e}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Any:
+    return yaml_load(text)
 
 
 def copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ("__pycache__", "*.pyc")) -> list[str]:
