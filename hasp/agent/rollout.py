@@ -21,16 +21,20 @@ T = TypeVar("T")
 
 
 def run_many(items: Sequence[Any], episode: Callable[[Any], T], *, concurrency: int = 8,
-             desc: str = "rollout", progress: bool = True) -> list[T]:
+             desc: str = "rollout", progress: bool = True,
+             on_result: Callable[[int, T], None] | None = None) -> list[T]:
     """Apply ``episode`` to every item with bounded concurrency, keeping order (any result type:
     trajectories, or evaluation records that wrap one). Progress counts episodes as they finish,
-    not in submission order, so the count and ETA move with every finished episode."""
+    not in submission order, so the count and ETA move with every finished episode; ``on_result``
+    sees each (item index, result) then, on the calling thread (an evaluation's journal appends it there)."""
     out: list[Any] = [None] * len(items)
     with Progress(desc, len(items), unit="episodes", enabled=None if progress else False) as bar, \
             worker_pool(concurrency, "episode") as pool:
         index = {pool.submit(episode, it): i for i, it in enumerate(items)}
         for f in as_completed(index):
             out[index[f]] = f.result()
+            if on_result is not None:
+                on_result(index[f], out[index[f]])
             bar.advance()
     return out
 

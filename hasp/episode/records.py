@@ -39,3 +39,14 @@ class EpisodeRecord:
                     "completion_tokens": self.snippet.completion_tokens, "errors": self.snippet.errors},
                 "teacher_prompt_tokens": self.teacher_prompt_tokens,
                 "teacher_completion_tokens": self.teacher_completion_tokens}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole record as JSON data (an evaluation's journal keeps finished episodes this way)."""
+        return {"traj": self.traj.to_dict(), **self.extras()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeRecord":
+        snippet, judge = d.get("snippet"), d.get("judge")
+        return cls(traj=Trajectory.from_dict(d["traj"]), start_ns=int(d["start_ns"]),
+                   snippet=SnippetStats(**snippet) if snippet is not None else None,
+                   judge=JudgeVerdict(**judge) if judge is not None else None, error=str(d.get("error", "")))

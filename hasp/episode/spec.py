@@ -159,11 +159,18 @@ def episode_spec(params: Params, domain: Domain, variant: str | Variant, *, labe
 
 def run_episodes(spec: EpisodeSpec, items: Sequence[Any], *, policy: Any, teacher: Any = None, library: Any = None,
                  opened: Any = None, executor: EpisodeExecutor | None = None, desc: str = "episodes",
-                 progress: bool = True) -> list[EpisodeRecord]:
+                 progress: bool = True,
+                 on_record: Callable[[int, EpisodeRecord], None] | None = None) -> list[EpisodeRecord]:
     """Every item's record, in input order: on threads here (``run_many`` with the live ``policy``,
     ``teacher``, ``library`` and ``opened``), or through ``executor`` (``runner.kind``) in worker
-    processes that build the episode function from the spec and reach the models over HTTP."""
+    processes that build the episode function from the spec and reach the models over HTTP.
+    ``on_record`` sees each (item index, record) as it finishes on threads; through an executor, once all
+    are back."""
     if executor is not None:
-        return executor.run(spec.shipped(policy, teacher), list(items), desc=desc, progress=progress)
+        records = executor.run(spec.shipped(policy, teacher), list(items), desc=desc, progress=progress)
+        for i, r in enumerate(records if on_record is not None else ()):
+            on_record(i, r)
+        return records
     run = spec.runner(policy=policy, teacher=teacher, library=library, opened=opened)
-    return run_many(list(items), run, concurrency=spec.params.llm.max_concurrency, desc=desc, progress=progress)
+    return run_many(list(items), run, concurrency=spec.params.llm.max_concurrency, desc=desc, progress=progress,
+                    on_result=on_record)

@@ -39,6 +39,7 @@ from hasp.episode.spec import episode_spec, run_episodes
 from hasp.eval.ceiling import (CEILING_KEY, VIA_REWRITE_KEY, extractor_ceiling, retriever_lookup,
                                vocabulary_rewrite_share)
 from hasp.eval.datasets import EvalDataset
+from hasp.eval.journal import CellJournal, cell_key, identity_of, journal_path
 from hasp.eval.summary import by_hops, by_template, grading_weaker, hop_counts, summarize_cell, template_groups
 from hasp.provenance import PROVENANCE_KEY
 
@@ -252,14 +253,36 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
     desc = f"{ds.name}:{arm.label}"
     spec = episode_spec(params, domain_named(ds.domain, dataset=ds.shipped()), arm.variant, label=arm.label,
                         library=lib.root if lib is not None else None, snippets=snippets, judge=judge)
-    records = run_episodes(spec, ds.questions, policy=policy, teacher=teacher, library=lib, opened=ds.retriever,
-                           executor=executor, desc=desc, progress=progress)
-    wall = time.perf_counter() - t0
+    key = cell_key(ds.name, repr(list(ds.questions)), arm.label, repr(arm.variant), repr(spec.agent),
+                   params.section_hash("agent", "harness", "sandbox", "eval"), snippets, judge,
+                   lib.content_hash() if lib is not None else "", identity_of(policy),
+                   identity_of(teacher) if teacher is not None else "")
+    journal = CellJournal(journal_path(out_dir, ds.name, arm.label), key) if key is not None else None
+    done = journal.done if journal is not None else {}
+    todo = [i for i in range(len(ds.questions)) if i not in done]
+    if done:
+        log.info("%s: %d of %d episodes from the cell's journal, %d to run", desc, len(ds.questions) - len(todo),
+                 len(ds.questions), len(todo))
+    try:
+        ran = run_episodes(spec, [ds.questions[i] for i in todo], policy=policy, teacher=teacher, library=lib,
+                           opened=ds.retriever, executor=executor, desc=desc, progress=progress,
+                           on_record=(lambda j, r: journal.append(todo[j], r)) if journal is not None else None)
+    except BaseException:
+        if journal is not None:
+            journal.close(remove=False)  # what finished stays for the next run of this cell
+        raise
+    by_item = {**done, **dict(zip(todo, ran))}
+    records = [by_item[i] for i in range(len(ds.questions))]
+    wall = time.perf_counter() - t0  # this run's time: episodes read from the journal are counted apart
     path = out_dir / ds.name / f"{arm.label}.jsonl"
     write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why
     write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{arm.label}.episodes.jsonl")
+    if journal is not None:
+        journal.close(remove=True)
     _raise_if_all_failed(records, ds.name, arm.label)
     summary = summarize_cell(records, wall)
+    if done:
+        summary["resumed_episodes"] = len(done)  # finished by an earlier, interrupted run of this cell
     hops = by_hops(records, hop_counts(ds.questions))
     if hops:
         summary["em_by_hops"] = hops

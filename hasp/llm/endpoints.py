@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from hasp.config import EndpointParams, LLMParams
 from hasp.llm.client import LLMClient, LLMConfig
@@ -39,17 +40,21 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     With ``llm.backend: vllm``, ``model_dir`` is served by vLLM as base + LoRA adapter (a training
     ``merged`` folder is served as the ``adapter`` beside it); with ``base_url`` set too, the checkpoint
     is loaded into that running vLLM server instead of a new one."""
+    served = policy_identity(llm, model_dir, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
     if llm.backend == "vllm" and (model_dir is not None or not llm.base_url):
         with _vllm_client(llm, model_dir, port, max_tokens, temperature, top_p) as client:
+            client.served = served
             yield client
         return
     if llm.backend == "llamacpp" and (model_dir is not None or not llm.base_url):
         with _llamacpp_client(llm, model_dir, port, max_tokens, temperature, top_p) as client:
+            client.served = served
             yield client
         return
     if llm.base_url:
         with _client(llm, llm.base_url, str(llm.model), None, api_key_env=llm.api_key_env, max_tokens=max_tokens,
                      temperature=temperature, top_p=top_p) as client:
+            client.served = served
             yield client
         return
     from hasp.llm.model_prep import prepare_model
@@ -60,7 +65,22 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
                                                  serve=llm.transformers)
     with _client(llm, base_url, model_name, handle, api_key_env=None, max_tokens=max_tokens,
                  temperature=temperature, top_p=top_p) as client:
+        client.served = served
         yield client
+
+
+def policy_identity(llm: LLMParams, model_dir: Path | None = None, *, max_tokens: int = 256,
+                    temperature: float = 0.0, top_p: float | None = None) -> dict[str, Any]:
+    """What ``policy_client(llm, model_dir=...)``'s replies depend on, known without serving anything: the
+    llm settings (the port aside: where a server listens does not change what it says), the content hash
+    of the weights served (a model folder's, or the GGUF's; a remote endpoint is only its name) and the
+    decoding defaults."""
+    from hasp.fingerprint import cached_content_hash
+
+    weights = Path(model_dir) if model_dir is not None else served_model(llm)
+    return {"llm": llm.model_dump(mode="json", exclude={"port"}),
+            "weights": cached_content_hash(weights) if isinstance(weights, Path) and weights.exists() else str(weights),
+            "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
 
 
 def served_model(llm: LLMParams, model_dir: Path | None = None) -> Path | str:

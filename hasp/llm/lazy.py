@@ -42,6 +42,13 @@ class LazyPolicy:
                 self._ever_started = True
             return self._client
 
+    def identity(self) -> dict[str, Any]:
+        """What the replies depend on (``policy_identity``), without starting the server."""
+        from hasp.llm.endpoints import policy_identity
+
+        a = self._args
+        return policy_identity(a["llm"], a["model_dir"], max_tokens=a["max_tokens"], temperature=a["temperature"])
+
     def endpoint(self) -> LLMConfig:
         """The endpoint of the (started) server, for episodes that run in other processes."""
         return self.client().endpoint()
