@@ -26,11 +26,11 @@ def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     work = tmp_path_factory.mktemp("epoch")
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["data"].update(n_questions=10)
+    params["data"].update(n_questions=8)  # 3 train, 1 val, 4 test questions: every phase runs, none for long
     params["agent"].update(max_steps=4, max_tokens=48)
     params["llm"].update(port=free_port_pair())
-    # one failure summary is enough to exercise Phase B's model path; each costs minutes on 2 cores
-    params["evolve"].update(max_candidates=2, proposal_max_tokens=160, min_cluster_size=2,
+    # one failure summary and one proposal exercise Phases B-E's model paths; each costs seconds on 2 cores
+    params["evolve"].update(max_candidates=1, proposal_max_tokens=160, min_cluster_size=2,
                             summarizer_max_failures=1, summarizer_max_tokens=200)
     params["train"].update(max_steps=2, max_length=512, per_device_train_batch_size=2)
     params["tracking"]["experiment"] = "hasp-e2e"
