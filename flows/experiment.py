@@ -42,9 +42,10 @@ from hasp.config import Params, load_params
 from hasp.eval.ceiling import CEILING_KEY
 from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 from hasp.eval.paired import START_LIBRARY, add_grid_gains
+from hasp.eval.journal import evaluation_code_key
 from hasp.eval.summary import hop_counts
 from hasp.evolve.phase_graph import cache_key
-from hasp.fingerprint import content_hash, key_of, module_closure, source_key
+from hasp.fingerprint import content_hash, key_of, module_closure
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from hasp.provenance import PROVENANCE_KEY, provenance
@@ -57,20 +58,10 @@ GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.t
                 "hasp.train.rounds", "hasp.train.hindsight", "hasp.train.presets", "hasp.eval.runner")
 
 
-# What the untrained agent's evaluation executes: editing a recipe does not re-run it.
-EVAL_MODULES = ("hasp.eval.runner", "hasp.eval.datasets", "hasp.agent.variants")
-
-
 def grid_code_version() -> str:
     """The epoch's code key plus the recipes, the sampler and the evaluation runner (not the tracking:
     the grid's MLflow task has its own code key)."""
     return key_of(code_version(), [(f.name, content_hash(f)) for f in module_closure(GRID_MODULES)])
-
-
-def eval_code_version() -> str:
-    """The code key of the untrained evaluation: the runner, the agent and its prompt files only."""
-    prompts = sorted((Path(__file__).resolve().parents[1] / "hasp" / "agent" / "prompts").glob("*.yaml"))
-    return source_key([*module_closure(EVAL_MODULES), *prompts])
 
 
 def model_identity(folder: Path) -> str:
@@ -222,7 +213,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
                     executor=clients.executor, pf_label=pf_label, teacher=clients.teacher)
     if closed:  # the same policy with the library the grid started from: training's share vs the library's
         start_dir = e_dir / "eval" / "start_library"
-        k = key_of(eval_code_version(), data_h, content_hash(library), agent_h, ckpt_id, teacher_id)
+        k = key_of(evaluation_code_key(), data_h, content_hash(library), agent_h, ckpt_id, teacher_id)
         ev_sum = {**ev_sum, **_phase(pipe, f"{name}: evaluate with the starting library", texp.evaluate_arms,
                                      (start_dir / "metrics.json",), k, p, data, library, start_dir,
                                      policy=clients.policy(ckpt), react_label=None, executor=clients.executor,
@@ -300,7 +291,7 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
             _prepare(p, data, pipe)
         data_h = content_hash(data)
         prov = provenance(params=p, data_dir=data, library=lib, model=served_model(p.llm, base))
-        k = key_of(eval_code_version(), data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"),
+        k = key_of(evaluation_code_key(), data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"),
                    base_id, teacher_id)
         untrained = _phase(pipe, "evaluate untrained", texp.evaluate_arms, (out / "eval_untrained" / "metrics.json",),
                            k, p, data, lib, out / "eval_untrained", policy=clients.policy(base),

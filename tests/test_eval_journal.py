@@ -74,7 +74,7 @@ def test_a_killed_cell_resumes_with_the_episodes_it_had_finished(cell):
     assert len(again.asked) == 3 and not asked_first & set(again.asked)  # only what the journal lacked ran
     summary = res.metrics()[ds.name]["react"]
     assert summary["resumed_episodes"] == 3 and summary["n"] == 6
-    assert not journal.exists()  # the cell's files are written; the journal is gone
+    assert not journal.exists()  # the whole evaluation is written; the journal is gone
 
     fresh = _run(params, sets, IdentifiedPolicyDouble(gold, correct), out.parent / "fresh")
     want = fresh.metrics()[ds.name]["react"]
@@ -140,3 +140,32 @@ def test_the_real_policy_identity_names_the_weights_not_the_port(tmp_path):
     assert LazyPolicy(llm, model_dir=folder).identity() != a
     assert LazyPolicy(llm, model_dir=folder, temperature=0.7).identity()["temperature"] == 0.7
     assert not LazyPolicy(llm, model_dir=folder).started
+
+
+def test_a_finished_cell_of_an_interrupted_evaluation_is_not_run_again(cell):
+    """react finishes, pf is killed midway: the next run reads react whole from its journal."""
+    params, sets, gold, correct, out = cell
+    ds = sets[0]
+    n = len(ds.questions)
+    dying = IdentifiedPolicyDouble(gold, correct, die_at=n + 3)  # react answers at once: n calls, then pf's
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(params, sets, ["react", "pf"], policy=dying, library_root=SKILLS, out_dir=out, progress=False)
+    assert (out / ds.name / "react.jsonl").is_file() and (out / ds.name / f"react{SUFFIX}").is_file()
+    again = IdentifiedPolicyDouble(gold, correct)
+    res = run_eval(params, sets, ["react", "pf"], policy=again, library_root=SKILLS, out_dir=out, progress=False)
+    m = res.metrics()[ds.name]
+    assert m["react"]["resumed_episodes"] == n and m["react"]["n"] == n
+    assert not list(out.rglob(f"*{SUFFIX}"))
+
+
+def test_a_journal_written_by_other_evaluation_code_is_set_aside(cell, monkeypatch, caplog):
+    import hasp.eval.runner as runner
+
+    params, sets, gold, correct, out = cell
+    with pytest.raises(KeyboardInterrupt):
+        _run(params, sets, IdentifiedPolicyDouble(gold, correct, die_at=4), out)
+    monkeypatch.setattr(runner, "evaluation_code_key", lambda: "edited code")
+    again = IdentifiedPolicyDouble(gold, correct)
+    res = _run(params, sets, again, out)
+    assert len(again.asked) == 6 and "resumed_episodes" not in res.metrics()[sets[0].name]["react"]
+    assert "a journal of another cell" in caplog.text

@@ -184,7 +184,8 @@ def test_rerun_is_served_from_the_cache(first):
 
 def test_the_untrained_evaluation_is_keyed_on_evaluation_code_only():
     """Editing a recipe re-runs training and the trained evaluation, not the untrained agent's."""
-    from flows.experiment import EVAL_MODULES, GRID_MODULES
+    from flows.experiment import GRID_MODULES
+    from hasp.eval.journal import EVAL_MODULES
     from hasp.fingerprint import module_closure
 
     ev = {f.resolve() for f in module_closure(EVAL_MODULES)}

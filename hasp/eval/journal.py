@@ -4,12 +4,12 @@ Why: a cell of a few hundred questions runs for half an hour on a CPU engine, an
 is written once, when the cell ends (atomically, so a reader never sees half of it). A run killed
 midway (Ctrl-C, a SIGKILL, the end of a scheduled slot) would lose every finished episode. The journal,
 ``<dataset>/<label>.journal.jsonl`` beside the cell's outputs, appends each finished episode; a later run
-of the *same* cell reads it back and runs only the questions it lacks, and the journal is removed once
-the cell's files are written.
+of the *same* cell reads it back and runs only the questions it lacks. Journals stay until the whole
+evaluation has written its metrics, so a finished cell of an interrupted evaluation is not run again.
 
-"The same cell" is a key over everything an episode's outcome depends on (the questions, the arm and
-its agent settings, the library's content, the policy's identity); a journal under another key is set
-aside. A policy that cannot say what it is (no ``identity()``) gets no journal: resuming it could mix
+"The same cell" is a key over everything an episode's outcome depends on (the evaluation code, the
+questions, the arm and its agent settings, the library's content, the policy's identity); a journal
+under another key is set aside. A policy that cannot say what it is (no ``identity()``) gets no journal: resuming it could mix
 two models' episodes in one score. An episode that ended in an error is not journaled, so a resumed
 run tries it again (an endpoint killed with the run is the usual cause). A torn last line (the process
 died while writing it) ends the read there, logged.
@@ -24,11 +24,22 @@ from pathlib import Path
 from typing import Any
 
 from hasp.episode.records import EpisodeRecord
-from hasp.fingerprint import key_of
+from hasp.fingerprint import key_of, module_closure, source_key
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".journal.jsonl"
+
+#: what an evaluation episode executes: the runner, the datasets, the agent variants and all they import
+EVAL_MODULES = ("hasp.eval.runner", "hasp.eval.datasets", "hasp.agent.variants")
+
+
+def evaluation_code_key() -> str:
+    """Code key of an evaluation: the modules above and the agent's prompt files. A journal written by
+    other code is set aside, and the grid's untrained evaluation keys its cache on it (editing a
+    recipe does not re-run the untrained agent)."""
+    prompts = sorted((Path(__file__).resolve().parents[1] / "agent" / "prompts").glob("*.yaml"))
+    return source_key([*module_closure(EVAL_MODULES), *prompts])
 
 
 def identity_of(obj: Any) -> Any:

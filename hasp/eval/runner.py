@@ -39,7 +39,7 @@ from hasp.episode.spec import episode_spec, run_episodes
 from hasp.eval.ceiling import (CEILING_KEY, VIA_REWRITE_KEY, extractor_ceiling, retriever_lookup,
                                vocabulary_rewrite_share)
 from hasp.eval.datasets import EvalDataset
-from hasp.eval.journal import CellJournal, cell_key, identity_of, journal_path
+from hasp.eval.journal import CellJournal, cell_key, evaluation_code_key, identity_of, journal_path
 from hasp.eval.summary import by_hops, by_template, grading_weaker, hop_counts, summarize_cell, template_groups
 from hasp.provenance import PROVENANCE_KEY
 
@@ -161,6 +161,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     cells: list[CellResult] = []
     own_libs: dict[Path, Any] = {}  # arms with a library of their own
     ceilings: dict[tuple[str, ...], dict[str, Any]] = {}  # (dataset, *question ids) -> the extractor ceiling
+    code_key = evaluation_code_key()  # a cell's journal is resumed only by the code that wrote it
 
     def lib_of(arm: Arm) -> Any:
         if arm.library is None:
@@ -176,7 +177,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
                 try:
                     cell = _run_cell(params, ds, arm, policy=arm.policy or policy, lib=lib_of(arm),
                                      teacher=teacher, judge=judge, snippets=snippets, out_dir=out_dir,
-                                     progress=progress, executor=executor)
+                                     progress=progress, executor=executor, code_key=code_key)
                 except Exception as exc:
                     _write_so_far(cells, out_dir, failed=(ds.name, arm.label, f"{type(exc).__name__}: {exc}"),
                                   provenance=provenance)
@@ -204,6 +205,8 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
             if one is not None:
                 one.close()
     write_json(_with_provenance(result.metrics(), provenance), out_dir / "metrics.json")
+    for c in cells:  # every cell's files and the metrics are written: nothing left to resume
+        journal_path(out_dir, c.dataset, c.variant).unlink(missing_ok=True)
     return result
 
 
@@ -248,12 +251,13 @@ def _domain_of(datasets: Sequence[EvalDataset]) -> str:
 
 
 def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib: Any, teacher: Any, judge: bool,
-              snippets: bool, out_dir: Path, progress: bool, executor: EpisodeExecutor | None) -> CellResult:
+              snippets: bool, out_dir: Path, progress: bool, executor: EpisodeExecutor | None,
+              code_key: str) -> CellResult:
     t0 = time.perf_counter()
     desc = f"{ds.name}:{arm.label}"
     spec = episode_spec(params, domain_named(ds.domain, dataset=ds.shipped()), arm.variant, label=arm.label,
                         library=lib.root if lib is not None else None, snippets=snippets, judge=judge)
-    key = cell_key(ds.name, repr(list(ds.questions)), arm.label, repr(arm.variant), repr(spec.agent),
+    key = cell_key(code_key, ds.name, repr(list(ds.questions)), arm.label, repr(arm.variant), repr(spec.agent),
                    params.section_hash("agent", "harness", "sandbox", "eval"), snippets, judge,
                    lib.content_hash() if lib is not None else "", identity_of(policy),
                    identity_of(teacher) if teacher is not None else "")
@@ -278,7 +282,7 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
     write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why
     write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{arm.label}.episodes.jsonl")
     if journal is not None:
-        journal.close(remove=True)
+        journal.close(remove=False)  # removed when the whole evaluation is written (run_eval)
     _raise_if_all_failed(records, ds.name, arm.label)
     summary = summarize_cell(records, wall)
     if done:
