@@ -37,10 +37,11 @@ PARAMS_135M = 134.5e6
 
 
 class PeakRSS:
-    """Samples the resident memory of the processes whose command line holds ``marker``; keeps the peak."""
+    """Samples the resident memory of the server processes whose command line holds ``marker`` and listens
+    on ``port`` (another run's server on the machine is not this bench's); keeps the peak."""
 
-    def __init__(self, marker: str) -> None:
-        self.marker, self.peak_kb, self._stop = marker, 0, threading.Event()
+    def __init__(self, marker: str, port: int) -> None:
+        self.marker, self.port, self.peak_kb, self._stop = marker, f"--port {port} ", 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> PeakRSS:
@@ -61,9 +62,10 @@ class PeakRSS:
             if not proc.name.isdigit():
                 continue
             try:
-                if self.marker not in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if self.marker not in cmd or self.port not in cmd:
                     continue
-                if "hasp.llm.guard" in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                if "hasp.llm.guard" in cmd:
                     continue  # the guard holds the marker in its arguments too
                 status = (proc / "status").read_text()
             except OSError:
@@ -86,7 +88,7 @@ def run_episodes(p: Params, data: Path, library: Path, n: int, concurrency: int)
     spec = episode_spec(p.model_copy(update={"llm": p.llm.model_copy(update={"max_concurrency": concurrency})}),
                         domain, "pf")
     try:
-        with PeakRSS(SERVER_MARKERS[p.llm.backend]) as rss, policy_client(
+        with PeakRSS(SERVER_MARKERS[p.llm.backend], p.llm.port) as rss, policy_client(
                 p.llm.model_copy(update={"reply_cache": False}), max_tokens=p.agent.max_tokens) as policy:
             before = server_counters(policy.config.base_url) if p.llm.backend == "llamacpp" else {}
             t0 = time.perf_counter()
