@@ -83,12 +83,37 @@ def blocked_markdown(grid_dir: Path, grid: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def partial_grid(grid_dir: Path) -> dict | None:
+    """A grid still running (or stopped): what its finished tasks wrote, the untrained agent's
+    evaluation and each preset whose ``experiment.json`` exists; None when the untrained evaluation has
+    not finished either. Marked ``partial`` with the presets it has."""
+    try:
+        metrics = json.loads((grid_dir / "eval_untrained" / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    untrained = metrics.get("generated") or {}
+    experiments = {}
+    for f in sorted(grid_dir.glob("*/experiment.json")):
+        try:
+            experiments[f.parent.name] = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            print(f"warning: {f}: {e}; left out", file=sys.stderr)
+    return {"presets": list(experiments), "base_model": None, "untrained": untrained, "experiments": experiments,
+            "partial": True}
+
+
 def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
                 archive: Path | None = None) -> dict | None:
     """One grid folder's section (and its archive under ``archive``); returns the grid (None after
-    one error line)."""
+    one error line). A folder without ``grid.json`` (the grid has not finished) is reported from what
+    its finished tasks wrote, and says so."""
     try:
         grid = json.loads((grid_dir / "grid.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        grid = partial_grid(grid_dir)
+        if grid is None:
+            print(f"error: {grid_dir}: no grid.json and no finished untrained evaluation", file=sys.stderr)
+            return None
     except (OSError, ValueError) as e:
         print(f"error: {grid_dir / 'grid.json'}: {e}", file=sys.stderr)
         return None
@@ -99,6 +124,9 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     report.line("")
     report.line(f"- ran: `{ran}`")
     report.line(f"- outputs: {grid_dir}; base model {grid.get('base_model')}")
+    if grid.get("partial"):
+        report.line(f"- partial: the grid had not finished; presets evaluated so far: "
+                    f"{', '.join(grid['presets']) or 'none'} (the untrained agent's evaluation is complete)")
     report.line("")
     report.line(table_markdown(comparison_rows(grid)))
     report.line("The oracle row is the vocabulary answer extractor (the source a declared PF's FINAL rewrite "

@@ -111,3 +111,24 @@ def test_the_archive_is_small_and_reports_like_the_run_folder(tmp_path: Path, mo
     text = "\n".join(outs[1])
     assert "| E2_cpu | trained_pf | 1/3 | insufficient_exploration 1 |" in text
     assert "| E2_cpu | trained_pf - untrained_pf | +0.333" in text
+
+
+def test_a_grid_that_has_not_finished_is_reported_from_its_finished_tasks(tmp_path: Path, monkeypatch) -> None:
+    """No grid.json yet: the untrained evaluation's metrics and each finished preset's experiment.json
+    make the section, which says it is partial; without the untrained evaluation there is nothing."""
+    g = _grid(tmp_path)
+    (g / "grid.json").unlink()
+    (g / "eval_untrained" / "metrics.json").write_text(json.dumps(
+        {"generated": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}}, "provenance": {}}))
+    (g / "E2_cpu" / "experiment.json").write_text(json.dumps(
+        {"name": "E2_cpu", "eval": {"trained_pf": {"n": 3, "em": 1 / 3, "f1": 1 / 3}}, "wall_s": 9.0}))
+    bench = _bench_report(monkeypatch)
+    bench._hops = lambda grid_dir, data_dir: {"blocked": 1, "wrong": 1, "kept": 1}
+    report = bench.Report("test")
+    grid = bench.report_grid(report, g, "ran", None)
+    assert grid is not None and grid["partial"] and grid["presets"] == ["E2_cpu"]
+    text = "\n".join(report.lines)
+    assert "- partial: the grid had not finished; presets evaluated so far: E2_cpu" in text
+    assert "| E2_cpu | trained_pf - untrained_pf | +0.333" in text
+    (g / "eval_untrained" / "metrics.json").unlink()
+    assert bench.report_grid(bench.Report("test"), g, "ran", None) is None
