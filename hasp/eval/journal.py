@@ -100,10 +100,8 @@ class CellJournal:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def close(self, *, remove: bool) -> None:
+    def close(self) -> None:
         self._f.close()
-        if remove:
-            self.path.unlink(missing_ok=True)
 
 
 def journal_path(out_dir: Path, dataset: str, label: str) -> Path:

@@ -271,18 +271,15 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
         ran = run_episodes(spec, [ds.questions[i] for i in todo], policy=policy, teacher=teacher, library=lib,
                            opened=ds.retriever, executor=executor, desc=desc, progress=progress,
                            on_record=(lambda j, r: journal.append(todo[j], r)) if journal is not None else None)
-    except BaseException:
+    finally:
         if journal is not None:
-            journal.close(remove=False)  # what finished stays for the next run of this cell
-        raise
+            journal.close()  # the file stays: run_eval removes it once the whole evaluation is written
     by_item = {**done, **dict(zip(todo, ran))}
     records = [by_item[i] for i in range(len(ds.questions))]
     wall = time.perf_counter() - t0  # this run's time: episodes read from the journal are counted apart
     path = out_dir / ds.name / f"{arm.label}.jsonl"
     write_trajectories([r.traj for r in records], path)  # kept even when the cell failed: it shows why
     write_jsonl((r.extras() for r in records), out_dir / ds.name / f"{arm.label}.episodes.jsonl")
-    if journal is not None:
-        journal.close(remove=False)  # removed when the whole evaluation is written (run_eval)
     _raise_if_all_failed(records, ds.name, arm.label)
     summary = summarize_cell(records, wall)
     if done:

@@ -157,14 +157,14 @@ class LLMClient:
         self._refused: set[str] = set()  # constraints this endpoint refused: not sent again
         self._warned: set[str] = set()   # constraint kinds whose fallback was logged as a warning
         self._replies: OrderedDict[str, tuple[str, int, int]] = OrderedDict()  # greedy request -> its reply
-        #: what this client's replies depend on, when whoever built it knows (``policy_client`` does); an
-        #: endpoint URL and a model name alone do not pin the weights behind them
-        self.served: dict[str, Any] | None = None
+        #: computes what this client's replies depend on, when whoever built it knows (``policy_client``
+        #: does); an endpoint URL and a model name alone do not pin the weights behind them
+        self.served: Callable[[], dict[str, Any]] | None = None
 
     def identity(self) -> dict[str, Any] | None:
         """The weights and decoding defaults behind this client (None when unknown): an evaluation's
-        journal resumes only a cell whose policy says the same."""
-        return None if self.served is None else {**self.served, "extra_body": self.config.extra_body}
+        journal resumes only a cell whose policy says the same. Computed when asked (it hashes weights)."""
+        return None if self.served is None else {**self.served(), "extra_body": self.config.extra_body}
 
     @property
     def usage(self) -> Usage:

@@ -12,6 +12,7 @@ by name (GPU; ``hasp.llm.vllm_server``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -40,7 +41,8 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     With ``llm.backend: vllm``, ``model_dir`` is served by vLLM as base + LoRA adapter (a training
     ``merged`` folder is served as the ``adapter`` beside it); with ``base_url`` set too, the checkpoint
     is loaded into that running vLLM server instead of a new one."""
-    served = policy_identity(llm, model_dir, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
+    served = functools.partial(policy_identity, llm, model_dir, max_tokens=max_tokens, temperature=temperature,
+                               top_p=top_p)  # hashed only if something asks (an evaluation's journal)
     if llm.backend == "vllm" and (model_dir is not None or not llm.base_url):
         with _vllm_client(llm, model_dir, port, max_tokens, temperature, top_p) as client:
             client.served = served
