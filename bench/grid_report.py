@@ -123,7 +123,8 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     report.line(f"### {grid_dir.name}")
     report.line("")
     report.line(f"- ran: `{ran}`")
-    report.line(f"- outputs: {grid_dir}; base model {grid.get('base_model')}")
+    base = grid.get("base_model")  # a partial grid has not written it yet
+    report.line(f"- outputs: {grid_dir}" + (f"; base model {base}" if base else ""))
     if grid.get("partial"):
         report.line(f"- partial: the grid had not finished; presets evaluated so far: "
                     f"{', '.join(grid['presets']) or 'none'} (the untrained agent's evaluation is complete)")

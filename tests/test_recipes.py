@@ -16,6 +16,7 @@ from hasp.train.opd import opd_rows, train_opd
 from hasp.train.presets import PresetError, apply_preset, get_preset, load_presets
 from hasp.train.rounds import RecipeError
 from hasp.train.rs import composite, kept_rows, round_rows, select, step_economy, train_rs
+from hasp.train.sage import SAGE_KEY
 
 MAX_STEPS = 5
 
@@ -41,7 +42,8 @@ def traj(qid: str, *, em: float = 0.0, f1: float = 0.0, terminated: str = "final
                           prompt_messages=[dict(m) for m in msgs])
         steps.append(step)
         msgs = msgs + step.to_messages(p)
-    harness = HarnessRecord(postprocess={"skill_integrated_reward": reward} if reward is not None else {})
+    harness = HarnessRecord(postprocess={SAGE_KEY: {"chain": "c", "position": 0, "outcome": em, "reward": reward}}
+                            if reward is not None else {})
     return Trajectory(qid=qid, question=f"Where is {qid}?", answers=[answer], variant="pf", steps=steps, em=em,
                       f1=f1, terminated=terminated, harness=harness)
 

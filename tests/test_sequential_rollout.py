@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from doubles import ScriptedPolicyDouble
 
 from hasp.evolve.sequential import build_chains, sequential_rollout, template_key
-from hasp.train.sage import skill_integrated_rewards
+from hasp.train.sage import SAGE_KEY, skill_integrated_rewards
 from hasp.pf.library import load_library
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory
 
@@ -101,7 +101,8 @@ def test_a_repair_admitted_after_a_failed_task_serves_the_next_task_of_its_chain
     assert s["skills_created"] == 1 and s["skills_reused_later"] == 1 and s["tasks_using_earlier_skills"] == 2
     assert [t.reward for t in result.tasks[:3]] == [1.0, 2.0, 2.0]
     assert s["em_sequential"]["k"] == 2 and s["em_plain"]["k"] == 0 and s["em_difference"]["n"] == 5
-    assert trajs[1].harness.postprocess["skill_integrated_reward"] == 2.0
+    rec = trajs[1].harness.postprocess[SAGE_KEY]  # the record the SAGE recipe and RS both read
+    assert (rec["reward"], rec["position"], rec["used"], rec["outcome"]) == (2.0, 1, [0], 1.0)
     assert [(t.steps, t.completion_tokens, t.plain_steps, t.plain_completion_tokens) for t in result.tasks] == [
         (3, 90, 3, 90), (3, 40, 3, 90), (3, 40, 3, 90), (3, 90, 3, 90), (3, 90, 3, 90)]
     seq, plain, diff = s["sequential"], s["plain"], s["sequential_minus_plain"]

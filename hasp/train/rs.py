@@ -28,8 +28,9 @@ from hasp.records import Trajectory
 from hasp.train.data import Scored, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
 from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
+from hasp.train.sage import chain_reward
 
-SKILL_REWARD_KEY = "skill_integrated_reward"
+SKILL_REWARD_KEY = "skill_integrated_reward"  # the score source a chain's reward ranks under
 
 
 @dataclass
@@ -71,9 +72,9 @@ def rs_score(item: Scored, cfg: RSParams) -> tuple[float, str, float, float]:
     traj = item.traj
     success = 1.0 if item.success else 0.0
     a = item.score.A
-    post = traj.harness.postprocess if traj.harness is not None else {}
-    if cfg.skill_reward and isinstance(post.get(SKILL_REWARD_KEY), (int, float)):
-        return float(post[SKILL_REWARD_KEY]), SKILL_REWARD_KEY, success, a
+    chained = chain_reward(traj) if cfg.skill_reward else None
+    if chained is not None:
+        return chained, SKILL_REWARD_KEY, success, a
     return cfg.beta_success * success + cfg.beta_pf * a, "score", success, a
 
 

@@ -34,7 +34,10 @@ from hasp.records import Trajectory
 from hasp.train.grpo import group_advantages, turn_rows
 from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
 
-SAGE_KEY = "sage"  # where a chain task's record sits in ``harness.postprocess``
+#: where a chain task's record sits in ``harness.postprocess``: a dict with at least ``chain``,
+#: ``position``, ``outcome`` and ``reward`` (the skill-integrated reward), written by every chain runner
+#: (the SAGE sampler and ``hasp evolve sage``) and read by SAGE's rows and rejection sampling's ranking
+SAGE_KEY = "sage"
 
 
 def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[Collection[int]], *, bonus: str = "seed",
@@ -51,6 +54,13 @@ def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[Collectio
         made = 1.0 if carried and (ok[k] or bonus == "repair") else 0.0
         out.append(float(r) + made + (1.0 if ok[k] and used[k] else 0.0))
     return out
+
+
+def chain_reward(t: Trajectory) -> float | None:
+    """The skill-integrated reward a chain runner recorded for ``t``; None for an episode outside a chain."""
+    rec = t.harness.postprocess.get(SAGE_KEY) if t.harness is not None else None
+    r = rec.get("reward") if isinstance(rec, dict) else None
+    return float(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else None
 
 
 def chain_record(t: Trajectory) -> dict[str, Any]:
