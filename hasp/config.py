@@ -795,7 +795,38 @@ def load_params(path: Path | str | None = None, overrides: dict[str, Any] | None
     try:
         return Params.model_validate(raw)
     except ValidationError as e:
-        msgs = "; ".join(": ".join(x for x in (".".join(map(str, er["loc"])),
+        def line(loc: tuple[Any, ...]) -> str:
+            dotted = ".".join(map(str, loc))
+            if path is None or any(dotted == k or dotted.startswith(f"{k}.") for k in overrides or {}):
+                return ""  # the value came from an override, not from the file
+            n = _yaml_line(Path(path), loc)
+            return f"line {n}" if n else ""
+
+        msgs = "; ".join(": ".join(x for x in (line(er["loc"]), ".".join(map(str, er["loc"])),
                                              er["msg"].removeprefix("Value error, ")) if x)
                          for er in e.errors())
         raise ParamsError(f"{where}: {msgs}") from None
+
+
+def _yaml_line(path: Path, loc: tuple[Any, ...]) -> int | None:
+    """The line of ``path`` that sets the deepest key of ``loc`` it holds (1-based); None when the file
+    cannot be read again or sets none of it. Only asked when a value was refused, so the file is composed
+    a second time then and not on every load."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    found = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            hit = next((kv for kv in node.value if isinstance(kv[0], yaml.ScalarNode) and kv[0].value == str(part)),
+                       None)
+            if hit is None:
+                break
+            found, node = hit[0].start_mark.line + 1, hit[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            found = node.start_mark.line + 1
+        else:
+            break
+    return found

@@ -51,6 +51,19 @@ def test_reward_floor_and_seed_bounds_are_inclusive(key, value):
     load_params(ROOT / "params.yaml", {key: value})
 
 
+def test_a_refused_value_in_the_file_names_its_line(tmp_path):
+    (tmp_path / "p.yaml").write_text("# knobs\nagent:\n  top_k: 3\n  max_steps: five\nllm:\n  backend: llamacp\n")
+    with pytest.raises(ParamsError) as e:
+        load_params(tmp_path / "p.yaml")
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'p.yaml'}: ") and "\n" not in msg
+    assert "line 4: agent.max_steps: Input should be a valid integer" in msg
+    assert "line 6: llm.backend: Input should be 'llamacpp'" in msg
+    with pytest.raises(ParamsError) as e:  # an override is not in the file: no line
+        load_params(tmp_path / "p.yaml", {"agent.max_steps": "six", "llm.backend": "vllm"})
+    assert "agent.max_steps: Input should be" in str(e.value) and "line" not in str(e.value)
+
+
 def test_an_empty_params_file_means_the_schema_defaults(tmp_path):
     (tmp_path / "p.yaml").write_text("")
     assert load_params(tmp_path / "p.yaml") == Params() == load_params(None)
