@@ -142,6 +142,20 @@ def test_the_real_policy_identity_names_the_weights_not_the_port(tmp_path):
     assert not LazyPolicy(llm, model_dir=folder).started
 
 
+def test_a_teacher_endpoint_is_known_by_its_name():
+    """A teacher is a remote endpoint: its identity is the model's name there (as a remote policy's is),
+    so an evaluation with a teacher journals its cells; another model or URL is another teacher."""
+    from hasp.config import EndpointParams, LLMParams
+    from hasp.llm.endpoints import teacher_client
+
+    llm = LLMParams()
+    a = teacher_client(EndpointParams(base_url="http://127.0.0.1:9/v1", model="judge-a"), llm)
+    b = teacher_client(EndpointParams(base_url="http://127.0.0.1:9/v1", model="judge-b"), llm)
+    assert a.identity()["weights"] == "judge-a at http://127.0.0.1:9/v1"
+    assert a.identity() != b.identity()
+    assert teacher_client(EndpointParams(), llm) is None
+
+
 def test_a_finished_cell_of_an_interrupted_evaluation_is_not_run_again(cell):
     """react finishes, pf is killed midway: the next run reads react whole from its journal."""
     params, sets, gold, correct, out = cell

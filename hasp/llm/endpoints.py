@@ -183,7 +183,11 @@ def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | None:
     """A client for the teacher, or None (PFs and review then use their deterministic paths)."""
     if not teacher.base_url:
         return None
-    return LLMClient(LLMConfig(base_url=teacher.base_url, model=str(teacher.model),
-                               api_key_env=teacher.api_key_env, timeout_s=llm.timeout_s,
-                               max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
-                               max_reply_chars=llm.max_reply_chars, reply_cache=llm.reply_cache))
+    client = LLMClient(LLMConfig(base_url=teacher.base_url, model=str(teacher.model),
+                                 api_key_env=teacher.api_key_env, timeout_s=llm.timeout_s,
+                                 max_retries=llm.max_retries, max_concurrency=llm.max_concurrency,
+                                 max_reply_chars=llm.max_reply_chars, reply_cache=llm.reply_cache))
+    # a remote endpoint is only its name, as a remote policy is (policy_identity): an evaluation with a
+    # teacher then journals its cells, which matters most when every teacher call is paid for
+    client.served = lambda: {"weights": f"{teacher.model} at {teacher.base_url}"}
+    return client
