@@ -138,7 +138,7 @@ def policy_gradient_pool(pool: list[Any], recipe: str, questions: list[Any]) -> 
     from copy import deepcopy
 
     from hasp.evolve.training_inputs import training_chains
-    from hasp.train.sage import SAGE_KEY, skill_integrated_rewards
+    from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
 
     by_q: dict[str, list[Any]] = {}
     for t in deepcopy(pool):

@@ -198,12 +198,12 @@ def test_a_bad_objective_is_one_params_error_line(tmp_path, capsys):
     assert params["train"]["objective"] == "A" and TrainParams().objective == "A"
     f = tmp_path / "p.yaml"
     f.write_text("train:\n  objective: C\n")
-    with pytest.raises(ParamsError, match=r"^.*p.yaml: train.objective: Input should be 'A', 'B' or 'AB'$"):
+    with pytest.raises(ParamsError, match=r"^.*p.yaml: line 2: train.objective: Input should be 'A', 'B' or 'AB'$"):
         load_params(f)
     f.write_text("train:\n  objective: B\n  recipe: rs\n")
     with pytest.raises(ParamsError) as e:
         load_params(f)
-    assert str(e.value) == f"{f}: train.objective: B needs train.recipe sft or dpo (recipe rs samples its own rows)"
+    assert str(e.value) == f"{f}: line 2: train.objective: B needs train.recipe sft or dpo (recipe rs samples its own rows)"
     with pytest.raises(PresetError, match=r"^train.preset E3_cpu: train.objective: AB needs train.recipe sft or dpo"):
         apply_preset(TrainParams(objective="AB", preset="E3_cpu"))
     from hasp.cli import main

@@ -21,7 +21,7 @@ from hasp.atomic import read_json, read_jsonl  # noqa: E402
 from hasp.config import TrainParams  # noqa: E402
 from hasp.episode.spec import unseeded  # noqa: E402
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory  # noqa: E402
-from hasp.train import grpo, sage  # noqa: E402
+from hasp.train import chain_rewards, grpo, sage  # noqa: E402
 from hasp.train.losses import WEIGHT_COLUMN, PolicyGradientTrainer  # noqa: E402
 from hasp.train.rounds import policy_gradient_step, round_questions  # noqa: E402
 from hasp.train.sft import SFTRecipe, prepare_rows  # noqa: E402
@@ -45,7 +45,7 @@ def _episode(qid: str, em: float, *, reply: str = "Thought: look.\nAction: FINAL
              StepRecord(index=1, raw_output=reply, audit=None, prompt_messages=hist)]
     h = HarnessRecord()
     if sage_rec is not None:
-        h.postprocess[sage.SAGE_KEY] = sage_rec
+        h.postprocess[chain_rewards.SAGE_KEY] = sage_rec
     return Trajectory(qid=qid, question="", answers=["Paris"], variant="pf", steps=steps, em=em,
                       terminated=terminated, harness=h)
 
@@ -214,14 +214,14 @@ def test_kl_penalty_is_zero_at_the_reference_and_logged(tiny_model_dir: Path, tm
 ])
 def test_skill_integrated_reward_every_case(r1, r2, used, seed_rule, repair_rule) -> None:  # noqa: ANN001
     uses = [(), (0,) if used else ()]  # task 2 fired task 1's skill, or not
-    assert tuple(sage.skill_integrated_rewards([r1, r2], uses, bonus="seed")) == seed_rule
-    assert tuple(sage.skill_integrated_rewards([r1, r2], uses, bonus="repair")) == repair_rule
+    assert tuple(chain_rewards.skill_integrated_rewards([r1, r2], uses, bonus="seed")) == seed_rule
+    assert tuple(chain_rewards.skill_integrated_rewards([r1, r2], uses, bonus="repair")) == repair_rule
 
 
 def test_skill_integrated_reward_with_a_graded_outcome() -> None:
     # the outcome term may be a composite; success is what the bonus asks for
-    assert sage.skill_integrated_rewards([0.9, 0.95], [(), (0,)], solved=[True, True]) == [1.9, 1.95]
-    assert sage.skill_integrated_rewards([0.9, 0.95], [(), (0,)]) == [0.9, 0.95]
+    assert chain_rewards.skill_integrated_rewards([0.9, 0.95], [(), (0,)], solved=[True, True]) == [1.9, 1.95]
+    assert chain_rewards.skill_integrated_rewards([0.9, 0.95], [(), (0,)]) == [0.9, 0.95]
 
 
 def _chain_rec(chain: str, pos: int, em: float, reward: float, *, proposal: bool = False) -> dict:

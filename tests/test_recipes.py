@@ -16,7 +16,7 @@ from hasp.train.opd import opd_rows, train_opd
 from hasp.train.presets import PresetError, apply_preset, get_preset, load_presets
 from hasp.train.rounds import RecipeError
 from hasp.train.rs import composite, kept_rows, round_rows, select, step_economy, train_rs
-from hasp.train.sage import SAGE_KEY
+from hasp.train.chain_rewards import SAGE_KEY
 
 MAX_STEPS = 5
 
@@ -283,7 +283,7 @@ def test_unknown_preset_and_unknown_knobs_are_one_line_errors_naming_the_key(tmp
         apply_preset(TrainParams(preset="E7"))
     assert "\n" not in str(e.value)
     (tmp_path / "p.yaml").write_text("train:\n  recipe: rs\n  rs:\n    min_scor: 0.2\n")
-    with pytest.raises(ParamsError, match=r"p.yaml: train.rs.min_scor: neither a knob of recipe rs nor a train knob"):
+    with pytest.raises(ParamsError, match=r"p.yaml: line 4: train.rs.min_scor: neither a knob of recipe rs nor a train knob"):
         load_params(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text("train:\n  recipe: ppo\n")
     with pytest.raises(ParamsError, match=r"train.recipe: Input should be 'sft', 'rs', 'opd', 'dpo', 'grpo' or 'sage'"):
@@ -340,13 +340,13 @@ def test_a_recipe_block_overrides_the_shared_trainer_knobs_it_reads_and_nothing_
     assert t.trainer("rs").num_train_epochs == 4 and t.trainer("dpo").max_steps == 7 and t.trainer("rs").max_steps == 10
     assert TrainParams.model_validate(t.model_dump(mode="json")) == t  # `hasp params` writes what loads back
     (tmp_path / "p.yaml").write_text("train:\n  dpo:\n    weighting: none\n")
-    with pytest.raises(ParamsError, match=r"p.yaml: train.dpo.weighting: the dpo trainer does not read this train knob"):
+    with pytest.raises(ParamsError, match=r"p.yaml: line 3: train.dpo.weighting: the dpo trainer does not read this train knob"):
         load_params(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text("train:\n  opd:\n    learning_rat: 0.1\n")
-    with pytest.raises(ParamsError, match=r"p.yaml: train.opd.learning_rat: neither a knob of recipe opd nor a train knob"):
+    with pytest.raises(ParamsError, match=r"p.yaml: line 3: train.opd.learning_rat: neither a knob of recipe opd nor a train knob"):
         load_params(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text("train:\n  rs:\n    learning_rate: -1\n")
-    with pytest.raises(ParamsError, match=r"p.yaml: train.rs.learning_rate: Input should be greater than 0"):
+    with pytest.raises(ParamsError, match=r"p.yaml: line 3: train.rs.learning_rate: Input should be greater than 0"):
         load_params(tmp_path / "p.yaml")
     over = apply_preset(TrainParams(preset="E2_cpu", overrides={"rs": {"max_steps": 2}}))
     assert over.trainer().max_steps == 2 and over.trainer().learning_rate == 1e-4

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from doubles import ScriptedPolicyDouble
 
 from hasp.evolve.sequential import build_chains, sequential_rollout, template_key
-from hasp.train.sage import SAGE_KEY, skill_integrated_rewards
+from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
 from hasp.pf.library import load_library
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory
 

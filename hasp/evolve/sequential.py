@@ -13,7 +13,7 @@ Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
 ``used(i, k)``: a PF admitted after task k fired in task i. The second term rewards generating a
 skill a later task succeeds with, the third using earlier skills to succeed. SAGE also asks
 ``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not: the
-``repair`` rule of ``hasp.train.sage.skill_integrated_rewards``, the one definition the SAGE recipe
+``repair`` rule of ``hasp.train.chain_rewards.skill_integrated_rewards``, the one definition the SAGE recipe
 uses as well.
 The reward is written per trajectory, for rejection sampling to rank by. The summary scores both
 arms, sequential and plain (base library, same chains), with SAGE's chain metrics
@@ -35,7 +35,7 @@ from hasp.eval.chain_metrics import ChainRecord, chain_differences, chain_metric
 from hasp.pf.folder_files import copy_folder
 from hasp.records import Trajectory
 from hasp.stats import paired_difference, rate
-from hasp.train.sage import SAGE_KEY, skill_integrated_rewards
+from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
 
 _NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
 _NUMBER = re.compile(r"\b\d+\b")

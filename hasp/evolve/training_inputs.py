@@ -23,7 +23,7 @@ from hasp.records import Trajectory
 from hasp.train.grpo import episode_reward
 from hasp.train.rounds import RecipeError
 from hasp.train.run import teacher_fn
-from hasp.train.sage import SAGE_KEY, skill_integrated_rewards
+from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
 from hasp.train.sampler import PFRolloutSampler, PolicyFor, sample_spec, served_policy, training_questions
 
 SAMPLING_RECIPES = ("rs", "opd", "grpo", "sage")
