@@ -132,7 +132,10 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     report.line(table_markdown(comparison_rows(grid)))
     report.line("The oracle row is the vocabulary answer extractor (the source a declared PF's FINAL rewrite "
                 "answers with) after reading each question's gold support documents: a ceiling for the answers "
-                "such rewrites can write.")
+                "such rewrites can write. `wall s` is the time of a preset's training phases and of its evaluation "
+                "(the ReAct and PF cells; for a closed loop the longer of its two evaluations), from the run that "
+                "did the work (kept with the cached summaries); evolution epochs and rollout pools are not in it "
+                "(the progress log prints their times).")
     report.line("")
     report.line("Paired gains on the same test questions (trained arm − untrained arm; for a closed loop also "
                 "the evolved library − the starting library, both under the trained policy):")
