@@ -11,9 +11,10 @@ evaluation has written its metrics, so a finished cell of an interrupted evaluat
 questions, the arm and its agent settings, the library's content, the policy's identity); a journal
 under another key is set aside. A policy or teacher that cannot say what it is (no ``identity()``) gets
 no journal: resuming it could mix two models' episodes in one score. A remote endpoint says only its
-model's name and URL: its owner is trusted not to swap the weights behind them mid-evaluation. An episode that ended in an error is not journaled, so a resumed
-run tries it again (an endpoint killed with the run is the usual cause). A torn last line (the process
-died while writing it) ends the read there, logged.
+model's name and URL: its owner is trusted not to swap the weights behind them mid-evaluation. An
+episode that ended in an error is not journaled, so a resumed run tries it again (an endpoint killed
+with the run is the usual cause). A torn last line (the process died while writing it) ends the read
+there, logged.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
 ``used(i, k)``: a PF admitted after task k fired in task i. The second term rewards generating a
 skill a later task succeeds with, the third using earlier skills to succeed. SAGE also asks
 ``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not: the
-``repair`` rule of ``hasp.train.chain_rewards.skill_integrated_rewards``, the one definition the SAGE recipe
-uses as well.
-The reward is written per trajectory, for rejection sampling to rank by. The summary scores both
+``repair`` rule of ``hasp.train.chain_rewards.skill_integrated_rewards``, the one definition the SAGE
+recipe uses as well.
+The reward is written per trajectory in the chain record the SAGE recipe reads too
+(``hasp.train.chain_rewards.SAGE_KEY``), for rejection sampling to rank by. The summary scores both
 arms, sequential and plain (base library, same chains), with SAGE's chain metrics
 (``hasp.eval.chain_metrics``: TGC, SGC, skill use, steps and generated tokens per task).
 """
