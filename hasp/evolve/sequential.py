@@ -36,7 +36,7 @@ from hasp.eval.chain_metrics import ChainRecord, chain_differences, chain_metric
 from hasp.pf.folder_files import copy_folder
 from hasp.records import Trajectory
 from hasp.stats import paired_difference, rate
-from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
+from hasp.train.chain_rewards import SAGE_KEY, chain_task_record, skill_integrated_rewards
 
 _NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
 _NUMBER = re.compile(r"\b\d+\b")
@@ -192,9 +192,8 @@ def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, w
         for t, r, traj in zip(row, rewards, chain_trajs):
             t.reward = r
             if traj.harness is not None:
-                traj.harness.postprocess[SAGE_KEY] = {
-                    "chain": str(c), "position": t.position, "outcome": t.em, "reward": r, "created": t.created,
-                    "used": t.used_from, "used_earlier_skill": bool(t.used_from)}
+                traj.harness.postprocess[SAGE_KEY] = chain_task_record(str(c), t.position, t.em, r, created=t.created,
+                                                                       used=t.used_from)
         tasks += row
         trajs += chain_trajs
     return SequentialResult(tasks=tasks, refusals=refusals), trajs

@@ -23,7 +23,7 @@ from hasp.records import Trajectory
 from hasp.train.grpo import episode_reward
 from hasp.train.rounds import RecipeError
 from hasp.train.run import teacher_fn
-from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
+from hasp.train.chain_rewards import SAGE_KEY, chain_task_record, skill_integrated_rewards
 from hasp.train.sampler import PFRolloutSampler, PolicyFor, sample_spec, served_policy, training_questions
 
 SAMPLING_RECIPES = ("rs", "opd", "grpo", "sage")
@@ -80,10 +80,9 @@ class SageSampler:
         r1, r2 = (episode_reward(t, self.cfg, self.train) for t in (t1, t2))
         R1, R2 = skill_integrated_rewards([r1, r2], [(), (0,) if used else ()], bonus=self.cfg.bonus,
                                           solved=[t1.em >= 1, t2.em >= 1])
-        common = {"chain": chain.id, "created": made.admitted, "refusals": made.refusals}
         for pos, t, reward in ((0, t1, R1), (1, t2, R2)):
-            rec = {**common, "position": pos, "outcome": float(t.em), "reward": reward,
-                   "used_earlier_skill": bool(used) if pos == 1 else False, "used": used if pos == 1 else []}
+            rec = chain_task_record(chain.id, pos, t.em, reward, created=made.admitted, used=used if pos == 1 else (),
+                                    refusals=made.refusals)
             if pos == 0 and made.reply:
                 rec["proposal"] = {"messages": made.prompt_messages, "reply": made.reply}
             if t.harness is not None:

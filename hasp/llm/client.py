@@ -158,7 +158,7 @@ class LLMClient:
         self._warned: set[str] = set()   # constraint kinds whose fallback was logged as a warning
         self._replies: OrderedDict[str, tuple[str, int, int]] = OrderedDict()  # greedy request -> its reply
         #: computes what this client's replies depend on, when whoever built it knows (``policy_client``
-        #: does); an endpoint URL and a model name alone do not pin the weights behind them
+        #: and ``teacher_client`` do); a client built by hand says nothing, so nothing resumes its episodes
         self.served: Callable[[], dict[str, Any]] | None = None
 
     def identity(self) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ definition sits below all of them.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from hasp.records import Trajectory
 
@@ -31,6 +32,15 @@ def skill_integrated_rewards(outcomes: Sequence[float], used: Sequence[Collectio
         made = 1.0 if carried and (ok[k] or bonus == "repair") else 0.0
         out.append(float(r) + made + (1.0 if ok[k] and used[k] else 0.0))
     return out
+
+
+def chain_task_record(chain: str, position: int, outcome: float, reward: float, *, created: Sequence[str] = (),
+                      used: Sequence[int] = (), **extra: Any) -> dict[str, Any]:
+    """The record a chain runner keeps under ``SAGE_KEY`` for one task: its chain and position, its outcome
+    and skill-integrated reward, the skills it created and what it used of the earlier tasks' skills (the
+    skill ids in the SAGE sampler, the earlier positions in ``hasp evolve sage``)."""
+    return {"chain": chain, "position": position, "outcome": float(outcome), "reward": float(reward),
+            "created": list(created), "used": list(used), "used_earlier_skill": bool(used), **extra}
 
 
 def chain_reward(t: Trajectory) -> float | None:

@@ -25,10 +25,10 @@ from typing import Any
 
 from hasp.config import RSParams, TrainParams
 from hasp.records import Trajectory
+from hasp.train.chain_rewards import chain_reward
 from hasp.train.data import Scored, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
 from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
-from hasp.train.chain_rewards import chain_reward
 
 SKILL_REWARD_KEY = "skill_integrated_reward"  # the score source a chain's reward ranks under
 
