@@ -206,6 +206,21 @@ def test_cli_unknown_preset_is_one_line(capsys):
     assert err == ["error: train.preset E1_cpu is a sft preset, not rs: run `hasp train sft` or pick a rs preset"]
 
 
+def test_cli_grid_subset_is_checked_before_prefect(capsys):
+    """`grid --preset` runs a part of the grid; a name outside it, or GRPO without the E2 it starts from,
+    is one error line (exit 2) before any flow starts."""
+    from hasp.cli import main
+
+    params = str(ROOT / "params.yaml")
+    assert main(["experiment", "grid", "--preset", "E9_cpu", "--params", params]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --preset E9_cpu: not in this grid (E1_cpu, E2_cpu, E3_cpu, E4_cpu, E5_cpu, E6_cpu, GRPO_cpu, SAGE_cpu)"]
+    assert main(["experiment", "grid", "--preset", "GRPO_cpu", "--params", params]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: experiment: GRPO_cpu starts from E2_cpu's checkpoint: run E2_cpu before it in the same grid, "
+        "or name the start checkpoint with --model"]
+
+
 def test_a_preset_that_cannot_train_is_recorded_and_the_grid_goes_on(env, monkeypatch):
     """RS whose sampler never takes an action (prose only: no success, no observation, so no hindsight row)
     fails with its one line; the next preset still trains and is evaluated, and the grid's files,

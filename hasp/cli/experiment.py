@@ -27,12 +27,17 @@ def register(app: typer.Typer) -> None:
     app.command("grid")(grid)
 
 
-def _check(names: list[str]) -> None:
+def _check(names: list[str], model: Optional[str]) -> None:
+    """Unknown presets, and a preset whose start checkpoint is neither trained earlier in the same run nor
+    named with --model, fail here in one line, before Prefect starts."""
     from hasp.train.presets import PresetError, get_preset
 
     try:
-        for n in names:
-            get_preset(n, key="experiment")
+        for i, n in enumerate(names):
+            start = get_preset(n, key="experiment").start
+            if start is not None and start not in names[:i] and model is None:
+                raise PresetError(f"experiment: {n} starts from {start}'s checkpoint: run {start} before it in the "
+                                  f"same grid, or name the start checkpoint with --model")
     except PresetError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -41,7 +46,7 @@ def _check(names: list[str]) -> None:
 def _run(names: list[str], params: Optional[Path], out: Path, library: Path, data: Optional[Path], model: Optional[str],
          run_name: Optional[str]) -> None:
     params_or_exit(params)
-    _check(names)
+    _check(names, model)
     found = params_path(params)
     from hasp.cli.evolve import prefect_env
     from hasp.cli.train import one_line_errors
@@ -105,8 +110,17 @@ def grid(params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
          paper: Annotated[bool, typer.Option("--paper", help="The paper-scale presets (GPU) instead of the "
                                                              "_cpu ones.")] = False,
          run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
+         only: Annotated[Optional[list[str]], typer.Option(
+             "--preset", help="Run only these presets of the grid (repeatable; kept in grid order), e.g. to spread "
+                              "one seed's grid over several machines. GRPO and SAGE need E2 beside them.")] = None,
          ) -> None:
     """Run the grid as one flow: E1-E6, then GRPO and SAGE from E2's checkpoint; one MLflow parent run, a
     child per preset, a comparison table."""
     names = [f"{n}{'' if paper else '_cpu'}" for n in (*(f"E{k}" for k in range(1, 7)), "GRPO", "SAGE")]
+    if only:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            typer.echo(f"error: --preset {', '.join(unknown)}: not in this grid ({', '.join(names)})", err=True)
+            raise typer.Exit(2)
+        names = [n for n in names if n in only]
     _run(names, params, out, library, data, model, run_name)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One seed of the post-training grid on benchmark v2 at 200 test questions, run from a git worktree at a
+# fixed commit: edits in this checkout then change no cache key of a grid that is running or resuming.
+#
+#   bench/grid_v2/run.sh <seed> [more `hasp experiment grid` options, e.g. --preset E5_cpu]
+#
+# GRID_ROOT    run folders (default outputs/grid_v2): s<seed>/ per seed, prefect/, mlflow.db, worktree/
+# GRID_COMMIT  the commit the worktree is created at (default HEAD); an existing worktree is kept as it is
+# Re-running the same command resumes from the Prefect cache; report and archive with bench/grid_report.py.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+seed=${1:?usage: bench/grid_v2/run.sh <seed> [grid options]}; shift
+root=$(realpath -m "${GRID_ROOT:-$repo/outputs/grid_v2}")
+wt="$root/worktree"
+bash "$repo/scripts/setup.sh" >/dev/null
+[ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "${GRID_COMMIT:-HEAD}"
+. "$repo/.venv/bin/activate"
+export PYTHONPATH="$wt" PREFECT_HOME="$root/prefect" MLFLOW_TRACKING_URI="sqlite:///$root/mlflow.db"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+cd "$wt"
+echo "grid seed $seed at $(git rev-parse --short HEAD) -> $root/s$seed"
+exec nice -n 19 python -m hasp.cli experiment grid --params "bench/grid_v2/params-s$seed.yaml" \
+  --out "$root/s$seed" --library skills/search "$@"
