@@ -13,7 +13,9 @@ the grid's trajectory files, so a grid that ran before a reporting change is rep
 
 ``--archive bench/grid_runs`` also keeps a small copy of each grid (``hasp.track.grid_archive``) under
 ``bench/grid_runs/<name>``; ``--grid`` reads such a copy like a run folder, so seeds measured on
-different machines are reported and pooled together.
+different machines are reported and pooled together. A seed's grid run in parts (``hasp experiment
+grid --preset ...``, one part per machine or session) is kept as one archive: ``--archive DIR --merge``
+adds each part's presets to ``DIR/<grid folder name>`` and reports the whole archive.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from hasp.domains.search.blocked import blocked_in_file  # noqa: E402
 from hasp.eval.ceiling import CEILING_KEY, extractor_ceiling, retriever_lookup  # noqa: E402
 from hasp.eval.paired import add_grid_gains, cell_file, gains_over_seeds  # noqa: E402
 from hasp.eval.summary import hop_counts  # noqa: E402
-from hasp.track.grid_archive import HOPS_FILE, archive_grid  # noqa: E402
+from hasp.track.grid_archive import HOPS_FILE, PARTS_KEY, TEMPLATES_FILE, ArchiveMergeError, archive_grid  # noqa: E402
 from hasp.track.grid_report import comparison_rows, gains_markdown, table_markdown  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
@@ -50,6 +52,8 @@ def _templates(grid_dir: Path, data_dir: Path | None) -> dict[str, bool]:
     when no data folder is at hand)."""
     from hasp.domains.search.generator import load_template_seen
 
+    if data_dir is None and (grid_dir / TEMPLATES_FILE).is_file():
+        return {str(k): bool(v) for k, v in read_json(grid_dir / TEMPLATES_FILE).items()}
     test = (data_dir or grid_dir / "data") / "test.jsonl"
     return load_template_seen(test) if test.is_file() else {}
 
@@ -103,10 +107,10 @@ def partial_grid(grid_dir: Path) -> dict | None:
 
 
 def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
-                archive: Path | None = None) -> dict | None:
-    """One grid folder's section (and its archive under ``archive``); returns the grid (None after
-    one error line). A folder without ``grid.json`` (the grid has not finished) is reported from what
-    its finished tasks wrote, and says so."""
+                archive: Path | None = None, merge: bool = False) -> dict | None:
+    """One grid folder's section (and its archive under ``archive``, added to an earlier archive of
+    the same name with ``merge``); returns the grid (None after one error line). A folder without
+    ``grid.json`` (the grid has not finished) is reported from what its finished tasks wrote, and says so."""
     try:
         grid = json.loads((grid_dir / "grid.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -117,14 +121,28 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     except (OSError, ValueError) as e:
         print(f"error: {grid_dir / 'grid.json'}: {e}", file=sys.stderr)
         return None
-    hops = _hops(grid_dir, data_dir)
-    add_grid_gains(grid_dir, grid, hops, _templates(grid_dir, data_dir))
+    hops, templates = _hops(grid_dir, data_dir), _templates(grid_dir, data_dir)
+    if archive is not None:
+        dest = archive / grid_dir.name
+        try:
+            n = len(archive_grid(grid_dir, dest, hops, templates, merge=merge))
+        except (ArchiveMergeError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return None
+        print(f"archived: {n} files in {dest}", file=sys.stderr)
+        if merge:  # the section reports the whole archive: every part of this seed's grid
+            return report_grid(report, dest, ran, None)
+    add_grid_gains(grid_dir, grid, hops, templates)
     add_ceiling(grid_dir, grid, data_dir)
     report.line(f"### {grid_dir.name}")
     report.line("")
     report.line(f"- ran: `{ran}`")
     base = grid.get("base_model")  # a partial grid has not written it yet
     report.line(f"- outputs: {grid_dir}" + (f"; base model {base}" if base else ""))
+    for part in grid.get(PARTS_KEY) or []:
+        prov = part.get("provenance") or {}
+        report.line(f"- part: {', '.join(part.get('presets') or [])}"
+                    + (f" (commit {str(prov['git_commit'])[:12]})" if prov.get("git_commit") else ""))
     if grid.get("partial"):
         report.line(f"- partial: the grid had not finished; presets evaluated so far: "
                     f"{', '.join(grid['presets']) or 'none'} (the untrained agent's evaluation is complete)")
@@ -144,11 +162,6 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     report.line("Correct answers a PF took away (the policy proposed FINAL[gold], a PF rewrote the step):")
     report.line("")
     report.line(blocked_markdown(grid_dir, grid))
-    if archive is not None:
-        dest = archive / grid_dir.name
-        n = len(archive_grid(grid_dir, dest, hops))
-        report.line(f"- archived: {n} files in {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
-        report.line("")
     return grid
 
 
@@ -175,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=None, help="prepared data folder (default: <grid>/data)")
     ap.add_argument("--archive", type=Path, default=None,
                     help="also keep a small copy of each grid in <archive>/<grid folder name> (e.g. bench/grid_runs)")
+    ap.add_argument("--merge", action="store_true",
+                    help="add each grid's presets to its earlier archive (a seed's grid run in parts with "
+                         "`hasp experiment grid --preset`) and report the whole archive")
     ap.add_argument("--section", default="Post-training grid on the embedded model")
     args = ap.parse_args(argv)
     if len(args.ran) != len(args.grid):
@@ -182,13 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     report = Report(args.section, markdown=True)
     grids = []
+    reported = []  # with --merge, the archives
     for grid_dir, ran in zip(args.grid, args.ran):
-        grid = report_grid(report, grid_dir, ran, args.data, args.archive)
+        grid = report_grid(report, grid_dir, ran, args.data, args.archive, args.merge)
         if grid is None:
             return 2
         grids.append(grid)
+        reported.append(args.archive / grid_dir.name if args.merge and args.archive else grid_dir)
     if len(grids) > 1:
-        report_seeds(report, list(args.grid), grids, args.data)
+        report_seeds(report, reported, grids, None if args.merge else args.data)
     report.write()
     return 0
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from hasp.domains.search.blocked import blocked_answers, blocked_in_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
-from hasp.track.grid_archive import HOPS_FILE, archive_grid, slim_episode
+from hasp.track.grid_archive import HOPS_FILE, PARTS_KEY, TEMPLATES_FILE, ArchiveMergeError, archive_grid, slim_episode
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,3 +134,44 @@ def test_a_grid_that_has_not_finished_is_reported_from_its_finished_tasks(tmp_pa
     assert "| E2_cpu | trained_pf - untrained_pf | +0.333" in text
     (g / "eval_untrained" / "metrics.json").unlink()
     assert bench.report_grid(bench.Report("test"), g, "ran", None) is None
+
+
+def test_a_grid_run_in_parts_is_merged_into_one_archive(tmp_path: Path, monkeypatch) -> None:
+    """Two parts of one seed's grid (E2 here, E3 on another machine) with the same untrained answers
+    make one archive with both presets, both parts' provenance and the held-out template flags; a part
+    whose untrained agent answered differently is refused and leaves the archive as it was."""
+    hops, seen = {"blocked": 1, "wrong": 1, "kept": 1}, {"blocked": False, "wrong": False, "kept": True}
+    first = _grid(tmp_path / "a")
+    second = _grid(tmp_path / "b")
+    (second / "E2_cpu").rename(second / "E3_cpu")
+    grid = json.loads((second / "grid.json").read_text())
+    grid["experiments"] = {"E3_cpu": grid["experiments"]["E2_cpu"]}
+    grid["presets"], grid["provenance"] = ["E3_cpu"], {"git_commit": "b" * 40}
+    (second / "grid.json").write_text(json.dumps(grid))
+    dest = tmp_path / "archive" / "s42"
+    archive_grid(first, dest, hops, seen, merge=True)
+    archive_grid(second, dest, hops, seen, merge=True)
+    merged = json.loads((dest / "grid.json").read_text())
+    assert merged["presets"] == ["E2_cpu", "E3_cpu"] and set(merged["experiments"]) == {"E2_cpu", "E3_cpu"}
+    assert [p["presets"] for p in merged[PARTS_KEY]] == [[], ["E3_cpu"]]  # the first test grid names no presets
+    assert merged[PARTS_KEY][1]["provenance"] == {"git_commit": "b" * 40}
+    assert (dest / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl").is_file()
+    assert (dest / "E3_cpu" / "eval" / "generated" / "trained_pf.jsonl").is_file()
+    assert json.loads((dest / TEMPLATES_FILE).read_text()) == seen
+
+    bench = _bench_report(monkeypatch)
+    report = bench.Report("test")
+    assert bench.report_grid(report, dest, "ran", None) is not None
+    text = "\n".join(report.lines)
+    assert "| E2_cpu | trained_pf - untrained_pf | +0.333" in text and "| E3_cpu | trained_pf - untrained_pf | +0.333" in text
+    assert "seen +1.000" in text  # the one seen-template question was answered, from the archived flags
+
+    other = _grid(tmp_path / "c")
+    f = other / "eval_untrained" / "generated" / "untrained_pf.jsonl"
+    rows = [json.loads(x) for x in f.read_text().splitlines()]
+    rows[0]["em"] = 1.0
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*"))
+    with pytest.raises(ArchiveMergeError, match="answered differently"):
+        archive_grid(other, dest, hops, seen, merge=True)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == before

@@ -7,6 +7,10 @@ episode its question id, score and the actions with their PF audit. Archived, th
 re-run the report, pool seeds that ran on different machines, and recount where answers were lost,
 without the run folder. The archive has the run folder's layout, so every reader of a grid folder
 reads an archive unchanged.
+
+One seed's grid may run in parts (``hasp experiment grid --preset ...``), on different machines; each
+part is merged into the seed's archive (``merge=True``) when it measured the same untrained agent on
+the same questions, so every preset of the archive is paired against one baseline.
 """
 
 from __future__ import annotations
@@ -16,10 +20,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hasp.atomic import read_jsonl, write_json, write_jsonl
+from hasp.atomic import read_json, read_jsonl, write_json, write_jsonl
+from hasp.eval.paired import cell_file, em_by_qid
+from hasp.provenance import PROVENANCE_KEY
 
 #: the question id -> hop count file of an archive (the run folder reads the prepared data instead)
 HOPS_FILE = "hops.json"
+#: benchmark v2: question id -> whether training used its template (the run folder reads test.jsonl)
+TEMPLATES_FILE = "templates_seen.json"
+#: the parts of a merged archive: per part the presets it ran and its provenance
+PARTS_KEY = "parts"
 #: summaries copied as they are (small JSON files), as globs under the grid folder
 KEPT_JSON = ("grid.json", "metrics.json", "eval_untrained/**/*.json", "*/experiment.json", "*/metrics.json",
              "*/eval/**/*.json", "*/phase_*/train/train_metrics.json")
@@ -53,13 +63,49 @@ def slim_episode(ep: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int]) -> list[Path]:
-    """Write the archive of ``grid_dir`` into ``dest`` (replacing an earlier archive there); returns
-    the files written. ``hops_of`` maps test question ids to hop counts (kept as ``hops.json``)."""
+class ArchiveMergeError(ValueError):
+    """A grid part that cannot join an archive: its untrained agent's answers differ from the archive's."""
+
+
+def _untrained_answers(grid_dir: Path, grid: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    return {arm: em_by_qid(cell_file(grid_dir / "eval_untrained", arm)) for arm in grid.get("untrained") or {}}
+
+
+def _merged_grid(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``old`` with ``new``'s presets added (a preset in both: ``new``'s record); each part keeps its
+    presets and provenance under ``parts``."""
+    def parts(g: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return list(g.get(PARTS_KEY) or [{"presets": list(g.get("presets") or []),
+                                          PROVENANCE_KEY: g.get(PROVENANCE_KEY)}])
+
+    experiments = {**(old.get("experiments") or {}), **(new.get("experiments") or {})}
+    return {**new, "presets": list(experiments), "experiments": experiments,
+            PARTS_KEY: parts(old) + parts(new)}
+
+
+def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
+                 template_seen: Mapping[str, bool] | None = None, *, merge: bool = False) -> list[Path]:
+    """Write the archive of ``grid_dir`` into ``dest``; returns the files written. ``hops_of`` maps
+    test question ids to hop counts (kept as ``hops.json``), ``template_seen`` to whether training saw
+    their template (``templates_seen.json``, benchmark v2).
+
+    Without ``merge`` an earlier archive at ``dest`` is replaced. With ``merge`` this grid's presets
+    are added to it (replacing those it ran again) when both measured the same untrained answers per
+    question; else ``ArchiveMergeError``, and ``dest`` is left as it was."""
     grid_dir, dest = Path(grid_dir), Path(dest)
     if not (grid_dir / "grid.json").is_file():
         raise FileNotFoundError(f"{grid_dir / 'grid.json'}: not a grid folder (no grid.json)")
-    if dest.exists():
+    grid = read_json(grid_dir / "grid.json")
+    merging = merge and (dest / "grid.json").is_file()
+    if merging:
+        before = read_json(dest / "grid.json")
+        before_metrics = read_json(dest / "metrics.json") if (dest / "metrics.json").is_file() else {}
+        if _untrained_answers(dest, before) != _untrained_answers(grid_dir, grid):
+            raise ArchiveMergeError(f"{grid_dir}: its untrained agent answered differently from the one archived in "
+                                    f"{dest}; archive it apart (its presets are paired against another baseline)")
+        for name in grid.get("presets") or []:
+            shutil.rmtree(dest / name, ignore_errors=True)
+    elif dest.exists():
         shutil.rmtree(dest)
     written: list[Path] = []
     for pattern in KEPT_JSON:
@@ -73,6 +119,13 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int]) -> list
             to = dest / src.relative_to(grid_dir)
             write_jsonl([slim_episode(ep) for ep in read_jsonl(src)], to)
             written.append(to)
+    if merging:
+        write_json(_merged_grid(before, grid), dest / "grid.json")
+        metrics = read_json(grid_dir / "metrics.json") if (grid_dir / "metrics.json").is_file() else {}
+        write_json({**before_metrics, **metrics}, dest / "metrics.json")
     write_json(dict(sorted(hops_of.items())), dest / HOPS_FILE)
     written.append(dest / HOPS_FILE)
+    if template_seen:
+        write_json(dict(sorted(template_seen.items())), dest / TEMPLATES_FILE)
+        written.append(dest / TEMPLATES_FILE)
     return written
