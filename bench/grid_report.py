@@ -34,6 +34,7 @@ from hasp.eval.ceiling import CEILING_KEY, extractor_ceiling, retriever_lookup  
 from hasp.eval.paired import add_grid_gains, cell_file, gains_over_seeds  # noqa: E402
 from hasp.eval.summary import hop_counts  # noqa: E402
 from hasp.track.grid_archive import HOPS_FILE, PARTS_KEY, TEMPLATES_FILE, ArchiveMergeError, archive_grid  # noqa: E402
+from hasp.track.grid_archive import keep_untrained_record  # noqa: E402
 from hasp.track.grid_report import comparison_rows, gains_markdown, table_markdown  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
@@ -107,7 +108,7 @@ def partial_grid(grid_dir: Path) -> dict | None:
 
 
 def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
-                archive: Path | None = None, merge: bool = False) -> dict | None:
+                archive: Path | None = None, merge: bool = False, records: Path | None = None) -> dict | None:
     """One grid folder's section (and its archive under ``archive``, added to an earlier archive of
     the same name with ``merge``); returns the grid (None after one error line). A folder without
     ``grid.json`` (the grid has not finished) is reported from what its finished tasks wrote, and says so."""
@@ -130,6 +131,10 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
             print(f"error: {e}", file=sys.stderr)
             return None
         print(f"archived: {n} files in {dest}", file=sys.stderr)
+        if records is not None:
+            kept = keep_untrained_record(records, grid_dir, dest)
+            print(f"kept the untrained evaluation's cached record: {kept}" if kept else
+                  f"warning: {records}: no cached record of {grid_dir}/eval_untrained", file=sys.stderr)
         if merge:  # the section reports the whole archive: every part of this seed's grid
             return report_grid(report, dest, ran, None)
     add_grid_gains(grid_dir, grid, hops, templates)
@@ -191,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", action="store_true",
                     help="add each grid's presets to its earlier archive (a seed's grid run in parts with "
                          "`hasp experiment grid --preset`) and report the whole archive")
+    ap.add_argument("--records", type=Path, default=None,
+                    help="with --archive: the task result storage ($PREFECT_HOME/storage) whose record of the "
+                         "untrained evaluation the archive keeps (bench/grid_restore.py puts it back)")
     ap.add_argument("--section", default="Post-training grid on the embedded model")
     args = ap.parse_args(argv)
     if len(args.ran) != len(args.grid):
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     grids = []
     reported = []  # with --merge, the archives
     for grid_dir, ran in zip(args.grid, args.ran):
-        grid = report_grid(report, grid_dir, ran, args.data, args.archive, args.merge)
+        grid = report_grid(report, grid_dir, ran, args.data, args.archive, args.merge, args.records)
         if grid is None:
             return 2
         grids.append(grid)

@@ -175,3 +175,50 @@ def test_a_grid_run_in_parts_is_merged_into_one_archive(tmp_path: Path, monkeypa
     with pytest.raises(ArchiveMergeError, match="answered differently"):
         archive_grid(other, dest, hops, seen, merge=True)
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == before
+
+
+def test_an_archived_untrained_evaluation_is_a_cache_hit_on_a_fresh_machine(tmp_path: Path, prefect_harness) -> None:
+    """The archive keeps the cached result record of the untrained evaluation (found by its arms and
+    scores among the records of every evaluation); removing the record from the task result storage is
+    a fresh machine (the task runs again), and restoring it makes the same key a cache hit again."""
+    from prefect import flow, task
+
+    from hasp.track.grid_archive import RECORDS_DIR, keep_untrained_record, restore_untrained
+    from tasks.cache import BY_CACHE_KEY
+
+    calls: list[str] = []
+    summaries = {"k-untrained": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.1}},
+                 "k-trained": {"trained_pf": {"n": 3, "em": 1 / 3, "f1": 0.4}}}
+
+    @task(name="evaluate-arms", cache_policy=BY_CACHE_KEY, persist_result=True)
+    def evaluate_arms_double(cache_key: str) -> dict:
+        calls.append(cache_key)
+        return {arm: {**s, "eval_wall_s": 1.5} for arm, s in summaries[cache_key].items()}
+
+    @flow
+    def grid_double(key: str) -> dict:
+        return evaluate_arms_double(key)
+
+    key = f"k-untrained-{tmp_path.name}"
+    summaries[key] = summaries["k-untrained"]
+    grid_double(key), grid_double("k-trained")
+    assert calls == [key, "k-trained"]
+    storage = prefect_harness / "storage"
+    g = _grid(tmp_path)
+    (g / "eval_untrained" / "metrics.json").write_text(json.dumps(
+        {"generated": summaries["k-untrained"], "provenance": {}}))
+    dest = tmp_path / "archive" / "s42"
+    archive_grid(g, dest, {"blocked": 1, "wrong": 1, "kept": 1})
+    kept = keep_untrained_record(storage, g, dest)
+    assert kept == dest / RECORDS_DIR / f"evaluate-arms-{key}"
+
+    (storage / kept.name).unlink()  # a fresh machine: no record under this key
+    grid_double(key)
+    assert calls == [key, "k-trained", key]
+    (storage / kept.name).unlink()
+    run = tmp_path / "run" / "s42"
+    written = restore_untrained(dest, run, storage)
+    assert (run / "eval_untrained" / "generated" / "untrained_pf.jsonl").is_file() and storage / kept.name in written
+    assert grid_double(key)["untrained_pf"]["f1"] == 0.1
+    assert calls == [key, "k-trained", key]  # served from the restored record
+    assert restore_untrained(dest, run, storage) == []  # the run folder has its untrained evaluation already

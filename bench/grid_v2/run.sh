@@ -5,8 +5,13 @@
 #   bench/grid_v2/run.sh <seed> [more `hasp experiment grid` options, e.g. --preset E5_cpu]
 #
 # GRID_ROOT    run folders (default outputs/grid_v2): s<seed>/ per seed, prefect/, mlflow.db, worktree/
-# GRID_COMMIT  the commit the worktree is created at (default HEAD); an existing worktree is kept as it is
-# Re-running the same command resumes from the Prefect cache; report and archive with bench/grid_report.py.
+# GRID_COMMIT  the commit the worktree is created at (default HEAD); an existing worktree is kept as it is;
+#              every part of a grid must run at the same commit
+# Re-running the same command resumes from the Prefect cache. A seed's grid may run in parts (--preset),
+# on fresh machines: each finished part is archived into bench/grid_runs/v2/s<seed> with
+#   python bench/grid_report.py --grid $GRID_ROOT/s<seed> --ran "..." --archive bench/grid_runs/v2 --merge \
+#     --records $GRID_ROOT/prefect/storage
+# and the next part starts by restoring that archive's untrained evaluation (a cache hit, not a re-run).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 seed=${1:?usage: bench/grid_v2/run.sh <seed> [grid options]}; shift
@@ -17,6 +22,8 @@ bash "$repo/scripts/setup.sh" >/dev/null
 . "$repo/.venv/bin/activate"
 export PYTHONPATH="$wt" PREFECT_HOME="$root/prefect" MLFLOW_TRACKING_URI="sqlite:///$root/mlflow.db"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+python "$repo/bench/grid_restore.py" --archive "$repo/bench/grid_runs/v2/s$seed" --out "$root/s$seed" \
+  --storage "$PREFECT_HOME/storage"
 cd "$wt"
 echo "grid seed $seed at $(git rev-parse --short HEAD) -> $root/s$seed"
 exec nice -n 19 python -m hasp.cli experiment grid --params "bench/grid_v2/params-s$seed.yaml" \

@@ -129,3 +129,76 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
         write_json(dict(sorted(template_seen.items())), dest / TEMPLATES_FILE)
         written.append(dest / TEMPLATES_FILE)
     return written
+
+
+#: where an archive keeps the cached result record of its untrained evaluation
+RECORDS_DIR = "cache_records"
+#: the name the grid's evaluation task gives its cached result records (``tasks/experiment.py``)
+EVAL_RECORD_PREFIX = "evaluate-arms-"
+
+
+def _record_result(path: Path) -> Any:
+    """The result a cached task record holds (a JSON record whose ``result`` is a base64 pickle, as the
+    grid's tasks persist them); None when the file is not such a record."""
+    import base64
+    import json
+    import pickle
+
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if (record.get("metadata") or {}).get("serializer", {}).get("type") != "pickle":
+            return None
+        return pickle.loads(base64.b64decode(record["result"]))  # noqa: S301 - our own run's cache, not input
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, pickle.UnpicklingError, EOFError):
+        return None
+
+
+def _scores(summaries: Any) -> dict[str, tuple[Any, ...]]:
+    """``{arm: (n, em, f1)}`` of an evaluation's summaries (what identifies its record; the record also
+    holds the wall time, which ``metrics.json`` does not)."""
+    if not isinstance(summaries, dict):
+        return {}
+    return {str(k): (v.get("n"), v.get("em"), v.get("f1")) for k, v in summaries.items() if isinstance(v, dict)}
+
+
+def keep_untrained_record(storage: Path, grid_dir: Path, dest: Path) -> Path | None:
+    """Copy the cached result record of ``grid_dir``'s untrained evaluation from the task result
+    storage ``storage`` into the archive ``dest``: the record whose result has that evaluation's arms
+    and scores (``eval_untrained/metrics.json``). Returns the copy, or None when no record matches.
+
+    Why: a later part of the same seed's grid, on a fresh machine, then reuses the measured untrained
+    agent (a cache hit under the same key: same code, data, library, settings and model) instead of
+    measuring it again, so every part is paired against the same answers."""
+    metrics = read_json(Path(grid_dir) / "eval_untrained" / "metrics.json")
+    want = _scores(metrics.get("generated") if isinstance(metrics, dict) else None)
+    if not want:
+        return None
+    for f in sorted(Path(storage).glob(f"{EVAL_RECORD_PREFIX}*")):
+        if _scores(_record_result(f)) == want:
+            to = Path(dest) / RECORDS_DIR / f.name
+            to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, to)
+            return to
+    return None
+
+
+def restore_untrained(archive: Path, grid_dir: Path, storage: Path) -> list[Path]:
+    """Put an archive's untrained evaluation (its files and its cached result record) back into the run
+    folder ``grid_dir`` and the task result storage ``storage``; returns the files written, none when
+    the archive kept no record or the run folder already has an untrained evaluation."""
+    archive, grid_dir = Path(archive), Path(grid_dir)
+    records = sorted((archive / RECORDS_DIR).glob(f"{EVAL_RECORD_PREFIX}*"))
+    if not records or (grid_dir / "eval_untrained").exists():
+        return []
+    written = []
+    for src in sorted((archive / "eval_untrained").rglob("*")):
+        if src.is_file():
+            to = grid_dir / src.relative_to(archive)
+            to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, to)
+            written.append(to)
+    Path(storage).mkdir(parents=True, exist_ok=True)
+    for r in records:
+        shutil.copyfile(r, Path(storage) / r.name)
+        written.append(Path(storage) / r.name)
+    return written
