@@ -11,7 +11,8 @@
 # on fresh machines: each finished part is archived into bench/grid_runs/v2/s<seed> with
 #   python bench/grid_report.py --grid $GRID_ROOT/s<seed> --ran "..." --archive bench/grid_runs/v2 --merge \
 #     --records $GRID_ROOT/prefect/storage
-# and the next part starts by restoring that archive's untrained evaluation (a cache hit, not a re-run).
+# and the next part (of this seed or another) starts by restoring that archive's untrained evaluation (a
+# cache hit under the same key, not a re-run).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 seed=${1:?usage: bench/grid_v2/run.sh <seed> [grid options]}; shift
@@ -22,7 +23,10 @@ bash "$repo/scripts/setup.sh" >/dev/null
 . "$repo/.venv/bin/activate"
 export PYTHONPATH="$wt" PREFECT_HOME="$root/prefect" MLFLOW_TRACKING_URI="sqlite:///$root/mlflow.db"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
-python "$repo/bench/grid_restore.py" --archive "$repo/bench/grid_runs/v2/s$seed" --out "$root/s$seed" \
+# the untrained agent does not depend on train.seed: another seed's archive holds the same evaluation
+archive="$repo/bench/grid_runs/v2/s$seed"
+[ -d "$archive" ] || archive=$(ls -d "$repo"/bench/grid_runs/v2/s* 2>/dev/null | head -1 || true)
+[ -z "$archive" ] || python "$repo/bench/grid_restore.py" --archive "$archive" --out "$root/s$seed" \
   --storage "$PREFECT_HOME/storage"
 cd "$wt"
 echo "grid seed $seed at $(git rev-parse --short HEAD) -> $root/s$seed"
