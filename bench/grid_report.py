@@ -104,7 +104,7 @@ def partial_grid(grid_dir: Path) -> dict | None:
         except (OSError, ValueError) as e:
             print(f"warning: {f}: {e}; left out", file=sys.stderr)
     return {"presets": list(experiments), "base_model": None, "untrained": untrained, "experiments": experiments,
-            "partial": True}
+            "partial": True, "provenance": metrics.get("provenance")}
 
 
 def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
@@ -126,7 +126,7 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     if archive is not None:
         dest = archive / grid_dir.name
         try:
-            n = len(archive_grid(grid_dir, dest, hops, templates, merge=merge))
+            n = len(archive_grid(grid_dir, dest, hops, templates, merge=merge, grid=grid))
         except (ArchiveMergeError, FileNotFoundError) as e:
             print(f"error: {e}", file=sys.stderr)
             return None

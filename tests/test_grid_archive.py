@@ -222,3 +222,27 @@ def test_an_archived_untrained_evaluation_is_a_cache_hit_on_a_fresh_machine(tmp_
     assert grid_double(key)["untrained_pf"]["f1"] == 0.1
     assert calls == [key, "k-trained", key]  # served from the restored record
     assert restore_untrained(dest, run, storage) == []  # the run folder has its untrained evaluation already
+
+
+def test_a_grid_still_running_archives_its_finished_presets(tmp_path: Path, monkeypatch) -> None:
+    """Without grid.json the report's partial grid is archived: the untrained evaluation and the presets
+    that finished, not the files of a preset still evaluating; the next part merges into it."""
+    g = _grid(tmp_path)
+    (g / "grid.json").unlink()
+    (g / "eval_untrained" / "metrics.json").write_text(json.dumps(
+        {"generated": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}}, "provenance": {"git_commit": "a" * 40}}))
+    (g / "E2_cpu" / "experiment.json").write_text(json.dumps(
+        {"name": "E2_cpu", "eval": {"trained_pf": {"n": 3, "em": 1 / 3, "f1": 1 / 3}}, "wall_s": 9.0}))
+    running = g / "GRPO_cpu" / "eval" / "generated" / "trained_pf.jsonl"
+    running.parent.mkdir(parents=True)
+    running.write_text(json.dumps(_episodes()[0]) + "\n")
+    bench = _bench_report(monkeypatch)
+    bench._hops = lambda grid_dir, data_dir: {"blocked": 1, "wrong": 1, "kept": 1}
+    archive = tmp_path / "archive"
+    assert bench.report_grid(bench.Report("test"), g, "ran", None, archive, merge=True) is not None
+    dest = archive / g.name
+    assert (dest / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl").is_file()
+    assert not (dest / "GRPO_cpu").exists()
+    merged = json.loads((dest / "grid.json").read_text())
+    assert merged["presets"] == ["E2_cpu"] and merged["partial"] is True
+    assert merged["provenance"] == {"git_commit": "a" * 40}

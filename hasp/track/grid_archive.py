@@ -84,18 +84,29 @@ def _merged_grid(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
 
 
 def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
-                 template_seen: Mapping[str, bool] | None = None, *, merge: bool = False) -> list[Path]:
+                 template_seen: Mapping[str, bool] | None = None, *, merge: bool = False,
+                 grid: Mapping[str, Any] | None = None) -> list[Path]:
     """Write the archive of ``grid_dir`` into ``dest``; returns the files written. ``hops_of`` maps
     test question ids to hop counts (kept as ``hops.json``), ``template_seen`` to whether training saw
     their template (``templates_seen.json``, benchmark v2).
 
     Without ``merge`` an earlier archive at ``dest`` is replaced. With ``merge`` this grid's presets
     are added to it (replacing those it ran again) when both measured the same untrained answers per
-    question; else ``ArchiveMergeError``, and ``dest`` is left as it was."""
+    question; else ``ArchiveMergeError``, and ``dest`` is left as it was.
+
+    ``grid`` is the grid record when ``grid_dir`` has no ``grid.json`` yet (a grid still running: its
+    finished presets); only the files of the presets it names are archived then."""
     grid_dir, dest = Path(grid_dir), Path(dest)
-    if not (grid_dir / "grid.json").is_file():
-        raise FileNotFoundError(f"{grid_dir / 'grid.json'}: not a grid folder (no grid.json)")
-    grid = read_json(grid_dir / "grid.json")
+    if grid is None:
+        if not (grid_dir / "grid.json").is_file():
+            raise FileNotFoundError(f"{grid_dir / 'grid.json'}: not a grid folder (no grid.json)")
+        grid = read_json(grid_dir / "grid.json")
+    kept_dirs = {"eval_untrained", *(grid.get("experiments") or {})}
+
+    def kept(src: Path) -> bool:
+        parts = src.relative_to(grid_dir).parts
+        return len(parts) == 1 or parts[0] in kept_dirs
+
     merging = merge and (dest / "grid.json").is_file()
     if merging:
         before = read_json(dest / "grid.json")
@@ -109,13 +120,13 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
         shutil.rmtree(dest)
     written: list[Path] = []
     for pattern in KEPT_JSON:
-        for src in sorted(grid_dir.glob(pattern)):
+        for src in sorted(x for x in grid_dir.glob(pattern) if kept(x)):
             to = dest / src.relative_to(grid_dir)
             to.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, to)
             written.append(to)
     for pattern in EPISODES:
-        for src in sorted(grid_dir.glob(pattern)):
+        for src in sorted(x for x in grid_dir.glob(pattern) if kept(x)):
             to = dest / src.relative_to(grid_dir)
             write_jsonl([slim_episode(ep) for ep in read_jsonl(src)], to)
             written.append(to)
@@ -123,6 +134,9 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
         write_json(_merged_grid(before, grid), dest / "grid.json")
         metrics = read_json(grid_dir / "metrics.json") if (grid_dir / "metrics.json").is_file() else {}
         write_json({**before_metrics, **metrics}, dest / "metrics.json")
+    elif not (grid_dir / "grid.json").is_file():
+        write_json(dict(grid), dest / "grid.json")
+        written.append(dest / "grid.json")
     write_json(dict(sorted(hops_of.items())), dest / HOPS_FILE)
     written.append(dest / HOPS_FILE)
     if template_seen:
