@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from hasp.atomic import read_json, read_jsonl, write_json, write_jsonl
-from hasp.eval.paired import cell_file, em_by_qid
 from hasp.provenance import PROVENANCE_KEY
 
 #: the question id -> hop count file of an archive (the run folder reads the prepared data instead)
@@ -67,8 +66,10 @@ class ArchiveMergeError(ValueError):
     """A grid part that cannot join an archive: its untrained agent's answers differ from the archive's."""
 
 
-def _untrained_answers(grid_dir: Path, grid: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    return {arm: em_by_qid(cell_file(grid_dir / "eval_untrained", arm)) for arm in grid.get("untrained") or {}}
+def _untrained_answers(grid_dir: Path) -> dict[str, list[tuple[str, Any]]]:
+    """Per untrained trajectory file, its (question id, EM) pairs: what a merged part is paired against."""
+    return {f.relative_to(grid_dir).as_posix(): sorted((str(ep.get("qid")), ep.get("em")) for ep in read_jsonl(f))
+            for f in sorted((grid_dir / "eval_untrained").rglob("*.jsonl")) if not f.name.endswith(".episodes.jsonl")}
 
 
 def _merged_grid(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
     if merging:
         before = read_json(dest / "grid.json")
         before_metrics = read_json(dest / "metrics.json") if (dest / "metrics.json").is_file() else {}
-        if _untrained_answers(dest, before) != _untrained_answers(grid_dir, grid):
+        if _untrained_answers(dest) != _untrained_answers(grid_dir):
             raise ArchiveMergeError(f"{grid_dir}: its untrained agent answered differently from the one archived in "
                                     f"{dest}; archive it apart (its presets are paired against another baseline)")
         for name in grid.get("presets") or []:
