@@ -147,7 +147,9 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     for part in grid.get(PARTS_KEY) or []:
         prov = part.get("provenance") or {}
         report.line(f"- part: {', '.join(part.get('presets') or [])}"
-                    + (f" (commit {str(prov['git_commit'])[:12]})" if prov.get("git_commit") else ""))
+                    + (f" (commit {str(prov['git_commit'])[:12]})" if prov.get("git_commit") else "")
+                    + "".join(f"; {n} measured again: {'same' if same else 'different'} answers as archived"
+                              for n, same in (part.get("rerun_same_answers") or {}).items()))
     if grid.get("partial"):
         report.line(f"- partial: the grid had not finished; presets evaluated so far: "
                     f"{', '.join(grid['presets']) or 'none'} (the untrained agent's evaluation is complete)")

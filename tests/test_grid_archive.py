@@ -71,7 +71,7 @@ def _grid(root: Path) -> Path:
     (g / "E2_cpu" / "phase_0" / "train" / "adapter").mkdir()
     (g / "E2_cpu" / "phase_0" / "train" / "adapter" / "adapter_model.safetensors").write_bytes(b"\0" * 4096)
     (g / "E2_cpu" / "experiment.json").write_text('{"name": "E2_cpu"}')
-    grid = {"base_model": "m", "untrained": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}},
+    grid = {"presets": ["E2_cpu"], "base_model": "m", "untrained": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}},
             "experiments": {"E2_cpu": {"eval": {"trained_pf": {"n": 3, "em": 1 / 3, "f1": 1 / 3}}, "wall_s": 9.0}}}
     (g / "grid.json").write_text(json.dumps(grid))
     return g
@@ -153,11 +153,13 @@ def test_a_grid_run_in_parts_is_merged_into_one_archive(tmp_path: Path, monkeypa
     archive_grid(second, dest, hops, seen, merge=True)
     merged = json.loads((dest / "grid.json").read_text())
     assert merged["presets"] == ["E2_cpu", "E3_cpu"] and set(merged["experiments"]) == {"E2_cpu", "E3_cpu"}
-    assert [p["presets"] for p in merged[PARTS_KEY]] == [[], ["E3_cpu"]]  # the first test grid names no presets
+    assert [p["presets"] for p in merged[PARTS_KEY]] == [["E2_cpu"], ["E3_cpu"]]
     assert merged[PARTS_KEY][1]["provenance"] == {"git_commit": "b" * 40}
     assert (dest / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl").is_file()
     assert (dest / "E3_cpu" / "eval" / "generated" / "trained_pf.jsonl").is_file()
     assert json.loads((dest / TEMPLATES_FILE).read_text()) == seen
+    archive_grid(first, dest, hops, seen, merge=True)  # E2 measured again (a later preset starts from it)
+    assert json.loads((dest / "grid.json").read_text())[PARTS_KEY][-1]["rerun_same_answers"] == {"E2_cpu": True}
 
     bench = _bench_report(monkeypatch)
     report = bench.Report("test")

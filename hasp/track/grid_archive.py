@@ -66,22 +66,25 @@ class ArchiveMergeError(ValueError):
     """A grid part that cannot join an archive: its untrained agent's answers differ from the archive's."""
 
 
-def _untrained_answers(grid_dir: Path) -> dict[str, list[tuple[str, Any]]]:
-    """Per untrained trajectory file, its (question id, EM) pairs: what a merged part is paired against."""
-    return {f.relative_to(grid_dir).as_posix(): sorted((str(ep.get("qid")), ep.get("em")) for ep in read_jsonl(f))
-            for f in sorted((grid_dir / "eval_untrained").rglob("*.jsonl")) if not f.name.endswith(".episodes.jsonl")}
+def _answers(folder: Path) -> dict[str, list[tuple[str, Any]]]:
+    """Per trajectory file under ``folder``, its (question id, EM) pairs."""
+    return {f.relative_to(folder).as_posix(): sorted((str(ep.get("qid")), ep.get("em")) for ep in read_jsonl(f))
+            for f in sorted(folder.rglob("*.jsonl")) if not f.name.endswith(".episodes.jsonl")}
 
 
-def _merged_grid(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+def _merged_grid(old: Mapping[str, Any], new: Mapping[str, Any], rerun: Mapping[str, bool]) -> dict[str, Any]:
     """``old`` with ``new``'s presets added (a preset in both: ``new``'s record); each part keeps its
-    presets and provenance under ``parts``."""
+    presets and provenance under ``parts``, and ``rerun``: per preset it measured again, whether its
+    answers were the same as before (a preset re-trained because a later one starts from it)."""
     def parts(g: Mapping[str, Any]) -> list[dict[str, Any]]:
         return list(g.get(PARTS_KEY) or [{"presets": list(g.get("presets") or []),
                                           PROVENANCE_KEY: g.get(PROVENANCE_KEY)}])
 
     experiments = {**(old.get("experiments") or {}), **(new.get("experiments") or {})}
-    return {**new, "presets": list(experiments), "experiments": experiments,
-            PARTS_KEY: parts(old) + parts(new)}
+    added = parts(new)
+    if rerun:
+        added[-1] = {**added[-1], "rerun_same_answers": dict(rerun)}
+    return {**new, "presets": list(experiments), "experiments": experiments, PARTS_KEY: parts(old) + added}
 
 
 def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
@@ -112,10 +115,13 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
     if merging:
         before = read_json(dest / "grid.json")
         before_metrics = read_json(dest / "metrics.json") if (dest / "metrics.json").is_file() else {}
-        if _untrained_answers(dest) != _untrained_answers(grid_dir):
+        if _answers(dest / "eval_untrained") != _answers(grid_dir / "eval_untrained"):
             raise ArchiveMergeError(f"{grid_dir}: its untrained agent answered differently from the one archived in "
                                     f"{dest}; archive it apart (its presets are paired against another baseline)")
+        rerun = {}
         for name in grid.get("presets") or []:
+            if (dest / name / "eval").is_dir():
+                rerun[name] = _answers(dest / name / "eval") == _answers(grid_dir / name / "eval")
             shutil.rmtree(dest / name, ignore_errors=True)
     elif dest.exists():
         shutil.rmtree(dest)
@@ -132,7 +138,7 @@ def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
             write_jsonl([slim_episode(ep) for ep in read_jsonl(src)], to)
             written.append(to)
     if merging:
-        write_json(_merged_grid(before, grid), dest / "grid.json")
+        write_json(_merged_grid(before, grid, rerun), dest / "grid.json")
         metrics = read_json(grid_dir / "metrics.json") if (grid_dir / "metrics.json").is_file() else {}
         write_json({**before_metrics, **metrics}, dest / "metrics.json")
     elif not (grid_dir / "grid.json").is_file():
