@@ -146,7 +146,7 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     report.line(f"- outputs: {grid_dir}" + (f"; base model {base}" if base else ""))
     for part in grid.get(PARTS_KEY) or []:
         prov = part.get("provenance") or {}
-        report.line(f"- part: {', '.join(part.get('presets') or [])}"
+        report.line(f"- part: {', '.join(part.get('presets') or []) or 'the untrained evaluation only'}"
                     + (f" (commit {str(prov['git_commit'])[:12]})" if prov.get("git_commit") else "")
                     + "".join(f"; {n} measured again: {'same' if same else 'different'} answers as archived"
                               for n, same in (part.get("rerun_same_answers") or {}).items()))

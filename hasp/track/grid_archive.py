@@ -15,6 +15,9 @@ the same questions, so every preset of the archive is paired against one baselin
 
 from __future__ import annotations
 
+import base64
+import json
+import pickle
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -161,10 +164,6 @@ EVAL_RECORD_PREFIX = "evaluate-arms-"
 def _record_result(path: Path) -> Any:
     """The result a cached task record holds (a JSON record whose ``result`` is a base64 pickle, as the
     grid's tasks persist them); None when the file is not such a record."""
-    import base64
-    import json
-    import pickle
-
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
         if (record.get("metadata") or {}).get("serializer", {}).get("type") != "pickle":
