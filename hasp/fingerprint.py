@@ -13,14 +13,11 @@ import hashlib
 import importlib.util
 import json
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
+from hasp import pyast
 from hasp.atomic import write_json_atomic
-
-#: serialises ast.parse (see module_closure)
-_PARSE_LOCK = threading.Lock()
 
 #: entries kept in the hash cache file (oldest dropped first)
 HASH_CACHE_ENTRIES = 256
@@ -145,8 +142,7 @@ def _package_imports(source: str, package: str) -> tuple[str, ...]:
     """Module names under ``package`` that ``source`` imports (and the submodules a ``from x import y``
     may name). Kept per source text: every task's cache key walks the same closure, and parsing it again
     each time cost seconds per epoch."""
-    with _PARSE_LOCK:  # CPython 3.11 before 3.11.8: ast.parse in two threads at once can raise SystemError
-        tree = ast.parse(source)
+    tree = pyast.parse(source)
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

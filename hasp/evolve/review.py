@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
+from hasp import pyast
 from hasp.config import EvolveParams
 from hasp.records import Trajectory
 from hasp.evolve.cluster import Cluster
@@ -315,7 +316,7 @@ def code_facts(code: str) -> CodeFacts:
     """Static facts about a candidate's PF class (never executes the code)."""
     f = CodeFacts()
     try:
-        tree = ast.parse(code or "")
+        tree = pyast.parse(code or "")
     except SyntaxError as e:
         f.error = f"syntax error: {e.msg} (line {e.lineno})"
         return f

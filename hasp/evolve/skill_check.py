@@ -20,7 +20,6 @@ over a library reports every folder.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 from skills_ref import validate as agent_skills_errors
 
+from hasp import pyast
 from hasp.config import SandboxParams
 from hasp.evolve.validate import SEARCH_ACTIONS, ExecReport, validate_candidate, validate_trusted
 from hasp.pf.conditions import invalid_phases
@@ -108,7 +108,7 @@ def _exec_report(folder: Path, spec: SkillSpec, trusted: Sequence[Path], rep: Fo
     if not trusted_pf(folder, source, trusted):
         rep.mode = "sandbox"
         try:
-            found = find_pf_class(ast.parse(source), spec.skill_id)
+            found = find_pf_class(pyast.parse(source), spec.skill_id)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
             where = f" (line {e.lineno})" if isinstance(e, SyntaxError) else ""
             rep._set("pf_load", [f"{pf_path}: {getattr(e, 'msg', None) or type(e).__name__}{where}"])

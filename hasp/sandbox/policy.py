@@ -46,6 +46,8 @@ from __future__ import annotations
 import ast
 import re
 
+from hasp import pyast
+
 #: stdlib modules a PF may import (and, for dotted names, their listed submodules)
 ALLOWED_MODULES: frozenset[str] = frozenset({
     "re", "math", "string", "collections", "collections.abc", "itertools", "functools",
@@ -444,7 +446,7 @@ def check_policy(code: str, *, generated: dict | None = None) -> list[str]:
     if len(code) > MAX_CODE_CHARS:
         return [f"code too long ({len(code)} > {MAX_CODE_CHARS} chars)"]
     try:
-        tree = ast.parse(code, mode="exec")
+        tree = pyast.parse(code, mode="exec")
     except SyntaxError as e:
         return [f"syntax error: {e.msg} (line {e.lineno})"]
     except ValueError as e:  # null bytes
