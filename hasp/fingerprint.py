@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hasp import pyast
+from hasp.pyast import parse_python
 from hasp.atomic import write_json_atomic
 
 #: entries kept in the hash cache file (oldest dropped first)
@@ -142,7 +142,7 @@ def _package_imports(source: str, package: str) -> tuple[str, ...]:
     """Module names under ``package`` that ``source`` imports (and the submodules a ``from x import y``
     may name). Kept per source text: every task's cache key walks the same closure, and parsing it again
     each time cost seconds per epoch."""
-    tree = pyast.parse(source)
+    tree = parse_python(source)
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

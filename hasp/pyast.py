@@ -25,7 +25,7 @@ ATTEMPTS = 5
 _RACE = "recursion depth mismatch"
 
 
-def parse(source: str, mode: str = "exec") -> ast.Module:
+def parse_python(source: str, mode: str = "exec") -> ast.Module:
     """``ast.parse(source, mode=mode)``, retried when another thread's parse upset the conversion.
 
     Syntax errors and every other exception pass through unchanged."""

@@ -1,4 +1,4 @@
-"""hasp.pyast.parse: the same tree while other threads parse too."""
+"""hasp.pyast.parse_python: the same tree while other threads parse too."""
 import ast
 import gc
 import sys
@@ -21,7 +21,7 @@ def test_a_parse_raced_by_another_thread_is_parsed_again(monkeypatch, caplog):
         return real(source, mode=mode)
 
     monkeypatch.setattr(pyast.ast, "parse", racing_parse)
-    tree = pyast.parse("import hasp.records\n")
+    tree = pyast.parse_python("import hasp.records\n")
     assert [type(n).__name__ for n in tree.body] == ["Import"]
     assert len(calls) == 2
     assert "raced with another thread" in caplog.text
@@ -29,14 +29,14 @@ def test_a_parse_raced_by_another_thread_is_parsed_again(monkeypatch, caplog):
 
 def test_other_system_errors_and_syntax_errors_pass_through(monkeypatch):
     with pytest.raises(SyntaxError):
-        pyast.parse("def (:\n")
+        pyast.parse_python("def (:\n")
 
     def broken(source, mode="exec"):
         raise SystemError("something else")
 
     monkeypatch.setattr(pyast.ast, "parse", broken)
     with pytest.raises(SystemError, match="something else"):
-        pyast.parse("x = 1\n")
+        pyast.parse_python("x = 1\n")
 
 
 def test_a_race_that_never_ends_is_raised_after_the_last_attempt(monkeypatch):
@@ -48,7 +48,7 @@ def test_a_race_that_never_ends_is_raised_after_the_last_attempt(monkeypatch):
 
     monkeypatch.setattr(pyast.ast, "parse", always)
     with pytest.raises(SystemError):
-        pyast.parse("x = 1\n")
+        pyast.parse_python("x = 1\n")
     assert len(calls) == pyast.ATTEMPTS
 
 
@@ -78,7 +78,7 @@ def test_a_parse_inside_the_conversion_fails_bare_ast_parse_but_not_ours():
         except SystemError as e:
             bare_failed = "recursion depth mismatch" in str(e)
         arm()
-        tree = pyast.parse(source)
+        tree = pyast.parse_python(source)
     finally:
         gc.set_threshold(*threshold)
     assert len(nested) == 2  # both finalizers parsed, each inside a conversion

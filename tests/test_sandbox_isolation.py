@@ -13,7 +13,7 @@ from hasp.sandbox import seccomp
 from hasp.sandbox.program import run_program
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = {"hasp.config", "hasp.records", "hasp.atomic", "hasp.textutil", "hasp.processes"}
+CORE = {"hasp.config", "hasp.records", "hasp.atomic", "hasp.textutil", "hasp.processes", "hasp.pyast"}
 
 PF = ("from hasp.pf import ProgramFunction, register_pf\n"
       "@register_pf('quiet')\nclass Quiet(ProgramFunction):\n"

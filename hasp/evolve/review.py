@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
-from hasp import pyast
+from hasp.pyast import parse_python
 from hasp.config import EvolveParams
 from hasp.records import Trajectory
 from hasp.evolve.cluster import Cluster
@@ -316,7 +316,7 @@ def code_facts(code: str) -> CodeFacts:
     """Static facts about a candidate's PF class (never executes the code)."""
     f = CodeFacts()
     try:
-        tree = pyast.parse(code or "")
+        tree = parse_python(code or "")
     except SyntaxError as e:
         f.error = f"syntax error: {e.msg} (line {e.lineno})"
         return f

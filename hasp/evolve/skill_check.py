@@ -27,7 +27,7 @@ from typing import Any
 
 from skills_ref import validate as agent_skills_errors
 
-from hasp import pyast
+from hasp.pyast import parse_python
 from hasp.config import SandboxParams
 from hasp.evolve.validate import SEARCH_ACTIONS, ExecReport, validate_candidate, validate_trusted
 from hasp.pf.conditions import invalid_phases
@@ -108,7 +108,7 @@ def _exec_report(folder: Path, spec: SkillSpec, trusted: Sequence[Path], rep: Fo
     if not trusted_pf(folder, source, trusted):
         rep.mode = "sandbox"
         try:
-            found = find_pf_class(pyast.parse(source), spec.skill_id)
+            found = find_pf_class(parse_python(source), spec.skill_id)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
             where = f" (line {e.lineno})" if isinstance(e, SyntaxError) else ""
             rep._set("pf_load", [f"{pf_path}: {getattr(e, 'msg', None) or type(e).__name__}{where}"])

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hasp.agent.context import EpisodeState
-from hasp import pyast
+from hasp.pyast import parse_python
 from hasp.config import SandboxParams
 from hasp.agent.replay import replay
 from hasp.records import Trajectory
@@ -418,7 +418,7 @@ def _validate(rep: ExecReport, code: str, skill_id: str | None, *, timeout_s: fl
         rep._error("syntax: empty code")
         return
     try:
-        tree = pyast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError) as e:
         line = getattr(e, "lineno", None)
         rep._error(f"syntax: {getattr(e, 'msg', e)}" + (f" (line {line})" if line else ""))

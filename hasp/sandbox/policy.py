@@ -46,7 +46,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hasp import pyast
+from hasp.pyast import parse_python
 
 #: stdlib modules a PF may import (and, for dotted names, their listed submodules)
 ALLOWED_MODULES: frozenset[str] = frozenset({
@@ -446,7 +446,7 @@ def check_policy(code: str, *, generated: dict | None = None) -> list[str]:
     if len(code) > MAX_CODE_CHARS:
         return [f"code too long ({len(code)} > {MAX_CODE_CHARS} chars)"]
     try:
-        tree = pyast.parse(code, mode="exec")
+        tree = parse_python(code, mode="exec")
     except SyntaxError as e:
         return [f"syntax error: {e.msg} (line {e.lineno})"]
     except ValueError as e:  # null bytes
