@@ -163,7 +163,8 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
                 "(the progress log prints their times).")
     report.line("")
     report.line("Paired gains on the same test questions (trained arm − untrained arm; for a closed loop also "
-                "the evolved library − the starting library, both under the trained policy):")
+                "the evolved library − the starting library, both under the trained policy; for a preset that trains on "
+                "from another preset's checkpoint also its arms − that preset's same arms):")
     report.line("")
     report.line(gains_markdown(grid))
     report.line("Correct answers a PF took away (the policy proposed FINAL[gold], a PF rewrote the step):")

@@ -121,3 +121,39 @@ def test_a_closed_loop_gain_splits_into_training_and_the_evolved_library(tmp_pat
     assert pooled["seeds"] == 2 and pooled["n"] == 4
     # per question, the mean over seeds: final (1, 1, 0.5, 0), start (0.5, 0, 0, 0)
     assert pooled["mean"] == pytest.approx((1 + 1 + 0.5 - 0.5) / 4)
+
+
+def test_a_preset_started_from_another_checkpoint_is_compared_with_that_preset(tmp_path):
+    """GRPO after E2: each of its arms against E2's same arm (what the later recipe adds), in one grid and
+    over seeds; a preset without a start, or whose start did not run here, gets no such row."""
+    import json
+
+    from hasp.eval.paired import add_grid_gains, gains_over_seeds
+
+    def cell(path, ems):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"qid": q, "em": em, "terminated": "final"}) + "\n"
+                                for q, em in zip("abcd", ems)))
+
+    grids, dirs = [], []
+    for seed, (e2, grpo) in enumerate((([1, 0, 0, 0], [1, 1, 1, 0]), ([0, 0, 0, 0], [1, 0, 0, 0]))):
+        d = tmp_path / f"seed{seed}"
+        cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [0, 0, 0, 0])
+        cell(d / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl", e2)
+        cell(d / "GRPO_cpu" / "eval" / "generated" / "trained_pf.jsonl", grpo)
+        cell(d / "SAGE_cpu" / "eval" / "generated" / "trained_pf.jsonl", grpo)
+        grid = {"untrained": {"untrained_pf": {}},
+                "experiments": {"E2_cpu": {"eval": {"trained_pf": {}}, "preset": {}},
+                                "GRPO_cpu": {"eval": {"trained_pf": {}}, "preset": {"start": "E2_cpu"}},
+                                "SAGE_cpu": {"eval": {"trained_pf": {}}, "preset": {"start": "E9_absent"}}}}
+        add_grid_gains(d, grid)
+        ex = grid["experiments"]
+        assert set(ex["GRPO_cpu"]["gains"]) == {"trained_pf - untrained_pf", "trained_pf - E2_cpu/trained_pf"}
+        assert ex["GRPO_cpu"]["gains"]["trained_pf - E2_cpu/trained_pf"]["mean"] == pytest.approx(
+            (sum(grpo) - sum(e2)) / 4)
+        assert set(ex["E2_cpu"]["gains"]) == set(ex["SAGE_cpu"]["gains"]) == {"trained_pf - untrained_pf"}
+        grids.append(grid)
+        dirs.append(d)
+    pooled = gains_over_seeds(dirs, grids)["GRPO_cpu"]["trained_pf - E2_cpu/trained_pf"]
+    # per question, the mean over seeds: GRPO (1, 0.5, 0.5, 0), E2 (0.5, 0, 0, 0)
+    assert pooled["seeds"] == 2 and pooled["mean"] == pytest.approx((0.5 + 0.5 + 0.5) / 4)

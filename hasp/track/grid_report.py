@@ -130,7 +130,8 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
 
 def gains_markdown(grid: Mapping[str, Any]) -> str:
     """Each preset's trained arms minus the untrained arms (and, for V2, the evolved library minus the
-    starting one under the trained policy), question by question on the test split (paired bootstrap
+    starting one under the trained policy; for GRPO and SAGE, each arm minus the same arm of the preset
+    whose checkpoint they start from), question by question on the test split (paired bootstrap
     95 % interval), overall, per hop count and, on benchmark v2, per seen / unseen template."""
     def groups(by: Mapping[str, Any], unit: str) -> str:
         return "; ".join(f"{k}{unit} {v.get('mean', 0):+.3f} [{_ci(v)[0]:+.3f}, {_ci(v)[1]:+.3f}] n={v.get('n')}"
