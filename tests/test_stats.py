@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hasp.stats import bootstrap_mean, paired_difference, rate, wilson
@@ -90,24 +92,24 @@ def test_gains_over_seeds_average_each_question_over_the_repeats(tmp_path):
     assert g["by_hops"]["2"] == {"mean": 0.0, "n": 1, "ci95": [0.0, 0.0]}
 
 
+def _cell(path, ems):
+    """A trajectory file of questions a, b, c, ... with these EMs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"qid": q, "em": em, "terminated": "final"}) + "\n"
+                            for q, em in zip("abcd", ems)))
+
+
 def test_a_closed_loop_gain_splits_into_training_and_the_evolved_library(tmp_path):
     """A V2 preset's trained policy with the starting library is compared with the untrained arms
     (training's share) and is the base of the evolved library's share, in one grid and over seeds."""
-    import json
-
     from hasp.eval.paired import add_grid_gains, gains_over_seeds
-
-    def cell(path, ems):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps({"qid": q, "em": em, "terminated": "final"}) + "\n"
-                                for q, em in zip("abcd", ems)))
 
     grids, dirs = [], []
     for seed, (final, start) in enumerate((([1, 1, 1, 0], [1, 0, 0, 0]), ([1, 1, 0, 0], [0, 0, 0, 0]))):
         d = tmp_path / f"seed{seed}"
-        cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [0, 0, 0, 0])
-        cell(d / "E5_cpu" / "eval" / "generated" / "trained_pf.jsonl", final)
-        cell(d / "E5_cpu" / "eval" / "start_library" / "generated" / "trained_pf_start_library.jsonl", start)
+        _cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [0, 0, 0, 0])
+        _cell(d / "E5_cpu" / "eval" / "generated" / "trained_pf.jsonl", final)
+        _cell(d / "E5_cpu" / "eval" / "start_library" / "generated" / "trained_pf_start_library.jsonl", start)
         grid = {"untrained": {"untrained_pf": {}},
                 "experiments": {"E5_cpu": {"eval": {"trained_pf": {}, "trained_pf_start_library": {}}}}}
         add_grid_gains(d, grid)
@@ -126,22 +128,15 @@ def test_a_closed_loop_gain_splits_into_training_and_the_evolved_library(tmp_pat
 def test_a_preset_started_from_another_checkpoint_is_compared_with_that_preset(tmp_path):
     """GRPO after E2: each of its arms against E2's same arm (what the later recipe adds), in one grid and
     over seeds; a preset without a start, or whose start did not run here, gets no such row."""
-    import json
-
     from hasp.eval.paired import add_grid_gains, gains_over_seeds
-
-    def cell(path, ems):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps({"qid": q, "em": em, "terminated": "final"}) + "\n"
-                                for q, em in zip("abcd", ems)))
 
     grids, dirs = [], []
     for seed, (e2, grpo) in enumerate((([1, 0, 0, 0], [1, 1, 1, 0]), ([0, 0, 0, 0], [1, 0, 0, 0]))):
         d = tmp_path / f"seed{seed}"
-        cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [0, 0, 0, 0])
-        cell(d / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl", e2)
-        cell(d / "GRPO_cpu" / "eval" / "generated" / "trained_pf.jsonl", grpo)
-        cell(d / "SAGE_cpu" / "eval" / "generated" / "trained_pf.jsonl", grpo)
+        _cell(d / "eval_untrained" / "generated" / "untrained_pf.jsonl", [0, 0, 0, 0])
+        _cell(d / "E2_cpu" / "eval" / "generated" / "trained_pf.jsonl", e2)
+        _cell(d / "GRPO_cpu" / "eval" / "generated" / "trained_pf.jsonl", grpo)
+        _cell(d / "SAGE_cpu" / "eval" / "generated" / "trained_pf.jsonl", grpo)
         grid = {"untrained": {"untrained_pf": {}},
                 "experiments": {"E2_cpu": {"eval": {"trained_pf": {}}, "preset": {}},
                                 "GRPO_cpu": {"eval": {"trained_pf": {}}, "preset": {"start": "E2_cpu"}},
