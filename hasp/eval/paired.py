@@ -96,17 +96,14 @@ def library_cells(eval_dir: Path, labels: list[str]) -> Iterator[tuple[str, str,
                 yield a, b, before, after
 
 
-def start_cells(grid_dir: Path, experiment: Mapping[str, Any], labels: list[str]
+def start_cells(grid_dir: Path, experiment: Mapping[str, Any], eval_dir: Path, labels: list[str]
                 ) -> Iterator[tuple[str, str, dict[str, float], dict[str, float]]]:
     """``(arm, "<start preset>/<arm>", EM of the start preset's arm, EM of this preset's arm)`` for a preset
     that trains on from another preset's final checkpoint (GRPO and SAGE from E2): their paired difference
     is what the later recipe adds to the checkpoint it started from."""
     start = (experiment.get("preset") or {}).get("start")
-    if not start:
-        return
-    start_eval, own_eval = Path(grid_dir) / start / "eval", Path(grid_dir) / str(experiment.get("name")) / "eval"
-    for a in labels:
-        before, after = em_by_qid(cell_file(start_eval, a)), em_by_qid(cell_file(own_eval, a))
+    for a in labels if start else []:
+        before, after = em_by_qid(cell_file(Path(grid_dir) / start / "eval", a)), em_by_qid(cell_file(eval_dir, a))
         if before and after:
             yield a, f"{start}/{a}", before, after
 
@@ -122,7 +119,7 @@ def add_grid_gains(grid_dir: Path, grid: Mapping[str, Any], hops_of: Mapping[str
         if "error" not in e:
             ev, labels = Path(grid_dir) / name / "eval", list(e.get("eval") or {})
             e["gains"] = gains_over(Path(grid_dir) / "eval_untrained", untrained, ev, labels, hops_of, template_of)
-            for a, b, before, after in [*library_cells(ev, labels), *start_cells(grid_dir, {"name": name, **e}, labels)]:
+            for a, b, before, after in [*library_cells(ev, labels), *start_cells(grid_dir, e, ev, labels)]:
                 e["gains"][f"{a} - {b}"] = paired_gain(before, after, hops_of, template_of)
 
 
@@ -152,7 +149,7 @@ def gains_over_seeds(grid_dirs: list[Path], grids: list[Mapping[str, Any]],
                 for b, before in base.items():
                     if after and before:
                         cells.setdefault((name, a, b), []).append((before, after))
-            for a, b, before, after in [*library_cells(ev, labels), *start_cells(d, {"name": name, **e}, labels)]:
+            for a, b, before, after in [*library_cells(ev, labels), *start_cells(d, e, ev, labels)]:
                 cells.setdefault((name, a, b), []).append((before, after))
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for (name, a, b), pairs in cells.items():
