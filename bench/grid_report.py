@@ -88,10 +88,11 @@ def blocked_markdown(grid_dir: Path, grid: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def partial_grid(grid_dir: Path) -> dict | None:
+def partial_grid(grid_dir: Path, since: float | None = None) -> dict | None:
     """A grid still running (or stopped): what its finished tasks wrote, the untrained agent's
-    evaluation and each preset whose ``experiment.json`` exists; None when the untrained evaluation has
-    not finished either. Marked ``partial`` with the presets it has."""
+    evaluation and each preset whose ``experiment.json`` exists (written after ``since``, a timestamp,
+    when given); None when the untrained evaluation has not finished either. Marked ``partial`` with
+    the presets it has."""
     try:
         metrics = json.loads((grid_dir / "eval_untrained" / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -99,12 +100,31 @@ def partial_grid(grid_dir: Path) -> dict | None:
     untrained = metrics.get("generated") or {}
     experiments = {}
     for f in sorted(grid_dir.glob("*/experiment.json")):
+        if since is not None and f.stat().st_mtime <= since:
+            continue
         try:
             experiments[f.parent.name] = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             print(f"warning: {f}: {e}; left out", file=sys.stderr)
     return {"presets": list(experiments), "base_model": None, "untrained": untrained, "experiments": experiments,
             "partial": True, "provenance": metrics.get("provenance")}
+
+
+def running_part(grid_dir: Path) -> dict | None:
+    """The part a grid folder is running now, when an earlier part's ``grid.json`` is still there: the
+    presets whose ``experiment.json`` is newer than it (a part rewrites ``grid.json`` when it ends).
+    None when there is none, and the folder's ``grid.json`` is its record; always None for an archive,
+    whose files' times say nothing about a run."""
+    if (grid_dir / HOPS_FILE).is_file():
+        return None
+    written = (grid_dir / "grid.json").stat().st_mtime
+    if not any(f.stat().st_mtime > written for f in grid_dir.glob("*/experiment.json")):
+        return None
+    grid = partial_grid(grid_dir, since=written)
+    if grid is not None:
+        print(f"{grid_dir}: a part is running (grid.json is an earlier part's): presets finished so far: "
+              f"{', '.join(grid['presets'])}", file=sys.stderr)
+    return grid
 
 
 def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
@@ -114,6 +134,7 @@ def report_grid(report: Report, grid_dir: Path, ran: str, data_dir: Path | None,
     ``grid.json`` (the grid has not finished) is reported from what its finished tasks wrote, and says so."""
     try:
         grid = json.loads((grid_dir / "grid.json").read_text(encoding="utf-8"))
+        grid = running_part(grid_dir) or grid
     except FileNotFoundError:
         grid = partial_grid(grid_dir)
         if grid is None:

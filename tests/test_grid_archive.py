@@ -248,3 +248,54 @@ def test_a_grid_still_running_archives_its_finished_presets(tmp_path: Path, monk
     merged = json.loads((dest / "grid.json").read_text())
     assert merged["presets"] == ["E2_cpu"] and merged["partial"] is True
     assert merged["provenance"] == {"git_commit": "a" * 40}
+
+
+def test_a_part_archived_while_running_then_finished_is_one_part(tmp_path: Path, monkeypatch) -> None:
+    """A later part running in a folder that still has the earlier part's grid.json is archived from its
+    own finished presets (not from the stale grid.json), keeps what the archive knew that a running part
+    cannot (base model, the untrained evaluation's wall time), and, archived again once it finished, is
+    one part line: the finished part replaces the partial one it grew from."""
+    import os
+
+    g = _grid(tmp_path)
+    grid = json.loads((g / "grid.json").read_text())
+    grid["untrained"]["untrained_pf"]["eval_wall_s"] = 5.0
+    (g / "grid.json").write_text(json.dumps(grid))
+    (g / "eval_untrained" / "metrics.json").write_text(json.dumps(
+        {"generated": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.0}}, "provenance": {}}))
+    bench = _bench_report(monkeypatch)
+    bench._hops = lambda grid_dir, data_dir: {"blocked": 1, "wrong": 1, "kept": 1}
+    archive = tmp_path / "archive"
+    dest = archive / g.name
+    assert bench.report_grid(bench.Report("test"), g, "first part", None, archive, merge=True) is not None
+
+    record = {"eval": {"trained_pf": {"n": 3, "em": 1 / 3, "f1": 1 / 3}}, "wall_s": 9.0}
+    later = (g / "grid.json").stat().st_mtime + 10
+    for name in ("E1_cpu", "E4_cpu"):
+        f = g / name / "eval" / "generated" / "trained_pf.jsonl"
+        f.parent.mkdir(parents=True)
+        f.write_text("".join(json.dumps(e) + "\n" for e in _episodes()[:3]))
+    (g / "E1_cpu" / "experiment.json").write_text(json.dumps({"name": "E1_cpu", **record}))
+    os.utime(g / "E1_cpu" / "experiment.json", (later, later))  # E4_cpu is still evaluating
+    assert bench.report_grid(bench.Report("test"), g, "second part", None, archive, merge=True) is not None
+    merged = json.loads((dest / "grid.json").read_text())
+    assert merged["presets"] == ["E2_cpu", "E1_cpu"] and merged["partial"] is True
+    assert merged["base_model"] == "m" and merged["untrained"]["untrained_pf"]["eval_wall_s"] == 5.0
+    assert [(p["presets"], p.get("partial", False)) for p in merged[PARTS_KEY]] == [(["E2_cpu"], False),
+                                                                                    (["E1_cpu"], True)]
+    assert "rerun_same_answers" not in merged[PARTS_KEY][-1]  # E2_cpu's earlier record was not read again
+    assert not (dest / "E4_cpu").exists()
+
+    grid.update(presets=["E1_cpu", "E4_cpu"], experiments={"E1_cpu": record, "E4_cpu": record})
+    (g / "grid.json").write_text(json.dumps(grid))  # the part ends: its grid.json
+    (g / "E4_cpu" / "experiment.json").write_text(json.dumps({"name": "E4_cpu", **record}))
+    os.utime(g / "E4_cpu" / "experiment.json", (later - 20, later - 20))
+    os.utime(g / "E1_cpu" / "experiment.json", (later - 20, later - 20))
+    report = bench.Report("test")
+    assert bench.report_grid(report, g, "second part", None, archive, merge=True) is not None
+    merged = json.loads((dest / "grid.json").read_text())
+    assert merged["presets"] == ["E2_cpu", "E1_cpu", "E4_cpu"] and "partial" not in merged
+    assert [p["presets"] for p in merged[PARTS_KEY]] == [["E2_cpu"], ["E1_cpu", "E4_cpu"]]
+    assert "rerun_same_answers" not in merged[PARTS_KEY][-1]  # the same run, not a second measurement
+    text = "\n".join(report.lines)
+    assert "- partial:" not in text and "| E4_cpu | trained_pf - untrained_pf | +0.333" in text

@@ -78,16 +78,32 @@ def _answers(folder: Path) -> dict[str, list[tuple[str, Any]]]:
 def _merged_grid(old: Mapping[str, Any], new: Mapping[str, Any], rerun: Mapping[str, bool]) -> dict[str, Any]:
     """``old`` with ``new``'s presets added (a preset in both: ``new``'s record); each part keeps its
     presets and provenance under ``parts``, and ``rerun``: per preset it measured again, whether its
-    answers were the same as before (a preset re-trained because a later one starts from it)."""
+    answers were the same as before (a preset re-trained because a later one starts from it).
+
+    A part archived while its grid ran (``partial``) knows less than a finished one: what it lacks (the
+    base model, the untrained evaluation's wall time) stays as archived. When the grid then finishes and
+    is archived again, its part replaces the partial one it grew from (same presets, same answers): one
+    run, one part line."""
     def parts(g: Mapping[str, Any]) -> list[dict[str, Any]]:
         return list(g.get(PARTS_KEY) or [{"presets": list(g.get("presets") or []),
-                                          PROVENANCE_KEY: g.get(PROVENANCE_KEY)}])
+                                          PROVENANCE_KEY: g.get(PROVENANCE_KEY),
+                                          **({"partial": True} if g.get("partial") else {})}])
 
     experiments = {**(old.get("experiments") or {}), **(new.get("experiments") or {})}
-    added = parts(new)
+    before, added = parts(old), parts(new)
+    grew = before[-1] if before and before[-1].get("partial") else None
+    if grew is not None and all(rerun.get(n) for n in grew.get("presets") or []):
+        before = before[:-1]
+        rerun = {n: same for n, same in rerun.items() if n not in grew["presets"]}
     if rerun:
         added[-1] = {**added[-1], "rerun_same_answers": dict(rerun)}
-    return {**new, "presets": list(experiments), "experiments": experiments, PARTS_KEY: parts(old) + added}
+    old_untrained = old.get("untrained") or {}
+    untrained = {**old_untrained, **{arm: {**(old_untrained.get(arm) or {}), **rec}
+                                     for arm, rec in (new.get("untrained") or {}).items()}}
+    merged = {**old, **{k: v for k, v in new.items() if v is not None}, "untrained": untrained,
+              "presets": list(experiments), "experiments": experiments, PARTS_KEY: before + added}
+    merged.pop("partial", None)
+    return {**merged, "partial": True} if new.get("partial") else merged
 
 
 def archive_grid(grid_dir: Path, dest: Path, hops_of: Mapping[str, int],
