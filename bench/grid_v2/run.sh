@@ -11,6 +11,7 @@
 # on fresh machines: each finished part is archived into bench/grid_runs/v2/s<seed> with
 #   python bench/grid_report.py --grid $GRID_ROOT/s<seed> --ran "..." --archive bench/grid_runs/v2 --merge \
 #     --records $GRID_ROOT/prefect/storage
+# (bench/grid_v2/report.sh does that and reports all archived seeds together)
 # and the next part (of this seed or another) starts by restoring that archive's untrained evaluation (a
 # cache hit under the same key, not a re-run).
 set -euo pipefail
