@@ -12,6 +12,8 @@
 # 2. the section "Post-training grid at 200 benchmark-v2 test questions, archived part by part" of
 #    bench/RESULTS.md is written again from the archives alone; the remark is appended to its note.
 #    This step leaves bench/RESULTS.md uncommitted, for review.
+# A part still running is archived with its finished presets only (step 1 prints which); the archive
+# commit's message names the part's presets, so amend it then.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 seed=${1:?usage: bench/grid_v2/report.sh <seed> "<remark>" <preset>...}
@@ -28,7 +30,7 @@ git diff --quiet -- bench/RESULTS.md || { echo "report.sh: bench/RESULTS.md has 
 
 nice "$py" bench/grid_report.py --grid "$root/s$seed" \
   --ran "bench/grid_v2/run.sh $seed$flags${RAN_SUFFIX:-} (GRID_ROOT=$root, worktree at $commit)" \
-  --archive bench/grid_runs/v2 --merge --records "$root/prefect/storage" --section scratch | tail -1
+  --archive bench/grid_runs/v2 --merge --records "$root/prefect/storage" --section scratch
 git checkout -- bench/RESULTS.md
 git add "bench/grid_runs/v2/s$seed"
 git commit -qm "Grid archive: seed $seed's $(IFS=+; echo "$*") (benchmark v2, 200 test questions)"
