@@ -202,7 +202,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         tr = _phase(pipe, f"{name} phase {i}: train {t.recipe}", texp.train_phase, (ph_dir / "train" / SUMMARY_FILE,),
                     k, pe, t, ckpt, ph_dir / "train", rows=rows, data_dir=data, library=lib,
                     sampler_policy=clients.sampler(t.rollout), teacher=clients.teacher,
-                    executor=clients.executor)
+                    executor=clients.executor, previous=done[-1]["train"] if closed and done else None)
         ph["train"] = tr
         ckpt, ckpt_id = Path(tr["model_dir"]), k
         done.append(ph)

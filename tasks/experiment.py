@@ -7,6 +7,7 @@ it. The evolution epochs and the rollout pool reuse ``tasks.phases`` unchanged.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,40 @@ from hasp.config import Params, TrainParams
 from hasp.provenance import Provenance
 from tasks.cache import BY_CACHE_KEY
 
+log = logging.getLogger(__name__)
+
 _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
 
 
 @task(name="train-phase", **_opts)
 def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path, out_dir: Path, *,
                 rows: Path | None = None, data_dir: Path | None = None, library: Path | None = None,
-                sampler_policy: Any = None, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
+                sampler_policy: Any = None, teacher: Any = None, executor: Any = None,
+                previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """One training phase: sft/dpo on ``rows``; rs/opd/grpo/sage sample the train split with ``library`` through
     ``sampler_policy`` (``model_dir -> policy context``), on threads or through ``executor``
     (``runner.kind``). Finished RS/OPD rounds in ``out_dir`` are
     reused, so a phase that failed half-way resumes at its first unfinished round. A phase that trains
-    nothing (``train.enabled: false``) has no checkpoint for the next one: that is a ``RecipeError``."""
+    nothing (``train.enabled: false``) has no checkpoint for the next one: that is a ``RecipeError``.
+
+    A later phase of a closed loop (``previous``: the summary of the phase before) whose sft/dpo rows are
+    empty keeps ``model`` and the previous adapter, and its summary says why: the policy made no
+    PF-corrected step above the reward floor, which is a result of the loop, not a reason to lose the
+    earlier phases and the evolved library (the epoch's own train step skips the same way)."""
+    from hasp.atomic import read_jsonl, write_json
     from hasp.train.rounds import RecipeError
     from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
-    from hasp.train.run import run_recipe
+    from hasp.train.run import SUMMARY_FILE, TrainSummary, run_recipe
+
+    if previous is not None and train.recipe in ("sft", "dpo") and rows is not None and Path(rows).is_file() \
+            and not read_jsonl(rows):
+        kept = TrainSummary(recipe=train.recipe, preset=train.preset, start_model=str(model), model_dir=str(model),
+                            adapter_dir=previous.get("adapter_dir"), rows=str(rows),
+                            skipped=f"{rows}: no rows (no PF-corrected step above the reward floor); "
+                                    "the phase keeps its start checkpoint")
+        write_json(kept.model_dump(mode="json"), Path(out_dir) / SUMMARY_FILE)
+        log.warning("%s", kept.skipped)
+        return kept.model_dump(mode="json")
 
     kw: dict[str, Any] = {}
     if train.recipe in SAMPLING_RECIPES:

@@ -313,3 +313,28 @@ def test_a_closed_loop_sft_phase_with_objective_ab_trains_on_its_own_epochs_skil
         trained = json.loads((ph_dir / "train" / "train_summary.json").read_text())
         assert trained["metrics"]["n_rows_in"] == len(read_jsonl(rows))
     assert read_jsonl(out / "E4_cpu" / "evolve" / "epoch_0" / "sft_skill.jsonl")  # the student's proposal, scored
+
+
+def test_a_later_closed_loop_phase_without_rows_keeps_its_start_checkpoint(tmp_path, tiny_model_dir):
+    """A closed loop's later phase whose policy made no PF-corrected step above the reward floor trains
+    nothing: it hands its start checkpoint and the previous adapter on and says why, so the earlier phases
+    and the evolved library still reach the evaluation. A first phase without rows has no checkpoint to
+    keep: that stays the preset's one error line."""
+    from hasp.config import load_params
+    from hasp.train.rounds import RecipeError
+    from hasp.train.run import SUMMARY_FILE
+    from tasks.experiment import train_phase
+
+    p = load_params(ROOT / "params.yaml")
+    t = p.train.model_copy(update={"recipe": "sft"})
+    rows = tmp_path / "sft.jsonl"
+    rows.write_text("")
+    previous = {"adapter_dir": str(tmp_path / "phase_0" / "train" / "adapter")}
+    out = tmp_path / "phase_1" / "train"
+    s = train_phase.fn("key", p, t, tiny_model_dir, out, rows=rows, previous=previous)
+    assert s["model_dir"] == s["start_model"] == str(tiny_model_dir)
+    assert s["adapter_dir"] == previous["adapter_dir"] and s["rows"] == str(rows)
+    assert s["skipped"].startswith(f"{rows}: no rows (no PF-corrected step above the reward floor)")
+    assert json.loads((out / SUMMARY_FILE).read_text()) == s
+    with pytest.raises(RecipeError, match="no SFT rows"):
+        train_phase.fn("key", p, t, tiny_model_dir, tmp_path / "phase_0" / "train", rows=rows)

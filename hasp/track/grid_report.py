@@ -243,6 +243,9 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
                     ev = ph.get("evolve")
                     if ev:
                         log_numeric(mlflow, {"evolve": {k: v for k, v in ev.items() if k != "mode"}}, step=i)
+                    skipped = (ph.get("train") or {}).get("skipped")
+                    if skipped:  # a closed-loop phase that kept its start checkpoint says so in the UI
+                        mlflow.set_tag(f"hasp.phase_{i}.train_skipped", str(skipped)[:5000])
                 log_adapter(mlflow, Path(str(e.get("adapter_dir") or "-")))  # a failed preset has none
                 log_json_artifact(mlflow, e, "experiment.json")
         rows = comparison_rows(grid)
