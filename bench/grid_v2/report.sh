@@ -39,6 +39,6 @@ note=$(grep -m1 '^- note: In progress, archived part by part' bench/RESULTS.md |
 args=()
 for archive in bench/grid_runs/v2/s*; do
   s=${archive##*/s}
-  args+=(--grid "$archive" --ran "bench/grid_v2/run.sh $s in parts, see its part lines (GRID_ROOT=$root, worktree at $commit); report from the archive")
+  args+=(--grid "$archive" --ran "bench/grid_v2/run.sh $s in parts, see its part lines for each part's commit (GRID_ROOT=$root); report from the archive")
 done
 HASP_BENCH_NOTE="${note:+$note }$remark" nice "$py" bench/grid_report.py "${args[@]}" --section "$section" | tail -1
