@@ -34,31 +34,32 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
     reused, so a phase that failed half-way resumes at its first unfinished round. A phase that trains
     nothing (``train.enabled: false``) has no checkpoint for the next one: that is a ``RecipeError``.
 
-    A later phase of a closed loop (``previous``: the summary of the phase before) whose sft/dpo rows are
-    empty keeps ``model`` and the previous adapter, and its summary says why: the policy made no
-    PF-corrected step above the reward floor, which is a result of the loop, not a reason to lose the
-    earlier phases and the evolved library (the epoch's own train step skips the same way)."""
-    from hasp.atomic import read_jsonl, write_json
-    from hasp.train.rounds import RecipeError
+    A later phase of a closed loop (``previous``: the summary of the phase before) whose sampled episodes
+    leave nothing to train on (no SFT/DPO rows, an empty RS kept set, no OPD state: ``NoRowsError``) keeps
+    ``model`` and the previous adapter, and its summary says why: that is a result of the loop, not a
+    reason to lose the earlier phases and the evolved library (the epoch's own train step skips the same
+    way). A first phase has no checkpoint to keep: there it stays the preset's one error line."""
+    from hasp.atomic import write_json
+    from hasp.train.rounds import NoRowsError, RecipeError
     from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
     from hasp.train.run import SUMMARY_FILE, TrainSummary, run_recipe
-
-    if previous is not None and train.recipe in ("sft", "dpo") and rows is not None and Path(rows).is_file() \
-            and not read_jsonl(rows):
-        kept = TrainSummary(recipe=train.recipe, preset=train.preset, start_model=str(model), model_dir=str(model),
-                            adapter_dir=previous.get("adapter_dir"), rows=str(rows),
-                            skipped=f"{rows}: no rows (no PF-corrected step above the reward floor); "
-                                    "the phase keeps its start checkpoint")
-        write_json(kept.model_dump(mode="json"), Path(out_dir) / SUMMARY_FILE)
-        log.warning("%s", kept.skipped)
-        return kept.model_dump(mode="json")
 
     kw: dict[str, Any] = {}
     if train.recipe in SAMPLING_RECIPES:
         assert data_dir is not None
         kw = recipe_inputs(params, train, data_dir, library, out_dir=out_dir, policy_for=sampler_policy,
                            teacher=teacher, executor=executor)
-    summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
+    try:
+        summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
+    except NoRowsError as e:
+        if previous is None:
+            raise
+        kept = TrainSummary(recipe=train.recipe, preset=train.preset, start_model=str(model), model_dir=str(model),
+                            adapter_dir=previous.get("adapter_dir"), rows=str(rows) if rows else None,
+                            skipped=f"{e}; the phase keeps its start checkpoint")
+        write_json(kept.model_dump(mode="json"), Path(out_dir) / SUMMARY_FILE)
+        log.warning("%s", kept.skipped)
+        return kept.model_dump(mode="json")
     if summary.skipped:
         raise RecipeError(f"{train.preset or train.recipe}: {summary.skipped}")
     return summary.model_dump(mode="json")

@@ -316,8 +316,8 @@ def test_a_closed_loop_sft_phase_with_objective_ab_trains_on_its_own_epochs_skil
 
 
 def test_a_later_closed_loop_phase_without_rows_keeps_its_start_checkpoint(tmp_path, tiny_model_dir):
-    """A closed loop's later phase whose policy made no PF-corrected step above the reward floor trains
-    nothing: it hands its start checkpoint and the previous adapter on and says why, so the earlier phases
+    """A closed loop's later phase whose policy made no PF-corrected step above the reward floor (no SFT
+    rows; RS and OPD raise the same ``NoRowsError`` on an empty round) trains nothing: it hands its start checkpoint and the previous adapter on and says why, so the earlier phases
     and the evolved library still reach the evaluation. A first phase without rows has no checkpoint to
     keep: that stays the preset's one error line."""
     from hasp.config import load_params
@@ -334,7 +334,53 @@ def test_a_later_closed_loop_phase_without_rows_keeps_its_start_checkpoint(tmp_p
     s = train_phase.fn("key", p, t, tiny_model_dir, out, rows=rows, previous=previous)
     assert s["model_dir"] == s["start_model"] == str(tiny_model_dir)
     assert s["adapter_dir"] == previous["adapter_dir"] and s["rows"] == str(rows)
-    assert s["skipped"].startswith(f"{rows}: no rows (no PF-corrected step above the reward floor)")
+    assert s["skipped"] == f"{rows}: no SFT rows (no PF-corrected step above the reward floor); the phase keeps " \
+                           "its start checkpoint"
     assert json.loads((out / SUMMARY_FILE).read_text()) == s
     with pytest.raises(RecipeError, match="no SFT rows"):
         train_phase.fn("key", p, t, tiny_model_dir, tmp_path / "phase_0" / "train", rows=rows)
+
+
+def test_a_closed_loop_rs_phase_with_an_empty_kept_set_keeps_the_previous_checkpoint(env, monkeypatch):
+    """E5_cpu whose sampler writes prose only once it samples from phase 0's checkpoint: phase 1's RS round
+    keeps nothing (no success, no observation, so no hindsight row). The preset is not lost: phase 1 hands
+    phase 0's checkpoint and adapter on, says why, and the trained arms are evaluated on that checkpoint;
+    the MLflow child run carries the reason as a tag."""
+    import contextlib
+
+    import mlflow
+
+    import flows.experiment as fx
+    from doubles import ScriptedPolicyDouble
+
+    work, clients, model = env
+
+    class ProseAfterPhase0Double(GridClientsDouble):
+        def sampler(self, rollout):
+            @contextlib.contextmanager
+            def open_policy(model_dir):
+                self.sampled.append((Path(model_dir), rollout.temperature, rollout.top_p))
+                yield self._policy if Path(model_dir) == model.resolve() else \
+                    ScriptedPolicyDouble(default="I am not sure what to do here.")
+
+            return open_policy
+
+    double = ProseAfterPhase0Double(clients._policy, StudentDouble())
+    monkeypatch.setattr(fx, "make_grid_clients", lambda p: double)
+    from flows.experiment import experiment_flow
+
+    out = work / "out_empty_phase"
+    res = experiment_flow(presets=[PRESET], params_path=str(work / "params.yaml"), out_root=str(out),
+                          library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
+    e = res["experiments"][PRESET]
+    assert "error" not in e and len(e["phases"]) == 2
+    p0, p1 = (ph["train"] for ph in e["phases"])
+    assert p0.get("skipped") is None and "kept set is empty" in p1["skipped"]
+    assert p1["skipped"].endswith("the phase keeps its start checkpoint")
+    assert p1["model_dir"] == p1["start_model"] == p0["model_dir"] == e["final_model"]
+    assert p1["adapter_dir"] == p0["adapter_dir"] == e["adapter_dir"]
+    assert [s[0] for s in double.sampled] == [model.resolve(), Path(p0["model_dir"])]
+    assert Path(p0["model_dir"]) in double.policy_dirs[-3:]  # the trained arms ran on phase 0's checkpoint
+    assert set(e["eval"]) >= {"trained_react", "trained_pf", "trained_pf_start_library"}
+    child = mlflow.tracking.MlflowClient().get_run(res["child_run_ids"][PRESET])
+    assert "kept set is empty" in child.data.tags["hasp.phase_1.train_skipped"]

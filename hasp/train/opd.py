@@ -25,7 +25,7 @@ from hasp.llm.cancel import worker_pool
 from hasp.records import Action, StepRecord, Trajectory
 from hasp.train.data import build_sft_rows, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
-from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
+from hasp.train.rounds import LogCallback, NoRowsError, RecipeError, RecipeResult, Sampler, run_rounds
 
 #: (state messages, max_tokens) -> the teacher's reply text
 Teacher = Callable[[list[dict[str, str]], int], str]
@@ -89,7 +89,7 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams, *, reward_
     stats["hindsight_rows"] = len(hs)
     if not rows and not hs:
         extra = "" if train.opd.hindsight.enabled else "; set train.opd.hindsight.enabled to add hindsight rows"
-        raise RecipeError(f"OPD round {rnd + 1}: no PF-corrected state with A_t >= {reward_floor} in "
+        raise NoRowsError(f"OPD round {rnd + 1}: no PF-corrected state with A_t >= {reward_floor} in "
                           f"{len(trajs)} rollouts{extra}")
     return rows + hs, stats
 

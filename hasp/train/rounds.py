@@ -46,6 +46,11 @@ class RecipeError(ValueError):
     """A recipe cannot go on (nothing to train on, a bad split, a teacher that failed); one line."""
 
 
+class NoRowsError(RecipeError):
+    """The sampled episodes left nothing to train on. Unlike a bad setting this is a result of the policy:
+    a closed loop's later phase keeps its start checkpoint on it (``tasks.experiment.train_phase``)."""
+
+
 @dataclass
 class RecipeResult:
     """What a multi-round recipe left: the last checkpoint, one summary per round and the per-step

@@ -28,7 +28,7 @@ from hasp.records import Trajectory
 from hasp.train.chain_rewards import chain_reward
 from hasp.train.data import Scored, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
-from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
+from hasp.train.rounds import LogCallback, NoRowsError, RecipeError, RecipeResult, Sampler, run_rounds
 
 SKILL_REWARD_KEY = "skill_integrated_reward"  # the score source a chain's reward ranks under
 
@@ -140,7 +140,7 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams,
     stats["hindsight_rows"] = len(hs)
     if not rows and not hs:
         extra = "" if cfg.hindsight.enabled else "; set train.rs.hindsight.enabled to add hindsight rows"
-        raise RecipeError(
+        raise NoRowsError(
             f"RS round {rnd + 1}: kept set is empty: 0 of {len(trajs)} sampled trajectories reached "
             f"train.rs.min_score {cfg.min_score} on {cfg.em_weight}*EM + {cfg.f1_weight}*F1 + "
             f"{cfg.economy_weight}*StepEconomy{extra}")

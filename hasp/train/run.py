@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hasp.atomic import read_json, write_json
 from hasp.config import Params, TrainParams
-from hasp.train.rounds import LogCallback, RecipeError, Sampler
+from hasp.train.rounds import LogCallback, NoRowsError, RecipeError, Sampler
 
 SUMMARY_FILE = "train_metrics.json"
 TRAINER_FILE = "train_summary.json"  # what each trainer writes beside its adapter (knobs, metrics, history)
@@ -109,7 +109,7 @@ def _train_on_rows(start: Path, rows: Path, out_dir: Path, train: TrainParams,
     from hasp.train.sft import SFTRecipe, train_sft
 
     if not read_jsonl(rows):
-        raise RecipeError(f"{rows}: no SFT rows (no PF-corrected step above the reward floor)")
+        raise NoRowsError(f"{rows}: no SFT rows (no PF-corrected step above the reward floor)")
     return train_sft(start, rows, out_dir, SFTRecipe.from_params(train.trainer("sft")),
                      log_callback=log_callback, label="train: sft")
 
