@@ -6,8 +6,8 @@
 #
 # GRID_ROOT    run folders (default outputs/grid_v2): s<seed>/ per seed, prefect/, mlflow.db, worktree/
 # GRID_COMMIT  the commit the worktree is created at (default HEAD); an existing worktree is kept as it is;
-#              every part of a grid must run at the same commit, or at one whose cache keys are the same
-#              (benchmark v2's grid: 31fa397, then 8a3f14b, which changed only the flow and its tasks)
+#              a part runs and resumes at one commit; parts of one grid share the untrained evaluation's key
+#              (benchmark v2's grid: 31fa397 and 8a3f14b, same keys; f2fa982 changed the presets' keys only)
 # Re-running the same command resumes from the Prefect cache. A seed's grid may run in parts (--preset),
 # on fresh machines: each finished part is archived into bench/grid_runs/v2/s<seed> with
 #   python bench/grid_report.py --grid $GRID_ROOT/s<seed> --ran "..." --archive bench/grid_runs/v2 --merge \
