@@ -202,7 +202,7 @@ def test_a_missing_or_foreign_base_is_refused(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------- real engines
 @pytest.fixture(scope="module")
 def peft_and_llamacpp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A real PEFT adapter (r=8 on every linear layer, random non-zero lora_B) loaded in transformers,
+    """A real PEFT adapter (r=8 on every linear layer, seeded random lora_A and non-zero lora_B) loaded in transformers,
     and llama.cpp's server on the base GGUF with its conversion loaded twice (ids 0 and 1) at scale 1.0,
     the RAM prompt cache off (see ``test_llamacpp_lora_request_rules``)."""
     import torch
@@ -218,10 +218,14 @@ def peft_and_llamacpp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=ALL_MODULES, task_type="CAUSAL_LM")
         peft = get_peft_model(model, cfg)
+        # Both matrices from one seeded generator: PEFT draws lora_A from torch's global RNG, whose state
+        # depends on the tests run before this one, and the agreement rates move with the draw.
         g = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for name, p in peft.named_parameters():
-                if "lora_B" in name:
+                if "lora_A" in name:  # PEFT's own range (kaiming-uniform with a=sqrt(5)): +-1/sqrt(fan_in)
+                    p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / p.shape[1] ** 0.5)
+                elif "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.1)
         adapter = tmp_path_factory.mktemp("round_0") / "adapter"
         peft.save_pretrained(adapter)
@@ -278,9 +282,11 @@ def _hf_scores(peft: Any, prompt: list[int], reply: list[int], adapter: bool) ->
 @pytest.mark.model
 def test_llamacpp_with_the_converted_adapter_computes_what_peft_computes(peft_and_llamacpp: dict[str, Any]) -> None:
     """Measured on this adapter: transformers picks llama.cpp's token at 96 % of positions without the
-    adapter and 98 % with it, but only at 74 % when it scores the adapter's replies without the adapter;
-    the engines' first-token shifts differ by 0.12 nat for a shift of 0.54. The same adapter with q/k's
-    lora_B left in HF row order: 85 % with the adapter, shifts apart by 0.41 nat for 0.80."""
+    adapter and 97 % with it, but only at 80 % when it scores the adapter's replies without the adapter;
+    the engines' first-token shifts differ by 0.14 nat for a shift of 0.61. Over twelve seeded draws of
+    the adapter: 93-99 % with it, 11-31 points above the base's scores, shifts apart by 13-35 % of the
+    shift. A draw with q/k's lora_B left in HF row order: 85 % with the adapter, shifts apart by 0.41 nat
+    for 0.80."""
     tok, peft, server = peft_and_llamacpp["tok"], peft_and_llamacpp["peft"], peft_and_llamacpp["server"]
     off, on = [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}], [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.0}]
     agree = {"base": [0, 0], "adapter": [0, 0], "adapter reply, base scores": [0, 0]}
@@ -307,7 +313,7 @@ def test_llamacpp_with_the_converted_adapter_computes_what_peft_computes(peft_an
             mismatch.append(abs(d_llama - d_peft))
     rate = {k: a / n for k, (a, n) in agree.items()}
     # transformers picks llama.cpp's token at almost every position, without the adapter and with it
-    assert rate["base"] >= 0.9 and rate["adapter"] >= 0.93, rate
+    assert rate["base"] >= 0.9 and rate["adapter"] >= 0.9, rate
     # the adapter changes llama.cpp's replies, and the change is PEFT's: the base explains them far worse
     assert changed >= len(PROMPTS) - 1, changed
     assert rate["adapter reply, base scores"] <= rate["adapter"] - 0.1, rate
@@ -339,9 +345,11 @@ def test_llamacpp_lora_request_rules(peft_and_llamacpp: dict[str, Any]) -> None:
     assert reply(None, **nocache) == both and reply([], **nocache) == both  # load-time scales (1.0 each)
 
     # Additive up to engine noise: llama.cpp's 8-bit activations make mathematically equal settings
-    # differ by ~0.1 nat (as much as it differs from transformers), against ~0.6 nat for the adapter itself.
-    # Averaged over every prompt, with a bar at 40 % of the adapter's effect (non-additive scales would
-    # sit near 100 %): over three prompts the noise reached 29 % once in four runs.
+    # differ by ~0.1 nat (as much as it differs from transformers), against 0.3-0.6 nat for one unit of
+    # the adapter. Averaged over every prompt: if only one listed entry applied, or the scales were
+    # averaged, two halves would sit half a unit from one whole and two wholes a unit from a double. Over
+    # twelve seeded draws of the adapter the noise was 14-34 % of a unit for the halves (bar 40 %) and
+    # 15-45 % for the doubles (bar 60 %).
     half, scale, double = [], [], []
     for q in PROMPTS:
         msgs = [{"role": "user", "content": q}]
@@ -350,7 +358,7 @@ def test_llamacpp_lora_request_rules(peft_and_llamacpp: dict[str, Any]) -> None:
         half.append(_apart(top[(0.5, 0.5)], top[(1, 0)]))
         double.append(_apart(top[(1, 1)], top[(2, 0)]))
         scale.append(min(_apart(top[(1, 0)], top[(0, 0)]), _apart(top[(1, 0)], top[(2, 0)])))
-    assert np.mean(half) < 0.4 * np.mean(scale) and np.mean(double) < 0.4 * np.mean(scale), (half, double, scale)
+    assert np.mean(half) < 0.4 * np.mean(scale) and np.mean(double) < 0.6 * np.mean(scale), (half, double, scale)
 
     # A, then B on another prompt, then the first prompt under B: with cache_ram_mib 0 it is recomputed
     # (llama.cpp's RAM prompt cache, on by default, keys entries by tokens only and would restore A's KV)
