@@ -35,10 +35,11 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
     nothing (``train.enabled: false``) has no checkpoint for the next one: that is a ``RecipeError``.
 
     A later phase of a closed loop (``previous``: the summary of the phase before) whose sampled episodes
-    leave nothing to train on (no SFT rows, an empty RS kept set, no OPD state: ``NoRowsError``) keeps
-    ``model`` and the previous adapter, and its summary says why: that is a result of the loop, not a
-    reason to lose the earlier phases and the evolved library (the epoch's own train step skips the same
-    way). A first phase has no checkpoint to keep: there it stays the preset's one error line."""
+    leave nothing to train on (no SFT rows, no DPO pair, an empty RS kept set, no OPD state:
+    ``NoRowsError``) keeps ``model`` and the previous adapter, and its summary says why: that is a result
+    of the loop, not a reason to lose the earlier phases and the evolved library (the epoch's own train
+    step skips the same way). A first phase has no checkpoint to keep: there it stays the preset's one
+    error line."""
     from hasp.atomic import write_json
     from hasp.train.rounds import NoRowsError, RecipeError
     from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs

@@ -241,3 +241,16 @@ def test_the_epoch_train_step_trains_on_the_objective_b_rows(full, tiny_model_di
     weights = [r["sample_weight"] for r in read_jsonl(ed / "sft_skill.jsonl")]
     assert trained["metrics"]["mean_weight_raw"] == pytest.approx(sum(weights) / n)
 
+
+def test_the_epoch_train_step_without_rows_is_a_skipped_phase(full, tiny_model_dir, tmp_path):
+    """No row above the reward floor is the epoch's result, not an error: the phase is recorded as
+    skipped with the trainer's reason, and nothing is trained."""
+    ed, _ = full
+    empty = ed / "sft_empty.jsonl"
+    empty.write_text("")
+    p = load_params(ROOT / "params.yaml", {"train.objective": "A"})
+    s = ep.train(empty, p, tmp_path / "train", model_dir=tiny_model_dir)
+    assert s.skipped == f"{empty}: no SFT rows (no PF-corrected step above the reward floor); training skipped"
+    assert s.model_dir is None and not (tmp_path / "train" / "adapter").exists()
+    assert json.loads((tmp_path / "train" / "train_metrics.json").read_text())["skipped"] == s.skipped
+

@@ -21,7 +21,7 @@ from hasp.atomic import read_json, read_jsonl, write_jsonl  # noqa: E402
 from hasp.config import TrainParams  # noqa: E402
 from hasp.train.data import build_dpo_rows, score_all  # noqa: E402
 from hasp.train.presets import apply_preset  # noqa: E402
-from hasp.train.rounds import RecipeError  # noqa: E402
+from hasp.train.rounds import NoRowsError  # noqa: E402
 
 TINY = {"max_steps": 1, "lora_r": 4, "lora_alpha": 8, "learning_rate": 1e-3, "per_device_train_batch_size": 2,
         "logging_steps": 1}
@@ -67,16 +67,27 @@ def test_rs_two_rounds_second_samples_from_the_first_checkpoint(tiny_model_dir: 
     assert len(keyed.calls) == 2
 
 
-def test_rs_round_with_nothing_kept_fails_and_leaves_earlier_rounds(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_rs_round_with_nothing_kept_hands_the_earlier_rounds_checkpoint_on(tiny_model_dir: Path,
+                                                                           tmp_path: Path) -> None:
     from hasp.train.rs import train_rs
 
     good, bad = [traj("q1", em=1.0, f1=1.0)], [traj("q1", terminated="max_steps")]
-    train = TrainParams(**TINY, rs={"iterations": 2}, rollout={"k": 1})
-    with pytest.raises(RecipeError, match="^RS round 2: kept set is empty"):
-        train_rs(tiny_model_dir, [{"id": "q1"}], RolloutSamplerDouble(good, bad), tmp_path / "rs", train)
-    assert (tmp_path / "rs" / "round_0" / "round.json").is_file()
-    _adapter(tmp_path / "rs" / "round_0" / "adapter")
-    assert not (tmp_path / "rs" / "round_1" / "round.json").exists()
+    train = TrainParams(**TINY, rs={"iterations": 3}, rollout={"k": 1})
+    sampler = RolloutSamplerDouble(good, bad, good)
+    res = train_rs(tiny_model_dir, [{"id": "q1"}], sampler, tmp_path / "rs", train)
+    first = tmp_path / "rs" / "round_0"
+    assert res.rounds[1]["skipped"].startswith("RS round 2: kept set is empty")
+    assert res.rounds[1]["merged_dir"] == str(first / "merged") and res.rounds[1]["metrics"]["global_step"] == 0
+    assert read_jsonl(tmp_path / "rs" / "round_1" / "rows.jsonl") == []
+    # round 3 samples round 1's checkpoint (round 2 trained nothing) and trains from it
+    assert [m for _, m in sampler.calls] == [tiny_model_dir, first / "merged", first / "merged"]
+    assert res.rounds[2]["start_model"] == str(first / "merged") and "skipped" not in res.rounds[2]
+    assert res.model_dir == tmp_path / "rs" / "round_2" / "merged"
+    _adapter(res.adapter_dir)
+    # a first round with nothing kept has no checkpoint to hand on: the caller gets the NoRowsError
+    with pytest.raises(NoRowsError, match="^RS round 1: kept set is empty"):
+        train_rs(tiny_model_dir, [{"id": "q1"}], RolloutSamplerDouble(bad), tmp_path / "rs-empty", train)
+    assert not (tmp_path / "rs-empty" / "round_0" / "round.json").exists()
 
 
 def test_rs_hindsight_option_trains_when_nothing_passes(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -123,6 +134,11 @@ def test_dpo_trains_on_objective_a_preference_rows(tiny_model_dir: Path, tmp_pat
     write_jsonl([{"prompt": rows[0]["prompt"], "chosen": rows[0]["chosen"]}], tmp_path / "bad.jsonl")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: preference row without rejected"):
         train_dpo(tiny_model_dir, tmp_path / "bad.jsonl", tmp_path / "dpo2", TrainParams(**TINY))
+    # no pair at all is the policy's result (no PF changed an action), which a closed loop's later phase
+    # keeps its checkpoint on, not a malformed file
+    (tmp_path / "none.jsonl").write_text("")
+    with pytest.raises(NoRowsError, match=r"none.jsonl: no preference rows"):
+        train_dpo(tiny_model_dir, tmp_path / "none.jsonl", tmp_path / "dpo3", TrainParams(**TINY))
 
 
 def test_dpo_trims_prompt_history_so_the_answers_survive(tiny_model_dir: Path) -> None:

@@ -565,27 +565,25 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
     (``hasp.train.run.run_recipe``), which writes adapter/, merged/ and the ``TrainSummary``. The rows
     are the ones ``train.objective`` picks (``hasp.train.objective.rows_for``): the Phase-H rows
     ``sft_path``, the skill author's rows beside it, or both. The epoch has rows and no sampler, so a
-    preset or ``train.recipe`` of another recipe, or rows that are empty, is recorded as a skipped
-    phase instead."""
-    from hasp.atomic import read_jsonl
+    preset or ``train.recipe`` of another recipe, or rows that are empty (``NoRowsError``, the case a
+    closed loop's later phase keeps its checkpoint on too), is recorded as a skipped phase instead."""
     from hasp.train.objective import rows_for
+    from hasp.train.rounds import NoRowsError
     from hasp.train.run import resolved_train, run_recipe, skip_training
 
     t = resolved_train(params)
-    reason = None
     rows = Path(sft_path)
     if t.enabled and t.recipe != "sft":
         reason = (f"train.recipe is {t.recipe}{f' (preset {t.preset})' if t.preset else ''}: this step trains "
                   "sft on the epoch's rows only; rs and opd sample their own rollouts and dpo reads dpo.jsonl")
-    elif t.enabled:
-        rows = rows_for(t, rows, rows.parent).path
-        if not read_jsonl(rows):
-            reason = (f"{rows} has no rows above the reward floor (no PF-corrected steps"
-                      f"{'' if t.objective == 'A' else ' and no scored skill proposals'}); training skipped")
-    if reason is not None:
-        log.warning(reason)
-        return skip_training(t, out_dir, reason)
-    return run_recipe(params, model=model_dir, out_dir=out_dir, train=t, rows=rows)
+    else:
+        rows = rows_for(t, rows, rows.parent).path if t.enabled else rows
+        try:
+            return run_recipe(params, model=model_dir, out_dir=out_dir, train=t, rows=rows)
+        except NoRowsError as e:
+            reason = f"{e}; training skipped"
+    log.warning(reason)
+    return skip_training(t, out_dir, reason)
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -17,6 +17,7 @@ from typing import Any
 
 from hasp.atomic import read_jsonl
 from hasp.config import DPOParams, TrainParams
+from hasp.train.rounds import NoRowsError
 from hasp.train.sft import (HistoryCallback, LogCallback, ProgressCallback, SFTRecipe, TrainResult,
                             check_model, fit_messages, lora_config, torch_threads, train_and_save, use_bf16)
 
@@ -74,7 +75,7 @@ def _train_dpo(model_dir: Path, rows_path: Path, out_dir: Path, recipe: SFTRecip
     check_model(model_dir)
     examples = preference_examples(read_jsonl(rows_path), str(rows_path))
     if not examples:
-        raise ValueError(f"{rows_path}: no preference rows (no step where a PF changed the action)")
+        raise NoRowsError(f"{rows_path}: no preference rows (no step where a PF changed the action)")
     out_dir.mkdir(parents=True, exist_ok=True)
     set_seed(recipe.seed)
     t0 = time.perf_counter()

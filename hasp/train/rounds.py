@@ -111,7 +111,9 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
     ``repeats`` (default ``train.rollout.k``) is how often each question is sampled. With
     ``policy_gradient`` a round takes one optimizer step on advantage-weighted rows
     (``policy_gradient_step``; KL of weight ``kl_beta`` to ``model_dir``), and a round whose groups
-    carry no signal (every advantage 0) trains nothing and hands its start checkpoint on.
+    carry no signal (every advantage 0) trains nothing and hands its start checkpoint on. So does a
+    round after the first whose episodes leave no rows (``NoRowsError`` from ``build_rows``): the
+    rounds before it stay in the result. The first round's ``NoRowsError`` reaches the caller.
     ``per_round`` samples that many questions per round, drawn afresh each round with ``train.seed``
     (all of them when None or larger).
     ``inputs_key`` names what the sampler depends on beyond the arguments (library, data, agent
@@ -147,7 +149,13 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
                      for n, q in enumerate(round_questions(questions, per_round, train.seed, i)) for j in range(k)]
             trajs = as_trajectories(sample(asked, current))
             write_jsonl([t.to_dict() for t in trajs], rdir / "rollout.jsonl")
-            rows, stats = build_rows(trajs, i)
+            empty = None
+            try:
+                rows, stats = build_rows(trajs, i)
+            except NoRowsError as e:
+                if not done:  # nothing trained yet: the caller decides (a first phase fails, a later one keeps)
+                    raise
+                rows, stats, empty = [], {}, str(e)
             write_jsonl(rows, rdir / "rows.jsonl")
             offset = step0
 
@@ -157,10 +165,10 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
             summary = {"round": i, "start_model": str(current), "n_trajectories": len(trajs),
                        "n_questions": len(questions), "k": k, "data": stats, "step_offset": offset,
                        "fingerprint": fp}
-            if policy_gradient and not rows:
-                log.warning("%s round %d: every group's rewards are equal, no advantage to train on; the "
-                            "round hands its start checkpoint on", recipe, i + 1)
-                summary.update(metrics={"global_step": 0}, skipped="no advantage signal",
+            if empty is not None or (policy_gradient and not rows):
+                skipped = empty or "no advantage signal"  # every group's rewards are equal
+                log.warning("%s round %d: %s; the round hands its start checkpoint on", recipe, i + 1, skipped)
+                summary.update(metrics={"global_step": 0}, skipped=skipped,
                                adapter_dir=str(adapter), merged_dir=str(current))
             else:
                 knobs = policy_gradient_step(sft, len(rows)) if policy_gradient else sft
