@@ -40,10 +40,9 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
     of the loop, not a reason to lose the earlier phases and the evolved library (the epoch's own train
     step skips the same way). A first phase has no checkpoint to keep: there it stays the preset's one
     error line."""
-    from hasp.atomic import write_json
     from hasp.train.rounds import NoRowsError, RecipeError
     from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
-    from hasp.train.run import SUMMARY_FILE, TrainSummary, run_recipe
+    from hasp.train.run import run_recipe, skip_training
 
     kw: dict[str, Any] = {}
     if train.recipe in SAMPLING_RECIPES:
@@ -55,10 +54,9 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
     except NoRowsError as e:
         if previous is None:
             raise
-        kept = TrainSummary(recipe=train.recipe, preset=train.preset, start_model=str(model), model_dir=str(model),
-                            adapter_dir=previous.get("adapter_dir"), rows=str(rows) if rows else None,
-                            skipped=f"{e}; the phase keeps its start checkpoint")
-        write_json(kept.model_dump(mode="json"), Path(out_dir) / SUMMARY_FILE)
+        kept = skip_training(train, out_dir, f"{e}; the phase keeps its start checkpoint", start_model=str(model),
+                             model_dir=str(model), adapter_dir=previous.get("adapter_dir"),
+                             rows=str(rows) if rows else None)
         log.warning("%s", kept.skipped)
         return kept.model_dump(mode="json")
     if summary.skipped:

@@ -91,9 +91,10 @@ def resolved_train(p: Params, preset: str | None = None) -> TrainParams:
     return apply_preset(p.train, preset)
 
 
-def skip_training(train: TrainParams, out_dir: Path, reason: str) -> TrainSummary:
-    """Record that this phase trains nothing, and why."""
-    summary = TrainSummary(recipe=train.recipe, preset=train.preset, skipped=reason)
+def skip_training(train: TrainParams, out_dir: Path, reason: str, **kept: Any) -> TrainSummary:
+    """Record that this phase trains nothing, and why; ``kept`` names what it hands on instead (a closed
+    loop's later phase keeps its start checkpoint: ``model_dir``, ``adapter_dir``)."""
+    summary = TrainSummary(recipe=train.recipe, preset=train.preset, skipped=reason, **kept)
     write_json(summary.model_dump(mode="json"), Path(out_dir) / SUMMARY_FILE)
     return summary
 
