@@ -87,6 +87,7 @@ def test_accepts_dicts_write_jsonl_and_summarize(tmp_path) -> None:
     s = summarize(rows)
     assert s["n_rows"] == 2 and s["n_modified"] == 1 and s["n_qids"] == 1
     assert s["per_skill"] == {"decompose": 1, "premature_final": 1}
+    assert s["per_target_type"] == {"READ": 1, "SEARCH": 1} and rows[0]["target_type"] == "READ"
     assert abs(s["mean_weight"] - sum(r["sample_weight"] for r in rows) / 2) < 1e-9
     assert summarize([])["n_rows"] == 0
 
@@ -143,3 +144,27 @@ def test_phase_g_and_h_and_an_rs_round_score_each_trajectory_once(tmp_path, monk
     round_rows(trajs, 0, Params().train.model_copy(update={"rs": Params().train.rs.model_copy(
         update={"min_score": 0.0})}))
     assert sorted(scored) == ["bad", "ok"]
+
+
+def test_an_sft_set_without_a_final_target_is_named_in_the_log(tmp_path, caplog) -> None:
+    """PF rewrites that only defer the answer (FINAL -> READ, hints on a SEARCH) give SFT targets that
+    never end an episode; a policy trained on them stops answering, so the data build says so by name."""
+    from hasp.config import Params
+    from hasp.evolve.epoch import build_data
+
+    write_jsonl([make_traj("bad", 0.0).to_dict()], tmp_path / "rollout.jsonl")
+    with caplog.at_level("WARNING", logger="hasp.evolve.epoch"):
+        s = build_data(tmp_path / "rollout.jsonl", Params(), tmp_path)
+    assert s["sft"]["per_target_type"] == {"READ": 1}  # the hint step is under the reward floor
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'sft.jsonl'}: none of the 1 SFT rows has a FINAL target (READ 1): a policy "
+        "trained on them may learn to defer its answer"]
+
+    ok = make_traj("ok", 1.0)  # a PF that rewrites a final answer: the set has a FINAL target
+    ok.steps[3].audit.fired.append(dict(MODIFY, skill_id="answer_format"))
+    ok.steps[3].audit.a_orig = Action("FINAL", "A.")
+    write_jsonl([ok.to_dict()], tmp_path / "rollout.jsonl")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hasp.evolve.epoch"):
+        s = build_data(tmp_path / "rollout.jsonl", Params(), tmp_path)
+    assert s["sft"]["per_target_type"].get("FINAL") == 1 and not caplog.records

@@ -516,7 +516,12 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
     dpo = build_dpo_rows(scored, reward_floor=params.signals.reward_floor)
     write_jsonl(sft, out_dir / "sft.jsonl")
     write_jsonl(dpo, out_dir / "dpo.jsonl")
-    summary = {"signals": signal_summary(scored), "sft": summarize(sft), "dpo_rows": len(dpo),
+    sft_summary = summarize(sft)
+    if sft and not sft_summary["per_target_type"].get("FINAL"):
+        log.warning("%s: none of the %d SFT rows has a FINAL target (%s): a policy trained on them "
+                    "may learn to defer its answer", out_dir / "sft.jsonl", len(sft),
+                    ", ".join(f"{k} {v}" for k, v in sft_summary["per_target_type"].items()))
+    summary = {"signals": signal_summary(scored), "sft": sft_summary, "dpo_rows": len(dpo),
                "objective_b": build_skill_data(out_dir, params)}
     write_json(summary, out_dir / "data_summary.json")
     return summary

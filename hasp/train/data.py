@@ -91,6 +91,7 @@ def _meta(traj: Trajectory, step: StepRecord, sc: StepScore) -> dict[str, Any]:
         "em": traj.em,
         "a_orig": a.a_orig.render(),
         "a_final": a.a_final.render(),
+        "target_type": a.a_final.type,
     }
 
 
@@ -128,10 +129,11 @@ def build_dpo_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_RE
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts and weight statistics for MLflow (``per_skill`` is a nested dict; the rest are scalars)."""
+    """Counts and weight statistics for MLflow (the ``per_*`` counts are nested dicts; the rest are scalars)."""
     weights = [float(r.get("sample_weight", 0.0)) for r in rows]
     skills: Counter[str] = Counter(s for r in rows for s in r.get("skill_ids", []))
     modes: Counter[str] = Counter(str(r.get("mode", "")) for r in rows)
+    targets: Counter[str] = Counter(str(r.get("target_type", "")) for r in rows)
     n = len(rows)
     out: dict[str, Any] = {
         "n_rows": n,
@@ -142,6 +144,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "max_weight": max(weights) if n else 0.0,
         "per_skill": dict(sorted(skills.items())),
         "per_mode": dict(sorted(modes.items())),
+        # SEARCH/READ/FINAL count of the targets: a set whose PFs only ever defer the answer
+        # (no FINAL target) can train a policy that stops answering
+        "per_target_type": dict(sorted(targets.items())),
     }
     for sig in ("timing", "modality", "correctness", "outcome"):
         vals = [float(r.get("coarse", {}).get(sig, 0.0)) for r in rows]
