@@ -264,6 +264,8 @@ def test_a_closed_loop_sft_phase_where_nothing_was_admitted_trains_on_the_epochs
     """E4_cpu (V2, SFT, full evolution) with no proposals: each phase's refreshed pool is the epoch's own
     Phase A rollout (same checkpoint, same skills), copied rather than rolled out a second time; the
     rows, training and both trained evaluations follow from it as usual."""
+    import mlflow
+
     from flows.experiment import experiment_flow
 
     work, clients, model = env
@@ -285,6 +287,17 @@ def test_a_closed_loop_sft_phase_where_nothing_was_admitted_trains_on_the_epochs
     assert Path(e["final_model"]) == out / "E4_cpu" / "phase_1" / "train" / "merged"
     # nothing admitted: the start-library arm runs the same skills as the final library
     assert e["eval"]["trained_pf_start_library"]["library_size"] == e["eval"]["trained_pf"]["library_size"]
+    # each phase's rows are in the MLflow child run, counted per target action type
+    client = mlflow.tracking.MlflowClient()
+    child = res["child_run_ids"]["E4_cpu"]
+    n_rows = {m.step: m.value for m in client.get_metric_history(child, "data.sft.n_rows")}
+    assert n_rows == {i: ph["build_data"]["sft"]["n_rows"] for i, ph in enumerate(e["phases"])}
+    by_type = [name for name in client.get_run(child).data.metrics if name.startswith("data.sft.per_target_type.")]
+    per_phase: dict[int, float] = {}
+    for name in by_type:
+        for m in client.get_metric_history(child, name):
+            per_phase[m.step] = per_phase.get(m.step, 0.0) + m.value
+    assert by_type and per_phase == {i: n for i, n in n_rows.items() if n}
 
 
 def test_a_closed_loop_sft_phase_with_objective_ab_trains_on_its_own_epochs_skill_rows_too(env):

@@ -243,6 +243,9 @@ def log_grid(out_root: Path, params: Params, grid: Mapping[str, Any], *, run_nam
                     ev = ph.get("evolve")
                     if ev:
                         log_numeric(mlflow, {"evolve": {k: v for k, v in ev.items() if k != "mode"}}, step=i)
+                    # the phase's SFT/DPO rows (a recipe that samples its own has none): their count per
+                    # target action type shows a set that never teaches an answer
+                    log_numeric(mlflow, {"data": ph.get("build_data") or {}}, step=i)
                     skipped = (ph.get("train") or {}).get("skipped")
                     if skipped:  # a closed-loop phase that kept its start checkpoint says so in the UI
                         mlflow.set_tag(f"hasp.phase_{i}.train_skipped", str(skipped)[:5000])
