@@ -148,7 +148,7 @@ def test_phase_g_and_h_and_an_rs_round_score_each_trajectory_once(tmp_path, monk
 
 def test_an_sft_set_without_a_final_target_is_named_in_the_log(tmp_path, caplog) -> None:
     """PF rewrites that only defer the answer (FINAL -> READ, hints on a SEARCH) give SFT targets that
-    never end an episode; a policy trained on them stops answering, so the data build says so by name."""
+    never end an episode; a policy trained on them can stop answering, so the data build says so by name."""
     from hasp.config import Params
     from hasp.evolve.epoch import build_data
 
