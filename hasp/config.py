@@ -436,6 +436,18 @@ class RecipeParams(BaseModel):
 SFT_TRAINER_READS = frozenset(TrainerParams.model_fields)
 
 
+class SFTParams(RecipeParams):
+    """Weighted LoRA SFT on the epoch's Objective-A rows (paper App. D.6: the PF-corrected action at each
+    step a PF changed). Those rows can hold no FINAL target when the PFs only defer premature answers, and
+    a policy trained on them can stop answering; hindsight rows are the option that adds answer targets."""
+
+    RECIPE: ClassVar[str] = "sft"
+    READS: ClassVar[frozenset[str]] = SFT_TRAINER_READS
+
+    hindsight: HindsightParams = Field(HindsightParams(), description="hindsight rows from the epoch's train-split "
+                                       "rollout added to sft.jsonl (an option apart from the paper's recipe)")
+
+
 class RSParams(RecipeParams):
     """Rejection sampling (paper §3.3, App. D.4): sample, score, filter, SFT on the kept steps, repeat
     from the new checkpoint. Each round's SFT takes the train knobs with this block's overrides (paper
@@ -573,6 +585,7 @@ class TrainParams(TrainerParams):
                     "rs: {iterations: 1}): shorten or vary a preset without editing it; "
                     "from DVC: -S '++train.overrides.max_steps=5'")
     rollout: RolloutParams = Field(RolloutParams(), description="how RS and OPD sample training trajectories")
+    sft: SFTParams = Field(SFTParams(), description="SFT knobs and trainer overrides (recipe sft)")
     rs: RSParams = Field(RSParams(), description="rejection sampling knobs and trainer overrides (recipe rs)")
     opd: OPDParams = Field(OPDParams(), description="on-policy distillation knobs and trainer overrides "
                            "(recipe opd)")
@@ -592,12 +605,12 @@ class TrainParams(TrainerParams):
 
     def trainer(self, recipe: str | None = None) -> TrainerParams:
         """The trainer knobs ``recipe`` (default: ``self.recipe``) runs with: the shared ones with its
-        block's overrides (sft has no block: it runs the shared knobs as they are)."""
+        block's overrides."""
         recipe = recipe or self.recipe
         shared = self.model_dump(include=set(TrainerParams.model_fields))
-        block = {"sft": None, "rs": self.rs, "opd": self.opd, "dpo": self.dpo, "grpo": self.grpo,
+        block = {"sft": self.sft, "rs": self.rs, "opd": self.opd, "dpo": self.dpo, "grpo": self.grpo,
                  "sage": self.sage}[recipe]
-        return TrainerParams.model_validate({**shared, **(block.trainer_overrides() if block else {})})
+        return TrainerParams.model_validate({**shared, **block.trainer_overrides()})
 
 
 class LoopSpec(_Strict):

@@ -52,7 +52,7 @@ def test_a_recipe_block_overrides_only_trainer_knobs_its_recipe_reads():
     """The override keys a recipe block accepts are the shared trainer knobs its trainer reads: each is
     a schema field of the trainer section, so the walk above covers them."""
     train = Params().train
-    for name in ("rs", "opd", "dpo"):
+    for name in ("sft", "rs", "opd", "dpo"):
         block = getattr(train, name)
         assert isinstance(block, RecipeParams) and block.READS <= set(TrainerParams.model_fields)
         assert not set(type(block).model_fields) & set(TrainerParams.model_fields), name  # one home per knob

@@ -125,6 +125,34 @@ def test_hindsight_needs_the_gold_in_an_observation_and_a_question_that_was_aske
     assert rows[0]["messages"][:-1] == last.prompt_messages + last.to_messages(load_prompts())
 
 
+def test_sft_hindsight_adds_answer_rows_to_the_epochs_sft_set(tmp_path, caplog):
+    """The paper's SFT rows are the PFs' corrections; where those only defer the answer (every target a
+    SEARCH here) the trained policy can stop answering. ``train.sft.hindsight`` adds FINAL[gold] rows at
+    the states after the rollout observed the gold answer, counted apart; off, the set is the paper's."""
+    from hasp.atomic import read_jsonl, write_jsonl
+    from hasp.config import Params
+    from hasp.evolve.epoch import build_data
+
+    write_jsonl([traj("q1", n_steps=3, gold_seen_at=0).to_dict(), traj("q2", n_steps=3).to_dict()],
+                tmp_path / "rollout.jsonl")
+    with caplog.at_level("WARNING", logger="hasp.evolve.epoch"):
+        off = build_data(tmp_path / "rollout.jsonl", Params(), tmp_path)
+    assert off["sft"]["per_target_type"] == {"SEARCH": 4} and "sft_hindsight" not in off
+    assert "none of the 4 SFT rows has a FINAL target" in caplog.text
+    assert all("source" not in r for r in read_jsonl(tmp_path / "sft.jsonl"))
+
+    caplog.clear()
+    on_params = Params(train={"sft": {"hindsight": {"enabled": True, "weight": 0.5}}})
+    with caplog.at_level("WARNING", logger="hasp.evolve.epoch"):
+        on = build_data(tmp_path / "rollout.jsonl", on_params, tmp_path)
+    assert on["sft"]["per_target_type"] == {"FINAL": 1, "SEARCH": 4} and not caplog.records
+    assert on["sft_hindsight"] == {"failed": 2, "answer_seen": 1, "rows": 1, "not_asked": 0}
+    hs = [r for r in read_jsonl(tmp_path / "sft.jsonl") if r.get("source") == "hindsight"]
+    assert [(r["qid"], r["step"], r["sample_weight"]) for r in hs] == [("q1", 1, 0.5)]
+    assert hs[0]["messages"][-1]["content"].endswith("Action: FINAL[Velm City]")
+    assert on["dpo_rows"] == off["dpo_rows"]  # preference rows stay the PFs' corrections
+
+
 def test_hindsight_after_answers_at_every_later_state_of_every_failed_sample():
     a, b = (traj("q1", terminated="max_steps", n_steps=4, gold_seen_at=1) for _ in range(2))
     late = traj("q2", terminated="max_steps", n_steps=3, gold_seen_at=2)  # seen in the last observation
@@ -337,6 +365,7 @@ def test_a_recipe_block_overrides_the_shared_trainer_knobs_it_reads_and_nothing_
     t = TrainParams(learning_rate=3e-4, num_train_epochs=4, rs={"learning_rate": 1e-5}, dpo={"max_steps": 7})
     assert (t.trainer("sft").learning_rate, t.trainer("rs").learning_rate, t.trainer("opd").learning_rate) == (
         3e-4, 1e-5, 3e-4)
+    assert TrainParams(learning_rate=3e-4, sft={"learning_rate": 5e-5}).trainer().learning_rate == 5e-5
     assert t.trainer("rs").num_train_epochs == 4 and t.trainer("dpo").max_steps == 7 and t.trainer("rs").max_steps == 10
     assert TrainParams.model_validate(t.model_dump(mode="json")) == t  # `hasp params` writes what loads back
     (tmp_path / "p.yaml").write_text("train:\n  dpo:\n    weighting: none\n")

@@ -507,13 +507,20 @@ def rollback_to(out_root: Path, epoch: int, dest: Path | None = None) -> Path:
 def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
     """Phase G (four coarse signals per step) and H: Objective A (SFT + DPO jsonl of
     PF-corrected steps) and, when the epoch has candidates, Objective B (skill-authoring
-    SFT + DPO, ``sft_skill.jsonl`` / ``dpo_skill.jsonl``, see ``build_skill_data``)."""
+    SFT + DPO, ``sft_skill.jsonl`` / ``dpo_skill.jsonl``, see ``build_skill_data``).
+    With ``train.sft.hindsight`` the SFT rows also answer the failed questions whose gold answer the
+    rollout observed (``hasp.train.hindsight``; Phase A's rollout is on the train split)."""
     from hasp.atomic import write_jsonl
     from hasp.train.data import build_dpo_rows, build_sft_rows, score_all, signal_summary, summarize
+    from hasp.train.hindsight import hindsight_rows
 
     scored = score_all(read_trajectories(rollout_path))
     sft = build_sft_rows(scored, reward_floor=params.signals.reward_floor)
     dpo = build_dpo_rows(scored, reward_floor=params.signals.reward_floor)
+    hs_cfg, hindsight = params.train.sft.hindsight, None
+    if hs_cfg.enabled:
+        hs, hindsight = hindsight_rows([s.traj for s in scored], weight=hs_cfg.weight, states=hs_cfg.states)
+        sft += hs
     write_jsonl(sft, out_dir / "sft.jsonl")
     write_jsonl(dpo, out_dir / "dpo.jsonl")
     sft_summary = summarize(sft)
@@ -523,6 +530,8 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
                     ", ".join(f"{k} {v}" for k, v in sft_summary["per_target_type"].items()))
     summary = {"signals": signal_summary(scored), "sft": sft_summary, "dpo_rows": len(dpo),
                "objective_b": build_skill_data(out_dir, params)}
+    if hindsight is not None:
+        summary["sft_hindsight"] = hindsight
     write_json(summary, out_dir / "data_summary.json")
     return summary
 
