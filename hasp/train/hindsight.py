@@ -57,8 +57,7 @@ def _row(traj: Trajectory, k: int, seen_at: int, gold: str, weight: float) -> di
     thought = str(load_prompts()["answer_thought"])
     target = StepRecord(index=k, raw_output="", thought=thought).assistant_message(Action("FINAL", gold))
     return {"messages": prompt + [target], "sample_weight": weight, "source": SOURCE, "target_type": "FINAL",
-            "qid": traj.qid,
-            "step": k, "variant": traj.variant, "em": traj.em, "answer_seen_at": seen_at}
+            "qid": traj.qid, "step": k, "variant": traj.variant, "em": traj.em, "answer_seen_at": seen_at}
 
 
 def hindsight_rows(trajs: Iterable[Trajectory], *, weight: float, questions: Sequence[Any] = (),
