@@ -8,6 +8,8 @@
 # GRID_COMMIT  the commit the worktree is created at (default HEAD); an existing worktree is kept as it is;
 #              a part runs and resumes at one commit; parts of one grid share the untrained evaluation's key
 #              (benchmark v2's grid: 31fa397 and 8a3f14b, same keys; f2fa982 changed the presets' keys only)
+# GRID_PARAMS  the params file, relative to the worktree (default bench/grid_v2/params-s<seed>.yaml): a
+#              variant of the grid (e.g. bench/grid_v2/hindsight/params-s<seed>.yaml) under its own GRID_ROOT
 # Re-running the same command resumes from the Prefect cache. A seed's grid may run in parts (--preset),
 # on fresh machines: each finished part is archived into bench/grid_runs/v2/s<seed> with
 #   python bench/grid_report.py --grid $GRID_ROOT/s<seed> --ran "..." --archive bench/grid_runs/v2 --merge \
@@ -32,5 +34,5 @@ archive="$repo/bench/grid_runs/v2/s$seed"
   --storage "$PREFECT_HOME/storage"
 cd "$wt"
 echo "grid seed $seed at $(git rev-parse --short HEAD) -> $root/s$seed"
-exec nice -n 19 python -m hasp.cli experiment grid --params "bench/grid_v2/params-s$seed.yaml" \
+exec nice -n 19 python -m hasp.cli experiment grid --params "${GRID_PARAMS:-bench/grid_v2/params-s$seed.yaml}" \
   --out "$root/s$seed" --library skills/search "$@"
