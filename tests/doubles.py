@@ -252,7 +252,8 @@ class Generated(ProgramFunction):
 
 
 class StudentDouble:
-    """The student of an epoch: JSON failure summaries (Phase B) and skill proposals (Phase C)."""
+    """The student of an epoch: JSON failure summaries (Phase B), skill proposals (Phase C) and the
+    numbered-option questions of the choices format and of a declared PF's revision (option 1)."""
 
     def __init__(self) -> None:
         self.calls = CallCounterDouble()
@@ -263,6 +264,8 @@ class StudentDouble:
             return ReplyDouble(json.dumps({"category": "unverified_answer", "abstraction": "Answers without reading.",
                                            "trigger": "FINAL before any READ.", "intervention_hint": "Read first."}),
                                1, 1)
+        if "number of one option" in messages[0]["content"]:
+            return ReplyDouble("1", 1, 1)
         sid = re.search(r"Use (?:skill_id|SKILL_ID): (\S+)", messages[-1]["content"]).group(1)
         if "WHEN options" in messages[-1]["content"]:  # the declarative proposal format
             return ReplyDouble(f"SKILL_ID: {sid}\nDESCRIPTION: Read a shown document before answering.\n"

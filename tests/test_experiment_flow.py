@@ -182,6 +182,62 @@ def test_rerun_is_served_from_the_cache(first):
     assert res2["experiments"][PRESET]["eval"] == res["experiments"][PRESET]["eval"]
 
 
+def _outcome(e_dir: Path) -> tuple[dict, dict, dict]:
+    """What a preset's run produced, minus the clock: (exact, curves, adapters). ``exact`` holds each
+    evolution epoch's library, each training round's rows and every evaluated answer; ``curves`` each
+    phase's logged training history; ``adapters`` each phase's LoRA weights."""
+    from safetensors.torch import load_file
+
+    from hasp.pf.library import library_hash
+
+    exact: dict = {}
+    for ep in sorted((e_dir / "evolve").glob("epoch_*")):
+        exact[ep.name] = library_hash(ep / "library")
+    for rows in sorted(e_dir.glob("phase_*/train/round_*/rows.jsonl")):
+        exact[str(rows.relative_to(e_dir))] = rows.read_text()
+    for f in sorted((e_dir / "eval").rglob("*.jsonl")):
+        if not f.name.endswith(".episodes.jsonl"):
+            exact[str(f.relative_to(e_dir))] = [(r["qid"], r["prediction"], r["em"])
+                                               for r in map(json.loads, f.read_text().splitlines())]
+    curves = {ph.name: json.loads((ph / "train" / "train_metrics.json").read_text())["history"]
+              for ph in sorted(e_dir.glob("phase_*"))}
+    adapters = {str(a.relative_to(e_dir)): load_file(a) for a in sorted(e_dir.glob("phase_*/train/*/adapter/*.safetensors"))}
+    return exact, curves, adapters
+
+
+def test_the_preset_run_again_from_nothing_reproduces_its_training_and_answers(first):
+    """Reproducibility of a grid preset at a tiny scale: the same preset in a fresh output folder (every
+    phase misses the cache and runs again) evolves the same libraries, trains on the same rows with the
+    same loss curve to the same LoRA weights, and gives the same answers and metrics. Weights and
+    gradient norms are equal up to float32 rounding (about 1e-8 here): the multi-threaded CPU kernels do
+    not promise bitwise-equal sums. The model replies are doubles in this file, so this checks the grid's
+    own code (data order, seeds, evolution, training); that the served model's greedy replies repeat is
+    ``test_reproducibility``'s check."""
+    import torch
+
+    work, clients, model, res = first
+    calls = clients._policy.calls.n
+    from flows.experiment import experiment_flow
+
+    again = experiment_flow(presets=[PRESET], params_path=str(work / "params.yaml"), out_root=str(work / "out_again"),
+                            library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
+    assert clients._policy.calls.n > calls  # it ran, not served from the cache
+    exact, curves, adapters = _outcome(work / "out" / PRESET)
+    exact2, curves2, adapters2 = _outcome(work / "out_again" / PRESET)
+    assert {"epoch_0", "epoch_1"} <= set(exact) and any(k.endswith("trained_pf.jsonl") for k in exact)
+    assert exact2 == exact
+    assert set(curves) == {"phase_0", "phase_1"} and all(len(c) == TRAIN_STEPS for c in curves.values())
+    assert curves2 == {ph: [pytest.approx(step, rel=1e-5) for step in c] for ph, c in curves.items()}
+    assert len(adapters) == 2 and set(adapters2) == set(adapters)
+    for name, weights in adapters.items():
+        assert set(adapters2[name]) == set(weights)
+        for k, w in weights.items():
+            assert torch.allclose(adapters2[name][k], w, rtol=1e-4, atol=1e-7), (name, k)
+    ev, ev2 = ({arm: {k: v for k, v in s.items() if "wall_s" not in k} for arm, s in r["experiments"][PRESET]["eval"].items()}
+               for r in (res, again))
+    assert ev2 == ev
+
+
 def test_the_untrained_evaluation_is_keyed_on_evaluation_code_only():
     """Editing a recipe re-runs training and the trained evaluation, not the untrained agent's."""
     from flows.experiment import GRID_MODULES
