@@ -61,14 +61,6 @@ def test_floor_drops_low_rows() -> None:
     assert build_sft_rows(score_all(trajs), reward_floor=high + 1e-6) == []
 
 
-def test_success_steps_only_with_flag() -> None:
-    ok, bad = make_traj("ok", 1.0), make_traj("bad", 0.0)
-    rows = build_sft_rows(score_all([ok, bad]), reward_floor=0.0, only_pf_steps=False)
-    assert sorted((r["qid"], r["step"]) for r in rows) == [("bad", 0), ("bad", 1), ("ok", 0), ("ok", 1), ("ok", 3)]
-    plain = next(r for r in rows if r["step"] == 3)
-    assert plain["messages"][-1]["content"].endswith("Action: FINAL[a]") and plain["skill_ids"] == []
-
-
 def test_dpo_only_modified_steps() -> None:
     rows = build_dpo_rows(score_all([make_traj("ok", 1.0), make_traj("bad", 0.0)]), reward_floor=0.0)
     assert rows and all(r["was_modified"] for r in rows)
@@ -105,10 +97,16 @@ def test_training_rows_are_the_prompts_the_loop_sent() -> None:
                        env=OneDocEnvDouble(), pfs=[RewritingPFDouble()], cfg=AgentConfig(max_steps=6),
                        variant="pf", scorer=lambda pred, answers: (1.0, 1.0))
     assert traj.terminated == "final" and traj.steps[1].parse_error
-    sft = build_sft_rows(score_all([traj]), reward_floor=float("-inf"), only_pf_steps=False)
-    dpo = build_dpo_rows(score_all([traj]), reward_floor=float("-inf"))
-    assert [r["step"] for r in sft] == [0, 2, 3] and [r["step"] for r in dpo] == [0]
-    for row in sft:
+    from hasp.config import RSParams
+    from hasp.train.rs import kept_rows, select
+
+    scored = score_all([traj])
+    sft = build_sft_rows(scored, reward_floor=float("-inf"))  # the PF's rewrite only
+    dpo = build_dpo_rows(scored, reward_floor=float("-inf"))
+    rs = kept_rows(scored, select(scored, RSParams(), max_steps=6), RSParams())  # every parsed step of the success
+    assert [r["step"] for r in sft] == [0] and [r["step"] for r in dpo] == [0]
+    assert [r["step"] for r in rs] == [0, 2, 3]
+    for row in sft + rs:
         *prompt, target = row["messages"]
         assert prompt == pol.seen[row["step"]]
         if row["step"] + 1 < len(pol.seen):

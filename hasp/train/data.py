@@ -58,17 +58,20 @@ def pf_applied(step: StepRecord) -> bool:
         f.get("applied", True) and f.get("type") in ("MODIFY_ACTION", "INJECT_CONTEXT") for f in a.fired)
 
 
-def _iter_scored(scored: Iterable[Scored], *, reward_floor: float, only_pf_steps: bool,
+def _iter_scored(scored: Iterable[Scored], *, reward_floor: float,
                  only_modified: bool) -> Iterator[tuple[Trajectory, StepRecord, StepScore]]:
+    """The steps where a PF fired and was applied (and, with ``only_modified``, rewrote the action)
+    whose step advantage reaches ``reward_floor``. Whole successful trajectories are rejection
+    sampling's rows (``hasp.train.rs``), not these."""
     for item in scored:
-        traj, success = item.traj, item.success
+        traj = item.traj
         for step, sc in zip(traj.steps, item.score.steps):
             a = step.audit
             if a is None or not step.prompt_messages:
                 continue
             if only_modified and not a.was_modified:
                 continue
-            if not (pf_applied(step) or (not only_pf_steps and success)):
+            if not pf_applied(step):
                 continue
             if sc.A < reward_floor:
                 continue
@@ -95,18 +98,15 @@ def _meta(traj: Trajectory, step: StepRecord, sc: StepScore) -> dict[str, Any]:
     }
 
 
-def build_sft_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_REWARD_FLOOR,
-                   only_pf_steps: bool = True) -> list[dict[str, Any]]:
+def build_sft_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_REWARD_FLOOR) -> list[dict[str, Any]]:
     """SFT rows for Objective A from scored trajectories (``score_all``).
 
-    Candidates are the steps where a PF fired and was applied; with ``only_pf_steps=False`` every
-    audited step of a successful trajectory (em >= ``SUCCESS_EM``) is added as well. Rows
-    with A_t < ``reward_floor`` are dropped. Steps without an audit event (unparseable output) or
+    Candidates are the steps where a PF fired and was applied. Rows with A_t < ``reward_floor``
+    are dropped. Steps without an audit event (unparseable output) or
     without recorded prompt messages are skipped.
     """
     rows = []
-    for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_pf_steps=only_pf_steps,
-                                       only_modified=False):
+    for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_modified=False):
         a = step.audit
         assert a is not None
         messages = [dict(m) for m in step.prompt_messages] + [step.assistant_message()]
@@ -117,8 +117,7 @@ def build_sft_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_RE
 def build_dpo_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_REWARD_FLOOR) -> list[dict[str, Any]]:
     """Preference rows (chosen = PF-corrected action, rejected = original) on ``was_modified`` steps only."""
     rows = []
-    for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_pf_steps=True,
-                                       only_modified=True):
+    for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_modified=True):
         a = step.audit
         assert a is not None
         rows.append({"prompt": [dict(m) for m in step.prompt_messages],
