@@ -102,8 +102,8 @@ def build_sft_rows(scored: Iterable[Scored], *, reward_floor: float = DEFAULT_RE
     """SFT rows for Objective A from scored trajectories (``score_all``).
 
     Candidates are the steps where a PF fired and was applied. Rows with A_t < ``reward_floor``
-    are dropped. Steps without an audit event (unparseable output) or
-    without recorded prompt messages are skipped.
+    are dropped. Steps without an audit event (unparseable output) or without recorded prompt
+    messages are skipped.
     """
     rows = []
     for traj, step, sc in _iter_scored(scored, reward_floor=reward_floor, only_modified=False):
