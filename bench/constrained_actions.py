@@ -8,6 +8,10 @@ answers get better or worse is measured, on the same questions, with the same gr
 settings run one after the other through one client, the constraint being a per-request field.
 
     python bench/constrained_actions.py --questions 40
+    python bench/constrained_actions.py --questions 30 --model gemma3-270m --chat-format transcript
+
+With ``--model``/``--chat-format`` (an embedded model and a chat format, ``hasp model list``) the section
+is named for them, so the chat format of a base model is chosen from one such section per format.
 """
 
 from __future__ import annotations
@@ -78,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
                          "server at llm.base_url that the backend does not describe")
     ap.add_argument("--port", type=int, default=0, help="loopback port of the server (0: a free one, so a server "
                     "someone else runs on llm.port is neither reused nor stopped)")
+    ap.add_argument("--model", default=None, help="llm.embedded: the embedded policy model (hasp model list)")
+    ap.add_argument("--chat-format", default=None, help="llm.chat_format (default: the catalogue's for the model)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     a = ap.parse_args(argv)
+    if a.model or a.chat_format:
+        REPORT.section += f", {a.model or 'default model'}, chat format {a.chat_format or 'default'}"
     from hasp.domains.search.prepare import prepare_data
     from hasp.domains.search.task import SearchTask
     from hasp.llm.client import LLMClient
@@ -87,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     from hasp.stats import paired_difference, rate
 
     hops = {int(h): float(w) for h, w in (x.split(":") for x in a.hops.split(","))}
-    p = load_params(a.params, {"data.hop_weights": hops, "data.n_questions": max(40, 3 * a.questions)})
+    overrides: dict[str, Any] = {"data.hop_weights": hops, "data.n_questions": max(40, 3 * a.questions)}
+    if a.model:
+        overrides["llm.embedded"] = a.model
+    if a.chat_format:
+        overrides["llm.chat_format"] = a.chat_format
+    p = load_params(a.params, overrides)
     if p.llm.backend != "llamacpp" and a.dialect is None:
         raise SystemExit(f"error: llm.backend is {p.llm.backend}; this measures the llama.cpp engine "
                          "(set llm.backend: llamacpp, or --dialect for a server at llm.base_url)")
@@ -106,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     em = {s: [rows[s]["trajs"][q].em for q in qids] for s in SETTINGS}
     REPORT.line(f"{len(items)} greedy PF-agent episodes per setting on generated test questions (hops {a.hops}), "
                 f"llama.cpp ({p.llm.backend}, dialect {dialect}), agent.max_steps {p.agent.max_steps}, "
-                f"agent.max_tokens {p.agent.max_tokens}, concurrency {p.llm.max_concurrency}")
+                f"agent.max_tokens {p.agent.max_tokens}, concurrency {p.llm.max_concurrency}, "
+                f"model {p.llm.embedded}, chat format {p.llm.chat_format or 'the catalogue default'}")
     REPORT.line("answered: episodes with a prediction; at budget: of them, answered in the answer-only turn "
                 "after agent.max_steps")
     REPORT.line(f"{'llm.constrained':<16}{'steps':>7}{'parse err':>10}{'per step':>10}{'ep w/ err':>10}"

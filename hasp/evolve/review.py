@@ -6,16 +6,21 @@ Decision, in priority order:
 
 1. **Hard reject** when the Phase-D execution score ``Q_exec < evolve.exec_threshold`` (0.3; the
    reviewer is not even consulted then; the recorded scores come from the heuristic reviewer).
-2. The reviewer's **explicit decision**: the teacher's literal ``DECISION: ACCEPT|REVISE|REJECT``
-   line; for the heuristic reviewer, a veto (``REJECT``) on a disqualifying defect
-   (constant trigger, intervention that never changes anything, model/IO calls in
-   ``should_activate``). The heuristic reviewer never issues an explicit ACCEPT.
+2. The reviewer's **explicit decision**: the teacher's ``decision`` (the JSON verdict's field, or the
+   literal ``DECISION: ACCEPT|REVISE|REJECT`` line); for the heuristic reviewer, a veto (``REJECT``)
+   on a disqualifying defect (constant trigger, intervention that never changes anything,
+   model/IO calls in ``should_activate``). The heuristic reviewer never issues an explicit ACCEPT.
 3. **Thresholds**: ``Q_skill >= 0.60`` accept, ``>= 0.42`` revise, else reject.
 
 Admission (Phase F) additionally requires ``Q_skill >= admission_bar(is_new_category)``:
 ``evolve.new_group_threshold`` (0.75) for a new failure group, ``evolve.same_group_threshold`` (0.60)
 for a refinement of an existing one. The three bars are read from the ``evolve`` params section each
 function is given (the schema defaults when none is).
+
+The teacher is asked for its verdict as a JSON object under ``REVIEW_SCHEMA`` when its client takes a
+``json_schema`` keyword (``LLMClient.chat``, which encodes it for the endpoint's dialect), else as seven
+lines. A reply that parses as neither is retried, then the heuristic reviewer decides; that Review's
+``fallback_reason`` (also its first reason) says why ("teacher verdict unparseable (...)").
 
 ``Q_exec`` in the composite is always the Phase-D score (measured by running the
 code) rather than the teacher's opinion of executability; the teacher's own value
@@ -25,7 +30,13 @@ Heuristic reviewer (no teacher), deterministic, from the code's AST and the clus
 
 * concept: cluster support (saturating at 6 episodes), novelty (or 0.6 when the
   candidate is a new version of the nearest existing skill), an authored description
-  and an authored body (synthesized text from the parser earns partial credit).
+  and an authored body (synthesized text from the parser earns partial credit). The description
+  must name the failure (a content word of the cluster's category or abstraction) and what the
+  skill does (a word for an action it watches or produces, its kind of repair, or a ctx field its
+  trigger reads); words meet when equal or one is a prefix of the other (4+ letters). Each miss
+  halves the description's credit and is a reason; a description that says neither caps Q_skill
+  just under the lowest accept/admission bar (``unreadable_cap``): the code cannot be checked
+  against a text that does not say what it is for, however well the code scores.
 * trigger: ``should_activate`` is not constant, reads known step-context fields or the
   action argument (2 such signals = full credit), checks ``action_type`` (full credit
   when it is the action the failure is about), contains a condition; unknown ctx keys
@@ -47,6 +58,8 @@ on those episodes: val is one minus the hit rate there.
 from __future__ import annotations
 
 import ast
+import inspect
+import json
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -62,12 +75,14 @@ from hasp.evolve.detectors import replay_contexts
 from hasp.evolve.propose import INTERVENTION_KWARGS, STEP_CONTEXT_FIELDS, Candidate
 from hasp.pf.skill_md import SkillFormatError, parse_skill_md
 from hasp.prompts import prompt, render
+from hasp.textutil import content_tokens
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ChatModel", "Review", "review_candidate", "heuristic_review", "llm_review",
            "build_reviewer_messages", "parse_review_reply", "admission_bar", "passes_admission",
            "composite", "threshold_decision", "trigger_hit_rate", "code_facts", "CodeFacts",
+           "description_findings", "unreadable_cap", "takes_json_schema", "REVIEW_SCHEMA",
            "WEIGHTS", "ACCEPT_AT", "REVISE_AT"]
 
 WEIGHTS = {"concept": 0.25, "trigger": 0.20, "intervene": 0.20, "exec": 0.20, "val": 0.15}
@@ -78,6 +93,9 @@ DECISIONS = ("ACCEPT", "REVISE", "REJECT")
 
 
 class ChatModel(Protocol):
+    """The teacher as the reviewer calls it; a ``chat`` that also takes ``json_schema`` (``LLMClient``)
+    is sent ``REVIEW_SCHEMA`` (see ``takes_json_schema``)."""
+
     def chat(self, messages: list[dict[str, str]], *, temperature: float | None = None,
              max_tokens: int | None = None, stop: list[str] | None = None,
              seed: int | None = None) -> Any: ...
@@ -383,11 +401,68 @@ def _frontmatter(candidate: Candidate) -> tuple[str, str]:
         return "", ""
 
 
+#: words any description may use that name neither a failure nor a repair
+_GENERIC = frozenset("agent skill pf step action model user make ensure please ever without".split())
+#: what a description may call each action the PF watches or produces
+_ACTION_WORDS = {"SEARCH": ("search", "query", "look"), "READ": ("read", "open", "document"),
+                 "FINAL": ("final", "answer", "respond", "reply", "commit")}
+#: what a description may call each kind of repair
+_REPAIR_WORDS = {"MODIFY_ACTION": ("rewrite", "replace", "turn", "change", "redirect", "block", "convert",
+                                   "force", "modify", "swap", "switch", "stop", "prevent"),
+                 "INJECT_CONTEXT": ("remind", "note", "hint", "inject", "tell", "warn", "context",
+                                    "instruct", "nudge", "suggest", "advise", "alert")}
+
+
+def _words(text: str) -> set[str]:
+    return set(content_tokens(text)) - _GENERIC
+
+
+def _names(desc: set[str], vocab: set[str]) -> list[str]:
+    """The description's words that meet ``vocab``: equal, or (both of 4+ letters) one a prefix of
+    the other, so "answering" meets "answer" and "reminder" meets "remind" without a stemmer."""
+    return sorted(w for w in desc if any(w == v or (min(len(w), len(v)) >= 4 and (w.startswith(v) or
+                                                                                   v.startswith(w)))
+                                         for v in vocab))
+
+
+def failure_words(cluster: Cluster) -> set[str]:
+    """The failure a description should name: the cluster's category and its representative's abstraction."""
+    rep = cluster.representative
+    return _words(f"{cluster.category} {rep.abstraction if rep is not None else ''}")
+
+
+def behaviour_words(f: CodeFacts) -> set[str]:
+    """What the PF does, as words: the actions its trigger watches and its repair produces, the
+    kind of repair, and the step-context fields (or declared conditions) its trigger reads. Facts
+    that say nothing (unusable code, already marked down) leave any action or repair word as a claim."""
+    out = set()
+    for a in {*f.trigger_action_types, *f.iv_new_action_types}:
+        out |= set(_ACTION_WORDS.get(a, (a.lower(),)))
+    for t in f.iv_types:
+        out |= set(_REPAIR_WORDS.get(t, ()))
+    out |= _words(" ".join(f.trigger_fields))
+    return out or {w for words in (*_ACTION_WORDS.values(), *_REPAIR_WORDS.values()) for w in words}
+
+
+def description_findings(desc: str, cluster: Cluster, f: CodeFacts) -> list[str]:
+    """What the description fails to say: the failure it is for, what the skill does (empty: both said)."""
+    words = _words(desc)
+    out = []
+    if not _names(words, failure_words(cluster)):
+        out.append(f"description does not name the failure '{cluster.category}'")
+    if not _names(words, behaviour_words(f)):
+        out.append("description does not say what the skill does")
+    return out
+
+
 def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
-                      trigger_hit_rate: float | None) -> tuple[dict[str, float], list[str], str | None]:
+                      trigger_hit_rate: float | None) -> tuple[dict[str, float], list[str], str | None, bool]:
+    """(scores, reasons, veto, unreadable): ``unreadable`` when the description names neither the
+    failure nor what the skill does."""
     reasons: list[str] = []
     veto: str | None = None
     notes = " ".join(candidate.notes)
+    f = candidate_facts(candidate)
 
     # concept
     desc, body = _frontmatter(candidate)
@@ -399,13 +474,16 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
     desc_ok = (0.5 if "description synthesized" in notes else 1.0) if len(desc.split()) >= 5 else 0.0
     body_ok = (0.3 if "body synthesized" in notes else 1.0) if len(body.split()) >= 15 else (
         0.3 if body.strip() else 0.0)
+    if desc_ok < 1.0:
+        reasons.append("no authored description")
+    unsaid = description_findings(desc, cluster, f)
+    reasons += unsaid
+    unreadable = len(unsaid) == 2
+    desc_ok *= 1.0 - 0.5 * len(unsaid)
     concept = 0.35 * support + 0.25 * nov + 0.25 * desc_ok + 0.15 * body_ok
     if not cluster.is_new_category and not refine:
         reasons.append(f"overlaps existing skill {cluster.nearest_skill} without refining it")
-    if desc_ok < 1.0:
-        reasons.append("no authored description")
 
-    f = candidate_facts(candidate)
     if not candidate.code.strip() and not candidate.declared:
         reasons.append("no code")
     elif not f.parses or f.class_name is None:
@@ -480,21 +558,36 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
         val = 0.8 * (trigger + intervene) / 2
     scores = {"concept": _clip(concept), "trigger": _clip(trigger), "intervene": _clip(intervene),
               "exec": _clip(q_exec), "val": _clip(val)}
-    return scores, reasons, veto
+    return scores, reasons, veto, unreadable
+
+
+def unreadable_cap(evolve: EvolveParams = DEFAULT_BARS) -> float:
+    """The heuristic Q_skill of a skill whose description says nothing checkable: just under the
+    lowest of the accept and admission bars, so it is sent back for revision, never admitted."""
+    return round(min(ACCEPT_AT, evolve.same_group_threshold, evolve.new_group_threshold) - 0.01, 4)
 
 
 def heuristic_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, *,
                      trigger_hit_rate: float | None = None, fallback_reason: str = "",
                      evolve: EvolveParams = DEFAULT_BARS) -> Review:
-    scores, reasons, veto = _heuristic_scores(candidate, cluster, exec_report_q_exec, trigger_hit_rate)
-    return _decide(scores, reasons, explicit=veto, reviewer="heuristic", feedback="; ".join(reasons),
-                   fallback_reason=fallback_reason, evolve=evolve)
+    scores, reasons, veto, unreadable = _heuristic_scores(candidate, cluster, exec_report_q_exec,
+                                                          trigger_hit_rate)
+    feedback = "; ".join(reasons)  # for the student: what to fix, not why the teacher was not heard
+    if fallback_reason:
+        reasons = [fallback_reason, *reasons]
+    return _decide(scores, reasons, explicit=veto, reviewer="heuristic", feedback=feedback,
+                   fallback_reason=fallback_reason, evolve=evolve,
+                   q_cap=unreadable_cap(evolve) if unreadable else None)
 
 
 def _decide(scores: dict[str, float], reasons: list[str], *, explicit: str | None, reviewer: str,
             feedback: str, raw_reply: str = "", llm_scores: dict[str, float] | None = None,
-            fallback_reason: str = "", evolve: EvolveParams = DEFAULT_BARS) -> Review:
+            fallback_reason: str = "", evolve: EvolveParams = DEFAULT_BARS, q_cap: float | None = None) -> Review:
     q = composite(scores["concept"], scores["trigger"], scores["intervene"], scores["exec"], scores["val"])
+    if q_cap is not None and q > q_cap:
+        reasons = [*reasons, f"Q_skill {q:.2f} capped at {q_cap:.2f}: the description names neither the "
+                             "failure nor what the skill does, so the code cannot be checked against it"]
+        q = q_cap
     if scores["exec"] < evolve.exec_threshold:
         decision, by = "REJECT", "hard_reject"
         reasons = [f"hard reject: Q_exec {scores['exec']:.2f} < {evolve.exec_threshold}", *reasons]
@@ -516,7 +609,10 @@ def _review_system() -> str:
 
 
 def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: float,
-                            existing_skill_ids: Iterable[str] = ()) -> list[dict[str, str]]:
+                            existing_skill_ids: Iterable[str] = (), *,
+                            json_verdict: bool = False) -> list[dict[str, str]]:
+    """System + user turns; ``json_verdict`` asks for the verdict as the JSON object of
+    ``REVIEW_SCHEMA`` instead of seven lines."""
     f = candidate_facts(candidate)
     code = candidate.code
     if candidate.declared:
@@ -536,7 +632,7 @@ def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: floa
         "", "## Intervention", "```python", (f.intervene_src or "(missing)")[:1500], "```",
         "", "## SKILL.md", candidate.skill_md[:2000],
         "", "## Full code", "```python", (code or "(none)")[:4000], "```",
-        "", prompt("hasp.evolve", "review", "format"),
+        "", render("hasp.evolve", "review", "format_json" if json_verdict else "format"),
     ])
     return [{"role": "system", "content": _review_system()}, {"role": "user", "content": user}]
 
@@ -564,8 +660,64 @@ def _norm_score(value: str, denom: str | None) -> float | None:
     return None
 
 
+_DIMENSIONS = ("concept", "trigger", "intervene", "exec", "val")
+#: the teacher's verdict as JSON: what a constrained request asks for (``LLMClient.chat(json_schema=)``)
+REVIEW_SCHEMA: dict[str, Any] = {
+    "title": "skill_review",
+    "type": "object",
+    "properties": {
+        **{f"q_{k}": {"type": "number", "minimum": 0.0, "maximum": 1.0} for k in _DIMENSIONS},
+        "decision": {"type": "string", "enum": list(DECISIONS)},
+        "feedback": {"type": "string", "maxLength": 600},
+    },
+    "required": [*(f"q_{k}" for k in _DIMENSIONS), "decision", "feedback"],
+    "additionalProperties": False,
+}
+_JSON_FENCE = re.compile(r"^```[a-z]*\s*|\s*```$", re.I)
+
+
+def _json_object(text: str) -> tuple[dict[str, Any] | None, str]:
+    """The reply's JSON object (from its first ``{`` to its last ``}``), or ``(None, problem)``;
+    the problem is empty when the reply holds no ``{`` at all."""
+    body = _JSON_FENCE.sub("", (text or "").strip())
+    start, end = body.find("{"), body.rfind("}")
+    if start < 0:
+        return None, ""
+    try:
+        obj = json.loads(body[start:end + 1] if end > start else body[start:])
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON: {e}"
+    return (obj, "") if isinstance(obj, dict) else (None, "invalid JSON: not an object")
+
+
+def _json_verdict(obj: dict[str, Any]) -> tuple[dict[str, float] | None, str | None, str, str]:
+    scores: dict[str, float] = {}
+    for name, value in obj.items():
+        key = _KEYS.get(str(name).lower().removeprefix("q_").removeprefix("q"))
+        if key is None or key in scores or isinstance(value, bool):
+            continue
+        try:
+            v = _norm_score(str(float(value)), None)
+        except (TypeError, ValueError):
+            continue
+        if v is not None and v >= 0:
+            scores[key] = round(v, 4)
+    d = str(obj.get("decision") or "").strip().upper()
+    decision = d if d in DECISIONS else None
+    feedback = str(obj.get("feedback") or "").strip()[:1000]
+    missing = [k for k in _DIMENSIONS if k not in scores]
+    if missing:
+        return None, decision, feedback, f"JSON verdict lacks scores: {', '.join(missing)}"
+    return scores, decision, feedback, ""
+
+
 def parse_review_reply(text: str) -> tuple[dict[str, float] | None, str | None, str, str]:
-    """(scores or None if any of the five is missing, decision or None, feedback, problem)."""
+    """(scores or None if any of the five is missing, decision or None, feedback, problem).
+
+    Reads the JSON verdict of ``REVIEW_SCHEMA`` (a constrained reply) or the seven-line format."""
+    obj, json_problem = _json_object(text)
+    if obj is not None:
+        return _json_verdict(obj)
     scores: dict[str, float] = {}
     for m in _SCORE.finditer(text or ""):
         key = _KEYS[m.group(1).lower()]
@@ -579,39 +731,60 @@ def parse_review_reply(text: str) -> tuple[dict[str, float] | None, str | None, 
             decision = words.pop()
     fm = _FEEDBACK.search(text or "")
     feedback = fm.group(1).strip()[:1000] if fm else ""
-    missing = [k for k in ("concept", "trigger", "intervene", "exec", "val") if k not in scores]
-    if missing:
-        return None, decision, feedback, f"missing scores: {', '.join(missing)}"
+    missing = [k for k in _DIMENSIONS if k not in scores]
+    if missing:  # a reply that tried JSON and broke it is reported as such
+        return None, decision, feedback, json_problem or f"missing scores: {', '.join(missing)}"
     return scores, decision, feedback, ""
+
+
+def takes_json_schema(model: Any) -> bool:
+    """Does ``model.chat`` take a ``json_schema`` keyword (``LLMClient`` and the clients wrapping it)?
+    The client encodes it for its endpoint's dialect and answers without it, counted, when refused."""
+    try:
+        params = inspect.signature(model.chat).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return any(p.name == "json_schema" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, teacher: ChatModel, *,
                existing_skill_ids: Iterable[str] = (), trigger_hit_rate: float | None = None,
                max_tokens: int = 400, retries: int = 1, evolve: EvolveParams = DEFAULT_BARS) -> Review:
-    """Teacher review; a malformed reply is retried ``retries`` times, then the heuristic decides."""
-    msgs = build_reviewer_messages(candidate, cluster, exec_report_q_exec, list(existing_skill_ids))
+    """Teacher review. When the teacher's client takes a JSON schema, the verdict is asked for under
+    ``REVIEW_SCHEMA``; a reply that does not parse is retried ``retries`` times, then the heuristic
+    decides and its Review says why (``fallback_reason``, first of ``reasons``)."""
+    constrained = takes_json_schema(teacher)
+    msgs = build_reviewer_messages(candidate, cluster, exec_report_q_exec, list(existing_skill_ids),
+                                   json_verdict=constrained)
+    kw: dict[str, Any] = {"temperature": 0.0, "max_tokens": max_tokens}
+    if constrained:
+        kw["json_schema"] = REVIEW_SCHEMA
     problems: list[str] = []
     raw = ""
+    answered = False
     for attempt in range(retries + 1):
         try:
-            reply = teacher.chat(msgs, temperature=0.0, max_tokens=max_tokens)
+            reply = teacher.chat(msgs, **kw)
             raw = str(getattr(reply, "text", reply) or "")
         except Exception as e:  # noqa: BLE001 - a teacher outage must not stop the epoch
             problems.append(f"attempt {attempt + 1}: teacher call failed: {type(e).__name__}: {e}")
             continue
+        answered = True
         scores, decision, feedback, problem = parse_review_reply(raw)
         if scores is not None:
             llm_scores = dict(scores)
             scores = {**scores, "exec": _clip(exec_report_q_exec)}
-            reasons = [f"teacher decision: {decision}" if decision else "teacher gave no DECISION line"]
+            reasons = [f"teacher decision: {decision}" if decision else "teacher gave no decision"]
+            if constrained:
+                reasons.append("verdict asked for under the review JSON schema")
+            reasons += [f"teacher retried after {p}" for p in problems]
             return _decide(scores, reasons, explicit=decision, reviewer="llm", feedback=feedback,
                            raw_reply=raw, llm_scores=llm_scores, evolve=evolve)
         problems.append(f"attempt {attempt + 1}: {problem}")
         msgs = [*msgs, {"role": "assistant", "content": raw[:2000]},
-                {"role": "user", "content": "That reply did not follow the format. Reply again with only the "
-                                            "seven lines: Q_concept, Q_trigger, Q_intervene, Q_exec, Q_val, "
-                                            "DECISION, FEEDBACK."}]
-    reason = "teacher review unusable (" + "; ".join(problems) + "); heuristic reviewer used"
+                {"role": "user", "content": prompt("hasp.evolve", "review", "retry_json" if constrained else "retry")}]
+    what = "teacher verdict unparseable" if answered else "teacher unavailable"
+    reason = f"{what} ({'; '.join(problems)}); heuristic reviewer used"
     log.warning("%s: %s", candidate.skill_id, reason)
     rv = heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
                           fallback_reason=reason, evolve=evolve)

@@ -99,7 +99,27 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             if common:
                 lines.append(f"  PF agent after - before (same questions): "
                              f"{paired_difference([b[q] for q in common], [a[q] for q in common])}")
+        if "react" in eval_metrics and eval_dir is not None:
+            lines += _over_react(eval_metrics, eval_dir)
     return lines
+
+
+def _over_react(eval_metrics: dict[str, Any], eval_dir: Path) -> list[str]:
+    """Each PF arm's paired EM gain over ReAct on the questions both answered, and, when the interval
+    holds 0, the plain statement that this run shows no gain."""
+    react = em_by_qid(next(eval_dir.rglob("react.jsonl"), Path("-")))
+    out = []
+    for label in eval_metrics:
+        if label == "react" or eval_metrics[label].get("same_library_as"):
+            continue
+        arm = em_by_qid(next(eval_dir.rglob(f"{label}.jsonl"), Path("-")))
+        common = sorted(set(react) & set(arm))
+        if not common:
+            continue
+        d = paired_difference([react[q] for q in common], [arm[q] for q in common])
+        verdict = " — no gain over ReAct shown at this n (the interval holds 0)" if d.lo <= 0.0 <= d.hi else ""
+        out.append(f"  {label} - ReAct (same questions): {d}{verdict}")
+    return out
 
 
 def _num(v: Any) -> float | None:

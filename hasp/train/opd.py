@@ -35,7 +35,7 @@ def target_source(train: TrainParams, teacher: Teacher | None) -> str:
     """``teacher`` or ``pf``: what supplies ã_t under ``train.opd.target``."""
     t = train.opd.target
     if t == "teacher" and teacher is None:
-        raise RecipeError("train.opd.target is teacher but no teacher is configured (set teacher.base_url, "
+        raise RecipeError("train.opd.target is teacher but no teacher is configured (set teacher.embedded or teacher.base_url, "
                           "or train.opd.target: auto)")
     return "teacher" if teacher is not None and t != "pf" else "pf"
 

@@ -56,15 +56,15 @@ def read_summary(out_dir: Path) -> TrainSummary:
     return TrainSummary.model_validate(read_json(Path(out_dir) / SUMMARY_FILE))
 
 
-def resolve_model(model: Path | str | None) -> Path:
+def resolve_model(model: Path | str | None, embedded: str | None = None, chat_format: str | None = None) -> Path:
     """A local model folder: the given folder, a hub name already in the local cache, or (None) the
-    embedded model. A name that is neither is one line naming it."""
+    embedded model ``embedded`` (``llm.embedded``). A name that is neither is one line naming it."""
     from hasp.train.sft import ModelFolderError, check_model
 
     if model is None:
         from hasp.llm.model_prep import prepare_model
 
-        return prepare_model()
+        return prepare_model(name=embedded, chat_format=chat_format)
     check_model(model)
     p = Path(model)
     if p.is_dir():
@@ -139,7 +139,7 @@ def run_recipe(p: Params, *, model: Path | str | None, out_dir: Path, train: Tra
     elif sample is None or not questions:
         raise RecipeError(f"train.recipe {recipe} samples its own rollouts: it needs training questions "
                           "and a sampler")
-    start = resolve_model(model)
+    start = resolve_model(model, p.llm.embedded, p.llm.chat_format)
     base: dict[str, Any] = {"recipe": recipe, "preset": train.preset, "start_model": str(start)}
     if recipe in ("sft", "dpo"):
         res = _train_on_rows(start, Path(str(rows)), out_dir, train, log_callback)

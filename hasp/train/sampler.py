@@ -84,8 +84,8 @@ class PFRolloutSampler:
                  policy_for: PolicyFor | None = None, teacher: Any = None,
                  executor: EpisodeExecutor | None = None, variant: str = "pf") -> None:
         if rollout.teacher_snippets and teacher is None:
-            raise RecipeError("train.rollout.teacher_snippets needs a teacher: set teacher.base_url and "
-                              "teacher.model, or train.rollout.teacher_snippets: false")
+            raise RecipeError("train.rollout.teacher_snippets needs a teacher: set teacher.embedded, or "
+                              "teacher.base_url and teacher.model, or train.rollout.teacher_snippets: false")
         self.params, self.rollout, self.teacher, self.executor = params, rollout, teacher, executor
         self.library = Path(library) if library is not None else None
         self.spec = sample_spec(params, rollout, Path(data_dir), self.library, teacher, variant)

@@ -49,7 +49,7 @@ class TeacherSnippetEnvironment:
     def __init__(self, inner: SearchEnvironment, teacher: Any, *, max_tokens: int = 200,
                  doc_chars: int = 600) -> None:
         if teacher is None:
-            raise ValueError("teacher-snippet mode needs a teacher (set teacher.base_url in params.yaml)")
+            raise ValueError("teacher-snippet mode needs a teacher (set teacher.embedded or teacher.base_url in params.yaml)")
         self.inner = inner
         self.teacher = teacher
         self.max_tokens = max_tokens
