@@ -122,3 +122,14 @@ def test_gemma_is_prepared_into_a_folder_with_its_turn_template() -> None:
     text = tok.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
                                     {"role": "assistant", "content": "A"}], tokenize=False)
     assert text == "<bos><start_of_turn>user\nS\n\nQ<end_of_turn>\n<start_of_turn>model\nA<end_of_turn>\n"
+
+
+def test_an_adapter_trained_on_smollm2_is_refused_for_the_gemma_gguf(tmp_path: Path) -> None:
+    from test_gguf_lora import _fake_adapter
+
+    from hasp.llm.adapters import AdapterError
+    from hasp.llm.gguf_lora import convert_adapter
+
+    ad = _fake_adapter(tmp_path / "adapter", modules=("q_proj",))
+    with pytest.raises(AdapterError, match="trained on another model than this GGUF"):
+        convert_adapter(ad, catalog.gguf_path("gemma3-270m"))

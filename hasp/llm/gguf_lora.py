@@ -46,8 +46,8 @@ WEIGHTS_FILE = "adapter_model.safetensors"
 SOURCE_KEY = "hasp.lora.source_sha256"
 #: part of that hash: bump when the conversion's output changes, so older files are converted again
 CONVERTER_VERSION = 1
-#: architectures whose HF -> GGUF row order is known here; llama's q/k rows are permuted (rotary halves)
-_PERMUTED_QK = {"llama": True}
+#: architectures whose HF -> GGUF row order is known here: llama's q/k rows are permuted (rotary halves), gemma3's are not
+_PERMUTED_QK = {"llama": True, "gemma3": False}
 _PEFT_PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<ab>[AB])\.weight$")
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
