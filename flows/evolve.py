@@ -33,7 +33,7 @@ from hasp.evolve.gate import epoch_phases, static_exec
 from hasp.evolve.phase_graph import cache_key, epoch_code_paths, repo_root
 from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.llm.endpoints import teacher_client
-from hasp.llm.lazy import LazyPolicy
+from hasp.llm.endpoints import LazyPolicy
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from hasp.track.dvc_plots import write_plot_data

@@ -96,13 +96,13 @@ class GridClients:
         return pool[key]
 
     def policy(self, folder: Path) -> Any:
-        from hasp.llm.lazy import LazyPolicy
+        from hasp.llm.endpoints import LazyPolicy
 
         return self._one(self._policies, folder, lambda f: LazyPolicy(
             self.llm, model_dir=f, port=self.p.llm.port, max_tokens=self.p.agent.max_tokens))
 
     def student(self, folder: Path) -> Any:
-        from hasp.llm.lazy import LazyPolicy
+        from hasp.llm.endpoints import LazyPolicy
 
         return self._one(self._students, folder, lambda f: LazyPolicy(
             self.llm, model_dir=f, port=self.p.llm.port + 2, max_tokens=self.p.evolve.proposal_max_tokens,

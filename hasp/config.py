@@ -87,7 +87,7 @@ class EndpointParams(_Strict):
     @field_validator("embedded")
     @classmethod
     def _known_model(cls, v: str | None) -> str | None:
-        from hasp.llm import catalog
+        from hasp import embedded_models as catalog
 
         try:
             return None if v is None else catalog.find(v).name
@@ -97,7 +97,7 @@ class EndpointParams(_Strict):
     @field_validator("chat_format")
     @classmethod
     def _known_format(cls, v: str | None) -> str | None:
-        from hasp.llm import catalog
+        from hasp import embedded_models as catalog
 
         try:
             return None if v is None else catalog.chat_format(v).name

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hasp.config import ParamsError, load_params
-from hasp.llm import catalog
+from hasp import embedded_models as catalog
 from hasp.llm.llamacpp_server import format_for, resolve_gguf_checkpoint
 
 
@@ -96,7 +96,7 @@ def test_a_gguf_the_catalogue_knows_gets_its_chat_format() -> None:
 
 def test_an_embedded_teacher_is_served_on_its_own_port_and_never_the_policy_gguf(tmp_path: Path) -> None:
     from hasp.llm.endpoints import teacher_client, teacher_llm
-    from hasp.llm.lazy import LazyPolicy
+    from hasp.llm.endpoints import LazyPolicy
 
     f = tmp_path / "p.yaml"
     f.write_text("llm:\n  llamacpp:\n    gguf: /somewhere/own.gguf\nteacher:\n  embedded: gemma3-270m\n  port: 8899\n")

@@ -128,7 +128,7 @@ def test_the_real_policy_identity_names_the_weights_not_the_port(tmp_path):
     """``LazyPolicy`` says what it would serve without starting a server: another port is the same
     policy, other weights in the same folder are not."""
     from hasp.config import LLMParams
-    from hasp.llm.lazy import LazyPolicy
+    from hasp.llm.endpoints import LazyPolicy
 
     folder = tmp_path / "merged"
     folder.mkdir()

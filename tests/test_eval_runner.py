@@ -217,7 +217,7 @@ def test_judge_skips_empty_answers_and_needs_a_teacher(mlflow_tmp):
     v = judge_answer(judge, "Who?", ["A"], "  ")
     assert v.correct is False and judge.calls == 0
     sets = _sets(_params(), limit=1, specs=(f"hotpotqa:{HOTPOT}",))
-    with pytest.raises(ValueError, match="--judge need.* a teacher endpoint"):
+    with pytest.raises(ValueError, match="--judge need.* a teacher: set teacher.embedded"):
         run_eval(_params(), sets, ["react"], policy=AnsweringPolicyDouble({}, set()), library_root=None,
                  out_dir=mlflow_tmp, judge=True)
 

@@ -46,15 +46,15 @@ def test_gemma_lora_trains_converts_and_changes_llamacpp_replies(tmp_path: Path)
     from hasp.train.sft import SFTRecipe, train_sft
 
     base = prepare_model(name="gemma3-270m")
-    recipe = SFTRecipe(max_steps=2, per_device_train_batch_size=1, max_length=384, learning_rate=5e-3,
+    recipe = SFTRecipe(max_steps=2, per_device_train_batch_size=1, max_length=320, learning_rate=5e-3,
                        target_modules=("q_proj", "k_proj", "v_proj", "o_proj"), seed=0)
-    res = train_sft(base, ROWS, tmp_path / "train", recipe, save_merged=True)
+    res = train_sft(base, ROWS, tmp_path / "train", recipe, save_merged=False)  # served as base + adapter
     lora = convert_adapter(res.adapter_dir, gguf_path("gemma3-270m"))
     _, names = _gguf_tensors(lora)
     assert "blk.0.attn_q.weight.lora_a" in names and "blk.17.attn_output.weight.lora_b" in names
     assert all(np.isfinite(a).all() for a in names.values())
     logprobs = {}
-    for label, folder in (("base", None), ("trained", res.merged_dir)):
+    for label, folder in (("base", None), ("trained", res.adapter_dir)):
         with policy_client(_llm(), model_dir=folder, max_tokens=1) as client:
             assert bool(client.config.extra_body) == (folder is not None)  # the adapter is selected per request
             r = client._client.chat.completions.create(  # noqa: SLF001 - the logprobs the client does not expose

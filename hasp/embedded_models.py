@@ -6,7 +6,7 @@ strings end its turn, its context size and its licence line. Everything that ser
 embedded model asks this catalogue, so a second model is a new entry, not new code paths.
 
 A model without a chat template of its own (a base model) gets a chat format: a Jinja template, a package
-file under ``hasp/llm/templates``, with the strings that end its turn. The same template is given to
+file under ``hasp/chat_formats``, with the strings that end its turn. The same template is given to
 llama.cpp when it serves the GGUF and to the tokenizer of the Hugging Face folder derived from it, so the
 policy is trained on exactly the layout it is served with.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hasp.fingerprint import default_cache_dir
 
-TEMPLATES = Path(__file__).with_name("templates")
+TEMPLATES = Path(__file__).with_name("chat_formats")
 
 
 class CatalogError(RuntimeError):
@@ -40,7 +40,7 @@ class Part:
 @dataclass(frozen=True)
 class ChatFormat:
     """How a conversation is laid out for a model that has no template of its own: the template file
-    (under ``hasp/llm/templates``) and the strings that end the model's turn in that layout."""
+    (under ``hasp/chat_formats``) and the strings that end the model's turn in that layout."""
 
     name: str
     file: str
