@@ -93,7 +93,7 @@ def episode_prompts(path: Path, n: int) -> list[Messages]:
 
 
 def hf_replies(base: Path, adapter: Path | None, prompts: list[Messages], max_tokens: int,
-               forced: list[list[int]]) -> tuple[list[str], int, int]:
+               forced: list[list[int]], stops: tuple[str, ...] = ()) -> tuple[list[str], int, int]:
     """Greedy replies of transformers on ``base`` (plus the PEFT ``adapter``), and how many of the tokens
     in ``forced`` (llama.cpp's replies) it picks itself when fed the tokens before each: (replies, picked,
     tokens). Unlike a whole reply, this does not compound: one near-tie early does not count the rest."""
@@ -113,27 +113,35 @@ def hf_replies(base: Path, adapter: Path | None, prompts: list[Messages], max_to
         prompt = inputs["input_ids"]
         with torch.no_grad():
             ids = model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, top_k=None, top_p=None,
-                                 temperature=None, stop_strings=[STOP], tokenizer=tok,
+                                 temperature=None, stop_strings=[STOP, *stops], tokenizer=tok,
                                  pad_token_id=tok.eos_token_id)
             if reply:
                 logits = model(torch.cat([prompt, torch.tensor([reply])], dim=1)).logits[0, prompt.shape[1] - 1:-1]
                 picked += sum(int(a == b) for a, b in zip(logits.argmax(-1).tolist(), reply))
                 tokens += len(reply)
-        text = tok.decode(ids[0, prompt.shape[1]:], skip_special_tokens=True)
-        out.append(text.split(STOP, 1)[0])
+        text = tok.decode(ids[0, prompt.shape[1]:], skip_special_tokens=False)
+        for s in (STOP, *stops, *(tok.eos_token,)):  # what ends the reply, as llama.cpp ends it there
+            text = text.split(s, 1)[0]
+        out.append(text)
     return out, picked, tokens
 
 
 def llamacpp_replies(gguf: Path, loras: tuple[Path, ...], prompts: list[Messages], max_tokens: int,
-                     threads: int) -> dict[bool, list[tuple[str, list[int]]]]:
+                     threads: int, chat_format: str | None = None) -> dict[bool, list[tuple[str, list[int]]]]:
     """Greedy replies (text, token ids) of llama.cpp on ``gguf`` with every adapter of ``loras`` at scale
     1.0 (True) and at 0 (False). One slot and no RAM prompt cache: a prompt reuses the KV of the previous
     one (the shared system prompt and demonstration) only under the same setting, since llama.cpp clears
-    a slot whose adapters change, while its RAM cache would restore KV computed under the other one."""
+    a slot whose adapters change, while its RAM cache would restore KV computed under the other one.
+    ``chat_format``: the catalogue layout of a base model (as the server and training use it)."""
     import xllamacpp as xlc
 
+    from hasp import embedded_models
+
+    fmt = embedded_models.chat_format(chat_format) if chat_format else None
     p = xlc.CommonParams()
     p.model.path = str(gguf)
+    if fmt is not None:
+        p.use_jinja, p.chat_template = True, fmt.text()
     p.lora_adapters = [xlc.CommonAdapterLoraInfo(str(f), 0.0) for f in loras]
     p.lora_init_without_apply = True
     p.n_parallel, p.n_ctx, p.cache_ram_mib = 1, 4096, 0
@@ -145,7 +153,8 @@ def llamacpp_replies(gguf: Path, loras: tuple[Path, ...], prompts: list[Messages
             lora = [{"id": i, "scale": 1.0 if on else 0.0} for i in range(len(loras))]
             for messages in prompts:
                 r = server.handle_chat_completions({"messages": messages, "max_tokens": max_tokens, "temperature": 0,
-                                                    "stop": [STOP], "lora": lora, "logprobs": True})
+                                                    "stop": [STOP, *(fmt.stop if fmt else ())], "lora": lora,
+                                                    "logprobs": True})
                 if "choices" not in r:
                     raise SystemExit(f"error: llama.cpp refused a request: {r}")
                 choice = r["choices"][0]
@@ -204,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         convert_s = time.perf_counter() - t0
     except (AdapterError, ServeError) as e:
         raise SystemExit(f"error: {e}") from None
+    from hasp import embedded_models
+
+    model = embedded_models.for_gguf(ckpt.gguf)
+    if model is not None and model.name != embedded_models.DEFAULT_MODEL:  # one section per embedded model
+        REPORT.section += f", {model.name}"
     top = chain[-1]
     trained_on = Path(read_adapter_config(top)["base_model_name_or_path"])
     prompts = episode_prompts(a.episodes, a.n) if a.episodes else agent_prompts(p, a.n)
@@ -211,12 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         f"search agent prompts on generated questions (seed {p.data.seed}; every other one at step 2)")
 
     t0 = time.perf_counter()
-    llama_out = llamacpp_replies(ckpt.gguf, ckpt.lora_files, prompts, max_tokens, threads)
+    llama_out = llamacpp_replies(ckpt.gguf, ckpt.lora_files, prompts, max_tokens, threads, ckpt.chat_format)
     llama_s = time.perf_counter() - t0
     llama = {on: [text for text, _ in r] for on, r in llama_out.items()}
     t0 = time.perf_counter()
-    hf_on, *forced_on = hf_replies(trained_on, top, prompts, max_tokens, [ids for _, ids in llama_out[True]])
-    hf_off, *forced_off = hf_replies(root, None, prompts, max_tokens, [ids for _, ids in llama_out[False]])
+    hf_on, *forced_on = hf_replies(trained_on, top, prompts, max_tokens, [ids for _, ids in llama_out[True]], ckpt.stop)
+    hf_off, *forced_off = hf_replies(root, None, prompts, max_tokens, [ids for _, ids in llama_out[False]], ckpt.stop)
     hf_s = time.perf_counter() - t0
 
     rows = {"with the adapter": (agreement(hf_on, llama[True]), forced_on),

@@ -84,23 +84,16 @@ class EndpointParams(_Strict):
             raise ValueError("model is required when base_url is set")
         return self
 
-    @field_validator("embedded")
+    @field_validator("embedded", "chat_format")
     @classmethod
-    def _known_model(cls, v: str | None) -> str | None:
+    def _in_catalogue(cls, v: str | None, info: Any) -> str | None:
+        """An embedded model or chat format the catalogue knows, by its canonical name."""
         from hasp import embedded_models as catalog
 
+        if v is None:
+            return None
         try:
-            return None if v is None else catalog.find(v).name
-        except catalog.CatalogError as e:
-            raise ValueError(str(e)) from None
-
-    @field_validator("chat_format")
-    @classmethod
-    def _known_format(cls, v: str | None) -> str | None:
-        from hasp import embedded_models as catalog
-
-        try:
-            return None if v is None else catalog.chat_format(v).name
+            return catalog.find(v).name if info.field_name == "embedded" else catalog.chat_format(v).name
         except catalog.CatalogError as e:
             raise ValueError(str(e)) from None
 

@@ -133,3 +133,21 @@ def test_an_adapter_trained_on_smollm2_is_refused_for_the_gemma_gguf(tmp_path: P
     ad = _fake_adapter(tmp_path / "adapter", modules=("q_proj",))
     with pytest.raises(AdapterError, match="trained on another model than this GGUF"):
         convert_adapter(ad, catalog.gguf_path("gemma3-270m"))
+
+
+def test_a_teacher_server_that_cannot_start_fails_once_then_at_once(tmp_path: Path) -> None:
+    """A GGUF that is no model: the first call says why in one line; later calls do not wait again."""
+    import time
+
+    from hasp.config import LLMParams
+    from hasp.llm.endpoints import LazyPolicy, ServeUnavailable
+
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a model")
+    lazy = LazyPolicy(LLMParams(llamacpp={"gguf": str(bad)}, port=8899))
+    with pytest.raises(ServeUnavailable, match=r"port 8899 did not start: .*x.gguf: not a GGUF file"):
+        lazy.client()
+    t0 = time.perf_counter()
+    with pytest.raises(ServeUnavailable, match="did not start"):
+        lazy.chat([{"role": "user", "content": "hi"}])
+    assert time.perf_counter() - t0 < 0.5 and not lazy.started

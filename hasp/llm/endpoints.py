@@ -209,6 +209,10 @@ def teacher_client(teacher: EndpointParams, llm: LLMParams) -> LLMClient | LazyP
     return client
 
 
+class ServeUnavailable(RuntimeError):
+    """A lazily started server that failed to start; the message says why (and is the same every time)."""
+
+
 class LazyPolicy:
     """A policy client that starts its model server only when first asked: a warm, fully cached pipeline run
     should not pay ~30 s to boot a server it never calls, so the flow hands this object to every task that
@@ -222,6 +226,9 @@ class LazyPolicy:
         self._stack: contextlib.ExitStack | None = None
         self._client: LLMClient | None = None
         self._ever_started = False
+        #: why the server could not start: every later call fails at once with it instead of waiting for
+        #: another start-up timeout (an embedded teacher is asked once per PF intervention)
+        self._failed: str | None = None
 
     @property
     def started(self) -> bool:
@@ -230,9 +237,17 @@ class LazyPolicy:
 
     def client(self) -> LLMClient:
         with self._lock:
+            if self._failed is not None:
+                raise ServeUnavailable(self._failed)
             if self._client is None:
                 stack = contextlib.ExitStack()
-                self._client = stack.enter_context(policy_client(**self._args))
+                try:
+                    self._client = stack.enter_context(policy_client(**self._args))
+                except Exception as e:  # noqa: BLE001 - remembered once, then every caller's own fallback
+                    stack.close()
+                    self._failed = f"the model server on port {self._args['llm'].port} did not start: {e}"
+                    log.warning("%s", self._failed)
+                    raise ServeUnavailable(self._failed) from e
                 self._stack = stack
                 self._ever_started = True
             return self._client
