@@ -107,6 +107,8 @@ def hf_replies(base: Path, adapter: Path | None, prompts: list[Messages], max_to
 
         model = PeftModel.from_pretrained(model, adapter)
     model.eval()
+    vocab = tok.get_vocab()
+    ends = {vocab[s] for s in stops if s in vocab} | {tok.eos_token_id}
     out, picked, tokens = [], 0, 0
     for messages, reply in zip(prompts, forced):
         inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
@@ -119,10 +121,11 @@ def hf_replies(base: Path, adapter: Path | None, prompts: list[Messages], max_to
                 logits = model(torch.cat([prompt, torch.tensor([reply])], dim=1)).logits[0, prompt.shape[1] - 1:-1]
                 picked += sum(int(a == b) for a, b in zip(logits.argmax(-1).tolist(), reply))
                 tokens += len(reply)
-        text = tok.decode(ids[0, prompt.shape[1]:], skip_special_tokens=False)
-        for s in (STOP, *stops, *(tok.eos_token,)):  # what ends the reply, as llama.cpp ends it there
-            text = text.split(s, 1)[0]
-        out.append(text)
+        # the reply ends where llama.cpp ends it: at an end-of-turn token of the chat format or the eos;
+        # other special tokens are not text (llama.cpp does not render them either)
+        reply_ids = ids[0, prompt.shape[1]:].tolist()
+        cut = next((i for i, t in enumerate(reply_ids) if t in ends), len(reply_ids))
+        out.append(tok.decode(reply_ids[:cut], skip_special_tokens=True).split(STOP, 1)[0])
     return out, picked, tokens
 
 

@@ -103,6 +103,9 @@ class TeacherParams(EndpointParams):
     (``base_url``), an embedded model HASP serves on its own port (``embedded``), or none."""
 
     port: int = Field(8766, ge=1024, le=65535, description="loopback port of an embedded teacher's server")
+    assist_agent: bool = Field(True, description="the pipeline's PF agent asks the teacher (pf_teacher: teacher-"
+                               "assisted PFs, PF selection); false = the teacher reviews, distils and judges only, "
+                               "and the agent runs as pf")
 
     @model_validator(mode="after")
     def _one_source(self) -> "TeacherParams":

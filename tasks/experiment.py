@@ -79,7 +79,7 @@ def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path,
 
     t0 = time.perf_counter()
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split="test", data_dir=data_dir)
-    pf = get_variant(pipeline_variant("pf", teacher))
+    pf = get_variant(pipeline_variant("pf", teacher, params))
     arms = [Arm(react_label, get_variant("react"), policy)] if react_label else []
     arms.append(Arm(pf_label, pf, policy))
     res = run_eval(params, [ds], arms, policy=policy, library_root=library, out_dir=out_dir, teacher=teacher,

@@ -144,9 +144,11 @@ def test_epoch_evaluation_uses_the_runner_and_labels_what_ran(tmp_path):
     from hasp.evolve import epoch as ep
 
     teacher, trained = object(), DomainPolicyDouble()
-    assert [(a.label, a.variant.name, a.policy) for a in ep.epoch_arms(teacher, trained)] == [
+    assert [(a.label, a.variant.name, a.policy) for a in ep.epoch_arms(teacher, trained, Params())] == [
         ("react", "react", None), ("pf_teacher", "pf_teacher", None), ("trained_pf_teacher", "pf_teacher", trained)]
-    assert [a.label for a in ep.epoch_arms(None, None)] == ["react", "pf"]
+    assert [a.label for a in ep.epoch_arms(None, None, Params())] == ["react", "pf"]
+    reviews_only = Params.model_validate({"teacher": {"embedded": "gemma3-270m", "assist_agent": False}})
+    assert [a.label for a in ep.epoch_arms(teacher, None, reviews_only)] == ["react", "pf"]  # the teacher only reviews
 
     p = Params()
     p = p.model_copy(update={"data": p.data.model_copy(update={"n_questions": 10})})

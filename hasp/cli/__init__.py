@@ -124,6 +124,8 @@ def model_serve(port: int = 8765,
                                    "the merged folder beside it; the name is then derived). Repeatable. "
                                    "llamacpp: one checkpoint (adapter or merged folder), its adapters converted "
                                    "to GGUF and applied to every request.")] = None,
+                model: Annotated[Optional[str], typer.Option(
+                    "--model", help="an embedded model (`hasp model list`); default: llm.embedded of the params")] = None,
                 params: ParamsOpt = None) -> None:
     """Serve a model OpenAI-compatibly until Ctrl-C: llama.cpp on the GGUF, with a trained checkpoint's
     adapters (CPU), transformers serve on a folder (CPU), or vllm serve with LoRA adapters selectable by
@@ -131,6 +133,13 @@ def model_serve(port: int = 8765,
     import time
 
     p = _params(params)
+    if model:
+        from hasp import embedded_models
+
+        try:
+            p = p.model_copy(update={"llm": p.llm.model_copy(update={"embedded": embedded_models.find(model).name})})
+        except embedded_models.CatalogError as e:
+            raise typer.BadParameter(str(e)) from None
     chosen = backend or p.llm.backend
     if chosen not in ("llamacpp", "transformers", "vllm"):
         raise typer.BadParameter(f"--backend {chosen!r}: choose llamacpp, transformers or vllm")

@@ -59,10 +59,12 @@ def unseeded(item: Any) -> tuple[Any, int | None]:
     return (item.item, item.seed) if isinstance(item, Seeded) else (item, None)
 
 
-def pipeline_variant(variant: str, teacher: Any) -> str:
+def pipeline_variant(variant: str, teacher: Any, params: Params) -> str:
     """The variant the pipeline (Phase A, the val gate, the RS/OPD sampler, the grid's PF arm) runs:
-    its PF agent is ``pf_teacher`` when a teacher is configured, so a configured teacher is never ignored."""
-    return "pf_teacher" if teacher is not None and variant == "pf" else variant
+    its PF agent is ``pf_teacher`` when a teacher is configured, so a configured teacher is never ignored,
+    unless ``teacher.assist_agent`` is false (the teacher then reviews, distils and judges only)."""
+    assist = teacher is not None and params.teacher.assist_agent
+    return "pf_teacher" if assist and variant == "pf" else variant
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def episode_spec(params: Params, domain: Domain, variant: str | Variant, *, labe
     rollout's (step, SEARCH and READ caps, temperature; no fixed seed, so k samples of one question
     differ). ``label`` names the trajectories (default: the variant's name)."""
     if isinstance(variant, str):
-        variant = pipeline_variant(variant, teacher) if pipeline else variant
+        variant = pipeline_variant(variant, teacher, params) if pipeline else variant
     v = get_variant(variant) if isinstance(variant, str) else variant
     domain.check(v)
     cfg = domain.config(params, v)

@@ -616,8 +616,8 @@ def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, 
     from hasp.pf.library import library_hash
 
     ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
-    arms = epoch_arms(teacher, trained_policy)
-    pf = get_variant(pipeline_variant("pf", teacher))
+    arms = epoch_arms(teacher, trained_policy, params)
+    pf = get_variant(pipeline_variant("pf", teacher, params))
     before = f"{pf.name}_before"
     unchanged = library_before is not None and library_hash(Path(library_before)) == library_hash(Path(library_root))
     if library_before is not None and not unchanged:
@@ -636,11 +636,11 @@ def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, 
     return metrics
 
 
-def epoch_arms(teacher: Any, trained_policy: Any | None) -> list[Any]:
+def epoch_arms(teacher: Any, trained_policy: Any | None, params: Params) -> list[Any]:
     """ReAct, the pipeline's PF agent and, with a trained policy, the same agent on that policy."""
     from hasp.eval.runner import Arm
 
-    pf = get_variant(pipeline_variant("pf", teacher))
+    pf = get_variant(pipeline_variant("pf", teacher, params))
     arms = [Arm("react", get_variant("react")), Arm(pf.name, pf)]
     if trained_policy is not None:
         arms.append(Arm(f"trained_{pf.name}", pf, trained_policy))
