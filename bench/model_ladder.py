@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search")
     ap.add_argument("--port", type=int, default=8981)
     ap.add_argument("--ran", action="append", default=[], help="what else ran on the machine (printed)")
+    ap.add_argument("--render-only", action="store_true",
+                    help="run nothing: tabulate the configurations whose evaluation finished, name the others")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     policies = a.policy or ["smollm2-135m", "gemma3-270m"]
@@ -98,11 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "HASP_LLM_THREADS": os.environ.get("HASP_LLM_THREADS", "2")}
     evals: list[tuple[str, Path]] = []
     gains: list[tuple[str, str]] = []
+    not_run: list[str] = []
     for pol in policies:
         for t in teachers:
             label = pol if t == "none" else f"{pol}+{t}"
             folder = a.out / label
             variants = "react,pf" if t == "none" else "pf_teacher"
+            if not (folder / "metrics.json").is_file() and a.render_only:
+                not_run.append(label)
+                continue
             if not (folder / "metrics.json").is_file():
                 over: dict[str, Any] = {"llm.embedded": pol, "llm.port": a.port, "tracking.experiment": "hasp-ladder"}
                 if t != "none":
@@ -131,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     args += ["--ran", f"each cell: hasp eval --limit {a.limit} on llama.cpp with the seed library, "
              "llm.constrained as in params.yaml, HASP_LLM_THREADS " + env["HASP_LLM_THREADS"]]
     args += ["--ran", "seconds per agent step (episode wall / steps): " + "; ".join(speed)]
+    if not_run:
+        args += ["--ran", "not run (no finished evaluation): " + ", ".join(not_run)]
     args += [x for r in a.ran for x in ("--ran", r)]
     args += ["--section", "Model ladder: embedded policies and teachers across benchmark tiers"]
     return main_table.main(args + (["--no-write"] if a.no_write else []))
