@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     common = {"data.hop_weights": {1: 1.0}, "data.n_questions": max(40, 2 * a.questions), "llm.base_url": None,
               "llm.constrained": "off", **sets}
     base = load_params(a.params, common)
+    from hasp import embedded_models
+
+    if base.llm.embedded != embedded_models.DEFAULT_MODEL:  # one section per embedded model
+        REPORT.section += f", {base.llm.embedded}"
     levels = [base.llm.max_concurrency if c == "default" else int(c) for c in a.concurrency.split(",")]
     rows: list[tuple[str, int, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="hasp-engine-") as tmp:
