@@ -216,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         flop_tok = 2 * PARAMS_135M / 1e9
         REPORT.line(f"llama.cpp, one request alone: prefill {s['prefill_tok_s']:.0f} tok/s ({s['prompt_n']} tokens), "
                     f"decode {s['decode_tok_s']:.0f} tok/s ({s['predicted_n']} tokens)")
-        REPORT.line(f"compute limit: {peak:.0f} GFLOP/s fp32 ({how}); at {flop_tok:.2f} GFLOP per token "
-                    f"(2 x 135M params) that is {peak / flop_tok:.0f} tok/s; prefill reaches "
-                    f"{100 * s['prefill_tok_s'] * flop_tok / peak:.0f} % of it, decode "
-                    f"{100 * s['decode_tok_s'] * flop_tok / peak:.0f} % (decode is bound by reading the weights "
-                    "once per token, not by FLOPs)")
+        if base.llm.embedded == embedded_models.DEFAULT_MODEL:  # the FLOP count below is SmolLM2-135M's
+            REPORT.line(f"compute limit: {peak:.0f} GFLOP/s fp32 ({how}); at {flop_tok:.2f} GFLOP per token "
+                        f"(2 x 135M params) that is {peak / flop_tok:.0f} tok/s; prefill reaches "
+                        f"{100 * s['prefill_tok_s'] * flop_tok / peak:.0f} % of it, decode "
+                        f"{100 * s['decode_tok_s'] * flop_tok / peak:.0f} % (decode is bound by reading the "
+                        "weights once per token, not by FLOPs)")
     if not a.no_write:
         REPORT.write()
     return 0
