@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ran", action="append", default=[], help="what else ran on the machine (printed)")
     ap.add_argument("--render-only", action="store_true",
                     help="run nothing: tabulate the configurations whose evaluation finished, name the others")
+    ap.add_argument("--section", default="Model ladder: embedded policies and teachers across benchmark tiers",
+                    help="bench/RESULTS.md section this run's table replaces")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     policies = a.policy or ["smollm2-135m", "gemma3-270m"]
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if not_run:
         args += ["--ran", "not run (no finished evaluation): " + ", ".join(not_run)]
     args += [x for r in a.ran for x in ("--ran", r)]
-    args += ["--section", "Model ladder: embedded policies and teachers across benchmark tiers"]
+    args += ["--section", a.section]
     return main_table.main(args + (["--no-write"] if a.no_write else []))
 
 
