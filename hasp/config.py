@@ -280,6 +280,8 @@ class HarnessParams(_Strict):
     decomposition_pfs: list[str] = Field(default_factory=lambda: [
         "decompose_complex_question", "iterative_refinement"])
     entity_pfs: list[str] = Field(default_factory=lambda: ["wrong_entity_confusion", "citation_mismatch"])
+    only_skills: list[str] = Field(default_factory=list, description="run only these skill ids of the library "
+                                   "(empty = all; `hasp eval --skills`): one skill measured alone")
     max_skills_in_prompt: int = Field(6, ge=0, description="skill summaries in the system prompt (prompt variant)")
     max_phase_instructions: int = Field(2, ge=0, description="phase reminders per step")
     pre_final_step_threshold: int = Field(3, ge=1, description="from this step on, pre_final reminders may show")
@@ -291,7 +293,7 @@ class HarnessParams(_Strict):
     teacher_max_tokens: int = Field(64, ge=8, description="reply budget of harness teacher calls "
                                     "(gate, selection, post-processing)")
 
-    @field_validator("mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs")
+    @field_validator("mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs", "only_skills")
     @classmethod
     def _ids(cls, v: list[str]) -> list[str]:
         bad = [x for x in v if not x or not x.replace("_", "").isalnum() or x != x.lower()]

@@ -42,21 +42,35 @@ def test_bad_harness_values_fail_naming_the_key(key, value):
 
 
 @pytest.mark.parametrize("key", ["mandatory_pfs", "light_pfs", "decomposition_pfs", "entity_pfs"])
-def test_an_unknown_pf_id_in_params_is_an_error_naming_the_key(key):
-    from hasp.agent.harness import Harness
+def test_an_unknown_pf_id_in_params_is_one_warning_naming_the_key(key, caplog):
+    """The lists only boost: a user library without the seed ids runs, with one warning per list."""
+    from hasp.agent import harness as h
     from hasp.agent.variants import get_variant
 
     lib = load_library(ROOT / "skills" / "search")
     try:
         hp = load_params(ROOT / "params.yaml", {f"harness.{key}": ["premature_final", "no_such_skill"]}).harness
-        with pytest.raises(ParamsError, match=rf"^harness\.{key}: unknown skill id\(s\) no_such_skill \(not in the "
-                                              r"search library at .*skills/search\)$"):
-            Harness(lib, get_variant("pf"), hp)
-        Harness(lib, get_variant("pf"), load_params(ROOT / "params.yaml").harness)  # the shipped ids all exist
-        Harness(library(skill("premature_final", VotingPFDouble("x"))), get_variant("pf"),
-                HarnessParams())  # schema defaults are not checked: a small library lacks them by design
+        h._WARNED.clear()
+        with caplog.at_level("WARNING", logger="hasp.agent.harness"):
+            h.Harness(lib, get_variant("pf"), hp)
+            h.Harness(lib, get_variant("pf"), hp)
+        lines = [r.getMessage() for r in caplog.records if "no_such_skill" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].startswith(f"harness.{key}: skill id(s) no_such_skill are not in the "
+                                                       "search library at ") and "boosts the others only" in lines[0]
+        assert h.check_pf_ids(load_params(ROOT / "params.yaml").harness, lib) == []  # the shipped ids all exist
     finally:
         lib.close()
+
+
+def test_only_skills_restricts_the_library_to_the_named_ids():
+    from hasp.agent.harness import Harness
+    from hasp.agent.variants import get_variant
+
+    lib = _pf_library()
+    hp = HarnessParams(only_skills=["negation_oversight"], pf_selection="all")
+    assert list(Harness(lib, get_variant("pf"), hp).pf_by_id) == ["negation_oversight"]
+    with pytest.raises(ParamsError, match="only_skills"):
+        load_params(ROOT / "params.yaml", {"harness.only_skills": ["Not An Id"]})
 
 
 # ----------------------------------------------------------------------------- question cues
@@ -139,21 +153,36 @@ def _selector(**kw):
                       mode=hp.pf_selection)
 
 
-def test_pf_selector_heuristic_branches_keep_mandatory_and_priority_order(caplog):
+def test_pf_selector_heuristic_boosts_the_named_lists_and_ranks_every_other_pf(caplog):
     with caplog.at_level("DEBUG", logger="hasp.pf.selection"):
         sel = _selector()
     assert sel.mandatory == ("retrieval_failure",)  # the two other mandatory ids are simply absent
     assert "format_extraction_error is not in this library" in caplog.text
+    assert sel.unlisted == ("negation_oversight",)  # no list names it: ranked on every branch
     comp = sel.select(COMPUTE, QuestionFeatures.of(COMPUTE))
-    assert comp.ids == ("retrieval_failure",) and comp.source == "heuristic" and comp.branch == "computation"
+    assert comp.ids == ("retrieval_failure", "negation_oversight") and comp.source == "heuristic"
+    assert comp.branch == "computation"
     fact = sel.select(FACTOID, QuestionFeatures.of(FACTOID))
-    assert fact.ids == ("premature_final", "insufficient_exploration", "retrieval_failure")
+    assert fact.ids == ("premature_final", "insufficient_exploration", "retrieval_failure", "negation_oversight")
     multi = sel.select(MULTI, QuestionFeatures.of(MULTI))
     assert set(multi.ids) == {"premature_final", "insufficient_exploration", "retrieval_failure",
-                              "decompose_complex_question", "wrong_entity_confusion", "iterative_refinement"}
-    assert "negation_oversight" not in multi.ids and "prompt_only_skill" not in multi.ids
+                              "decompose_complex_question", "wrong_entity_confusion", "iterative_refinement",
+                              "negation_oversight"}
+    assert "prompt_only_skill" not in multi.ids and "decompose_complex_question" not in fact.ids
     capped = _selector(pf_top_k=1).select(MULTI, QuestionFeatures.of(MULTI))
     assert capped.ids == ("premature_final", "retrieval_failure")  # mandatory never counts against K
+    capped = _selector(pf_top_k=1).select(COMPUTE, QuestionFeatures.of(COMPUTE))
+    assert capped.ids == ("retrieval_failure", "negation_oversight")  # the boosted lists come first
+
+
+def test_a_library_of_only_user_skills_is_selectable_with_default_params():
+    """A library none of whose ids the seed lists name: every PF ranked, so they fire by default."""
+    lib = library(skill("unit_guard", VotingPFDouble("x"), priority=0.5),
+                  skill("city_check", VotingPFDouble("x"), keywords=["founded"], priority=0.4))
+    hp = HarnessParams()
+    sel = PFSelector(lib.skills, mandatory=hp.mandatory_pfs, light=hp.light_pfs, top_k=1)
+    assert sel.select(FACTOID, QuestionFeatures.of(FACTOID)).ids == ("city_check",)  # keyword match ranks first
+    assert set(PFSelector(lib.skills).select(MULTI, QuestionFeatures.of(MULTI)).ids) == {"unit_guard", "city_check"}
 
 
 def test_pf_selector_keeps_evolved_skills_live_on_every_branch():

@@ -15,6 +15,7 @@ The loop (``hasp.agent.loop``) calls the episode harness; this module never call
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -23,7 +24,7 @@ from hasp.agent.context import EpisodeState
 from hasp.agent.postprocess import postprocess_final
 from hasp.records import Action, AuditEvent, HarnessRecord, Trajectory
 from hasp.agent.variants import Variant
-from hasp.config import AgentParams, HarnessParams, ParamsError, default_of
+from hasp.config import AgentParams, HarnessParams, default_of
 from hasp.pf.base import ProgramFunction, Teacher
 from hasp.pf.conditions import ConditionEnv
 from hasp.pf.difficulty import assess_difficulty
@@ -34,6 +35,8 @@ from hasp.pf.phases import PhaseRule, PhaseRules
 from hasp.pf.question import QuestionFeatures
 from hasp.pf.selection import PFSelector, SkillSelector, render_skill_lines
 from hasp.pf.teacher import CountingTeacher
+
+log = logging.getLogger(__name__)
 
 _EVIDENCE_CHARS = 800
 
@@ -75,19 +78,28 @@ def _fired_entry(f: Fired) -> dict[str, Any]:
     return entry
 
 
-def check_pf_ids(hp: HarnessParams, library: SkillLibrary) -> None:
-    """An id written in params that ``library`` has never heard of is a typo: the selector would
-    drop it silently and the run would go without that PF. Only lists set explicitly are checked:
-    the schema defaults name the search seed skills, which a smaller library (an ablation, a
-    fixture) may lack by design."""
+def check_pf_ids(hp: HarnessParams, library: SkillLibrary) -> list[str]:
+    """Ids the ``harness`` lists name that ``library`` does not have: one warning per (library, list,
+    ids) and process, never an error. The lists only boost selection (``hasp.pf.selection``), and a
+    params file written by ``hasp params`` names the seed ids explicitly, so a user's own library
+    lacks them by design; a typo still shows up once, in the log. Returns the warnings."""
     known = library.known_ids()
+    out = []
     for key in PF_ID_KEYS:
-        if key not in hp.model_fields_set:
+        unknown = tuple(x for x in getattr(hp, key) if x not in known)
+        if not unknown or (str(library.root), key, unknown) in _WARNED:
             continue
-        unknown = [x for x in getattr(hp, key) if x not in known]
-        if unknown:
-            raise ParamsError(f"harness.{key}: unknown skill id(s) {', '.join(unknown)} "
-                              f"(not in the {library.domain} library at {library.root})")
+        _WARNED.add((str(library.root), key, unknown))
+        msg = (f"harness.{key}: skill id(s) {', '.join(unknown)} are not in the {library.domain} library at "
+               f"{library.root}; the list boosts the others only")
+        if key in hp.model_fields_set:
+            log.warning(msg)
+        out.append(msg)
+    return out
+
+
+#: (library root, list, ids) already warned about in this process
+_WARNED: set[tuple[str, str, tuple[str, ...]]] = set()
 
 
 class Harness:
@@ -105,6 +117,8 @@ class Harness:
         if library is not None:
             check_pf_ids(self.hp, library)
         skills: list[Skill] = list(library.skills) if library is not None else []
+        if self.hp.only_skills:  # one skill (or a few) measured alone against the same questions
+            skills = [s for s in skills if s.skill_id in set(self.hp.only_skills)]
         # prompt-only skills (no pf.py) add text only when enabled
         self.text_skills = [s for s in skills if s.pf is not None or self.hp.enable_prompt_only_skills]
         self.prompt_only_ids = [s.skill_id for s in self.text_skills if s.pf is None]

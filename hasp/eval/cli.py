@@ -55,6 +55,9 @@ def eval_command(
     params: Annotated[Optional[Path], typer.Option(
         "--params", help="Params file to read (default: ./params.yaml when there is one, else the built-in "
                          "defaults).")] = None,
+    skills: Annotated[Optional[str], typer.Option(
+        "--skills", help="Comma-separated skill ids: run the library restricted to these (one skill measured "
+                         "alone against the same questions).")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Evaluate agent variants on datasets of one domain; one MLflow parent run with a nested run per cell."""
@@ -64,8 +67,9 @@ def eval_command(
     params = params_file(params)
     if params is None:
         typer.echo(defaults_notice(), err=True)
+    only = [x.strip() for x in (skills or "").split(",") if x.strip()]
     try:
-        p = load_params(params)
+        p = load_params(params, {"harness.only_skills": only} if only else None)
     except ParamsError as e:
         raise _fail(str(e)) from None
     names = [v.strip() for v in variants.split(",") if v.strip()]
@@ -88,6 +92,13 @@ def eval_command(
                              retriever_url=retriever_url)
         if not lib.is_dir():
             raise ValueError(f"skill library {lib} is not a folder; pass --library")
+        if only:
+            from hasp.pf.layout import scan_versions
+
+            missing = [x for x in only if x not in scan_versions(lib)]
+            if missing:
+                raise ValueError(f"--skills: {', '.join(missing)} not in the library at {lib} "
+                                 f"(has: {', '.join(sorted(scan_versions(lib))) or 'none'})")
     except (DatasetSpecError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
     if trained is not None and not (trained / "config.json").is_file():
@@ -98,6 +109,10 @@ def eval_command(
     res, runs = _run(p, sets, names, lib, out, model_dir, trained, judge, snippets,
                      p.eval.traces if traces is None else traces, run_name, progress, limit, prov)
     print_table(res.metrics())
+    for ds_name, cells in res.metrics().items():
+        for label, c in (cells or {}).items():
+            if isinstance(c, dict) and c.get("pf_note"):
+                typer.echo(f"note: {ds_name}/{label}: {c['pf_note']}", err=True)
     typer.echo(f"outputs in {out}; MLflow parent run {runs['parent']} ({len(runs['children'])} nested runs, "
                f"{runs['traces']} traces)")
 

@@ -291,12 +291,29 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
         summary["em_by_template"] = by_template(records, ds.template_seen)
     summary.update({"domain": ds.domain, "dataset_kind": ds.spec.kind, "split": ds.split, "n_split": ds.n_split,
                     "variant": arm.variant.name})
+    if arm.variant.use_pfs and lib is not None:
+        summary.update(selectable(records, lib, params.harness.only_skills))
     if ds.domain == "search" and arm.variant.use_pfs:
         summary[VIA_REWRITE_KEY] = vocabulary_rewrite_share([r.traj for r in records])
     if ds.domain == "code":
         summary["pass_at_1"] = summary["em"]  # a program passes its tests or not: mean em is pass@1
         summary["sandbox_weaker"] = grading_weaker([r.traj for r in records])  # programs ran there
     return CellResult(ds.name, arm.label, summary, records, path)
+
+
+def selectable(records: Sequence[EpisodeRecord], lib: Any, only: Sequence[str] = ()) -> dict[str, Any]:
+    """How many episodes had any PF live, and a plain note when the library's PFs (those of ``only``
+    when given) never were: a cell whose skills could not fire must not read as one whose skills
+    did not help."""
+    n_pfs = sum(1 for s in lib.skills if s.pf is not None and (not only or s.skill_id in only))
+    live = sum(1 for r in records if r.traj.harness is not None and r.traj.harness.selected_pfs)
+    out: dict[str, Any] = {"pf_selected_episodes": live, "library_pfs": n_pfs}
+    if n_pfs and records and not live:
+        out["pf_note"] = (f"no episode selected any of the library's {n_pfs} PFs (see harness.pf_selection, "
+                          "harness.pf_top_k and the harness lists)")
+    elif not n_pfs:
+        out["pf_note"] = "the library has no PFs (prompt-only skills or none)"
+    return out
 
 
 def _raise_if_all_failed(records: Sequence[EpisodeRecord], dataset: str, label: str) -> None:

@@ -5,9 +5,13 @@ then called once per question, so nothing here runs per step.
 
 * ``SkillSelector`` ranks skills for the system prompt by ``0.5·mode_match + 0.5·keyword_match``.
 * ``PFSelector`` picks the PFs the dispatcher will run: the teacher's top-K (strictly parsed JSON
-  list) plus the mandatory PFs, or — without a teacher, or when its reply is unusable — a
-  branching rule over the question kind (computation → mandatory only; simple factoid →
-  mandatory + light set; multi-hop → mandatory + light + decomposition + entity-aware).
+  list) plus the mandatory PFs, or — without a teacher, or when its reply is unusable — a ranking
+  of every PF of the library under the question kind. The named lists of ``harness`` boost, they do
+  not gate: evolved skills first, then the lists the paper's branching rule names for the kind
+  (simple factoid → light set; multi-hop → light + decomposition + entity-aware; computation →
+  none), then every PF no list names (a user's own skills, unlisted seeds) by mode and keyword
+  match, up to ``pf_top_k`` besides the mandatory ones. A PF named for another branch only stays
+  out of this one. So a library of the user's own skills is selectable with the default params.
 """
 
 from __future__ import annotations
@@ -99,6 +103,10 @@ class PFSelector:
         #: failures (and val-gated while live) must stay live, so every branch includes them
         self.evolved = tuple(s.skill_id for s in skills if s.pf is not None and s.generated
                              and s.skill_id not in self.mandatory)
+        named = {x for ids in self.groups.values() for x in ids}
+        #: PFs no list names (a user's own skills, seeds no branch names): ranked on every branch
+        self.unlisted = tuple(x for x in self.candidates if x not in named and x not in self.evolved)
+        self._relevance = SkillSelector([s for s in skills if s.skill_id in set(self.unlisted)])
         self.top_k, self.mode, self.max_tokens = top_k, mode, max_tokens
         self._all = PFSelection(tuple(self._order), "all")  # immutable: one instance for every episode
 
@@ -106,12 +114,14 @@ class PFSelector:
         chosen = set(ids)
         return tuple(x for x in self._order if x in chosen)
 
-    def heuristic(self, q: QuestionFeatures, note: str = "") -> PFSelection:
-        """The branching rule plus the evolved skills (first); non-mandatory picks are capped at ``top_k``."""
+    def heuristic(self, q: QuestionFeatures, note: str = "", question: str = "") -> PFSelection:
+        """Evolved skills, then the branch's named lists, then the unlisted PFs ranked by mode and
+        keyword match on ``question``; non-mandatory picks are capped at ``top_k``."""
         g = self.groups
-        extra = {"computation": (), "factoid": g["light"],
-                 "multi_hop": g["light"] + g["decomposition"] + g["entity"]}[q.kind]
-        extra = tuple(dict.fromkeys(self.evolved + extra))[: self.top_k]
+        boosted = {"computation": (), "factoid": g["light"],
+                   "multi_hop": g["light"] + g["decomposition"] + g["entity"]}[q.kind]
+        ranked = tuple(s.skill_id for _, s in self._relevance.rank(question, q))
+        extra = tuple(dict.fromkeys(self.evolved + boosted + ranked))[: self.top_k]
         return PFSelection(self._ordered(self.mandatory + extra), "heuristic", q.kind, note)
 
     def parse_reply(self, reply: str) -> list[str] | None:
@@ -134,7 +144,7 @@ class PFSelector:
         if self.mode == "all":
             return self._all
         if self.mode == "heuristic" or teacher is None:
-            return self.heuristic(q, "" if self.mode == "heuristic" else "no teacher")
+            return self.heuristic(q, "" if self.mode == "heuristic" else "no teacher", question)
         if not self.candidates or self.top_k == 0:
             return PFSelection(self._ordered(self.mandatory), "heuristic", q.kind, "nothing to rank")
         cands = "\n".join(f"- {sid}: {self._desc.get(sid, '')}" for sid in self.candidates)
@@ -143,9 +153,9 @@ class PFSelector:
         try:
             reply = teacher.generate(msgs, max_tokens=self.max_tokens, temperature=0.0)
         except Exception as e:  # noqa: BLE001 - the heuristic is the documented fallback
-            return self.heuristic(q, f"teacher error: {e}")
+            return self.heuristic(q, f"teacher error: {e}", question)
         picked = self.parse_reply(reply)
         if picked is None:
             log.info("PF selection: unusable teacher reply %r; using the heuristic rule", reply[:120])
-            return self.heuristic(q, f"unparseable teacher reply: {reply[:80]!r}")
+            return self.heuristic(q, f"unparseable teacher reply: {reply[:80]!r}", question)
         return PFSelection(self._ordered(list(self.mandatory) + picked), "teacher", q.kind)
