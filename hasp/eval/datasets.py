@@ -3,8 +3,9 @@
 Search (the default domain):
 
 A spec is ``generated`` (the project's generated benchmark, ``generated:<dir>`` for another data
-folder) or ``<kind>:<path>`` with kind one of hotpotqa, 2wiki, musique, agentflow; a bare existing
-path has its kind detected from its first record. All specs are checked before any model starts,
+folder) or ``<kind>:<path>`` with kind one of hotpotqa, 2wiki, musique, agentflow, qa (a user's plain
+questions and corpus: ``hasp.domains.search.plain_data``); a bare existing path has its kind detected
+from its first record. All specs are checked before any model starts,
 so a typo costs a second, not a server start-up.
 
 Benchmark files are split as in paper App. D.1 (first ``eval.n_test`` rows = test, seed/val from
@@ -79,11 +80,13 @@ def parse_dataset_spec(text: str) -> DatasetSpec:
             return DatasetSpec(raw, GENERATED, path)
         if path.is_dir() and (path / "data.json").is_file():  # an AgentFlow task folder
             path = path / "data.json"
+        if kind == "qa" and path.is_dir():  # a plain data folder: questions.* and corpus.*
+            return DatasetSpec(raw, kind, path)
         if not path.is_file():
             raise DatasetSpecError(f"dataset spec {raw!r}: no such file {path}")
         return DatasetSpec(raw, kind, path)
     path = Path(raw).expanduser()
-    if path.is_file():
+    if path.is_file() or path.is_dir() and not sep:
         from hasp.domains.search.datasets import detect_kind
 
         return DatasetSpec(raw, detect_kind(path), path)
@@ -192,6 +195,9 @@ def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,
 
         retriever = RemoteRetriever(retriever_url, topk=params.agent.top_k)
     else:
+        if spec.kind == "qa":
+            raise DatasetSpecError(f"dataset {spec.raw!r}: no corpus to search (put corpus.jsonl or corpus.csv "
+                                   "with {id, title, text} rows beside the questions, or pass --retriever-url)")
         raise DatasetSpecError(f"dataset {spec.raw!r}: {spec.kind} files carry no paragraphs to search; "
                                "pass --retriever-url of a Search-R1 retriever (e.g. `hasp retriever-serve`)")
     return EvalDataset(spec, split, items[:limit] if limit else items, retriever, len(items), len(ds.corpus),

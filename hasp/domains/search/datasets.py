@@ -9,6 +9,8 @@ corpus ``[{id, title, contents}]`` built from the context paragraphs that ship w
   :class:`LoadReport` instead of failing the whole file.
 * MuSiQue (``id, question, answer, answer_aliases, paragraphs [{idx, title, paragraph_text,
   is_supporting}], question_decomposition``)
+* plain ``qa`` data (``hasp.domains.search.plain_data``): a user's questions ``{question, answers[, id]}``
+  and corpus ``{id, title, text}``, jsonl or csv.
 * AgentFlow ``data.json`` (a JSON array of ``query``/``question``, ``answer``, ``pid``). It has no
   paragraphs, so its corpus is empty and the caller must bring a retriever (e.g. a remote one).
 
@@ -62,7 +64,7 @@ log = logging.getLogger(__name__)
 
 Corpus = list[dict[str, str]]
 
-DATASET_KINDS = ("hotpotqa", "2wiki", "musique", "agentflow")
+DATASET_KINDS = ("hotpotqa", "2wiki", "musique", "agentflow", "qa")
 
 # AgentFlow appends an output-format instruction for its own <answer> tags to some questions.
 # Our agent answers with FINAL[...], so the instruction would only confuse the policy.
@@ -453,10 +455,18 @@ def load_agentflow(path: str | Path, *, name: str | None = None,
 
 def detect_kind(path: str | Path) -> str:
     """Guess the format from the first record's keys (one of :data:`DATASET_KINDS`)."""
+    from hasp.domains.search.plain_data import QUESTION_FILES, is_plain_row
+
     p = Path(path)
     if p.is_dir():
+        if any((p / n).is_file() for n in QUESTION_FILES):
+            return "qa"
         p = p / "data.json"
+    if p.suffix.lower() == ".csv":
+        return "qa"
     for where, row in _iter_records(p):
+        if is_plain_row(row):
+            return "qa"
         if "paragraphs" in row:
             return "musique"
         if "evidences" in row or "entity_ids" in row:
@@ -479,6 +489,14 @@ def load_dataset(path: str | Path, kind: str | None = None, **kwargs: Any) -> Da
         report = LoadReport()
         loader = load_hotpotqa if kind == "hotpotqa" else load_musique
         questions, corpus = loader(path, report=report, **kwargs)
+        return Dataset(kind, questions, corpus, report)
+    if kind == "qa":
+        from hasp.domains.search.plain_data import load_plain
+
+        report = LoadReport()
+        questions, corpus = load_plain(path, report)
+        if report.skipped:
+            log.warning("%s: %s", path, report.summary())
         return Dataset(kind, questions, corpus, report)
     if kind != "agentflow":
         raise ValueError(f"unknown dataset kind {kind!r}; expected one of {', '.join(DATASET_KINDS)}")
