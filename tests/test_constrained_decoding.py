@@ -123,8 +123,9 @@ def test_the_answer_only_grammar_admits_final_alone():
     final = action_grammar(("FINAL",))
     assert accepts(final, "Thought: done\nAction: FINAL[Telvik]") and accepts(final, "Action: FINAL[1961]")
     assert not accepts(final, "Action: SEARCH[Telvik]") and not accepts(final, "Action: READ[d40]")
-    with pytest.raises(ValueError, match="actions must be some of"):
-        action_grammar(("ASK",))
+    with pytest.raises(ValueError, match="action names must be upper-case words"):
+        action_grammar(("ask",))
+    assert accepts(action_grammar(("TO_KM", "FINAL")), "Action: TO_KM[3 miles]")  # a task's own tool
 
 
 @pytest.mark.parametrize("text", ["answer: no steps are left", "answer_1961", "Answer Telvik", "ANSWERS",

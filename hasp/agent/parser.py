@@ -33,13 +33,45 @@ PLACEHOLDERS = frozenset({"answer", "query", "doc id", "doc_id", "...", "…"})
 #: longest argument (words) accepted when its closing bracket is missing at the end of the reply;
 #: a longer one is a sentence cut by the token budget, not an argument the model finished
 MAX_UNCLOSED_WORDS = 10
-_NAME = r"(SEARCH|READ|FINAL[ _]ANSWER|FINAL|ANSWER|FINISH|LOOKUP|QUERY|OPEN)"
-_OPEN = re.compile(_NAME + r"\s*([\[\(\{<])", re.I)
+#: what an action name may be (a task's own tools included): upper-case word characters
+ACTION_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 _CLOSE = {"[": "]", "(": ")", "{": "}", "<": ">"}
-_COLON = re.compile(r"(?:^|\n|Action\s*:\s*)" + _NAME + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I)
 _STATED = re.compile(r"\bthe (?:final )?answer is\b", re.I)
-_THOUGHT = re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|SEARCH|READ|FINAL)\b|\Z)", re.I | re.S)
-_NO_ACTION = "no SEARCH[...], READ[...] or FINAL[...] action found"
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[ _]+", " ", name.upper()).strip()
+
+
+@dataclass(frozen=True)
+class _Format:
+    """The regular expressions of one action set: the search agent's (``ACTIONS``, with its aliases)
+    or a task's own tools plus FINAL (with the answer aliases only)."""
+
+    names: dict[str, str]  # spelling key -> action type
+    open: re.Pattern[str]
+    colon: re.Pattern[str]
+    thought: re.Pattern[str]
+    no_action: str
+
+
+@lru_cache(maxsize=64)
+def action_format(actions: tuple[str, ...] = ACTIONS) -> _Format:
+    """The parser's patterns for ``actions`` (each an ``ACTION_NAME``)."""
+    bad = [a for a in actions if not ACTION_NAME.fullmatch(a)]
+    if bad or not actions:
+        raise ValueError(f"action names must be upper-case words ({ACTION_NAME.pattern}); got {list(actions) or 'none'}")
+    names = {_key(a): a for a in actions} | {_key(k): v for k, v in _ALIASES.items() if v in actions}
+    spelled = sorted({re.escape(k).replace(r"\ ", "[ _]") for k in names}, key=len, reverse=True)
+    alt = "(" + "|".join(spelled) + ")"
+    heads = "|".join(re.escape(a) for a in actions)
+    listed = ", ".join(f"{a}[...]" for a in actions[:-1]) + (" or " if len(actions) > 1 else "") + f"{actions[-1]}[...]"
+    return _Format(
+        names=names,
+        open=re.compile(alt + r"\s*([\[\(\{<])", re.I),
+        colon=re.compile(r"(?:^|\n|Action\s*:\s*)" + alt + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I),
+        thought=re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|" + heads + r")\b|\Z)", re.I | re.S),
+        no_action=f"no {listed} action found")
 
 
 @dataclass
@@ -65,17 +97,12 @@ class _Found:
     refused: str = ""
 
 
-def _norm(name: str) -> str:
-    n = re.sub(r"[ _]+", " ", name.upper()).strip()
-    return _ALIASES.get(n, n)
-
-
 def _clean(arg: str) -> str:
     return re.sub(r"\s+", " ", arg.strip().strip("\"'` ").strip())[:500]
 
 
-def _checked(pos: int, name: str, raw_arg: str) -> _Found:
-    kind, arg = _norm(name), _clean(raw_arg)
+def _checked(fmt: _Format, pos: int, name: str, raw_arg: str) -> _Found:
+    kind, arg = fmt.names.get(_key(name), _key(name)), _clean(raw_arg)
     if not arg:
         return _Found(pos, kind, refused=f"{kind} has an empty argument")
     if arg.lower() in PLACEHOLDERS:
@@ -83,43 +110,45 @@ def _checked(pos: int, name: str, raw_arg: str) -> _Found:
     return _Found(pos, kind, arg)
 
 
-def _bracketed(text: str) -> list[_Found]:
+def _bracketed(fmt: _Format, text: str) -> list[_Found]:
     """Every NAME[...] in order. Brackets are *balanced*, so FINAL[(1+1+1)*8] keeps its parentheses;
     an unclosed one is an argument only when it is short and ends the reply."""
     found = []
-    for m in _OPEN.finditer(text):
+    for m in fmt.open.finditer(text):
         opener = m.group(2)
         closed = balanced(text, m.end() - 1, opener, _CLOSE[opener])
         if closed is not None:
-            found.append(_checked(m.start(), m.group(1), closed[0]))
+            found.append(_checked(fmt, m.start(), m.group(1), closed[0]))
             continue
         rest = text[m.end():].strip()
-        kind = _norm(m.group(1))
+        kind = fmt.names.get(_key(m.group(1)), _key(m.group(1)))
         if "\n" in rest:
             found.append(_Found(m.start(), kind, refused=f"{kind}{opener} is not closed before the next line"))
         elif len(rest.split()) > MAX_UNCLOSED_WORDS:
             found.append(_Found(m.start(), kind, refused=f"{kind}{opener} is not closed and runs on for "
                                                           f"{len(rest.split())} words"))
         else:
-            found.append(_checked(m.start(), m.group(1), rest))
+            found.append(_checked(fmt, m.start(), m.group(1), rest))
     return found
 
 
-def parse_action(text: str) -> ParsedAction | ParseFailure:
-    """Return the first well-formed action in ``text``; else why there is none."""
+def parse_action(text: str, actions: tuple[str, ...] = ACTIONS) -> ParsedAction | ParseFailure:
+    """Return the first well-formed action of ``actions`` in ``text``; else why there is none.
+    ``actions`` is the search agent's set by default, or a task's tools plus FINAL."""
+    fmt = action_format(tuple(actions))
     text = text or ""
-    m_t = _THOUGHT.search(text)
+    m_t = fmt.thought.search(text)
     thought = (m_t.group(1) if m_t else text.split("\n", 1)[0]).strip()[:1000]
-    found = _bracketed(text) + [_checked(m.start(), m.group(1), m.group(2)) for m in _COLON.finditer(text)]
+    found = _bracketed(fmt, text) + [_checked(fmt, m.start(), m.group(1), m.group(2)) for m in fmt.colon.finditer(text)]
     found.sort(key=lambda f: f.pos)
-    actions = [f for f in found if not f.refused]
-    if actions:
-        return ParsedAction(actions[0].kind, actions[0].arg, thought)
+    actions_found = [f for f in found if not f.refused]
+    if actions_found:
+        return ParsedAction(actions_found[0].kind, actions_found[0].arg, thought)
     if found:
         return ParseFailure(found[0].refused, thought)
     if _STATED.search(text):
-        return ParseFailure("an answer stated in prose is not an action: " + _NO_ACTION, thought)
-    return ParseFailure(_NO_ACTION, thought)
+        return ParseFailure("an answer stated in prose is not an action: " + fmt.no_action, thought)
+    return ParseFailure(fmt.no_action, thought)
 
 
 # ----------------------------------------------------------------------------- the format as a grammar
@@ -152,8 +181,8 @@ def action_grammar(actions: Sequence[str] = ACTIONS, max_tokens: int | None = No
     ``MAX_THOUGHT_CHARS`` characters, and with a reply budget ``max_tokens`` at most
     ``max_tokens - ACTION_LINE_TOKENS``, so the budget cannot cut a reply before its action."""
     actions = tuple(actions)
-    if not actions or any(a not in ACTIONS for a in actions):
-        raise ValueError(f"actions must be some of {ACTIONS}, not {actions}")
+    if not actions or any(not ACTION_NAME.fullmatch(a) for a in actions):
+        raise ValueError(f"action names must be upper-case words ({ACTION_NAME.pattern}), not {actions}")
     thought_chars = MAX_THOUGHT_CHARS if max_tokens is None else \
         min(MAX_THOUGHT_CHARS, max(0, max_tokens - ACTION_LINE_TOKENS))
     # the answer-only turn's argument may not start with the placeholder word at all: barred from
