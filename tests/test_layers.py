@@ -18,7 +18,7 @@ PKG = ROOT / "hasp"
 
 #: top to bottom; a package imports only from its own layer or below
 LAYERS: dict[str, tuple[str, ...]] = {
-    "cli": ("hasp.cli",),
+    "cli": ("hasp.cli", "hasp.api"),
     "apps": ("hasp.evolve", "hasp.train", "hasp.eval"),
     "episode": ("hasp.episode",),
     "domains": ("hasp.domains",),

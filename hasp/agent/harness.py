@@ -107,11 +107,13 @@ class Harness:
 
     def __init__(self, library: SkillLibrary | None, variant: Variant, params: HarnessParams | None = None, *,
                  max_modify_fires: int = default_of(AgentParams, "max_modify_fires"),
-                 prompt_skills: str = "ranked") -> None:
+                 prompt_skills: str = "ranked", action_types: tuple[str, ...] | None = None) -> None:
         """``prompt_skills``: which skills the system prompt lists — ``ranked`` (the best
         ``max_skills_in_prompt`` by mode and keywords), or ``all`` in library order (single-step
-        domains, whose skills are checks that apply to every answer)."""
+        domains, whose skills are checks that apply to every answer). ``action_types``: the actions a
+        PF may rewrite to (a task's own tools plus FINAL; the search agent's when None)."""
         self.variant, self.hp = variant, params or HarnessParams()
+        self.action_types = frozenset(action_types) if action_types else None
         self.max_modify_fires, self.prompt_skills = max_modify_fires, prompt_skills
         self.surfaces = Surfaces.of(variant, self.hp, library is not None)
         if library is not None:
@@ -174,7 +176,8 @@ class Harness:
         if on and s.phases:
             rules = (wiring.rules if s.pfs else
                      self.phase_rules.restricted([x.skill_id for x in self.text_skills]))
-        dispatcher = Dispatcher(wiring.plan, teacher=tw, max_modify_fires=self.max_modify_fires)
+        dispatcher = Dispatcher(wiring.plan, teacher=tw, max_modify_fires=self.max_modify_fires,
+                                action_types=self.action_types)
         voter = (HandlerVoter(wiring.handlers, threshold=hp.handler_vote_threshold, max_overrides=hp.max_final_overrides,
                               teacher=tw, disabled=dispatcher.disabled) if (on and s.handlers) else None)
         rec.selection_s = time.perf_counter() - t0

@@ -242,18 +242,21 @@ def _final_on_budget(traj: Trajectory, messages: list[dict[str, str]], policy: P
 
 def _failed(feedback: dict[str, Any]) -> bool:
     """Did the executed action fail, by its feedback Δ_t (``ReactEnvironment.execute``)?"""
-    return bool(feedback.get("budget_exhausted")) or feedback.get("n_hits") == 0 or feedback.get("found") is False
+    return (bool(feedback.get("budget_exhausted")) or feedback.get("n_hits") == 0 or feedback.get("found") is False
+            or bool(feedback.get("tool_error")))
 
 
 def episode_runner(*, policy: Any, library: SkillLibrary | None, cfg: AgentConfig, variant: Variant,
                    params: HarnessParams | None, make_env: Callable[[Any], Environment],
                    identity: Callable[[Any], tuple[str, str, list[str]]], teacher: Teacher | None = None,
-                   label: str | None = None, prompt_skills: str = "ranked") -> Callable[..., Trajectory]:
+                   label: str | None = None, prompt_skills: str = "ranked",
+                   action_types: tuple[str, ...] | None = None) -> Callable[..., Trajectory]:
     """``item -> Trajectory`` for one variant: ``identity(item)`` is its (qid, question, answers),
     ``make_env(item)`` its environment, ``prompt_skills`` the harness's choice of prompt skills.
 
     The harness is compiled here, once; each call plans its question and runs the loop."""
-    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires, prompt_skills=prompt_skills)
+    harness = Harness(library, variant, params, max_modify_fires=cfg.max_modify_fires, prompt_skills=prompt_skills,
+                      action_types=action_types)
     used_teacher = teacher if variant.use_teacher else None
     if teacher is not None and used_teacher is None:
         log.info("variant %s runs without the teacher (use pf_teacher or teacher_only to give it one)",

@@ -249,7 +249,10 @@ def skills_validate(
         timeout: Annotated[float, typer.Option(help="Seconds for one sandboxed validation.")] = 10.0,
         params: Annotated[Optional[Path], typer.Option(
             "--params", help="params file whose sandbox: section the sandboxed runs use "
-            "(default: ./params.yaml when there is one, else the built-in defaults).")] = None) -> None:
+            "(default: ./params.yaml when there is one, else the built-in defaults).")] = None,
+        domain: Annotated[Optional[str], typer.Option(
+            help="Your own task as pkg.module:attr: its tools are the actions the PFs may rewrite to.")] = None,
+) -> None:
     """Check skill folders: Agent Skills rules, HASP's schema, PF load and execution; exit 1 if any fails."""
     import json
 
@@ -268,7 +271,16 @@ def skills_validate(
                    "with your rights", err=True)
     sb = params_or_exit(params).sandbox
     folders = list(dict.fromkeys(f for p in paths for f in skill_folders(p)))
-    reports = [check_folder(f, trusted=trusted, timeout_s=timeout, sandbox_params=sb) for f in folders]
+    actions = None
+    if domain is not None:
+        from hasp.episode.task import TaskDomain, TaskError, load_task
+
+        try:
+            actions = TaskDomain(load_task(domain)).action_types
+        except TaskError as e:
+            _fail(str(e))
+    reports = [check_folder(f, trusted=trusted, timeout_s=timeout, sandbox_params=sb, task_actions=actions)
+               for f in folders]
     n_ok = sum(r.ok for r in reports)
     if as_json:
         typer.echo(json.dumps({"ok": n_ok, "total": len(reports), "folders": [r.to_dict() for r in reports]},

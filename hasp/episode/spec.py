@@ -91,7 +91,7 @@ class EpisodeSpec:
         opened = d.open(p) if opened is None else opened
         episode = episode_runner(policy=policy, library=library, cfg=self.agent, variant=self.variant,
                                  params=d.harness(p), identity=d.identity, teacher=teacher, label=self.label,
-                                 prompt_skills=d.prompt_skills,
+                                 prompt_skills=d.prompt_skills, action_types=getattr(d, "action_types", None),
                                  make_env=lambda item: d.environment(item, opened, params=p, cfg=self.agent,
                                                                      teacher=teacher, snippets=self.snippets))
 

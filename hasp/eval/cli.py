@@ -25,7 +25,8 @@ def _fail(msg: str) -> typer.Exit:
 
 
 def eval_command(
-    domain: Annotated[str, typer.Option(help="search | math | code.")] = "search",
+    domain: Annotated[str, typer.Option(help="search | math | code, or your own task as pkg.module:attr "
+                                             "(a hasp.api.Task; the current folder is importable).")] = "search",
     variants: Annotated[str, typer.Option(help="Comma-separated agent variants (hasp.agent.variants).")]
     = "react,prompt,pf",
     dataset: Annotated[Optional[list[str]], typer.Option(
@@ -73,7 +74,20 @@ def eval_command(
     except ParamsError as e:
         raise _fail(str(e)) from None
     names = [v.strip() for v in variants.split(",") if v.strip()]
-    lib = library if library is not None else Path("skills") / domain
+    task = None
+    if ":" in domain:
+        from hasp.episode.task import TaskError, load_task
+
+        try:
+            task = load_task(domain)
+        except TaskError as e:
+            raise _fail(str(e)) from None
+    lib = library if library is not None else (
+        (Path(task.library) if task.library is not None else None) if task is not None else Path("skills") / domain)
+    if task is not None:
+        sets, vs = _task_sets(task, names, dataset, limit, lib, p)
+        return _finish(p, sets, names, lib, out, model_dir, trained, judge, False, traces, run_name, progress, limit,
+                       data)
     try:
         from hasp.agent.variants import get_variant
         from hasp.eval.runner import check_teacher_needs, check_variants
@@ -101,6 +115,40 @@ def eval_command(
                                  f"(has: {', '.join(sorted(scan_versions(lib))) or 'none'})")
     except (DatasetSpecError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
+    _finish(p, sets, names, lib, out, model_dir, trained, judge, snippets, traces, run_name, progress, limit, data)
+
+
+def _task_sets(task: Any, names: list[str], dataset: list[str] | None, limit: int | None, lib: Path | None,
+               p: Any) -> tuple[list[Any], list[Any]]:
+    """A user task's dataset (its items, or the one ``--dataset`` file of plain questions), checked."""
+    from hasp.agent.variants import get_variant
+    from hasp.episode.task import TaskDomain, TaskError
+    from hasp.eval.datasets import task_dataset
+    from hasp.eval.runner import check_teacher_needs, check_variants
+
+    try:
+        if len(dataset or []) > 1:
+            raise ValueError("a task takes at most one --dataset (a file of {question, answers} rows)")
+        if not names:
+            raise ValueError("--variants is empty")
+        vs = [get_variant(v) for v in names]
+        check_variants(TaskDomain(task), vs)
+        check_teacher_needs(vs, judge=False, snippets=False, have_teacher=p.teacher.configured)
+        sets = [task_dataset(task, Path(dataset[0]) if dataset else None, limit)]
+        if lib is not None and not lib.is_dir():
+            raise ValueError(f"skill library {lib} is not a folder")
+    except (TaskError, ValueError, FileNotFoundError) as e:
+        raise _fail(str(e)) from None
+    if lib is None and any(v.use_pfs for v in vs):
+        typer.echo(f"note: task {task.name} has no skill library (Task.library or --library): PF variants run "
+                   "without skills", err=True)
+    return sets, vs
+
+
+def _finish(p: Any, sets: list[Any], names: list[str], lib: Path | None, out: Path, model_dir: Path | None,
+            trained: Path | None, judge: bool, snippets: bool, traces: bool | None, run_name: str | None,
+            progress: bool, limit: int | None, data: Path) -> None:
+    """Run the checked evaluation and print its table, notes and where its outputs are."""
     if trained is not None and not (trained / "config.json").is_file():
         typer.echo(f"warning: --trained {trained} has no config.json; no trained arms", err=True)
         trained = None
@@ -135,14 +183,14 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
     """Run the cells inside the open parent MLflow run, each cell logged as it finishes."""
     from hasp.agent.remote import episode_executor
     from hasp.agent.variants import get_variant
-    from hasp.episode.domains import domain_named
-    from hasp.eval.runner import Arm, run_eval
+    from hasp.eval.runner import Arm, domain_of, run_eval
     from hasp.eval.tracking import eval_run
     from hasp.llm.endpoints import policy_client, teacher_client
     from hasp.pf.library import library_hash
 
     domain = sets[0].domain
-    max_tokens = domain_named(domain).config(p, get_variant("react")).max_tokens
+    agent = domain_of(sets[0]).config(p, get_variant("react"))
+    max_tokens = agent.max_tokens
     served = p.llm.model_copy(update={"base_url": None})
     teacher = teacher_client(p.teacher, p.llm)
     try:
@@ -159,10 +207,10 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
             labels = [a.label if isinstance(a, Arm) else a for a in arms]
             run_params = {"domain": domain, "variants": ",".join(labels), "datasets": ",".join(s.name for s in sets),
                           "split": sets[0].split, "limit": limit if limit is not None else "all", "model": model,
-                          "model_dir": str(model_dir or ""), "trained": str(trained or ""), "library": str(library),
-                          "library_hash": library_hash(library), "teacher_model": p.teacher.label,
+                          "model_dir": str(model_dir or ""), "trained": str(trained or ""), "library": str(library or ""),
+                          "library_hash": library_hash(library) if library is not None else "", "teacher_model": p.teacher.label,
                           "teacher_snippets": snippets, "judge": judge,
-                          "max_steps": p.agent.max_steps if domain == "search" else 1, "max_tokens": max_tokens,
+                          "max_steps": agent.max_steps, "max_tokens": max_tokens,
                           "top_k": p.agent.top_k, "sandbox.allow_weaker": p.sandbox.allow_weaker}
             run = stack.enter_context(eval_run(
                 experiment=p.tracking.experiment, domain=domain, params=run_params,

@@ -124,6 +124,8 @@ class EvalDataset:
     retriever_url: str | None = None  # a file without paragraphs: the Search-R1 retriever it searches
     #: benchmark v2: question id -> whether train/val use its template (seen) or hold it out (unseen)
     template_seen: dict[str, bool] = field(default_factory=dict)
+    #: a user task's dataset: the ``hasp.episode.task.Task`` its episodes run (None: a built-in domain)
+    task: Any = None
 
     @property
     def name(self) -> str:
@@ -240,6 +242,26 @@ def load_single_step_dataset(domain: str, text: str, params: Params, *, limit: i
     if not items:
         raise DatasetSpecError(f"dataset {text!r} has no items")
     return EvalDataset(spec, NO_SPLIT, items[:limit] if limit else items, None, len(items), 0, domain=domain)
+
+
+def task_dataset(task: Any, path: Path | None = None, limit: int | None = None) -> EvalDataset:
+    """A user task's items (``task.items``, or the plain question rows of ``path``), cut to ``limit``."""
+    from hasp.episode.task import Item, TaskError, task_items
+
+    if path is None:
+        items = task_items(task, task.name)
+        spec = DatasetSpec(task.name, task.name)
+    else:
+        from hasp.domains.search.datasets import LoadReport
+        from hasp.domains.search.plain_data import load_plain
+
+        questions, _ = load_plain(path, LoadReport())
+        items = [Item(str(q.id), q.question, list(q.answers)) for q in questions]
+        spec = DatasetSpec(str(path), task.name, Path(path))
+    if not items:
+        raise TaskError(f"{task.name}.items: no items (give Task.items or --dataset FILE)")
+    return EvalDataset(spec, NO_SPLIT, items[:limit] if limit else items, None, len(items), 0, domain=task.name,
+                       task=task)
 
 
 def items_dataset(domain: str, name: str, items: list[Any]) -> EvalDataset:

@@ -102,9 +102,19 @@ def as_arms(variants: Sequence[str | Variant | Arm]) -> list[Arm]:
     return out
 
 
-def check_variants(domain: str, variants: Sequence[Variant]) -> None:
-    """Refuse variants the domain cannot run (``teacher_only`` post-processes a web-search FINAL)."""
-    d = domain_named(domain)
+def domain_of(ds: EvalDataset) -> Any:
+    """The domain a dataset's episodes run in: its task's (``hasp.episode.task``) or a built-in one."""
+    if ds.task is not None:
+        from hasp.episode.task import TaskDomain
+
+        return TaskDomain(ds.task)
+    return domain_named(ds.domain, dataset=ds.shipped())
+
+
+def check_variants(domain: str | Any, variants: Sequence[Variant]) -> None:
+    """Refuse variants the domain (a name, or a domain) cannot run (``teacher_only`` post-processes a
+    web-search FINAL)."""
+    d = domain_named(domain) if isinstance(domain, str) else domain
     for v in variants:
         d.check(v)
 
@@ -148,7 +158,7 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
 
     domain = _domain_of(datasets)
     arms = as_arms(variants)
-    check_variants(domain, [a.variant for a in arms])
+    check_variants(domain_of(datasets[0]) if datasets[0].task is not None else domain, [a.variant for a in arms])
     snippets = (params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
     if judge and domain != "search":
         raise ValueError(f"--judge compares short answers; {domain} is graded exactly (leave --judge off)")
@@ -212,7 +222,21 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
 
 def dataset_ceiling(ds: EvalDataset, cache: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, Any] | None:
     """The extractor ceiling of a search dataset's questions (``hasp.eval.ceiling``), once per set of
-    question ids in ``cache``; None outside search (no vocabulary extractor there)."""
+    question ids in ``cache``; a task's own ``ceiling(items)`` when it declares one; None elsewhere."""
+    if ds.task is not None and ds.task.ceiling is not None:
+        from hasp.stats import rate
+
+        key = (ds.name, *(str(q.id) for q in ds.questions))
+        if key not in cache:
+            try:
+                per_item = [float(x) for x in ds.task.ceiling(list(ds.questions))]
+            except Exception as e:  # noqa: BLE001 - the task's code; the cells still run and say why
+                log.warning("task %s.ceiling raised %s: %s; no ceiling reported", ds.task.name, type(e).__name__, e)
+                return {"source": f"{ds.task.name}.ceiling", "error": f"{type(e).__name__}: {e}"[:200]}
+            r = rate(per_item)
+            cache[key] = {"source": f"{ds.task.name}.ceiling", "n": r.n, "em": round(r.p, 4), "em_k": r.k,
+                          "em_ci95": [round(r.lo, 4), round(r.hi, 4)], "f1": round(r.p, 4)}
+        return cache[key]
     if ds.domain != "search":
         return None
     key = (ds.name, *(str(q.id) for q in ds.questions))
@@ -255,7 +279,7 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
               code_key: str) -> CellResult:
     t0 = time.perf_counter()
     desc = f"{ds.name}:{arm.label}"
-    spec = episode_spec(params, domain_named(ds.domain, dataset=ds.shipped()), arm.variant, label=arm.label,
+    spec = episode_spec(params, domain_of(ds), arm.variant, label=arm.label,
                         library=lib.root if lib is not None else None, snippets=snippets, judge=judge)
     key = cell_key(code_key, ds.name, repr(list(ds.questions)), arm.label, repr(arm.variant), repr(spec.agent),
                    params.section_hash("agent", "harness", "sandbox", "eval"), snippets, judge,

@@ -96,10 +96,17 @@ def _schema_errors(folder: Path, generated: bool) -> tuple[SkillSpec | None, lis
     return spec, errs
 
 
+def domain_actions(domain: str, task_actions: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The action types a skill of ``domain`` is checked against: a task's own (``task_actions``),
+    the search agent's, or FINAL alone (math, code)."""
+    return tuple(task_actions) if task_actions else DOMAIN_ACTIONS.get(domain, SINGLE_STEP_ACTIONS)
+
+
 def _exec_report(folder: Path, spec: SkillSpec, trusted: Sequence[Path], rep: FolderReport,
-                 timeout_s: float, sandbox_params: SandboxParams | None) -> ExecReport | None:
+                 timeout_s: float, sandbox_params: SandboxParams | None,
+                 task_actions: Sequence[str] | None = None) -> ExecReport | None:
     pf_path = folder / "pf.py"
-    actions = DOMAIN_ACTIONS.get(spec.domain, SINGLE_STEP_ACTIONS)
+    actions = domain_actions(spec.domain, task_actions)
     try:
         source = read_text(pf_path)
     except SkillFormatError as e:
@@ -128,7 +135,7 @@ def _exec_report(folder: Path, spec: SkillSpec, trusted: Sequence[Path], rep: Fo
     return validate_trusted(pf, action_types=actions)
 
 
-def _check_declared(folder: Path, spec: SkillSpec, rep: FolderReport) -> None:
+def _check_declared(folder: Path, spec: SkillSpec, rep: FolderReport, task_actions: Sequence[str] | None = None) -> None:
     """A declared PF: it compiles from the vocabulary (the load check) and passes the execution
     checks in-process — compiled declarations run no student code, so no sandbox is needed."""
     rep.mode = "declared"
@@ -142,7 +149,7 @@ def _check_declared(folder: Path, spec: SkillSpec, rep: FolderReport) -> None:
         rep._set("pf_load", [str(e)])
         return
     rep._set("pf_load", [])
-    ex = validate_trusted(pf, action_types=DOMAIN_ACTIONS.get(spec.domain, SINGLE_STEP_ACTIONS))
+    ex = validate_trusted(pf, action_types=domain_actions(spec.domain, task_actions))
     rep._set("exec", [] if ex.passed else ex.errors or [f"Q_exec {ex.q_exec}"])
 
 
@@ -161,13 +168,14 @@ def _agent_skills(folder: Path) -> list[str]:
 
 
 def check_folder(folder: Path, *, trusted: Sequence[Path] = (), timeout_s: float = 10.0,
-                 sandbox_params: SandboxParams | None = None) -> FolderReport:
-    """All four checks for one folder. Its ``pf.py`` runs in-process only when ``hasp.pf.trust``
+                 sandbox_params: SandboxParams | None = None, task_actions: Sequence[str] | None = None) -> FolderReport:
+    """All four checks for one folder (``task_actions``: a user task's actions, which its PFs may
+    rewrite to; the skill's domain's otherwise). Its ``pf.py`` runs in-process only when ``hasp.pf.trust``
     trusts it (shipped seed code, or a folder in ``trusted``), else in the sandbox under
     ``sandbox_params`` (schema defaults when None). Never raises: a failure is the folder's refusal."""
     rep = FolderReport(path=str(folder))
     try:
-        _check(folder, rep, trusted, timeout_s, sandbox_params)
+        _check(folder, rep, trusted, timeout_s, sandbox_params, task_actions)
     except Exception as e:  # noqa: BLE001 - one folder's failure never ends a run over many
         running = next((c for c in CHECKS if rep.checks[c] == "skip"), CHECKS[-1])
         rep._set(running, [f"{folder}: {type(e).__name__}: {' '.join(str(e).split())[:300]}"])
@@ -175,7 +183,7 @@ def check_folder(folder: Path, *, trusted: Sequence[Path] = (), timeout_s: float
 
 
 def _check(folder: Path, rep: FolderReport, trusted: Sequence[Path], timeout_s: float,
-           sandbox_params: SandboxParams | None) -> None:
+           sandbox_params: SandboxParams | None, task_actions: Sequence[str] | None = None) -> None:
     generated = folder.parent.name == GENERATED_DIR
     rep._set("agent_skills", _agent_skills(folder))
     spec, errs = _schema_errors(folder, generated)
@@ -184,10 +192,10 @@ def _check(folder: Path, rep: FolderReport, trusted: Sequence[Path], timeout_s: 
         return
     rep.skill_id = spec.skill_id
     if spec.pf is not None:
-        _check_declared(folder, spec, rep)
+        _check_declared(folder, spec, rep, task_actions)
         return
     if not present(folder / "pf.py"):
         return  # a prompt-only skill: nothing to load or run
-    ex = _exec_report(folder, spec, trusted, rep, timeout_s, sandbox_params)
+    ex = _exec_report(folder, spec, trusted, rep, timeout_s, sandbox_params, task_actions)
     if ex is not None:
         rep._set("exec", [] if ex.passed else ex.errors or [f"Q_exec {ex.q_exec}"])

@@ -1,0 +1,187 @@
+"""A user's own task, declared in their code: items, tools as actions, a prompt, a scorer.
+
+Why: search, math and code are built in, but the user of an agent framework has a task of their
+own. ``Task`` holds what the runner needs, in the user's terms, and ``TaskDomain`` makes it a domain
+like the built-in ones, so ``hasp eval --domain pkg.module:attr``, ``hasp.api.evaluate`` and the
+harness (PF selection, dispatch, audit records, MLflow cells) run it unchanged. Items are rows
+``{question, answers[, id]}`` (dicts or objects with those attributes); the scorer is
+``scorer(prediction, answers) -> score`` (a float in [0, 1], or an ``(em, f1)`` pair), exact match by
+default. A scorer that raises is the task's failure: the episode is recorded as failed with one
+line naming the task and the scorer, and the other episodes are still scored.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hasp.agent.loop import AgentConfig, Environment, agent_config
+from hasp.agent.tool_env import Tool, ToolEnvironment, check_tools
+from hasp.agent.variants import Variant
+from hasp.config import HarnessParams, Params
+from hasp.records import Trajectory
+
+__all__ = ["Item", "Task", "TaskDomain", "TaskError", "exact_match", "load_task", "task_items"]
+
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+
+
+class TaskError(ValueError):
+    """A task object or one of its items or attributes that cannot run; the message names it."""
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[^\w\s.]", " ", str(text).lower())).strip()
+
+
+def exact_match(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when the prediction equals one answer after lower-casing and dropping punctuation but '.'."""
+    return float(any(_norm(prediction) == _norm(a) for a in answers))
+
+
+@dataclass(frozen=True)
+class Item:
+    """One question of a task and the answers that count as right."""
+
+    id: str
+    question: str
+    answers: list[str]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task declared in user code (see the module doc).
+
+    ``name``: lower-case, the dataset and domain label in tables and MLflow. ``items``: the rows, or a
+    callable returning them. ``instructions``: the system prompt's first line (the action list follows).
+    ``demo``: optional demonstration turns. ``ceiling``: optional ``ceiling(items) -> float``, the
+    score a deterministic extractor reaches, reported beside the agent's. ``max_steps``: the step
+    budget (``agent.max_steps`` when None). ``library``: the task's default skill folder."""
+
+    name: str
+    tools: Sequence[Tool]
+    items: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    instructions: str = ""
+    scorer: Callable[[str, list[str]], Any] = exact_match
+    demo: Sequence[dict[str, str]] = ()
+    ceiling: Callable[[list[Item]], float] | None = None
+    max_steps: int | None = None
+    library: str | Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, where: str = "task") -> None:
+        """One ``TaskError`` naming ``where`` and the attribute for a task that cannot run."""
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise TaskError(f"{where}.name: {self.name!r} must be a lower-case word ({_NAME.pattern})")
+        if self.name in ("search", "math", "code"):
+            raise TaskError(f"{where}.name: {self.name!r} is a built-in domain's name")
+        try:
+            check_tools(list(self.tools), where)
+        except ValueError as e:
+            raise TaskError(str(e)) from None
+        if not callable(self.scorer):
+            raise TaskError(f"{where}.scorer: not callable")
+        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+            raise TaskError(f"{where}.max_steps: must be a whole number >= 1 (got {self.max_steps!r})")
+
+
+def task_items(task: Task, where: str = "task") -> list[Item]:
+    """The task's rows as ``Item``s; a row without a question or answers is one ``TaskError`` naming it."""
+    rows = task.items() if callable(task.items) else task.items
+    out, seen = [], set()
+    for i, row in enumerate(rows or ()):
+        get = row.get if isinstance(row, dict) else (lambda k, d=None, r=row: getattr(r, k, d))
+        q, answers = get("question"), get("answers", None)
+        if answers is None and get("answer") is not None:
+            answers = [get("answer")]
+        if not isinstance(q, str) or not q.strip():
+            raise TaskError(f"{where}.items[{i}]: field 'question' must be a non-empty string")
+        if isinstance(answers, str) or not isinstance(answers, (list, tuple)) or not answers:
+            raise TaskError(f"{where}.items[{i}]: field 'answers' must be a non-empty list of strings")
+        qid = str(get("id") or f"{task.name}-{i}")
+        if qid in seen:
+            raise TaskError(f"{where}.items[{i}]: duplicate id {qid!r}")
+        seen.add(qid)
+        out.append(Item(qid, q.strip(), [str(a) for a in answers]))
+    return out
+
+
+def load_task(ref: str) -> Task:
+    """The ``Task`` at ``pkg.module:attr`` (the current folder is importable, as for ``python -m``);
+    ``attr`` may be a function returning one."""
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name or not attr:
+        raise TaskError(f"--domain {ref!r}: a task is named pkg.module:attr")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise TaskError(f"--domain {ref!r}: cannot import {mod_name}: {e}") from None
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise TaskError(f"--domain {ref!r}: {mod_name} has no attribute {attr!r}")
+    task = obj() if callable(obj) and not isinstance(obj, Task) else obj
+    if not isinstance(task, Task):
+        raise TaskError(f"--domain {ref!r}: {attr} is a {type(task).__name__}, not a hasp Task")
+    task.check(ref)
+    return task
+
+
+@dataclass(frozen=True)
+class TaskDomain:
+    """A ``Task`` as a domain of the episode recipe (``hasp.episode.domains``)."""
+
+    task: Task
+    prompt_skills: ClassVar[str] = "ranked"
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def action_types(self) -> tuple[str, ...]:
+        return (*(t.name for t in self.task.tools), "FINAL")
+
+    def identity(self, item: Any) -> tuple[str, str, list[str]]:
+        return str(item.id), str(item.question), list(item.answers)
+
+    def check(self, variant: Variant) -> None:
+        if variant.teacher_postprocess:
+            raise ValueError(f"variant {variant.name} post-processes a web-search answer; for task "
+                             f"{self.name} use react, prompt, pf or pf_teacher")
+
+    def config(self, params: Params, variant: Variant) -> AgentConfig:
+        cfg = agent_config(params)
+        if self.task.max_steps is not None:
+            cfg.max_steps = self.task.max_steps
+        return cfg
+
+    def harness(self, params: Params) -> HarnessParams:
+        """FINAL-time handler votes send the agent back to SEARCH: off unless the task has that tool."""
+        if "SEARCH" in self.action_types:
+            return params.harness
+        return params.harness.model_copy(update={"enable_skill_handlers": False})
+
+    def open(self, params: Params) -> Any:
+        return None
+
+    def environment(self, item: Any, opened: Any, *, params: Params, cfg: AgentConfig, teacher: Any,
+                    snippets: bool) -> Environment:
+        return ToolEnvironment(self.task.tools, instructions=self.task.instructions, demo=self.task.demo,
+                               scorer=self.score)
+
+    def score(self, traj: Trajectory) -> tuple[float, float]:
+        """The task's scorer on the episode's answer; ``(em, f1)`` (a single score stands for both)."""
+        try:
+            got = self.task.scorer(traj.prediction or "", list(traj.answers))
+        except Exception as e:  # noqa: BLE001 - named and re-raised: the episode is recorded as failed
+            raise TaskError(f"task {self.name}.scorer raised {type(e).__name__}: {e}"[:300]) from e
+        if isinstance(got, tuple) and len(got) == 2:
+            return float(got[0]), float(got[1])
+        return float(got), float(got)
