@@ -380,6 +380,7 @@ def retriever_serve(corpus: Path, host: str = "127.0.0.1", port: int = 8000, top
 
 
 from hasp.eval.cli import eval_command  # noqa: E402 - `hasp eval`: variants × datasets of any domain
+from hasp.cli.show import show_command  # noqa: E402 - `hasp show`: the samples of an evaluation
 
 
 def _task_runner_executor(runner: Any) -> Any:
@@ -398,6 +399,7 @@ def _plug_task_runners() -> None:
     use_executors(_task_runner_executor)
 
 app.command("eval")(eval_command)
+app.command("show")(show_command)
 
 
 def benchmark_title(data_dir: Path, split: str = "test") -> str:

@@ -207,7 +207,7 @@ def _run(p: Any, sets: list[Any], names: list[str], library: Path, out: Path, mo
             labels = [a.label if isinstance(a, Arm) else a for a in arms]
             run_params = {"domain": domain, "variants": ",".join(labels), "datasets": ",".join(s.name for s in sets),
                           "split": sets[0].split, "limit": limit if limit is not None else "all", "model": model,
-                          "model_dir": str(model_dir or ""), "trained": str(trained or ""), "library": str(library or ""),
+                          "model_dir": str(model_dir or ""), "trained": str(trained or ""), "library": str(library or ""), "out": str(Path(out).resolve()),
                           "library_hash": library_hash(library) if library is not None else "", "teacher_model": p.teacher.label,
                           "teacher_snippets": snippets, "judge": judge,
                           "max_steps": agent.max_steps, "max_tokens": max_tokens,
