@@ -13,6 +13,7 @@ line naming the task and the scorer, and the other episodes are still scored.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -126,7 +127,14 @@ def load_task(ref: str) -> Task:
     obj = getattr(module, attr, None)
     if obj is None:
         raise TaskError(f"--domain {ref!r}: {mod_name} has no attribute {attr!r}")
-    task = obj() if callable(obj) and not isinstance(obj, Task) else obj
+    task = obj
+    if callable(obj) and not isinstance(obj, Task):
+        try:
+            takes_none = not any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                 for p in inspect.signature(obj).parameters.values())
+        except (TypeError, ValueError):
+            takes_none = False
+        task = obj() if takes_none else obj
     if not isinstance(task, Task):
         raise TaskError(f"--domain {ref!r}: {attr} is a {type(task).__name__}, not a hasp Task")
     task.check(ref)
