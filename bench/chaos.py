@@ -103,7 +103,7 @@ def make_project(path: Path, base_url: str | None, *, train: bool, port: int) ->
     p.pop("demo", None)  # the settings above are the run's scale; `hasp demo` must not rescale them
     (path / "params.yaml").write_text(yaml.safe_dump(p), encoding="utf-8")
     if not (path / "skills" / "search").exists():
-        shutil.copytree(ROOT / "skills" / "search", path / "skills" / "search",
+        shutil.copytree(ROOT / "hasp" / "skills" / "search", path / "skills" / "search",
                         ignore=shutil.ignore_patterns("__pycache__"))
     return path
 
@@ -114,7 +114,7 @@ def start(project: Path, token: str, log_path: Path) -> subprocess.Popen[bytes]:
            "HF_HUB_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", MARKER: token}
     env.pop("PREFECT_API_URL", None)
     cmd = [sys.executable, "-m", "hasp.cli", "demo", "--out", "outputs", "--params", "params.yaml",
-           "--library", "skills/search"]
+           "--library", "hasp/skills/search"]
     with open(log_path, "ab") as log:
         return subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)

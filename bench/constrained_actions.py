@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", type=int, default=40, help="test questions of the generated benchmark")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search")
+    ap.add_argument("--library", type=Path, default=ROOT / "hasp" / "skills" / "search")
     ap.add_argument("--hops", default="1:1", help="data.hop_weights as hop:weight,... (default: one-hop only)")
     ap.add_argument("--dialect", choices=("llamacpp", "vllm", "openai"), default=None,
                     help="request shape of the constraint (default: the client's, from llm.backend); for a "

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     "'default' = llm.max_concurrency of the params file")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--set", action="append", default=[], help="params override KEY=VALUE (YAML value), repeatable")
-    ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search")
+    ap.add_argument("--library", type=Path, default=ROOT / "hasp" / "skills" / "search")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     a = ap.parse_args(argv)
     import yaml

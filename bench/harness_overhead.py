@@ -55,7 +55,7 @@ def main() -> None:
     except ParamsError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    library = ROOT / "skills" / "search"
+    library = ROOT / "hasp" / "skills" / "search"
     with tempfile.TemporaryDirectory() as d:
         data = Path(d) / "data"
         prepare_data(p, data)

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teacher", action="append", default=None,
                     help="embedded teacher or 'none' (repeatable; default none and gemma3-270m)")
     ap.add_argument("--limit", type=int, default=30, help="questions per dataset")
-    ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search")
+    ap.add_argument("--library", type=Path, default=ROOT / "hasp" / "skills" / "search")
     ap.add_argument("--port", type=int, default=8981)
     ap.add_argument("--ran", action="append", default=[], help="what else ran on the machine (printed)")
     ap.add_argument("--render-only", action="store_true",

@@ -54,7 +54,7 @@ def run_once(preset: str, params: Path, out: Path) -> float:
     t0 = time.perf_counter()
     with open(out / "run.log", "w") as log:
         subprocess.run([sys.executable, "-m", "hasp.cli", "experiment", "run", preset, "--params", str(params),
-                        "--out", str(out / "grid"), "--library", str(ROOT / "skills" / "search")],
+                        "--out", str(out / "grid"), "--library", str(ROOT / "hasp" / "skills" / "search")],
                        env=env, cwd=out, stdout=log, stderr=subprocess.STDOUT, check=True)
     return time.perf_counter() - t0
 

@@ -90,7 +90,7 @@ def main() -> None:
     prepare_data(params, data)
     domain = SearchDomain(data_dir=data)
     items = [q for split in ("train", "val", "test") for q in domain.items(split)][: a.n]
-    library = ROOT / "skills" / "search"
+    library = ROOT / "hasp" / "skills" / "search"
     lib = load_library(library, "search", sandbox=params.sandbox)
     n = len(items)
     REPORT.line(f"endpoint: scripted OpenAI-compatible double, {a.latency_ms:.0f} ms per call (a stand-in for a GPU "

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="llm.transformers settings to compare, e.g. num_blocks=512,page_size=32 (repeatable; "
                          "the first is the baseline; default: the params file's, then 512 pages of 32 tokens)")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search")
+    ap.add_argument("--library", type=Path, default=ROOT / "hasp" / "skills" / "search")
     ap.add_argument("--hops", default="1:1", help="data.hop_weights as hop:weight,... (default: one-hop only)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     a = ap.parse_args(argv)

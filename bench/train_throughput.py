@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--section", default=REPORT.section, help="results section to write (a run of some recipes "
                     "beside the section of all of them)")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="params file (train, llm, data)")
-    ap.add_argument("--library", type=Path, default=ROOT / "skills" / "search", help="skill library of the agent")
+    ap.add_argument("--library", type=Path, default=ROOT / "hasp" / "skills" / "search", help="skill library of the agent")
     ap.add_argument("--sample-questions", type=int, default=4, help="training questions sampled (x train.rollout.k)")
     ap.add_argument("--endpoint", help="sample against this OpenAI-compatible base URL instead of serving --model")
     ap.add_argument("--endpoint-model", help="model name to send to --endpoint (default llm.model)")

@@ -18,6 +18,7 @@ For a schedule, see ``flows/serve.py`` (served from one process) and ``flows/dep
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -275,7 +276,7 @@ def _prepare(p: Params, data_dir: Path, pipe: Pipeline) -> dict[str, Any]:
 
 @flow(name="hasp-evolve-epoch", log_prints=True)
 def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "outputs",
-                      library: str = "skills/search", epoch: int = 0) -> dict[str, Any]:
+                      library: str = str(seed_library("search")), epoch: int = 0) -> dict[str, Any]:
     p = load_params(params_path)
     out, lib = Path(out_root), Path(library)
     data_dir = out / "data"
@@ -320,7 +321,7 @@ def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "
 
 @flow(name="hasp-evolve", log_prints=True)
 def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
-                params_path: str | None = "params.yaml", out_root: str = "outputs", library: str = "skills/search",
+                params_path: str | None = "params.yaml", out_root: str = "outputs", library: str = str(seed_library("search")),
                 start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None) -> dict[str, Any]:
     """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
     params.yaml.

@@ -28,6 +28,7 @@ evolve/epoch_<i>/`` (V2), ``<out>/<preset>/eval/``, ``<out>/eval_untrained/``, `
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import os
 import time
 from pathlib import Path
@@ -258,7 +259,7 @@ def flat_gains(gains: dict[str, Any]) -> dict[str, Any]:
 
 @flow(name="hasp-experiment-grid", log_prints=True)
 def experiment_flow(presets: list[str], params_path: str | None = "params.yaml", out_root: str = "outputs/experiment",
-                    library: str = "skills/search", data_dir: str | None = None, model: str | None = None,
+                    library: str = str(seed_library("search")), data_dir: str | None = None, model: str | None = None,
                     run_name: str | None = None) -> dict[str, Any]:
     """Run ``presets`` (e.g. ``["E3_cpu"]`` or the six) from ``model`` (default: the embedded model)."""
     from hasp.llm.endpoints import served_model

@@ -5,6 +5,7 @@ server into one error line before anything is registered."""
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import argparse
 import os
 import sys
@@ -27,7 +28,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--filtering", choices=("none", "exec", "teacher", "full"), default=None)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default="outputs")
-    ap.add_argument("--library", default="skills/search")
+    ap.add_argument("--library", default=str(seed_library("search")))
 
 
 def flow_parameters(a: argparse.Namespace, base: Path | None = None) -> dict[str, Any]:

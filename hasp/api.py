@@ -47,6 +47,7 @@ def evaluate(task: Task | str, variants: Sequence[str] = ("react", "pf"), *, lib
     from hasp.eval.cli import _run, run_provenance
     from hasp.eval.datasets import load_datasets, task_dataset
     from hasp.eval.runner import check_teacher_needs, check_variants
+    from hasp.seeds import seed_library
 
     p = _params(params, {"harness.only_skills": list(skills)} if skills else None)
     vs = [get_variant(v) for v in variants]
@@ -62,7 +63,7 @@ def evaluate(task: Task | str, variants: Sequence[str] = ("react", "pf"), *, lib
         check_variants(TaskDomain(task), vs)
     else:
         sets = load_datasets(task, list(datasets), p, limit=limit)
-        lib = Path(library) if library is not None else Path("skills") / task
+        lib = Path(library) if library is not None else seed_library(task)
         check_variants(task, vs)
     if lib is not None and not lib.is_dir():
         raise FileNotFoundError(f"skill library {lib} is not a folder")

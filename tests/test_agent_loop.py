@@ -19,7 +19,7 @@ from hasp.domains.search.task import score
 from hasp.domains.search.tools import SearchEnvironment
 from hasp.pf.library import load_library
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -58,7 +58,7 @@ def test_filtering_ablation_rows_share_the_phase_a_to_e_keys(tmp_path):
     from hasp.config import load_params
     from hasp.evolve.phase_graph import cache_key
 
-    lay = {"data": tmp_path / "data", "epoch": tmp_path / "epoch_0", "library": ROOT / "skills" / "search"}
+    lay = {"data": tmp_path / "data", "epoch": tmp_path / "epoch_0", "library": ROOT / "hasp" / "skills" / "search"}
     base = load_params(ROOT / "params.yaml")
     for row in ("none", "exec", "teacher"):
         other = load_params(ROOT / "params.yaml", {"evolve.filtering": row, "evolve.val_gate": False})

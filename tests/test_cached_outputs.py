@@ -45,7 +45,7 @@ def world(tmp_path_factory):
     params = load_params(ROOT / "params.yaml", {"data.n_questions": 10, "agent.max_steps": 2,
                                                 "llm.max_concurrency": 2, "evolve.val_limit": 4})
     prepare_data(params, work / "data")
-    shutil.copytree(ROOT / "skills" / "search", work / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     return work, params
 
 

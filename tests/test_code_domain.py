@@ -1,5 +1,5 @@
 """Code domain: dataset loaders and split, the test sandbox (including hostile code), the
-single-step task glue, and the code seed library (skills/code)."""
+single-step task glue, and the code seed library (hasp/skills/code)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from hasp.pf.library import load_library
 from hasp.pf.skill_md import load_skill
 
 ROOT = Path(__file__).resolve().parents[1]
-SKILLS = ROOT / "skills" / "code"
+SKILLS = ROOT / "hasp" / "skills" / "code"
 SHARED = ROOT.parent / "shared" / "data" / "code"
 MBPP = SHARED / "mbpp.jsonl"
 MBPP_PLUS = SHARED / "MbppPlus.jsonl"

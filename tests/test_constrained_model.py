@@ -41,7 +41,7 @@ from hasp.records import Trajectory
 
 pytestmark = pytest.mark.model
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 
 
 def _free_port() -> int:

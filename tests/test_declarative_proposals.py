@@ -233,7 +233,7 @@ def test_a_declared_candidate_passes_phase_d_in_process_and_is_admitted_without_
     review = heuristic_review(cand, rep.q_exec, cluster_of("q1", "q2"), trigger_hit_rate=1.0)
     assert "no code" not in review.reasons
     root = tmp_path / "search"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "skills" / "search" / "redundant-read", root / "redundant-read")
+    shutil.copytree(Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search" / "redundant-read", root / "redundant-read")
     res = admit(root, cand, review, epoch=0, cluster=cluster_of("q1", "q2"), refusals=[])
     assert res.admitted, res.reason
     folder = root / res.path

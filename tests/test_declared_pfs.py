@@ -29,7 +29,7 @@ from hasp.pf.skill_md import SkillFormatError
 from hasp.pf.vocabulary import CONDITIONS, FIELDS, SOURCES, Step, describe_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
-SEARCH_LIB = ROOT / "skills" / "search"
+SEARCH_LIB = ROOT / "hasp" / "skills" / "search"
 ORIGINALS = Path(__file__).parent / "fixtures" / "ported_pfs"
 PORTED = sorted(p.stem for p in ORIGINALS.glob("*.py"))
 

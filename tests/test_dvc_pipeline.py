@@ -30,7 +30,7 @@ def run(cmd, cwd, **kw):
 def dvc_repo(tmp_path):
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "skills", tmp_path / "skills")
+    shutil.copytree(ROOT / "hasp" / "skills", tmp_path / "skills")
     for code in ("hasp", "flows", "tasks"):  # every stage's code deps (the experiment stage runs the Prefect flow)
         shutil.copytree(ROOT / code, tmp_path / code, ignore=shutil.ignore_patterns("__pycache__"))
     run(["git", "init", "-q"], tmp_path)

@@ -35,7 +35,7 @@ def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     params["train"].update(max_steps=2, max_length=512, per_device_train_batch_size=2)
     params["tracking"]["experiment"] = "hasp-e2e"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search")
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search")
     return work
 
 

@@ -13,7 +13,7 @@ from hasp.pf.equivalence import analyse_library, analyse_source, only_modifies
 from hasp.pf.skill_md import load_skill
 from hasp.pf.pf_source import pf_attrs
 
-ROOT = Path(__file__).resolve().parents[1] / "skills"
+ROOT = Path(__file__).resolve().parents[1] / "hasp" / "skills"
 
 HEAD = "from hasp.pf import Intervention, InterventionType, ProgramFunction, register_pf\n"
 

@@ -96,11 +96,11 @@ def test_search_and_code_share_the_command_runner_and_run_shape(project, capsys)
     tmp, policy, calls = project
     common = ["--params", "params.yaml", "--variants", "react,pf", "--limit", "2", "--no-progress"]
     assert main(["eval", "--domain", "search", "--dataset", "generated", "--data", "data", "--library",
-                 str(ROOT / "skills" / "search"), "--out", "out_search", "--run-name", "search", *common]) == 0
+                 str(ROOT / "hasp" / "skills" / "search"), "--out", "out_search", "--run-name", "search", *common]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("provenance: "))
     written = json.loads((tmp / "out_search" / "metrics.json").read_text())["provenance"]
     assert written["data_hash"] == content_hash(tmp / "data")
-    assert written["library_hash"] == content_hash(ROOT / "skills" / "search")
+    assert written["library_hash"] == content_hash(ROOT / "hasp" / "skills" / "search")
     from hasp.config import load_params
 
     expected = provenance(model=served_model(load_params(tmp / "params.yaml").llm))
@@ -108,7 +108,7 @@ def test_search_and_code_share_the_command_runner_and_run_shape(project, capsys)
     for part in (written["git_commit"][:12], written["model_sha256"][:12], written["data_hash"][:12],
                  written["library_hash"][:12], written["params_hash"][:12]):
         assert part in header
-    assert main(["eval", "--domain", "code", "--dataset", "humaneval", "--library", str(ROOT / "skills" / "code"),
+    assert main(["eval", "--domain", "code", "--dataset", "humaneval", "--library", str(ROOT / "hasp" / "skills" / "code"),
                  "--out", "out_code", "--run-name", "code", *common]) == 0
     assert calls == ["search:generated/react", "search:generated/pf", "code:humaneval/react", "code:humaneval/pf"]
     assert policy.calls >= 8
@@ -154,7 +154,7 @@ def test_epoch_evaluation_uses_the_runner_and_labels_what_ran(tmp_path):
     p = p.model_copy(update={"data": p.data.model_copy(update={"n_questions": 10})})
     prepare_data(p, tmp_path / "data")
     policy = DomainPolicyDouble()
-    res = ep.evaluate(p, tmp_path / "data", ROOT / "skills" / "search", tmp_path / "eval", policy=policy,
+    res = ep.evaluate(p, tmp_path / "data", ROOT / "hasp" / "skills" / "search", tmp_path / "eval", policy=policy,
                       trained_policy=trained)
     assert set(res) == {"react", "pf", "trained_pf"} and res["trained_pf"]["variant"] == "pf"
     assert policy.calls > 0 and trained.calls > 0 and res["react"]["pf_fires_total"] == 0

@@ -30,7 +30,7 @@ from hasp.episode.judge import judge_answer, parse_verdict
 from hasp.eval.runner import run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
-SKILLS = ROOT / "skills" / "search"
+SKILLS = ROOT / "hasp" / "skills" / "search"
 DATA = Path(os.environ.get("HASP_SHARED_DATA", ROOT.parent / "shared" / "data"))
 HOTPOT = "hotpotqa/hotpot_dev_distractor_sample_b.jsonl"
 MUSIQUE = "musique/musique_ans_dev_sample.jsonl"
@@ -388,7 +388,7 @@ def test_cli_reports_bad_spec_in_one_line(capsys):
                  "--params", str(ROOT / "params.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: dataset spec 'wiki:/nope.jsonl': unknown kind 'wiki'; expected one of generated, "
-                   "hotpotqa, 2wiki, musique, agentflow"]
+                   "hotpotqa, 2wiki, musique, agentflow, qa"]
 
 
 # ----------------------------------------------------------------------------- the CLI end to end

@@ -31,7 +31,7 @@ def env(tmp_path_factory, prefect_harness):
     params["train"].update(enabled=False)  # the single-epoch flow's LoRA step needs real weights
     params["tracking"]["experiment"] = "hasp-evolve-flow-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
                     ignore=shutil.ignore_patterns("__pycache__"))
     import flows.evolve as fe
 

@@ -93,12 +93,12 @@ def test_analyse_merges_llm_patterns_before_clustering(tmp_path):
     write_trajectories(trajs, tmp_path / "rollout.jsonl")
     pol = PerQuestionPolicyDouble({"alpha": [GOOD_JSON], "beta": [GOOD_JSON], "gamma": ["junk", "junk"]})
     p = _params(tmp_path, min_cluster_size=2)
-    s = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "skills" / "search", p, tmp_path, summarizer=pol)
+    s = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "hasp" / "skills" / "search", p, tmp_path, summarizer=pol)
     assert s["llm_patterns"] == 2 and s["llm_dropped"] == 1 and s["summarizer_used"]
     cats = {c["category"]: c for c in json.loads((tmp_path / "clusters.json").read_text())}
     assert cats["stale_evidence"]["support"] == 2  # two LLM patterns deduplicated into one cluster
     assert "premature_final" in cats  # the heuristic patterns are still there
-    off = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "skills" / "search",
+    off = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "hasp" / "skills" / "search",
                      _params(tmp_path, summarizer=False), tmp_path, summarizer=pol)
     assert off["llm_patterns"] == 0 and not off["summarizer_used"]
 
@@ -256,7 +256,7 @@ def test_lite_mode_samples_groups_and_dedups_ids(tmp_path):
     write_trajectories(trajs, tmp_path / "rollout.jsonl")
     p = _params(tmp_path, mode="lite", lite_failures=5)
     pol = PerQuestionPolicyDouble({"q": [GOOD_JSON] * 20})
-    s = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "skills" / "search", p, tmp_path, summarizer=pol, epoch=3)
+    s = ep.analyse(tmp_path / "rollout.jsonl", ROOT / "hasp" / "skills" / "search", p, tmp_path, summarizer=pol, epoch=3)
     assert s["analysed"] == 5 and not s["summarizer_used"] and not pol.calls  # no LLM in lite mode
     clusters = json.loads((tmp_path / "clusters.json").read_text())
     assert len({c["category"] for c in clusters}) == len(clusters)  # one group per category, no size cut
@@ -439,7 +439,7 @@ def test_cli_gate_writes_an_empty_gate_file_when_the_val_gate_is_off(tmp_path):
     params["evolve"]["filtering"] = "exec"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     ed = tmp_path / "epoch_0"
-    assert main(["evolve", "gate", "--epoch-dir", str(ed), "--library", str(ROOT / "skills" / "search"),
+    assert main(["evolve", "gate", "--epoch-dir", str(ed), "--library", str(ROOT / "hasp" / "skills" / "search"),
                  "--params", str(tmp_path / "params.yaml")]) == 0
     assert json.loads((ed / "gate.json").read_text()) == []
     assert "val gate off" in json.loads((ed / "summary_gate.json").read_text())["skipped"]
@@ -475,7 +475,7 @@ def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
     pol = AnsweringPolicyDouble({it.question: it.answers[0] for it in items}, correct=[items[0].question],
                                 wrong="no idea")
     out = tmp_path / "epoch_0" / "rollout.jsonl"
-    s = ep.phase_a_rollout(p, tmp_path / "data", ROOT / "skills" / "search", out, policy=pol)
+    s = ep.phase_a_rollout(p, tmp_path / "data", ROOT / "hasp" / "skills" / "search", out, policy=pol)
     pre = ep.read_trajectories(out.with_name("prefilter.jsonl"))
     main = ep.read_trajectories(out)
     assert len(pre) == len(items) and sum(t.em for t in pre) == 1.0
@@ -487,7 +487,7 @@ def test_prefilter_spends_the_pf_rollout_on_cheap_pass_failures_only(tmp_path):
     # without the switch: one PF-aware pass over the whole seed split, no prefilter file
     out2 = tmp_path / "epoch_1" / "rollout.jsonl"
     s2 = ep.phase_a_rollout(load_params(ROOT / "params.yaml", {"data.n_questions": 10}), tmp_path / "data",
-                            ROOT / "skills" / "search", out2, policy=pol)
+                            ROOT / "hasp" / "skills" / "search", out2, policy=pol)
     assert s2["n"] == len(items) and "prefilter" not in s2 and not out2.with_name("prefilter.jsonl").exists()
 
 

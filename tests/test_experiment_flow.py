@@ -47,7 +47,7 @@ def env(tmp_path_factory, prefect_harness, tiny_model_dir):
     params["train"]["overrides"] = {"max_steps": TRAIN_STEPS}
     params["tracking"]["experiment"] = "hasp-grid-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
                     ignore=shutil.ignore_patterns("__pycache__"))
     prepare_data(load_params(work / "params.yaml"), work / "data")
     rows = [r for split in ("train", "val", "test") for r in read_jsonl(work / "data" / f"{split}.jsonl")]

@@ -166,7 +166,7 @@ def test_a_declared_rewrite_records_its_source_on_the_fire():
 
 def _library(tmp_path: Path) -> Path:
     """A one-skill search library whose PF answers FINAL from the evidence when the answer proposed is not in it."""
-    folder = shutil.copytree(ROOT / "skills" / "search" / "redundant-read", tmp_path / "lib" / "redundant-read")
+    folder = shutil.copytree(ROOT / "hasp" / "skills" / "search" / "redundant-read", tmp_path / "lib" / "redundant-read")
     meta = yaml.safe_load((folder / "hasp.yaml").read_text())
     meta["pf"] = {"watches": ["FINAL"], "when": ["evidence_has_answer", "!answer_in_evidence"],
                   "rewrite": {"action": "FINAL", "arg": "answer_span_from_evidence"}, "reason": "answer from evidence"}

@@ -29,7 +29,7 @@ from hasp.pf.library import load_library
 from hasp.pf.skill_md import PhaseSpec
 from hasp.pf.teacher import CountingTeacher, TeacherError
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 Q = "In which city was the founder of Brightwell Labs born?"
 
 

@@ -47,7 +47,7 @@ def test_an_unknown_pf_id_in_params_is_one_warning_naming_the_key(key, caplog):
     from hasp.agent import harness as h
     from hasp.agent.variants import get_variant
 
-    lib = load_library(ROOT / "skills" / "search")
+    lib = load_library(ROOT / "hasp" / "skills" / "search")
     try:
         hp = load_params(ROOT / "params.yaml", {f"harness.{key}": ["premature_final", "no_such_skill"]}).harness
         h._WARNED.clear()
@@ -285,7 +285,7 @@ def test_generated_skill_with_unknown_condition_loses_only_that_phase(tmp_path):
 
 
 def test_seed_search_library_conditions_are_all_known():
-    lib = load_library(ROOT / "skills" / "search", "search")
+    lib = load_library(ROOT / "hasp" / "skills" / "search", "search")
     assert not lib.load_errors
     assert len(PhaseRules.compile(lib.skills)) >= 5
 

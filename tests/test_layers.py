@@ -26,7 +26,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("hasp.pf", "hasp.sandbox", "hasp.llm", "hasp.signals", "hasp.track"),
     "core": ("hasp", "hasp.config", "hasp.records", "hasp.atomic", "hasp.textutil", "hasp.progress", "hasp.stats",
              "hasp.processes", "hasp.bounded",
-             "hasp.prompts", "hasp.fingerprint", "hasp.console", "hasp.provenance", "hasp.pyast", "hasp.embedded_models"),
+             "hasp.prompts", "hasp.seeds", "hasp.fingerprint", "hasp.console", "hasp.provenance", "hasp.pyast", "hasp.embedded_models"),
 }
 RANK = {pkg: len(LAYERS) - i for i, pkgs in enumerate(LAYERS.values()) for pkg in pkgs}
 CORE = set(LAYERS["core"])
@@ -66,7 +66,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+#: the package's modules; the seed skills under ``hasp/skills`` are package data (run by the library loader)
+MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))
+                            if p.relative_to(PKG).parts[0] != "skills"}
 
 
 def _package(module: str) -> str:

@@ -63,7 +63,7 @@ from hasp.pf.library import load_library
 from hasp.pf.skill_md import load_skill
 
 ROOT = Path(__file__).resolve().parents[1]
-SKILLS = ROOT / "skills" / "math"
+SKILLS = ROOT / "hasp" / "skills" / "math"
 DATA = Path(os.environ.get("HASP_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 MATH_SKILLS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hasp.pf.library import load_library
 
-SEEDS = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEEDS = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 
 
 def test_concurrent_loads_each_get_every_seed_pf() -> None:

@@ -23,7 +23,7 @@ from hasp.pf.library import load_library
 from hasp.pf.skill_md import parse_skill_md
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 PF = "insufficient_exploration"
 RESULTS = ("1. [doc0003] Roholt: Roholt is a city in Seirngeesh, founded in 1836.\n"
            "2. [doc0007] Seirngeesh: a region.")

@@ -13,7 +13,7 @@ from hasp.pf.library import library_hash, load_library
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import SkillFormatError, load_skill, parse_skill_md, write_skill_folder
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 
 
 def make_pf(sid, *, fire_on=("FINAL",), kind="MODIFY_ACTION", new=("SEARCH", "q"), raises=None, cap=None,

@@ -31,7 +31,7 @@ def _clusters() -> list:
 
 @pytest.fixture
 def epoch_dir(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     write_json(clusters_to_json(_clusters()), tmp_path / "clusters.json")
     return tmp_path
 
@@ -90,7 +90,7 @@ def test_failed_summaries_are_counted_and_the_analysis_is_retried_not_cached(pre
     from hasp.llm.client import LLMClient, LLMConfig
     from tasks import phases
 
-    shutil.copytree(ROOT / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     trajs = [scripted_traj(f"q{i}", [("SEARCH", "who"), ("FINAL", "Oslo")], question=f"Where was q{i} born?",
                            answers=["Telvik"]) for i in range(3)]
     write_trajectories(trajs, tmp_path / "rollout.jsonl")
@@ -135,6 +135,6 @@ def test_a_rollout_cut_by_the_episode_deadline_reports_failed_episodes(tmp_path:
                        variant="react")
     assert s["n"] >= 1 and s["failed_calls"] == s["n"]
     assert s["failure"] == f"{s['n']} episodes failed: endpoint error" and "deadline" in s["first_error"]
-    shutil.copytree(ROOT / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     b = ep.analyse(tmp_path / "val.jsonl", tmp_path / "lib", params, tmp_path)
     assert b["analysed"] == 0 and b["patterns"] == 0

@@ -32,7 +32,7 @@ def test_propose_stage_and_cache_key_follow_every_proposal_knob(tmp_path):
         assert knob in propose["params"]
     assert {"hasp/evolve/declarative.py", "hasp/evolve/propose.py", "outputs/epoch_0/rollout.jsonl"} <= set(
         propose["deps"])
-    lay = {"data": tmp_path, "epoch": tmp_path, "library": ROOT / "skills" / "search"}
+    lay = {"data": tmp_path, "epoch": tmp_path, "library": ROOT / "hasp" / "skills" / "search"}
     base = load_params(ROOT / "params.yaml")
     other = load_params(ROOT / "params.yaml", {"evolve.proposal_format": "code"})
     assert base.evolve.proposal_format != "code"
@@ -42,7 +42,7 @@ def test_propose_stage_and_cache_key_follow_every_proposal_knob(tmp_path):
 
 
 def test_an_upstream_file_changes_the_key_of_the_phases_reading_it(tmp_path):
-    lay = {"data": tmp_path / "data", "epoch": tmp_path, "library": ROOT / "skills" / "search"}
+    lay = {"data": tmp_path / "data", "epoch": tmp_path, "library": ROOT / "hasp" / "skills" / "search"}
     p = load_params(ROOT / "params.yaml")
     before = {n: cache_key(n, p, lay) for n in ("analyse", "propose", "validate", "admit")}
     (tmp_path / "clusters.json").write_text("[]")

@@ -38,7 +38,7 @@ def test_fields_on_this_checkout(tmp_path: Path, hash_cache: Path) -> None:
     data.mkdir()
     (data / "test.jsonl").write_text('{"q": 1}\n')
     p = Params()
-    prov = provenance(params=p, data_dir=data, library=ROOT / "skills" / "search", model=weights)
+    prov = provenance(params=p, data_dir=data, library=ROOT / "hasp" / "skills" / "search", model=weights)
 
     assert repo_root() == ROOT
     assert re.fullmatch(r"[0-9a-f]{40}", prov.git_commit) and prov.git_commit == _git("rev-parse", "HEAD")
@@ -55,7 +55,7 @@ def test_fields_on_this_checkout(tmp_path: Path, hash_cache: Path) -> None:
     assert prov.model == str(weights.resolve())
     assert prov.model_sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
     assert prov.data_hash == content_hash(data)
-    assert prov.library_hash == content_hash(ROOT / "skills" / "search")
+    assert prov.library_hash == content_hash(ROOT / "hasp" / "skills" / "search")
     assert prov.params_hash == provenance(params=Params()).params_hash
     assert prov.params_hash != provenance(params=p.model_copy(update={"agent": p.agent.model_copy(
         update={"max_steps": p.agent.max_steps + 1})})).params_hash
@@ -72,7 +72,7 @@ def test_fields_on_this_checkout(tmp_path: Path, hash_cache: Path) -> None:
 
 
 def test_inputs_not_named_have_the_same_tags_as_named_ones() -> None:
-    bare, full = provenance(), provenance(params=Params(), library=ROOT / "skills" / "search")
+    bare, full = provenance(), provenance(params=Params(), library=ROOT / "hasp" / "skills" / "search")
     assert set(bare.tags()) == set(full.tags())
     assert bare.tags()[f"{TAG_PREFIX}model_sha256"] == NOT_GIVEN and bare.data_hash == NOT_GIVEN
 
@@ -156,7 +156,7 @@ def test_tags_read_back_from_a_real_mlflow_store_after_a_tracked_grid(tmp_path: 
     p = load_params(ROOT / "params.yaml")
     weights = tmp_path / "base.gguf"
     weights.write_bytes(b"GGUF-weights")
-    prov = provenance(params=p, library=ROOT / "skills" / "search", model=weights)
+    prov = provenance(params=p, library=ROOT / "hasp" / "skills" / "search", model=weights)
     grid = {"untrained": {}, "experiments": {
         "E1_cpu": {"preset": {"loop": {"kind": "open", "phases": 1}}, "train": {}, "phases": [], "eval": {},
                    "gains": {}, "wall_s": 1.0}}}
@@ -171,7 +171,7 @@ def test_tags_read_back_from_a_real_mlflow_store_after_a_tracked_grid(tmp_path: 
         assert tags["hasp.provenance.git_dirty"] == str(prov.git_dirty).lower()
         assert tags["hasp.provenance.lock_sha256"] == prov.lock_sha256
         assert tags["hasp.provenance.model_sha256"] == hashlib.sha256(b"GGUF-weights").hexdigest()
-        assert tags["hasp.provenance.library_hash"] == content_hash(ROOT / "skills" / "search")
+        assert tags["hasp.provenance.library_hash"] == content_hash(ROOT / "hasp" / "skills" / "search")
         assert tags["hasp.provenance.params_hash"] == prov.params_hash
         assert tags["hasp.provenance.package.torch"] == prov.packages["torch"]
     assert client.get_run(res["child_run_ids"]["E1_cpu"]).data.tags["hasp.experiment"] == "E1_cpu"

@@ -26,7 +26,7 @@ def data(tmp_path_factory) -> Path:
 
 def test_samples_every_asked_question_under_the_rollout_budgets(data: Path, tmp_path: Path) -> None:
     lib = tmp_path / "search"
-    shutil.copytree(ROOT / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
     policy = ScriptedPolicyDouble(default="Thought: look again\nAction: SEARCH[who founded it]")
     asked: list[Path] = []
 

@@ -332,7 +332,7 @@ def test_sandboxed_pf_cannot_read_or_poison_shared_private_keys(secret, logs):
     from hasp.pf.library import load_library
 
     path, token = secret
-    lib = load_library(Path(__file__).resolve().parents[1] / "skills" / "search", "search")
+    lib = load_library(Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search", "search")
     trusted = next(s.pf for s in lib.skills if s.skill_id == "insufficient_exploration")
     code = make_pf("""
         seen = sorted(k for k in ctx if k.startswith("_"))

@@ -28,7 +28,7 @@ from hasp.sandbox import seccomp
 from hasp.sandbox.worker import SandboxRefused
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = ROOT / "skills" / "search"
+SEED = ROOT / "hasp" / "skills" / "search"
 DATA = Path(os.environ.get("HASP_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 INJECT = '''
@@ -259,7 +259,7 @@ def code_eval(mlflow_tmp, monkeypatch):
         name = f"weak{int(allow_weaker)}"
         (mlflow_tmp / f"{name}.yaml").write_text(yaml.safe_dump(
             {**base, "sandbox": {**base.get("sandbox", {}), "allow_weaker": allow_weaker}}))
-        rc = main(["eval", "--domain", "code", "--dataset", "humaneval", "--library", str(ROOT / "skills" / "code"),
+        rc = main(["eval", "--domain", "code", "--dataset", "humaneval", "--library", str(ROOT / "hasp" / "skills" / "code"),
                    "--variants", "react", "--limit", "1",
                    "--params", f"{name}.yaml", "--out", name, "--run-name", name, "--no-progress"])
         return rc, mlflow_tmp / name

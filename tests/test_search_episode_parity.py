@@ -25,7 +25,7 @@ from hasp.agent.rollout import read_trajectories
 from hasp.config import Params, RolloutParams
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = ROOT / "skills" / "search"
+SEED = ROOT / "hasp" / "skills" / "search"
 FIXTURE = Path(__file__).parent / "data" / "search_episode_trajectories.json"
 RUNS = ("phase_a", "val_gate", "eval_react", "eval_pf", "sampler")
 RECORDED_FOR_REPLAY = ("hit_titles", "contents")

@@ -20,7 +20,7 @@ from hasp.pf.dispatcher import Dispatcher
 from hasp.pf.library import load_library
 from hasp.pf.skill_md import PHASES
 
-SEARCH_LIB = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEARCH_LIB = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 from hasp.pf.conditions import SEARCH_CONDITIONS  # noqa: E402 - the names the harness evaluates
 
 CONDITIONS = set(SEARCH_CONDITIONS)

@@ -17,7 +17,7 @@ from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
 from hasp.pf.library import load_library
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 
 
 def test_template_key_groups_questions_of_one_relation():

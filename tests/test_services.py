@@ -113,7 +113,7 @@ def deployed_run(stack):
     work, env = stack["work"], stack["env"]
     with OpenAIEndpointDouble(reply=lambda body: "Thought: done\nAction: FINAL[Paris]") as ep:
         params = tiny_params(work, ep.base_url)
-        shutil.copytree(ROOT / "skills" / "search", work / "skills" / "search",
+        shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
                         ignore=shutil.ignore_patterns("__pycache__"))
         out = sh([PY, "-m", "flows.deploy", "--pool", POOL, "--cron", "0 2 * * *", "--timezone", "UTC",
                   "--epochs", "1", "--mode", "lite", "--filtering", "full", "--params", str(params),

@@ -26,8 +26,8 @@ from hasp.signals.coarse import score_trajectory
 from hasp.train.data import build_sft_rows, score_all
 
 ROOT = Path(__file__).resolve().parents[1]
-MATH_SKILLS = ROOT / "skills" / "math"
-CODE_SKILLS = ROOT / "skills" / "code"
+MATH_SKILLS = ROOT / "hasp" / "skills" / "math"
+CODE_SKILLS = ROOT / "hasp" / "skills" / "code"
 
 G24 = MathItem(id="g24-1-1-4-6", kind="game24", numbers=[1, 1, 4, 6], answers=[], source="test",
                problem="Make 24 from the numbers [1, 1, 4, 6]. Combine them with +, -, * and / and "

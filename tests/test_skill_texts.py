@@ -13,7 +13,7 @@ from hasp.pf.base import FindingsPF
 from hasp.pf.library import load_library
 from hasp.pf.skill_md import HASP_FILE, load_skill, render_skill_folder, write_skill_folder
 
-SKILLS = Path(__file__).resolve().parents[1] / "skills"
+SKILLS = Path(__file__).resolve().parents[1] / "hasp" / "skills"
 
 
 def _yaml_texts(folder: Path) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hasp.cli import app, main
 from hasp.pf.skill_md import kebab, load_skill, write_skill_folder
 
-SEED = Path(__file__).resolve().parents[1] / "skills" / "search"
+SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 runner = CliRunner()
 
 GENERATED_V2 = '''"""SEARCH repeating a recent query -> a warning that names the repeated query."""

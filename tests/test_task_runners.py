@@ -46,7 +46,7 @@ def test_dask_runner_gives_the_threaded_trajectories_of_phase_a_and_eval(world: 
     policy = LLMClient(LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens))
     runs = {}
     for kind, ex in (("threads", None), ("dask", executor)):
-        s = rollout(params, data, ROOT / "skills" / "search", "train", tmp_path / kind / "rollout.jsonl",
+        s = rollout(params, data, ROOT / "hasp" / "skills" / "search", "train", tmp_path / kind / "rollout.jsonl",
                     policy=policy, variant="pf", executor=ex)
         assert s["n"] == 4 and "failure" not in s
         runs[kind] = [timeless(t.to_dict()) for t in read_trajectories(tmp_path / kind / "rollout.jsonl")]
@@ -81,7 +81,7 @@ def test_dask_runner_gives_the_threaded_trajectories_of_the_training_sampler(wor
     questions = [q for q in training_questions(data) for _ in range(2)]  # k = 2
     runs = {}
     for kind, ex in (("threads", None), ("dask", executor)):
-        sampler = PFRolloutSampler(params, data, ROOT / "skills" / "search", rollout=RolloutParams(),
+        sampler = PFRolloutSampler(params, data, ROOT / "hasp" / "skills" / "search", rollout=RolloutParams(),
                                    policy_for=served, executor=ex)
         runs[kind] = [timeless(t.to_dict()) for t in sampler(questions, Path("ckpt"))]
     assert len(runs["dask"]) == len(questions) and runs["dask"] == runs["threads"]
@@ -151,8 +151,8 @@ def test_an_episode_spec_pickles_and_its_worker_build_runs_the_threaded_episode(
     domain = SearchDomain(data_dir=data)
     item = domain.items("test")[0]
     policy = LLMClient(LLMConfig(base_url=endpoint.base_url, model="m", max_tokens=params.agent.max_tokens))
-    spec = episode_spec(params, domain, "pf", library=ROOT / "skills" / "search")
-    lib = load_library(ROOT / "skills" / "search", "search")
+    spec = episode_spec(params, domain, "pf", library=ROOT / "hasp" / "skills" / "search")
+    lib = load_library(ROOT / "hasp" / "skills" / "search", "search")
     try:
         threaded = spec.runner(policy=policy, library=lib)(item)
     finally:

@@ -74,7 +74,7 @@ def test_a_teacher_assisted_pf_asks_the_embedded_teacher(teacher: object) -> Non
 
     bench = generate_benchmark(7, 20)
     retr = BM25Retriever.from_corpus(bench.corpus)
-    lib = load_library(Path(__file__).resolve().parents[1] / "skills" / "search", "search")
+    lib = load_library(Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search", "search")
     item = bench.questions[0]
     policy = ScriptedPolicyDouble([f"SEARCH[{item.question}]", "FINAL[nobody]", "FINAL[nobody]"])
     cfg = AgentConfig(max_steps=4, max_search_calls=3)

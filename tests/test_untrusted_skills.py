@@ -26,7 +26,7 @@ from hasp.pf.library import load_library
 from hasp.pf.skill_md import SkillFormatError, load_skill, parse_skill_md, write_skill_folder
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = ROOT / "skills" / "search"
+SEED = ROOT / "hasp" / "skills" / "search"
 runner = CliRunner()
 
 SECRET = "HOST-SECRET-3c1f9a"

@@ -174,7 +174,7 @@ def test_hasp_eval_of_a_trained_adapter_sends_its_name_as_the_model(tmp_path: Pa
         params["llm"].update(base_url=ep.base_url, model="e3-sft", max_concurrency=2)
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
         rc = main(["eval", "--params", str(tmp_path / "params.yaml"), "--variants", "react",
-                   "--dataset", f"generated:{data}", "--limit", "2", "--library", str(ROOT / "skills" / "search"),
+                   "--dataset", f"generated:{data}", "--limit", "2", "--library", str(ROOT / "hasp" / "skills" / "search"),
                    "--out", str(tmp_path / "out"), "--no-progress", "--no-traces"])
     assert rc == 0, capsys.readouterr()
     assert ep.bodies and {b["model"] for b in ep.bodies} == {"e3-sft"}

@@ -35,4 +35,4 @@ archive="$repo/bench/grid_runs/v2/s$seed"
 cd "$wt"
 echo "grid seed $seed at $(git rev-parse --short HEAD) -> $root/s$seed"
 exec nice -n 19 python -m hasp.cli experiment grid --params "${GRID_PARAMS:-bench/grid_v2/params-s$seed.yaml}" \
-  --out "$root/s$seed" --library skills/search "$@"
+  --out "$root/s$seed" --library hasp/skills/search "$@"

@@ -6,6 +6,7 @@ Heavy imports happen inside commands so ``hasp --help`` stays fast.
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ _register_train_commands(train_app)
 _register_experiment_commands(experiment_app)
 
 EpochDir = Annotated[Path, typer.Option("--epoch-dir", help="Output folder of the epoch (outputs/epoch_<i>).")]
-Library = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
+Library = Annotated[Path, typer.Option("--library", help="Skill library folder (default: the seed library).")]
 
 
 def _params(path: Path | None) -> Any:
@@ -449,7 +450,7 @@ def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt =
 # ----------------------------------------------------------------------------- demo
 @app.command("demo")
 def demo(out: Path = Path("outputs"), params: ParamsOpt = None,
-         library: Library = Path("skills/search"),
+         library: Library = seed_library("search"),
          full: Annotated[bool, typer.Option("--full", help="ignore the demo: section of the params "
                                                              "file (run at the full scale)")] = False) -> None:
     """Run one full evolution epoch (Prefect flow) on the embedded model and print the results.

@@ -7,6 +7,7 @@ that run them: the library below it stays importable and testable without Prefec
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import json
 import os
 from pathlib import Path
@@ -30,7 +31,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
             help="none | exec | teacher | full (default: evolve.filtering)")] = None,
         params: ParamsOpt = None,
         out: Annotated[Path, typer.Option("--out", help="Output root (epoch_<i>/ folders).")] = Path("outputs"),
-        library: Annotated[Path, typer.Option("--library", help="Starting library.")] = Path("skills/search"),
+        library: Annotated[Path, typer.Option("--library", help="Starting library.")] = seed_library("search"),
         start_epoch: Annotated[int, typer.Option("--start-epoch", min=0,
                                                  help="Continue after epoch N-1 (reads its carry.json).")] = 0,
         final_eval: Annotated[bool, typer.Option("--final-eval/--no-final-eval",
@@ -124,8 +125,7 @@ def rollback(to: Annotated[int, typer.Option("--to", help="Epoch whose library s
 
 def sage(params: ParamsOpt = None,
          data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
-         library: Annotated[Path, typer.Option("--library", help="Starting library (copied per chain).")] = Path(
-             "skills/search"),
+         library: Annotated[Path, typer.Option("--library", help="Starting library (copied per chain).")] = seed_library("search"),
          out: Annotated[Path, typer.Option("--out")] = Path("outputs/sage"),
          split: Annotated[str, typer.Option(help="Split whose questions form the chains.")] = "train",
          chain_length: Annotated[int, typer.Option("--chain-length", min=2, help="Tasks per chain.")] = 3,

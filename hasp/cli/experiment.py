@@ -6,6 +6,7 @@ typo is one line (exit 2), not a flow run that fails.
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -81,7 +82,7 @@ def _run(names: list[str], params: Optional[Path], out: Path, library: Path, dat
 def run(name: Annotated[Optional[str], typer.Argument(
             help="Preset: E1..E6, GRPO, SAGE or their _cpu variants (default: train.preset of the params file).")] = None,
         params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
-        library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
+        library: LibraryOpt = seed_library("search"), data: DataOpt = None, model: ModelOpt = None,
         run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,
         optional: Annotated[bool, typer.Option(
             "--optional", help="Without NAME and with train.preset null, write an empty metrics file and exit 0 "
@@ -106,7 +107,7 @@ def run(name: Annotated[Optional[str], typer.Argument(
 
 
 def grid(params: ParamsOpt = None, out: OutOpt = Path("outputs/experiment"),
-         library: LibraryOpt = Path("skills/search"), data: DataOpt = None, model: ModelOpt = None,
+         library: LibraryOpt = seed_library("search"), data: DataOpt = None, model: ModelOpt = None,
          paper: Annotated[bool, typer.Option("--paper", help="The paper-scale presets (GPU) instead of the "
                                                              "_cpu ones.")] = False,
          run_name: Annotated[Optional[str], typer.Option("--run-name", help="MLflow parent run name.")] = None,

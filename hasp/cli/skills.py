@@ -8,6 +8,7 @@ so ``hasp --help`` stays fast.
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import difflib
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -19,7 +20,7 @@ from hasp.console import console
 skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate.",
                          no_args_is_help=True)
 
-LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library folder (e.g. skills/search).")]
+LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library folder (default: the seed library).")]
 Version = tuple[int, Path, bool]  # (version, folder, generated)
 
 
@@ -112,7 +113,7 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
 
 
 @skills_app.command("list")
-def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
+def skills_list(library: LibraryOpt = seed_library("search")) -> None:
     """Active skills (highest version of each): version, priority, source, handler, teacher, watched actions, A+B."""
     from rich.markup import escape
     from rich.table import Table
@@ -139,7 +140,7 @@ def skills_list(library: LibraryOpt = Path("skills/search")) -> None:
 def skills_show(skill_id: str,
                 version: Annotated[Optional[int],
                                    typer.Option("--version", help="Version number (default: active).")] = None,
-                library: LibraryOpt = Path("skills/search")) -> None:
+                library: LibraryOpt = seed_library("search")) -> None:
     """One skill version: SKILL.md frontmatter, hasp.yaml, body and PF source."""
     from rich.markdown import Markdown
     from rich.panel import Panel
@@ -184,7 +185,7 @@ def skills_show(skill_id: str,
 def skills_diff(skill_id: str,
                 from_: Annotated[Optional[int], typer.Option("--from", help="Old version (default: lowest).")] = None,
                 to: Annotated[Optional[int], typer.Option("--to", help="New version (default: active).")] = None,
-                library: LibraryOpt = Path("skills/search")) -> None:
+                library: LibraryOpt = seed_library("search")) -> None:
     """Unified diff of SKILL.md, hasp.yaml and pf.py between two versions (e.g. seed v1 vs generated -v2)."""
     from rich.syntax import Syntax
 
@@ -206,7 +207,7 @@ def skills_diff(skill_id: str,
 
 
 @skills_app.command("equivalence")
-def skills_equivalence(library: LibraryOpt = Path("skills/search"),
+def skills_equivalence(library: LibraryOpt = seed_library("search"),
                        as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False
                        ) -> None:
     """Prompt-equivalence (A+B, App. B.5) of every active skill, with the reasons and the count."""

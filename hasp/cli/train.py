@@ -9,6 +9,7 @@ nothing ends the command with one line and exit code 2.
 
 from __future__ import annotations
 
+from hasp.seeds import seed_library
 import contextlib
 import json
 from collections.abc import Iterator
@@ -143,7 +144,7 @@ def sft(model: ModelOpt = None,
     _train("sft", model, out, params, preset, track, rows=data)
 
 
-def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = None,
        preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
@@ -151,7 +152,7 @@ def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: Li
     _train("rs", model, out, params, preset, track, data=data, library=library)
 
 
-def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
@@ -169,7 +170,7 @@ def dpo(model: ModelOpt = None,
     _train("dpo", model, out, params, preset, track, rows=rows)
 
 
-def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
          out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_grpo"), params: ParamsOpt = None,
          preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """GRPO: G episodes per training question, advantage = reward - group mean, one on-policy update on the
@@ -177,7 +178,7 @@ def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: 
     _train("grpo", model, out, params, preset, track, data=data, library=library)
 
 
-def sage(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = Path("skills/search"),
+def sage(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
          out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_sage"), params: ParamsOpt = None,
          preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """SAGE: GRPO over chains of two same-template questions with sequential rollout (task 1, the policy's own

@@ -33,7 +33,7 @@ def eval_command(
         "--dataset", help="search: 'generated', 'generated:DIR' or KIND:PATH (hotpotqa, 2wiki, musique, agentflow); "
                           "math: game24 or a file; code: humaneval, KIND:PATH (mbpp, evalplus) or a file. "
                           "Repeatable.")] = None,
-    library: Annotated[Optional[Path], typer.Option(help="Skill library folder (default: skills/<domain>).")] = None,
+    library: Annotated[Optional[Path], typer.Option(help="Skill library folder (default: the domain's seed library, shipped in the package).")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate the first N items of each dataset.")] = None,
     split: Annotated[str, typer.Option(help="search: test | val | train (| seed for benchmark files).")] = "test",
     judge: Annotated[bool, typer.Option("--judge/--no-judge", help="LLM-judge accuracy (search; needs a teacher).")]
@@ -64,6 +64,7 @@ def eval_command(
     """Evaluate agent variants on datasets of one domain; one MLflow parent run with a nested run per cell."""
     from hasp.config import ParamsError, defaults_notice, load_params, params_file
     from hasp.eval.datasets import DOMAINS, DatasetSpecError, load_datasets
+    from hasp.seeds import seed_library
 
     params = params_file(params)
     if params is None:
@@ -83,7 +84,7 @@ def eval_command(
         except TaskError as e:
             raise _fail(str(e)) from None
     lib = library if library is not None else (
-        (Path(task.library) if task.library is not None else None) if task is not None else Path("skills") / domain)
+        (Path(task.library) if task.library is not None else None) if task is not None else seed_library(domain))
     if task is not None:
         sets, vs = _task_sets(task, names, dataset, limit, lib, p)
         return _finish(p, sets, names, lib, out, model_dir, trained, judge, False, traces, run_name, progress, limit,

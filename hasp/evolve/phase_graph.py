@@ -24,7 +24,7 @@ from typing import Any
 from hasp.fingerprint import content_hash, key_of, module_closure, package_dir
 
 #: where a run keeps its artifacts, by role; dvc.yaml's stages run on this layout
-DVC_LAYOUT: Mapping[str, str] = {"data": "outputs/data", "epoch": "outputs/epoch_0", "library": "skills/search",
+DVC_LAYOUT: Mapping[str, str] = {"data": "outputs/data", "epoch": "outputs/epoch_0", "library": "hasp/skills/search",
                                  "evolved": "outputs/epoch_0/library", "train": "outputs/train", "eval": "outputs/eval",
                                  "out": "outputs"}
 

@@ -2,9 +2,11 @@
 
 Layout (per domain)::
 
-    skills/<domain>/<name>/SKILL.md + hasp.yaml + pf.py              seed skills (project code)
-    skills/<domain>/generated/<name>-v<N>/SKILL.md + hasp.yaml + ...  admitted versions
-    skills/<domain>/library_history.json                             every admission decision
+    <library>/<name>/SKILL.md + hasp.yaml + pf.py              seed skills (project code)
+    <library>/generated/<name>-v<N>/SKILL.md + hasp.yaml + ...  admitted versions
+    <library>/library_history.json                             every admission decision
+
+(the shipped seed libraries are ``hasp/skills/<domain>/``, ``hasp.seeds``)
 
 ``<name>`` is the kebab form of the snake_case skill id, so every folder name equals its
 SKILL.md ``name`` as the Agent Skills spec requires. It is its own module because both the

@@ -1,4 +1,4 @@
-"""Cheap, pure helpers the web-search seed PFs share (``skills/search/*/pf.py``).
+"""Cheap, pure helpers the web-search seed PFs share (``hasp/skills/search/*/pf.py``).
 
 Why a module: 26 seed PFs ask the same small questions of the step context — how
 many steps are left, what the last READ returned, is the question multi-hop, is an

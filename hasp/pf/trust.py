@@ -5,7 +5,7 @@ root, read secrets into a report). Where a folder sits says nothing about who wr
 is explicit and narrow:
 
 * the project's own code: a ``pf.py`` whose bytes are those of a seed folder shipped in the
-  package's ``skills/`` tree (``SEED_ROOT``; seed folders only, never ``generated/``). A library
+  package's ``hasp/skills/`` tree (``SEED_ROOT``; seed folders only, never ``generated/``). A library
   copied for an epoch, a val-gate copy or a snapshot thus still runs its seeds in-process, while
   an edited copy, or any other folder, does not;
 * a folder the user names as trusted (``hasp skills validate --trusted DIR``, which warns).
@@ -24,9 +24,10 @@ from pathlib import Path
 
 from hasp.pf.folder_files import SkillFormatError, read_bytes
 from hasp.pf.layout import GENERATED_DIR
+from hasp.seeds import SEED_LIBRARIES
 
-#: the seed libraries shipped with the package: ``skills/<domain>/<name>/`` next to ``hasp/``
-SEED_ROOT = Path(__file__).resolve().parents[2] / "skills"
+#: the seed libraries shipped inside the package: ``hasp/skills/<domain>/<name>/`` (``hasp.seeds``)
+SEED_ROOT = SEED_LIBRARIES
 PF_FILE = "pf.py"
 
 

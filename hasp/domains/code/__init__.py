@@ -7,7 +7,7 @@
   drop, network namespace, Landlock on reads and writes, seccomp, wall-clock kill),
   ``run_many``, ``pass_at_1``.
 * ``task``: prompt rendering, ``extract_code``, ``score``, and the static-analysis view
-  the code seed PFs (``skills/code``) share.
+  the code seed PFs (``hasp/skills/code``) share.
 """
 
 from .datasets import (

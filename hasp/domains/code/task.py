@@ -1,5 +1,5 @@
 """The code task: one step. The policy sees the problem and emits code; that code is the
-FINAL action's argument; the PFs of ``skills/code`` look at it; the sandbox grades it.
+FINAL action's argument; the PFs of ``hasp/skills/code`` look at it; the sandbox grades it.
 
 * ``render_messages(item)`` – chat messages for the policy.
 * ``extract_code(text)`` – the program inside a completion (```python fences, raw code,
