@@ -231,7 +231,7 @@ def test_the_train_command_keys_its_rounds_on_the_training_questions_and_the_lib
 
     root = Path(__file__).resolve().parents[1]
     lib = tmp_path / "lib"
-    shutil.copytree(root / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "hasp" / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
     data = tmp_path / "data"
     write_jsonl([{"id": "q1", "question": "a?", "answers": ["b"]}], data / "train.jsonl")
     p = Params()
