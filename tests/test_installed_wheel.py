@@ -66,8 +66,15 @@ def _skill(root: Path, name: str, sid: str, desc: str, extra: str = "") -> Path:
 def installed(tmp_path_factory) -> Path:
     """A fresh venv holding the wheel of this checkout; returns its bin folder."""
     base = tmp_path_factory.mktemp("wheel")
+    src = base / "src"  # what a source distribution holds; the build leaves its build/ there, not here
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, src / name)
+    for name in ("hasp", "flows", "tasks"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(base / "dist"), str(ROOT)], check=True, capture_output=True, timeout=600)
+                    str(base / "dist"), str(src)], check=True, capture_output=True, timeout=600)
     wheel = next((base / "dist").glob("hasp-*.whl"))
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -118,16 +125,16 @@ def test_a_users_first_hour_from_an_empty_folder_with_the_installed_wheel(instal
     lib = work / "mylib"
     (_skill(lib, "answer-note", "answer_note", "When the agent answers, a note asks it to check the answer.")
      / "pf.py").write_text(textwrap.dedent(CODE_PF))
-    _skill(lib, "search-note", "search_note", "When the agent searches, a note asks it to read a result next.",
-           "pf:\n  watches: [SEARCH]\n  inject: Read one of the results before you search again.\n"
-           "  max_fires: 1\n  reason: a search was made\n")
+    _skill(lib, "search-note", "search_note", "When the agent searches or answers, a note asks it to read a result.",
+           "pf:\n  watches: [SEARCH, FINAL]\n  inject: Read one of the results before you go on.\n"
+           "  max_fires: 1\n  reason: the agent acted without reading\n")
     _hasp(installed, work, "skills", "validate", "mylib")
     r = _hasp(installed, work, "eval", "--dataset", "mine", "--variants", "pf", "--library", "mylib", "--out", "own",
               "--no-progress")
     own = json.loads((work / "own" / "metrics.json").read_text())["qa-mine"]["pf"]
     assert own["pf_fires"].get("answer_note", 0) >= 1 and own["pf_fires"].get("search_note", 0) >= 1, own["pf_fires"]
     shown = _hasp(installed, work, "show", "own", "--skill", "search_note").stdout
-    assert "PF search_note INJECT_CONTEXT: a search was made" in shown and "question: " in shown
+    assert "PF search_note INJECT_CONTEXT: the agent acted without reading" in shown and "question: " in shown
 
     example = work / "unit_convert"
     shutil.copytree(ROOT / "examples" / "unit_convert", example, ignore=shutil.ignore_patterns("__pycache__"))
