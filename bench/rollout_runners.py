@@ -82,7 +82,7 @@ def main() -> None:
     from hasp.episode.spec import episode_spec
     from hasp.llm.client import LLMClient, LLMConfig
     from hasp.pf.library import load_library
-    from tasks.episodes import TaskRunnerExecutor, api_url, make_executor
+    from hasp.tasks.episodes import TaskRunnerExecutor, api_url, make_executor
 
     params = Params.model_validate({"data": {"n_questions": max(6, a.n), "hop_weights": {1: 0.5, 2: 0.5}},
                                     "llm": {"max_concurrency": a.concurrency}})

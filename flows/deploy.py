@@ -4,7 +4,7 @@
     export PREFECT_API_URL=http://127.0.0.1:4200/api
     prefect work-pool create hasp --type process           # once
     prefect worker start --pool hasp --type process        # terminal 2: runs the flow runs
-    python -m flows.deploy --pool hasp --cron "0 2 * * *" --epochs 1 --mode full --filtering full
+    python -m hasp.flows.deploy --pool hasp --cron "0 2 * * *" --epochs 1 --mode full --filtering full
     prefect deployment run hasp-evolve/nightly-evolve      # a run now, besides the schedule
 
 Unlike ``flows/serve.py`` nothing stays running here: the deployment lives on the server, and the
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flows.schedule import DeployError, add_arguments, flow_parameters, require_server, run_main, schedule_kwargs
+from hasp.flows.schedule import DeployError, add_arguments, flow_parameters, require_server, run_main, schedule_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRYPOINT = "flows/evolve.py:evolve_flow"

@@ -8,7 +8,7 @@
   per-epoch metrics at ``step=epoch``.
 
 Each epoch leaves three Prefect artifacts (summary, candidates and decisions, a link to the MLflow
-run; ``tasks.artifacts``) and the run leaves the files ``dvc plots show`` draws (``<out>/plots/``).
+run; ``hasp.tasks.artifacts``) and the run leaves the files ``dvc plots show`` draws (``<out>/plots/``).
 
 Runs without a server (ephemeral Prefect). Every task is cached on content hashes,
 so re-running an unchanged epoch replays summaries from the cache and skips the
@@ -38,11 +38,11 @@ from hasp.llm.endpoints import LazyPolicy
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from hasp.track.dvc_plots import write_plot_data
-from tasks import phases
-from tasks.artifacts import publish_epoch
-from tasks.cache import output_complete, outputs_complete
-from tasks.episodes import make_executor
-from tasks.phases import settle
+from hasp.tasks import phases
+from hasp.tasks.artifacts import publish_epoch
+from hasp.tasks.cache import output_complete, outputs_complete
+from hasp.tasks.episodes import make_executor
+from hasp.tasks.phases import settle
 
 def tracking_code_version(*roots: str) -> str:
     """Code key of a tracking task only (MLflow logging): it is left out of the phases' key, so
@@ -74,7 +74,7 @@ def _fresh(*paths: Path) -> bool:
 
 def _phase(pipe: Pipeline, name: str, task: Any, outputs: tuple[Path, ...], *args: Any, **kwargs: Any) -> Any:
     """One cached phase: it re-runs when one of its ``outputs`` is missing or incomplete, and a phase
-    whose model calls failed returns its summary without being cached (``tasks.phases.settle``)."""
+    whose model calls failed returns its summary without being cached (``hasp.tasks.phases.settle``)."""
     call = task.with_options(refresh_cache=_fresh(*outputs)) if outputs else task
     return pipe.run(name, settle(call), *args, **kwargs)
 

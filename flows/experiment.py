@@ -5,7 +5,7 @@
 1. the data (reused when the folder is complete) and the untrained agent on the test split, without
    and with PFs;
 2. per preset, ``loop.phases`` phases from the base model. V1 (open): the recipe on a frozen library.
-   V2 (closed): each phase first runs one evolution epoch (``flows.evolve.run_epoch``; ``full`` or
+   V2 (closed): each phase first runs one evolution epoch (``hasp.flows.evolve.run_epoch``; ``full`` or
    ``lite`` from the preset) with the current checkpoint as policy and student, then refreshes the
    data with the library it carried, then trains from the current checkpoint. Data refresh means: SFT
    and DPO get a new PF-aware rollout pool of the current checkpoint (Phase A) and its rows (the epoch's
@@ -36,8 +36,8 @@ from typing import Any
 
 from prefect import flow
 
-from flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, copy_output, epoch_phase_count
-from flows.evolve import run_epoch, tracking_code_version
+from hasp.flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, copy_output, epoch_phase_count
+from hasp.flows.evolve import run_epoch, tracking_code_version
 from hasp.atomic import write_json
 from hasp.config import Params, load_params
 from hasp.eval.ceiling import CEILING_KEY
@@ -50,10 +50,10 @@ from hasp.fingerprint import content_hash, key_of, module_closure
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from hasp.provenance import PROVENANCE_KEY, provenance
-from tasks import experiment as texp
-from tasks.episodes import make_executor
-from tasks import phases
-from tasks.cache import output_complete, outputs_complete
+from hasp.tasks import experiment as texp
+from hasp.tasks.episodes import make_executor
+from hasp.tasks import phases
+from hasp.tasks.cache import output_complete, outputs_complete
 
 GRID_MODULES = ("hasp.train.run", "hasp.train.sampler", "hasp.train.rs", "hasp.train.opd", "hasp.train.dpo",
                 "hasp.train.rounds", "hasp.train.hindsight", "hasp.train.presets", "hasp.eval.runner")

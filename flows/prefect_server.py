@@ -3,7 +3,7 @@
 Without ``PREFECT_API_URL`` Prefect starts a temporary API server (uvicorn) in a subprocess and
 stops it from an ``atexit`` hook, which a SIGKILL, an OOM kill or an unhandled SIGTERM never runs:
 the ~200 MB server then outlives the run indefinitely. Here the run starts the same server itself,
-through ``flows.services.running`` (the server ends with this process however it ends), points
+through ``hasp.flows.services.running`` (the server ends with this process however it ends), points
 Prefect at it for the duration of the block, and reports servers left by an earlier crash.
 
 Prefect sends run logs and events from background queues that drain at interpreter exit. If the
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from flows.services import running
+from hasp.flows.services import running
 from hasp.llm.guard import report_stale
 from hasp.llm.server import free_port
 

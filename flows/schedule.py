@@ -1,5 +1,5 @@
-"""What a scheduled evolution deployment is made of, shared by ``flows.serve`` (the flow runs in
-the serving process) and ``flows.deploy`` (the flow runs on a work pool's worker): the command-line
+"""What a scheduled evolution deployment is made of, shared by ``hasp.flows.serve`` (the flow runs in
+the serving process) and ``hasp.flows.deploy`` (the flow runs on a work pool's worker): the command-line
 arguments, the flow parameters, the schedule, and the checks that turn a bad argument or an absent
 server into one error line before anything is registered."""
 

@@ -2,7 +2,7 @@
 
     .venv/bin/prefect server start &          # once, in another terminal
     export PREFECT_API_URL=http://127.0.0.1:4200/api
-    .venv/bin/python -m flows.serve --cron "0 2 * * *" --epochs 3 --mode lite --filtering full
+    .venv/bin/python -m hasp.flows.serve --cron "0 2 * * *" --epochs 3 --mode lite --filtering full
 
 ``flow.serve`` registers a deployment named ``hasp-evolve/<name>`` with the schedule and keeps
 this process alive to run the scheduled flow runs (Ctrl-C stops serving; the deployment stays).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from flows.evolve import evolve_flow
-from flows.schedule import add_arguments, flow_parameters, require_server, run_main, schedule_kwargs
+from hasp.flows.evolve import evolve_flow
+from hasp.flows.schedule import add_arguments, flow_parameters, require_server, run_main, schedule_kwargs
 
 
 def _main(argv: list[str] | None) -> None:

@@ -2,7 +2,7 @@
 
 A cache key built from them changes when a skill file, a dataset row, a knob or a module's source
 changes, and stays the same when the project moves or an unchanged step runs again. The Prefect cache
-(``tasks.cache``) and the phase graph (``hasp.evolve.phase_graph``) both key on these.
+(``hasp.tasks.cache``) and the phase graph (``hasp.evolve.phase_graph``) both key on these.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Prefect tasks of the post-training grid: train one phase of a preset, evaluate arms, log the grid.
 
-Like ``tasks.phases`` each task takes a ``cache_key`` the flow builds from content hashes (data,
+Like ``hasp.tasks.phases`` each task takes a ``cache_key`` the flow builds from content hashes (data,
 library, checkpoint identity, the resolved train section); live clients and paths are not part of
-it. The evolution epochs and the rollout pool reuse ``tasks.phases`` unchanged.
+it. The evolution epochs and the rollout pool reuse ``hasp.tasks.phases`` unchanged.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from prefect import task
 
 from hasp.config import Params, TrainParams
 from hasp.provenance import Provenance
-from tasks.cache import BY_CACHE_KEY
+from hasp.tasks.cache import BY_CACHE_KEY
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from hasp.config import Params
 from hasp.domains.search.prepare import prepare_data as prepare_search_data
 from hasp.evolve import epoch as ep
-from tasks.cache import BY_CACHE_KEY
+from hasp.tasks.cache import BY_CACHE_KEY
 
 _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
 

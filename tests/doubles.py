@@ -105,7 +105,7 @@ class GoldPolicyDouble:
 
 
 class GridClientsDouble:
-    """The model clients of an experiment grid (``flows.experiment.GridClients``): one policy double for
+    """The model clients of an experiment grid (``hasp.flows.experiment.GridClients``): one policy double for
     every checkpoint, one student double; records which checkpoint folder each greedy policy, student
     and sampling call was asked for, with the sampling settings."""
 

@@ -21,7 +21,7 @@ def test_module_closure_follows_function_level_imports():
 
 def test_how_results_are_logged_is_not_in_the_key_of_what_produced_them():
     """Editing MLflow logging must not re-run rollouts or training (hours), only the tracking task."""
-    from flows.experiment import GRID_MODULES
+    from hasp.flows.experiment import GRID_MODULES
     from hasp.evolve.phase_graph import epoch_code_paths
 
     phases = {*epoch_code_paths(), *(str(f.relative_to(ROOT)) for f in module_closure(GRID_MODULES))}
@@ -33,7 +33,7 @@ def test_how_results_are_logged_is_not_in_the_key_of_what_produced_them():
 def test_code_version_does_not_depend_on_what_is_imported():
     # The regression: the key came from sys.modules, so a second identical flow run in the same
     # interpreter (after more hasp modules had been imported lazily) missed the whole cache.
-    probe = ("import flows.evolve as fe; a = fe.code_version(); import hasp.eval.cli, hasp.pf.search_support;"
+    probe = ("import hasp.flows.evolve as fe; a = fe.code_version(); import hasp.eval.cli, hasp.pf.search_support;"
              " print(a == fe.code_version(), a)")
     outs = [subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
             .stdout.split() for _ in range(2)]

@@ -16,7 +16,7 @@ from doubles import SearchingPolicyDouble
 from hasp.config import load_params
 from hasp.domains.search.prepare import prepare_data
 from hasp.progress import Pipeline
-from tasks.cache import output_complete, outputs_complete
+from hasp.tasks.cache import output_complete, outputs_complete
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def world(tmp_path_factory):
 def test_fresh_out_gets_the_val_trajectories_of_a_cache_hit(prefect_harness, world) -> None:
     from prefect import flow
 
-    from flows.evolve import _val_phase
+    from hasp.flows.evolve import _val_phase
 
     work, params = world
     policy = SearchingPolicyDouble()
@@ -84,7 +84,7 @@ def test_fresh_out_gets_the_val_trajectories_of_a_cache_hit(prefect_harness, wor
 
 
 def test_scratch_of_a_killed_run_is_swept(tmp_path: Path) -> None:
-    from flows.evolve import sweep_scratch
+    from hasp.flows.evolve import sweep_scratch
 
     (tmp_path / "valgate-skill_x-abc" / "library").mkdir(parents=True)
     (tmp_path / "valgate-skill_x-abc" / "library" / "SKILL.md").write_text("x")

@@ -118,7 +118,7 @@ def test_prefect_server_of_a_run_ends_when_the_run_is_killed(tmp_path: Path) -> 
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent("""
         import time
-        from flows.prefect_server import owned_prefect_server
+        from hasp.flows.prefect_server import owned_prefect_server
         with owned_prefect_server() as url:
             print(url, flush=True)
             time.sleep(600)
@@ -145,7 +145,7 @@ def test_run_logs_reach_the_owned_prefect_server_before_it_stops(tmp_path: Path)
     script.write_text(textwrap.dedent("""
         import time
         from prefect import flow, task, get_run_logger
-        from flows.prefect_server import owned_prefect_server
+        from hasp.flows.prefect_server import owned_prefect_server
 
         @task
         def episode(i):

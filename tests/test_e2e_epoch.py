@@ -48,7 +48,7 @@ def monkeypatch_module():
 
 @pytest.fixture(scope="module")
 def first_run(epoch_env):
-    from flows.evolve import evolve_epoch_flow
+    from hasp.flows.evolve import evolve_epoch_flow
 
     res = evolve_epoch_flow(params_path=str(epoch_env / "params.yaml"), out_root=str(epoch_env / "outputs"),
                             library=str(epoch_env / "skills" / "search"))
@@ -104,7 +104,7 @@ def test_mlflow_run_has_metrics_and_artifacts(first_run):
 
 
 def test_second_run_is_served_from_cache(first_run):
-    from flows.evolve import evolve_epoch_flow
+    from hasp.flows.evolve import evolve_epoch_flow
 
     work, res = first_run
     before = (work / "outputs" / "epoch_0" / "rollout.jsonl").read_bytes()

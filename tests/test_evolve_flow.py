@@ -33,7 +33,7 @@ def env(tmp_path_factory, prefect_harness):
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    import flows.evolve as fe
+    import hasp.flows.evolve as fe
 
     doubles = {"policy": SearchingPolicyDouble(), "student": StudentDouble()}
     mp.setattr(fe, "make_clients", lambda p, out: fe.Clients(policy=doubles["policy"], student=doubles["student"],
@@ -43,7 +43,7 @@ def env(tmp_path_factory, prefect_harness):
 
 
 def _run(work: Path):
-    from flows.evolve import evolve_flow
+    from hasp.flows.evolve import evolve_flow
 
     return evolve_flow(epochs=2, mode="full", filtering="full", params_path=str(work / "params.yaml"),
                        out_root=str(work / "outputs"), library=str(work / "skills" / "search"))
@@ -212,7 +212,7 @@ def test_unchanged_rerun_hits_the_cache(first):
 
 def test_single_epoch_flow_still_runs_with_the_gate(env):
     """``evolve_epoch_flow`` (``hasp demo``) runs the same epoch tasks, then evaluation and one MLflow run."""
-    from flows.evolve import evolve_epoch_flow
+    from hasp.flows.evolve import evolve_epoch_flow
 
     work, doubles = env
     res = evolve_epoch_flow(params_path=str(work / "params.yaml"), out_root=str(work / "single"),
@@ -229,7 +229,7 @@ def test_single_epoch_flow_still_runs_with_the_gate(env):
 
 def test_serve_registers_evolve_flow_with_a_cron_schedule(monkeypatch):
     """Argument handling only; the scheduled flow on a real server and worker is tests/test_services.py."""
-    import flows.serve as serve
+    import hasp.flows.serve as serve
 
     seen = {}
     monkeypatch.setattr(serve.evolve_flow, "serve", lambda **kw: seen.update(kw))

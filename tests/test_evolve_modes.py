@@ -446,7 +446,7 @@ def test_cli_gate_writes_an_empty_gate_file_when_the_val_gate_is_off(tmp_path):
 
 
 def test_cli_run_passes_mode_filtering_and_val_gate_to_the_flow(monkeypatch, capsys):
-    import flows.evolve as fe
+    import hasp.flows.evolve as fe
     from hasp.cli import main
 
     seen = {}

@@ -53,7 +53,7 @@ def env(tmp_path_factory, prefect_harness, tiny_model_dir):
     rows = [r for split in ("train", "val", "test") for r in read_jsonl(work / "data" / f"{split}.jsonl")]
     gold = {r["question"]: r["answers"][0] for r in rows}
     correct = [r["question"] for i, r in enumerate(rows) if i % 2 == 0]  # half of every split is answered
-    import flows.experiment as fx
+    import hasp.flows.experiment as fx
 
     clients = GridClientsDouble(GoldPolicyDouble(gold, correct), StudentDouble())
     mp.setattr(fx, "make_grid_clients", lambda p: clients)
@@ -62,7 +62,7 @@ def env(tmp_path_factory, prefect_harness, tiny_model_dir):
 
 
 def _run(work: Path, model: Path):
-    from flows.experiment import experiment_flow
+    from hasp.flows.experiment import experiment_flow
 
     return experiment_flow(presets=[PRESET], params_path=str(work / "params.yaml"), out_root=str(work / "out"),
                            library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
@@ -218,7 +218,7 @@ def test_the_preset_run_again_from_nothing_reproduces_its_training_and_answers(f
 
     work, clients, model, res = first
     calls = clients._policy.calls.n
-    from flows.experiment import experiment_flow
+    from hasp.flows.experiment import experiment_flow
 
     again = experiment_flow(presets=[PRESET], params_path=str(work / "params.yaml"), out_root=str(work / "out_again"),
                             library=str(work / "skills" / "search"), data_dir=str(work / "data"), model=str(model))
@@ -241,7 +241,7 @@ def test_the_preset_run_again_from_nothing_reproduces_its_training_and_answers(f
 
 def test_the_untrained_evaluation_is_keyed_on_evaluation_code_only():
     """Editing a recipe re-runs training and the trained evaluation, not the untrained agent's."""
-    from flows.experiment import GRID_MODULES
+    from hasp.flows.experiment import GRID_MODULES
     from hasp.eval.journal import EVAL_MODULES
     from hasp.fingerprint import module_closure
 
@@ -284,7 +284,7 @@ def test_a_preset_that_cannot_train_is_recorded_and_the_grid_goes_on(env, monkey
     metrics and MLflow parent run hold both."""
     import mlflow
 
-    import flows.experiment as fx
+    import hasp.flows.experiment as fx
     from doubles import ScriptedPolicyDouble
 
     work, clients, model = env
@@ -301,7 +301,7 @@ def test_a_preset_that_cannot_train_is_recorded_and_the_grid_goes_on(env, monkey
 
     monkeypatch.setattr(fx, "make_grid_clients",
                         lambda p: ProseSamplerDouble(clients._policy, StudentDouble()))
-    from flows.experiment import experiment_flow
+    from hasp.flows.experiment import experiment_flow
 
     out = work / "out_failing"
     res = experiment_flow(presets=["E2_cpu", "E1_cpu"], params_path=str(work / "params.yaml"), out_root=str(out),
@@ -323,7 +323,7 @@ def test_a_closed_loop_sft_phase_where_nothing_was_admitted_trains_on_the_epochs
     rows, training and both trained evaluations follow from it as usual."""
     import mlflow
 
-    from flows.experiment import experiment_flow
+    from hasp.flows.experiment import experiment_flow
 
     work, clients, model = env
     params = yaml.safe_load((work / "params.yaml").read_text())
@@ -360,7 +360,7 @@ def test_a_closed_loop_sft_phase_where_nothing_was_admitted_trains_on_the_epochs
 def test_a_closed_loop_sft_phase_with_objective_ab_trains_on_its_own_epochs_skill_rows_too(env):
     """E4_cpu with train.objective AB: each phase's trainer reads one file holding that phase's refreshed
     policy rows followed by the skill-author rows of that phase's own evolution epoch."""
-    from flows.experiment import experiment_flow
+    from hasp.flows.experiment import experiment_flow
     from hasp.atomic import read_jsonl
 
     work, clients, model = env
@@ -393,7 +393,7 @@ def test_a_later_closed_loop_phase_without_rows_keeps_its_start_checkpoint(tmp_p
     from hasp.config import load_params
     from hasp.train.rounds import RecipeError
     from hasp.train.run import SUMMARY_FILE
-    from tasks.experiment import train_phase
+    from hasp.tasks.experiment import train_phase
 
     p = load_params(ROOT / "params.yaml")
     t = p.train.model_copy(update={"recipe": "sft"})
@@ -420,7 +420,7 @@ def test_a_closed_loop_rs_phase_with_an_empty_kept_set_keeps_the_previous_checkp
 
     import mlflow
 
-    import flows.experiment as fx
+    import hasp.flows.experiment as fx
     from doubles import ScriptedPolicyDouble
 
     work, clients, model = env
@@ -437,7 +437,7 @@ def test_a_closed_loop_rs_phase_with_an_empty_kept_set_keeps_the_previous_checkp
 
     double = ProseAfterPhase0Double(clients._policy, StudentDouble())
     monkeypatch.setattr(fx, "make_grid_clients", lambda p: double)
-    from flows.experiment import experiment_flow
+    from hasp.flows.experiment import experiment_flow
 
     out = work / "out_empty_phase"
     res = experiment_flow(presets=[PRESET], params_path=str(work / "params.yaml"), out_root=str(out),

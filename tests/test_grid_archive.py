@@ -186,7 +186,7 @@ def test_an_archived_untrained_evaluation_is_a_cache_hit_on_a_fresh_machine(tmp_
     from prefect import flow, task
 
     from hasp.track.grid_archive import RECORDS_DIR, keep_untrained_record, restore_untrained
-    from tasks.cache import BY_CACHE_KEY
+    from hasp.tasks.cache import BY_CACHE_KEY
 
     calls: list[str] = []
     summaries = {"k-untrained": {"untrained_pf": {"n": 3, "em": 0.0, "f1": 0.1}},

@@ -39,8 +39,8 @@ def epoch_dir(tmp_path: Path) -> Path:
 def test_failed_proposals_are_reported_and_retried_not_cached(prefect_harness, epoch_dir: Path) -> None:
     from prefect import flow
 
-    from flows.evolve import proposals_line
-    from tasks import phases
+    from hasp.flows.evolve import proposals_line
+    from hasp.tasks import phases
 
     params = load_params(ROOT / "params.yaml", {"evolve.max_candidates": 2, "evolve.mode": "full",
                                                "evolve.proposal_format": "code"})
@@ -88,7 +88,7 @@ def test_failed_summaries_are_counted_and_the_analysis_is_retried_not_cached(pre
     from doubles import OpenAIEndpointDouble
     from hasp.agent.rollout import write_trajectories
     from hasp.llm.client import LLMClient, LLMConfig
-    from tasks import phases
+    from hasp.tasks import phases
 
     shutil.copytree(ROOT / "hasp" / "skills" / "search", tmp_path / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     trajs = [scripted_traj(f"q{i}", [("SEARCH", "who"), ("FINAL", "Oslo")], question=f"Where was q{i} born?",

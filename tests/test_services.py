@@ -23,7 +23,7 @@ import pytest
 import yaml
 from doubles import OpenAIEndpointDouble
 
-from flows.services import (ServiceError, mlflow_server_command, port_in_use, prefect_server_command,
+from hasp.flows.services import (ServiceError, mlflow_server_command, port_in_use, prefect_server_command,
                             prefect_worker_command, running, wait_healthy)
 from hasp.llm.server import free_port
 
@@ -115,7 +115,7 @@ def deployed_run(stack):
         params = tiny_params(work, ep.base_url)
         shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
                         ignore=shutil.ignore_patterns("__pycache__"))
-        out = sh([PY, "-m", "flows.deploy", "--pool", POOL, "--cron", "0 2 * * *", "--timezone", "UTC",
+        out = sh([PY, "-m", "hasp.flows.deploy", "--pool", POOL, "--cron", "0 2 * * *", "--timezone", "UTC",
                   "--epochs", "1", "--mode", "lite", "--filtering", "full", "--params", str(params),
                   "--out", str(work / "outputs"), "--library", str(work / "skills" / "search"),
                   "--env", f"MLFLOW_TRACKING_URI={stack['mlflow']}"], env).stdout
@@ -185,14 +185,14 @@ def test_the_run_logged_to_the_mlflow_server_over_http(stack, deployed_run):
 
 
 def deploy_error(api: str, argv: list[str], monkeypatch, capsys) -> list[str]:
-    """``flows.deploy`` in this process against ``api``: its exit code must be 2; its stderr lines."""
+    """``hasp.flows.deploy`` in this process against ``api``: its exit code must be 2; its stderr lines."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    import flows.deploy
+    import hasp.flows.deploy
 
     monkeypatch.setenv("PREFECT_API_URL", api)
     with temporary_settings(updates={PREFECT_API_URL: api}), pytest.raises(SystemExit) as e:
-        flows.deploy.main(argv)
+        hasp.flows.deploy.main(argv)
     assert e.value.code == 2
     return capsys.readouterr().err.strip().splitlines()
 
@@ -208,22 +208,22 @@ def test_deploy_without_a_server_is_one_line(monkeypatch, capsys):
     assert deploy_error(api, ["--pool", POOL], monkeypatch, capsys) == [
         f"error: no Prefect server answers at PREFECT_API_URL={api}: start it with `prefect server start`"]
     monkeypatch.delenv("PREFECT_API_URL")
-    import flows.deploy
+    import hasp.flows.deploy
 
     with pytest.raises(SystemExit):
-        flows.deploy.main(["--pool", POOL])
+        hasp.flows.deploy.main(["--pool", POOL])
     assert capsys.readouterr().err.startswith("error: PREFECT_API_URL is not set: start a server")
 
 
 def test_bad_deploy_arguments_are_one_line_before_any_server(tmp_path, capsys):
-    import flows.deploy
+    import hasp.flows.deploy
 
     (tmp_path / "params.yaml").write_text("agent: {max_stepz: 3}\n")
     for argv, start in ((["--source", str(tmp_path)], f"error: --source {tmp_path}: no flows/evolve.py there"),
                         (["--params", str(tmp_path / "params.yaml")], f"error: {tmp_path / 'params.yaml'}"),
                         (["--env", "NOEQUALS"], "error: --env 'NOEQUALS': expected KEY=VALUE")):
         with pytest.raises(SystemExit) as e:
-            flows.deploy.main(["--pool", POOL, *argv])
+            hasp.flows.deploy.main(["--pool", POOL, *argv])
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and err[0].startswith(start), (argv, err)
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def world(tmp_path_factory: pytest.TempPathFactory, prefect_harness: Path) -> Any:
     """Prepared data, a greedy endpoint double, and a dask executor (cluster started on first use)."""
     from hasp.domains.search.prepare import prepare_data
-    from tasks.episodes import make_executor
+    from hasp.tasks.episodes import make_executor
 
     data = tmp_path_factory.mktemp("runner_data")
     params = Params.model_validate({"data": {"n_questions": 10, "hop_weights": {1: 1.0}},

@@ -387,7 +387,7 @@ from hasp.cli.show import show_command  # noqa: E402 - `hasp show`: the samples 
 def _task_runner_executor(runner: Any) -> Any:
     """Episodes through a Prefect task runner (``runner.kind`` other than threads); Prefect is
     imported only when such a runner is asked for."""
-    from tasks.episodes import make_executor
+    from hasp.tasks.episodes import make_executor
 
     return make_executor(runner)
 

@@ -45,8 +45,8 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
     found = params_path(params)
     prefect_env()
-    from flows.evolve import evolve_flow
-    from flows.prefect_server import owned_prefect_server
+    from hasp.flows.evolve import evolve_flow
+    from hasp.flows.prefect_server import owned_prefect_server
 
     with owned_prefect_server():  # ends with this process, even on SIGKILL
         res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(found) if found else None,
@@ -73,8 +73,8 @@ def prefect_env() -> None:
 def run_epoch_flow(params: Path | None, out: Path, library: Path) -> dict:
     """One full evolution epoch as a Prefect flow (``hasp demo``); returns the flow's result."""
     prefect_env()
-    from flows.evolve import evolve_epoch_flow
-    from flows.prefect_server import owned_prefect_server
+    from hasp.flows.evolve import evolve_epoch_flow
+    from hasp.flows.prefect_server import owned_prefect_server
 
     with owned_prefect_server():
         return evolve_epoch_flow(params_path=str(params) if params else None, out_root=str(out), library=str(library))

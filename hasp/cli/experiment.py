@@ -53,8 +53,8 @@ def _run(names: list[str], params: Optional[Path], out: Path, library: Path, dat
     from hasp.cli.train import one_line_errors
 
     prefect_env()
-    from flows.experiment import experiment_flow
-    from flows.prefect_server import owned_prefect_server
+    from hasp.flows.experiment import experiment_flow
+    from hasp.flows.prefect_server import owned_prefect_server
 
     with one_line_errors(), owned_prefect_server():
         res = experiment_flow(presets=names, params_path=str(found) if found else None, out_root=str(out), library=str(library),

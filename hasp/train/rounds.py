@@ -48,7 +48,7 @@ class RecipeError(ValueError):
 
 class NoRowsError(RecipeError):
     """The sampled episodes left nothing to train on. Unlike a bad setting this is a result of the policy:
-    a closed loop's later phase keeps its start checkpoint on it (``tasks.experiment.train_phase``)."""
+    a closed loop's later phase keeps its start checkpoint on it (``hasp.tasks.experiment.train_phase``)."""
 
 
 @dataclass
