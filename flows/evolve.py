@@ -18,7 +18,6 @@ For a schedule, see ``flows/serve.py`` (served from one process) and ``flows/dep
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from hasp.llm.endpoints import teacher_client
 from hasp.llm.endpoints import LazyPolicy
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
+from hasp.seeds import seed_library
 from hasp.track.dvc_plots import write_plot_data
 from hasp.tasks import phases
 from hasp.tasks.artifacts import publish_epoch

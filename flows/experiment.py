@@ -28,7 +28,6 @@ evolve/epoch_<i>/`` (V2), ``<out>/<preset>/eval/``, ``<out>/eval_untrained/``, `
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import os
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ from hasp.fingerprint import content_hash, key_of, module_closure
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
 from hasp.provenance import PROVENANCE_KEY, provenance
+from hasp.seeds import seed_library
 from hasp.tasks import experiment as texp
 from hasp.tasks.episodes import make_executor
 from hasp.tasks import phases

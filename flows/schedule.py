@@ -5,7 +5,6 @@ server into one error line before anything is registered."""
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import argparse
 import os
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import ParamsError, load_params
+from hasp.seeds import seed_library
 
 
 class DeployError(RuntimeError):

@@ -177,3 +177,19 @@ def test_validate_names_an_agent_skills_violation(library):
     folder = json.loads(r.stdout)["folders"][0]
     assert r.exit_code == 1 and folder["checks"]["agent_skills"] == "fail"
     assert any("must match skill name" in e for e in folder["errors"])
+
+
+def test_list_reads_a_user_library_of_any_name_with_its_declared_pf(tmp_path):
+    """The library's domain comes from what its skills declare, not from the folder's name, and a
+    user's skill is labelled user, not seed."""
+    lib = tmp_path / "mylib" / "search-note"
+    lib.mkdir(parents=True)
+    (lib / "SKILL.md").write_text("---\nname: search-note\ndescription: When the agent searches, a note asks it "
+                                  "to read a result.\n---\n\n# Search note\n")
+    (lib / "hasp.yaml").write_text("skill_id: search_note\ntitle: Search note\nversion: 1\npriority: 0.5\n"
+                                   "error_category: other\ndomain: search\napplicable_modes: [all]\n"
+                                   "pf:\n  watches: [SEARCH]\n  inject: Read a result.\n  reason: searched\n")
+    r = invoke("list", "--library", str(tmp_path / "mylib"))
+    assert r.exit_code == 0 and "error:" not in r.output, r.output
+    row = next(line for line in r.output.splitlines() if "search_note" in line)
+    assert "user" in row and "seed" not in row

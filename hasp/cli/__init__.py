@@ -6,7 +6,6 @@ Heavy imports happen inside commands so ``hasp --help`` stays fast.
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ import typer
 
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 from hasp.cli.skills import skills_app
+from hasp.seeds import seed_library
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

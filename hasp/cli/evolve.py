@@ -7,7 +7,6 @@ that run them: the library below it stays importable and testable without Prefec
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import json
 import os
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
+from hasp.seeds import seed_library
 
 
 def register(evolve_app: typer.Typer) -> None:

@@ -6,7 +6,6 @@ typo is one line (exit 2), not a flow run that fails.
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
+from hasp.seeds import seed_library
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Output root of the grid.")]
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Starting skill library (V1 keeps it frozen).")]

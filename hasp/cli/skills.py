@@ -8,7 +8,6 @@ so ``hasp --help`` stays fast.
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import difflib
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -16,6 +15,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from hasp.console import console
+from hasp.seeds import seed_library
 
 skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate.",
                          no_args_is_help=True)
@@ -112,6 +112,29 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
             "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
 
 
+def _source(s: Any) -> str:
+    """generated (admitted by evolution), seed (a shipped seed folder, or a byte-identical copy of
+    one, as the trust check sees it) or user (anything else, edited seeds included)."""
+    from hasp.pf.folder_files import read_bytes
+    from hasp.seeds import SEED_LIBRARIES
+
+    if s.generated:
+        return "generated"
+
+    def files(folder: Path) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for name in ("SKILL.md", "hasp.yaml", "pf.py"):
+            try:
+                out.append(read_bytes(folder / name) if (folder / name).exists() else None)
+            except Exception:  # noqa: BLE001 - an unreadable file makes the folder not a seed's
+                out.append(b"<unreadable>")
+        return out
+
+    here = files(s.path)
+    seeds = [d / s.path.name for d in sorted(SEED_LIBRARIES.iterdir()) if (d / s.path.name).is_dir()]
+    return "seed" if any(files(d) == here for d in seeds) else "user"
+
+
 @skills_app.command("list")
 def skills_list(library: LibraryOpt = seed_library("search")) -> None:
     """Active skills (highest version of each): version, priority, source, handler, teacher, watched actions, A+B."""
@@ -127,7 +150,7 @@ def skills_list(library: LibraryOpt = seed_library("search")) -> None:
             t.add_column(col, no_wrap=col != "description")
         for s in lib.skills:
             f = _pf_facts(s.path, s.skill_id)
-            t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", "generated" if s.generated else "seed",
+            t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", _source(s),
                       f["handler"], f["teacher"], f["watches"], f["ab"], escape(s.spec.description[:70]))
         console().print(t)
         for e in lib.load_errors:

@@ -9,7 +9,6 @@ nothing ends the command with one line and exit code 2.
 
 from __future__ import annotations
 
-from hasp.seeds import seed_library
 import contextlib
 import json
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from hasp.cli.params import ParamsOpt, params_or_exit
+from hasp.seeds import seed_library
 
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="Model to train: a local HF folder or a hub name in the local cache "

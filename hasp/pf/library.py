@@ -193,6 +193,25 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str],
     return Skill(spec=spec, path=folder, version=version, generated=generated, pf=pf)
 
 
+BUILT_IN_DOMAINS = ("search", "math", "code")
+
+
+def library_domain(root: Path) -> str:
+    """The domain of a library given without one: its folder's name when that is a built-in domain
+    (the seed layout), else the ``domain`` most of its skills declare (read defensively; a folder
+    that does not load says nothing), else search."""
+    if root.name in BUILT_IN_DOMAINS:
+        return root.name
+    declared: dict[str, int] = {}
+    for versions in (scan_versions(root).values() if root.is_dir() else ()):
+        try:
+            d = load_skill(versions[-1][1]).domain
+        except Exception:  # noqa: BLE001 - the loader reports the folder; here it just does not vote
+            continue
+        declared[d] = declared.get(d, 0) + 1
+    return max(sorted(declared), key=declared.__getitem__) if declared else "search"
+
+
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
                  include_generated: bool = True, sandbox: SandboxParams | None = None) -> SkillLibrary:
     """Load the highest working version of every skill under ``root``.
@@ -205,7 +224,7 @@ def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_L
     broken the next one down is tried, so a bad admitted version degrades the skill to its last
     working version instead of removing it; the fallback is reported too.
     """
-    domain = domain or root.name
+    domain = domain or library_domain(root)
     lib = SkillLibrary(domain=domain, root=root)
     for base, versions in candidate_versions(root, include_generated).items():
         for i, found in enumerate(versions):
