@@ -117,9 +117,22 @@ def _json_int(digits: str) -> int:
 
 def json_load(text: str) -> Any:
     """``json.loads`` under the same limits: depth checked on the brackets before parsing, big integers
-    refused; a syntax error stays a ``json.JSONDecodeError`` (both are ``ValueError``)."""
+    and the non-JSON constants ``NaN`` / ``Infinity`` refused (a model's score must be a number), a
+    float that overflows to infinity too; a syntax error stays a ``json.JSONDecodeError`` (all are
+    ``ValueError``)."""
     _size(text)
     depth = _json_depth(text)
     if depth > MAX_DEPTH:
         raise ParseRefused(f"nested {depth} levels deep (at most {MAX_DEPTH})")
-    return json.loads(text, parse_int=_json_int)
+    return json.loads(text, parse_int=_json_int, parse_constant=_json_constant, parse_float=_json_float)
+
+
+def _json_constant(name: str) -> Any:
+    raise ParseRefused(f"{name} is not a JSON number")
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ParseRefused(f"{text[:40]} overflows a float")
+    return value

@@ -20,7 +20,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def default_of(model: type[BaseModel], name: str) -> Any:

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -67,6 +66,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
+from hasp.bounded import json_load
 from hasp.pyast import parse_python
 from hasp.config import EvolveParams
 from hasp.records import Trajectory
@@ -684,8 +684,8 @@ def _json_object(text: str) -> tuple[dict[str, Any] | None, str]:
     if start < 0:
         return None, ""
     try:
-        obj = json.loads(body[start:end + 1] if end > start else body[start:])
-    except json.JSONDecodeError as e:
+        obj = json_load(body[start:end + 1] if end > start else body[start:])
+    except ValueError as e:  # a syntax error, or what the bounded parser refuses (NaN, depth, size)
         return None, f"invalid JSON: {e}"
     return (obj, "") if isinstance(obj, dict) else (None, "invalid JSON: not an object")
 

@@ -32,7 +32,7 @@ MAX_INJECT_CHARS = 600
 class Rewrite(BaseModel):
     """Replace the proposed action by ``action`` with its argument from the first source that yields one."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     action: str
     #: a source name, or several tried in order
     arg: str | list[str]
@@ -51,7 +51,7 @@ class PFDeclaration(BaseModel):
     """One declared PF: which actions it watches, when it fires, and its repair (exactly one of
     ``rewrite`` / ``inject``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     watches: list[str] = Field(min_length=1)
     #: AND-ed conditions: names (``!name`` negates), ``{field, op, value}``, ``{any: [...]}``, ``{not: c}``
     when: list[str | dict[str, Any]] = Field(default_factory=list)

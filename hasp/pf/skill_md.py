@@ -56,7 +56,7 @@ def snake(name: str) -> str:
 
 
 class PhaseSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     #: AND-ed; names or small JSON objects, evaluated by ``hasp.pf.conditions``
     conditions: list[str | dict[str, Any]] = Field(default_factory=list)
     priority_boost: float = 0.0
@@ -67,7 +67,7 @@ class PhaseSpec(BaseModel):
 class SkillSpec(BaseModel):
     """One skill: the Agent Skills keys, HASP's keys and the markdown body."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
     skill_id: str
     name: str = ""
     description: str = Field("", max_length=MAX_DESCRIPTION)
