@@ -42,3 +42,55 @@ def test_a_model_reply_with_a_number_that_is_not_finite_is_refused(text):
     with pytest.raises(ParseRefused):
         json_load(text)
     assert json_load('{"score": 0.5}') == {"score": 0.5}
+
+
+HOSTILE = "\x1b[2K\x1b]0;owned\x07\x1b[8mhidden\x1b[0m \u202egnp.exe [/bold][link=x]"
+_PF = '''
+from hasp.pf import register_pf
+from hasp.pf.base import ProgramFunction
+
+
+@register_pf("hostile_text")
+class HostileText(ProgramFunction):
+    handler_kind = "[/bold]\\x1b[2K"
+    watches = ("FINAL",)
+
+    def should_activate(self, ctx, action_type, arg):
+        return False
+'''
+
+
+def _hostile_library(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    d = lib / "hostile-text"
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text(f"---\nname: hostile-text\ndescription: \"Shows {HOSTILE!r} text.\"\n---\n\n"
+                                f"# Body\n{HOSTILE}\n")
+    (d / "hasp.yaml").write_text("skill_id: hostile_text\ntitle: t\nversion: 1\nerror_category: other\n"
+                                 "domain: search\n")
+    (d / "pf.py").write_text(_PF)
+    good = lib / "plain-note"
+    good.mkdir()
+    (good / "SKILL.md").write_text("---\nname: plain-note\ndescription: A plain skill beside the hostile one.\n---\n")
+    (good / "hasp.yaml").write_text("skill_id: plain_note\ntitle: t\nversion: 1\nerror_category: other\n")
+    return lib
+
+
+@pytest.mark.parametrize("args", [["list"], ["show", "hostile_text"], ["validate"]])
+def test_skills_commands_print_folder_text_as_text(tmp_path, args):
+    """Control sequences from a skill folder reach the terminal escaped, Rich markup is not read,
+    and one hostile skill does not hide the other."""
+    from typer.testing import CliRunner
+
+    from hasp.cli import app
+
+    lib = _hostile_library(tmp_path)
+    argv = ["skills", *args, str(lib)] if args == ["validate"] else ["skills", *args, "--library", str(lib)]
+    r = CliRunner().invoke(app, argv)
+    out = r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out, out
+    if args != ["show", "hostile_text"]:
+        assert "plain_note" in out or "plain-note" in out
+    if args == ["show", "hostile_text"]:
+        assert "\\x1b[2K" in out and "\\u202e" in out  # shown, escaped

@@ -16,13 +16,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def plain(text: Any, limit: int = 400) -> str:
-    """``text`` with control and bidi characters shown as '?', one line, at most ``limit`` characters."""
-    s = _CONTROL.sub("?", str(text).replace("\n", " ⏎ "))
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    """One line of untrusted text, terminal-safe (``hasp.console.safe``), at most ``limit`` characters."""
+    from hasp.console import safe
+
+    return safe(text, one_line=True, limit=limit)
 
 
 def _folder(target: str) -> Path:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from hasp.console import console
+from hasp.console import console, safe
 from hasp.seeds import seed_library
 
 skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate.",
@@ -25,7 +25,7 @@ Version = tuple[int, Path, bool]  # (version, folder, generated)
 
 
 def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {safe(msg, one_line=True)}", err=True)
     raise typer.Exit(2)
 
 
@@ -112,6 +112,13 @@ def _pf_facts(folder: Path, skill_id: str) -> dict[str, Any]:
             "ab": "A+B" if rep.prompt_equivalent else "-", "reasons": rep.reasons}
 
 
+def _cell(text: object, limit: int) -> str:
+    """A table cell of untrusted text: terminal-safe, one line, markup escaped."""
+    from rich.markup import escape
+
+    return escape(safe(text, one_line=True, limit=limit))
+
+
 def _source(s: Any) -> str:
     """generated (admitted by evolution), seed (a shipped seed folder, or a byte-identical copy of
     one, as the trust check sees it) or user (anything else, edited seeds included)."""
@@ -145,16 +152,17 @@ def skills_list(library: LibraryOpt = seed_library("search")) -> None:
 
     lib = load_library(library)
     try:
-        t = Table(title=f"{library} ({len(lib.skills)} active)")
+        t = Table(title=escape(safe(f"{library} ({len(lib.skills)} active)", one_line=True)))
         for col in ("skill", "version", "priority", "source", "handler", "teacher", "watches", "A+B", "description"):
             t.add_column(col, no_wrap=col != "description")
         for s in lib.skills:
             f = _pf_facts(s.path, s.skill_id)
             t.add_row(s.skill_id, f"v{s.version}", f"{s.spec.priority:.2f}", _source(s),
-                      f["handler"], f["teacher"], f["watches"], f["ab"], escape(s.spec.description[:70]))
+                      *(_cell(f[k], 40) for k in ("handler", "teacher", "watches", "ab")),
+                      _cell(s.spec.description, 70))
         console().print(t)
         for e in lib.load_errors:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {safe(e, one_line=True)}", err=True)
     finally:
         lib.close()
 
@@ -165,9 +173,10 @@ def skills_show(skill_id: str,
                                    typer.Option("--version", help="Version number (default: active).")] = None,
                 library: LibraryOpt = seed_library("search")) -> None:
     """One skill version: SKILL.md frontmatter, hasp.yaml, body and PF source."""
-    from rich.markdown import Markdown
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.syntax import Syntax
+    from rich.text import Text
 
     from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, load_skill, split_frontmatter
 
@@ -181,14 +190,15 @@ def skills_show(skill_id: str,
     _, body = split_frontmatter(md_text, str(folder / SKILL_FILE))
     facts = _pf_facts(folder, skill_id)
     con = console()
-    con.rule(f"{skill_id} {_label(v)} — {folder}")
-    con.print(f"handler: {facts['handler']}   teacher: {facts['teacher']}   watches: {facts['watches']}   "
-              f"rewrite-only: {facts['rewrite_only']}   prompt-equivalent: {facts['ab']}")
+    con.rule(escape(safe(f"{skill_id} {_label(v)} — {folder}", one_line=True)))
+    con.print(safe(f"handler: {facts['handler']}   teacher: {facts['teacher']}   watches: {facts['watches']}   "
+                   f"rewrite-only: {facts['rewrite_only']}   prompt-equivalent: {facts['ab']}", one_line=True),
+              markup=False)
     for r in facts["reasons"]:
-        con.print(f"  not A+B: {r}", markup=False)
-    con.print(Panel(Syntax(md_text.split("---", 2)[1].strip(), "yaml"), title=f"{SKILL_FILE} frontmatter"))
-    con.print(Panel(Syntax(_read(folder / HASP_FILE).strip(), "yaml"), title=HASP_FILE))
-    con.print(Panel(Markdown(body), title="SKILL.md body"))
+        con.print(f"  not A+B: {safe(r, one_line=True)}", markup=False)
+    con.print(Panel(Syntax(safe(md_text.split("---", 2)[1].strip()), "yaml"), title=f"{SKILL_FILE} frontmatter"))
+    con.print(Panel(Syntax(safe(_read(folder / HASP_FILE).strip()), "yaml"), title=HASP_FILE))
+    con.print(Panel(Text(safe(body)), title="SKILL.md body"))
     decl = _declaration(folder)
     if decl is not None:
         from hasp.pf.declared import compile_declaration
@@ -197,10 +207,10 @@ def skills_show(skill_id: str,
             compiled = compile_declaration(skill_id, decl, f"{folder}/{HASP_FILE}: pf").compiled()
         except SkillFormatError as e:
             _fail(str(e))
-        con.print(Panel(Syntax(compiled, "python"), title="declared PF (hasp.yaml pf:), compiled"))
+        con.print(Panel(Syntax(safe(compiled), "python"), title="declared PF (hasp.yaml pf:), compiled"))
         return
     source = _read(folder / "pf.py")
-    con.print(Panel(Syntax(source, "python", line_numbers=True) if source else "(no pf.py: prompt-only skill)",
+    con.print(Panel(Syntax(safe(source), "python", line_numbers=True) if source else "(no pf.py: prompt-only skill)",
                     title="pf.py"))
 
 
@@ -224,7 +234,7 @@ def skills_diff(skill_id: str,
                                             fromfile=f"{skill_id} {_label(old)}/{name}",
                                             tofile=f"{skill_id} {_label(new)}/{name}"))
         if diff:
-            con.print(Syntax(diff, "diff", word_wrap=False))
+            con.print(Syntax(safe(diff), "diff", word_wrap=False))
         else:
             con.print(f"{name}: no changes", markup=False)
 
@@ -255,7 +265,7 @@ def skills_equivalence(library: LibraryOpt = seed_library("search"),
         t.add_column(col, no_wrap=col != "why not")
     for r in reports:
         t.add_row(r.skill_id, "yes" if r.a else "no", "yes" if r.b else "no", "A+B" if r.prompt_equivalent else "-",
-                  ",".join(r.types) or "-", "; ".join(r.reasons) or "-")
+                  _cell(",".join(r.types) or "-", 80), _cell("; ".join(r.reasons) or "-", 400))
     con = console()
     con.print(t)
     con.print(f"{n_ab} of {len(reports)} skills are prompt-equivalent (A+B)", markup=False)
@@ -280,7 +290,6 @@ def skills_validate(
     """Check skill folders: Agent Skills rules, HASP's schema, PF load and execution; exit 1 if any fails."""
     import json
 
-    from rich.markup import escape
     from rich.table import Table
 
     from hasp.cli.params import params_or_exit
@@ -314,14 +323,14 @@ def skills_validate(
         for col in ("folder", "skill", *CHECKS, "mode", "errors"):
             t.add_column(col, no_wrap=col != "errors")
         for r in reports:  # everything from a folder is text, never markup
-            t.add_row(escape(r.path), escape(r.skill_id or "-"), *(r.checks[c] for c in CHECKS), r.mode,
-                      escape("; ".join(r.errors) or "-"))
+            t.add_row(_cell(r.path, 200), _cell(r.skill_id or "-", 80), *(r.checks[c] for c in CHECKS), r.mode,
+                      _cell("; ".join(r.errors) or "-", 2000))
         con = console()
         con.print(t)
         con.print(f"{n_ok} of {len(reports)} skill folders pass", markup=False)
     for r in reports:  # a weaker run never passes unnoticed (under --json: in the JSON and on stderr)
         if r.weaker:
-            typer.echo(f"warning: {r.path} ran in the weaker sandbox mode (sandbox.allow_weaker); "
+            typer.echo(f"warning: {safe(r.path, one_line=True)} ran in the weaker sandbox mode (sandbox.allow_weaker); "
                        f"missing: {'; '.join(r.weaker)}", err=as_json)
     if n_ok < len(reports):
         raise typer.Exit(1)
