@@ -94,3 +94,37 @@ def test_skills_commands_print_folder_text_as_text(tmp_path, args):
         assert "plain_note" in out or "plain-note" in out
     if args == ["show", "hostile_text"]:
         assert "\\x1b[2K" in out and "\\u202e" in out  # shown, escaped
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("Action: FİNAL[Telvik]", None), ("Action: fınal[Telvik]", None), ("Action: ＦＩＮＡＬ[Telvik]", None),
+    ("Action: ſearch[Ana Morro]", ("SEARCH", "Ana Morro")), ("Action: READ[d1]", ("READ", "d1"))])
+def test_a_unicode_spelling_is_that_action_or_a_parse_error_never_a_third_type(text, expect):
+    from hasp.agent.parser import ParseFailure, parse_action
+
+    got = parse_action(text)
+    if expect is None:
+        assert isinstance(got, ParseFailure)
+    else:
+        assert (got.type, got.arg) == expect
+
+
+def test_an_episode_the_agent_crashes_is_scored_as_wrong_and_an_endpoint_failure_is_left_out():
+    """The crash must not raise the score: EM over all episodes the agent ran, crashes included."""
+    from hasp.config import Params
+    from hasp.episode.domains import SearchDomain
+    from hasp.episode.records import EpisodeRecord
+    from hasp.episode.spec import episode_spec, infrastructure
+    from hasp.eval.summary import summarize_cell
+    from hasp.llm.client import LLMError
+    from hasp.records import Trajectory
+
+    spec = episode_spec(Params(), SearchDomain(data_dir=Path(".")), "react")
+    item = type("Q", (), {"id": "q1", "question": "Where?", "answers": ["Telvik"]})()
+    crashed = spec.crashed(item, "ValueError: unknown action type 'FİNAL'")
+    failed = spec.failed(item, "LLMError: endpoint down")
+    right = EpisodeRecord(Trajectory(qid="q2", question="Q?", answers=["a"], variant="react", terminated="final",
+                                     em=1.0, f1=1.0), 0)
+    s = summarize_cell([right, crashed, failed], 1.0)
+    assert (s["n"], s["n_scored"], s["n_failed"], s["n_crashed"]) == (3, 2, 1, 1) and s["em"] == 0.5
+    assert infrastructure(LLMError("down")) and infrastructure(OSError("disk")) and not infrastructure(ValueError("x"))

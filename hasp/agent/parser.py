@@ -17,6 +17,7 @@ it admits parses to the action on its ``Action:`` line.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,7 +41,10 @@ _STATED = re.compile(r"\bthe (?:final )?answer is\b", re.I)
 
 
 def _key(name: str) -> str:
-    return re.sub(r"[ _]+", " ", name.upper()).strip()
+    """The spelling key of an action name: NFKC-normalised and case-folded, so a name is looked up
+    the way the patterns (``re.I``) matched it, and a Unicode look-alike (``FİNAL``, ``ＳＥＡＲＣＨ``)
+    is either that action or no action, never a third type."""
+    return re.sub(r"[ _]+", " ", unicodedata.normalize("NFKC", name).casefold()).strip()
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,9 @@ def _clean(arg: str) -> str:
 
 
 def _checked(fmt: _Format, pos: int, name: str, raw_arg: str) -> _Found:
-    kind, arg = fmt.names.get(_key(name), _key(name)), _clean(raw_arg)
+    kind, arg = fmt.names.get(_key(name)), _clean(raw_arg)
+    if kind is None:
+        return _Found(pos, "?", refused=f"{_clean(name)!r} is not an action of this agent")
     if not arg:
         return _Found(pos, kind, refused=f"{kind} has an empty argument")
     if arg.lower() in PLACEHOLDERS:
@@ -121,7 +127,7 @@ def _bracketed(fmt: _Format, text: str) -> list[_Found]:
             found.append(_checked(fmt, m.start(), m.group(1), closed[0]))
             continue
         rest = text[m.end():].strip()
-        kind = fmt.names.get(_key(m.group(1)), _key(m.group(1)))
+        kind = fmt.names.get(_key(m.group(1)), "?")
         if "\n" in rest:
             found.append(_Found(m.start(), kind, refused=f"{kind}{opener} is not closed before the next line"))
         elif len(rest.split()) > MAX_UNCLOSED_WORDS:
@@ -136,7 +142,7 @@ def parse_action(text: str, actions: tuple[str, ...] = ACTIONS) -> ParsedAction 
     """Return the first well-formed action of ``actions`` in ``text``; else why there is none.
     ``actions`` is the search agent's set by default, or a task's tools plus FINAL."""
     fmt = action_format(tuple(actions))
-    text = text or ""
+    text = text or ""  # arguments stay as written; names are looked up NFKC-normalised (``_key``)
     m_t = fmt.thought.search(text)
     thought = (m_t.group(1) if m_t else text.split("\n", 1)[0]).strip()[:1000]
     found = _bracketed(fmt, text) + [_checked(fmt, m.start(), m.group(1), m.group(2)) for m in fmt.colon.finditer(text)]

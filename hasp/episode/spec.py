@@ -28,7 +28,7 @@ from hasp.config import Params, RolloutParams
 from hasp.episode.domains import Domain
 from hasp.episode.judge import judge_answer
 from hasp.episode.records import EpisodeRecord
-from hasp.llm.client import LLMConfig
+from hasp.llm.client import LLMConfig, LLMError
 from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,13 @@ class EpisodeSpec:
                 traj = episode(item, env, seed=seed)
             except Exception as exc:  # noqa: BLE001 - contained per episode and counted; see the module doc
                 error = f"{type(exc).__name__}: {exc}"
-                log.warning("%s %s: episode failed: %s", self.label, d.identity(item)[0], error)
-                return self.failed(item, error, wall_s=(time.time_ns() - start_ns) / 1e9, start_ns=start_ns)
+                wall = (time.time_ns() - start_ns) / 1e9
+                if infrastructure(exc):
+                    log.warning("%s %s: episode failed: %s", self.label, d.identity(item)[0], error)
+                    return self.failed(item, error, wall_s=wall, start_ns=start_ns)
+                log.warning("%s %s: episode crashed (scored as a wrong answer): %s", self.label,
+                            d.identity(item)[0], error)
+                return self.crashed(item, error, wall_s=wall, start_ns=start_ns)
             verdict = None
             if self.judge:
                 _, question, answers = d.identity(item)
@@ -133,9 +138,29 @@ class EpisodeSpec:
                           pf_errors=[error[:500]], wall_s=wall_s)
         return EpisodeRecord(traj, time.time_ns() if start_ns is None else start_ns, error=error[:500])
 
+    def crashed(self, item: Any, error: str, *, wall_s: float = 0.0, start_ns: int | None = None) -> EpisodeRecord:
+        """The record of an episode the agent's own run ended with an exception (not the endpoint's,
+        not the sandbox's): a wrong answer, scored (``terminated="crash"``, EM and F1 0), so a reply
+        that makes the episode raise can never raise the score by leaving the denominator."""
+        qid, question, answers = self.domain.identity(unseeded(item)[0])
+        traj = Trajectory(qid=qid, question=question, answers=answers, variant=self.label, terminated="crash",
+                          pf_errors=[error[:500]], wall_s=wall_s)
+        return EpisodeRecord(traj, time.time_ns() if start_ns is None else start_ns)
+
     def shipped(self, policy: Any, teacher: Any = None) -> EpisodeSpec:
         """The spec as a worker receives it: with the endpoints of the live clients."""
         return replace(self, policy=endpoint_of(policy, "policy"), teacher=endpoint_of(teacher, "teacher"))
+
+
+def infrastructure(exc: BaseException) -> bool:
+    """An exception that says nothing about the agent: the model endpoint (after the client's
+    retries), the sandbox refusing to run, the machine (files, memory) or the task's own code (a
+    scorer or item that raises). Such an episode is left out of the scores and counted apart;
+    every other exception ends the episode as the agent's failure (``EpisodeSpec.crashed``)."""
+    from hasp.episode.task import TaskError
+    from hasp.sandbox.worker import SandboxError
+
+    return isinstance(exc, (LLMError, SandboxError, TaskError, OSError, MemoryError))
 
 
 def episode_spec(params: Params, domain: Domain, variant: str | Variant, *, label: str | None = None,

@@ -98,13 +98,17 @@ def summarize_cell(records: Sequence[EpisodeRecord], wall_s: float) -> dict[str,
     """The one summary of an evaluation cell: trajectory metrics plus teacher tokens, judge
     accuracy, snippet calls, episode errors and time.
 
-    An episode that failed for infrastructure reasons (the endpoint, a harness bug: ``error`` set,
-    or ``terminated == "error"``) says nothing about the agent: it is counted in ``n_failed`` and
-    left out of every trajectory metric, so EM, F1, answered and PF errors are over the
-    ``n_scored`` episodes that ran; ``n`` is all episodes."""
+    An episode that failed for infrastructure reasons (the endpoint, the sandbox, the task's own code:
+    ``error`` set, or ``terminated == "error"``) says nothing about the agent: it is counted in
+    ``n_failed`` and left out of every trajectory metric, so EM, F1, answered and PF errors are over
+    the ``n_scored`` episodes that ran; ``n`` is all episodes. An episode whose own run raised for
+    any other reason (``terminated == "crash"``) is scored, as a wrong answer, and counted in
+    ``n_crashed``."""
     scored = [r.traj for r in records if not _failed(r)]
     s = summarize_trajectories(scored)
     s["n"], s["n_scored"], s["n_failed"] = len(records), len(scored), len(records) - len(scored)
+    #: scored as wrong: the agent's run raised (``hasp.episode.spec.EpisodeSpec.crashed``)
+    s["n_crashed"] = sum(1 for t in scored if t.terminated == "crash")
     n = max(1, len(records))
     s["teacher_prompt_tokens"] = sum(r.teacher_prompt_tokens for r in records)
     s["teacher_completion_tokens"] = sum(r.teacher_completion_tokens for r in records)
