@@ -128,3 +128,38 @@ def test_an_episode_the_agent_crashes_is_scored_as_wrong_and_an_endpoint_failure
     s = summarize_cell([right, crashed, failed], 1.0)
     assert (s["n"], s["n_scored"], s["n_failed"], s["n_crashed"]) == (3, 2, 1, 1) and s["em"] == 0.5
     assert infrastructure(LLMError("down")) and infrastructure(OSError("disk")) and not infrastructure(ValueError("x"))
+
+
+def test_the_seed_manifest_lists_exactly_the_shipped_seeds():
+    """``HASP_WRITE_FIXTURES=1`` rewrites it after a seed's pf.py changed on purpose."""
+    import os
+
+    from hasp.pf.trust import MANIFEST, SEED_ROOT, manifest_text
+
+    if os.environ.get("HASP_WRITE_FIXTURES"):
+        (SEED_ROOT / MANIFEST).write_text(manifest_text())
+    assert (SEED_ROOT / MANIFEST).read_text() == manifest_text(), "seed pf.py changed: rewrite the manifest"
+
+
+def test_a_pf_file_written_below_a_seed_root_is_not_trusted_by_being_there(tmp_path):
+    from hasp.pf.trust import seed_digests
+
+    root = tmp_path / "skills"
+    (root / "search" / "planted").mkdir(parents=True)
+    (root / "search" / "planted" / "pf.py").write_text("import os\nos.system('id')\n")
+    assert seed_digests(root) == frozenset()  # no manifest, nothing trusted
+
+
+def test_admission_refuses_a_symlinked_generated_folder_and_the_loader_skips_linked_skills(tmp_path):
+    from hasp.evolve.admit import inside_library
+    from hasp.pf.layout import VERSION_DIR, scan_versions
+
+    lib, outside = tmp_path / "lib", tmp_path / "elsewhere"
+    lib.mkdir(), outside.mkdir()
+    (lib / "generated").symlink_to(outside)
+    with pytest.raises(SkillFormatError, match="outside the library"):
+        inside_library(lib, lib / "generated")
+    seed = ROOT / "hasp" / "skills" / "search" / "premature-final"
+    (lib / "premature-final").symlink_to(seed)
+    assert scan_versions(lib) == {}
+    assert VERSION_DIR.match("x-v12") and not VERSION_DIR.match("x-v\u0661\u0662") and not VERSION_DIR.match("x-v1\n")

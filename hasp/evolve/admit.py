@@ -248,6 +248,7 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
     root = Path(library_root)
     gen = root / GENERATED_DIR
     gen.mkdir(parents=True, exist_ok=True)
+    inside_library(root, gen)
     with _dir_lock(gen):
         bar = admission_bar(cluster.is_new_category, evolve)
         gate_why = review_refusals(candidate, review, cluster, evolve) if refusals is None else list(refusals)
@@ -300,6 +301,17 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
         if record:
             record_decision(root, entry)
     return AdmissionResult(True, candidate.skill_id, version, rel, reasons[0], entry)
+
+
+def inside_library(root: Path, target: Path) -> Path:
+    """``target`` resolved, refused (``SkillFormatError``) unless it is a real folder inside the
+    library ``root``: a symlinked ``generated/`` (or a link on the way) would make admission write
+    outside the library, where the next load, snapshot or trust check reads it as the library's."""
+    real_root, real = root.resolve(), target.resolve()
+    if target.is_symlink() or (real != real_root and real_root not in real.parents):
+        raise SkillFormatError(f"{target}: resolves to {real}, outside the library {real_root}; "
+                               "admission writes only inside the library (remove the link)")
+    return real
 
 
 # --------------------------------------------------------------------------- snapshots

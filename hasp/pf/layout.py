@@ -15,6 +15,7 @@ loader and the static analyses walk versions, and neither should import the othe
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -22,8 +23,11 @@ from hasp.pf.skill_md import SKILL_FILE, SkillFormatError, kebab, load_skill, sn
 
 GENERATED_DIR = "generated"
 #: an admitted version's folder: ``<name>-v<N>`` (``<name>`` itself may end in ``-v2``)
-VERSION_DIR = re.compile(r"^(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)-v(?P<n>\d+)$")
-SEED_DIR = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+#: ASCII only (``re.ASCII``, ``[0-9]``, ``\Z``): a Unicode digit or a trailing line break is not a version
+VERSION_DIR = re.compile(r"^(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)-v(?P<n>[0-9]{1,6})\Z", re.ASCII)
+SEED_DIR = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*\Z", re.ASCII)
+
+log = logging.getLogger(__name__)
 
 Version = tuple[int, Path, bool]  # (version, folder, generated)
 
@@ -40,17 +44,26 @@ def _seed_version(folder: Path) -> int:
         return 1
 
 
+def _linked(path: Path) -> bool:
+    if path.is_symlink():
+        log.warning("%s: is a symbolic link; skill folders are real folders (skipped)", path)
+        return True
+    return False
+
+
 def scan_versions(root: Path) -> dict[str, list[Version]]:
-    """All versions per skill id: (version, folder, generated)."""
+    """All versions per skill id: (version, folder, generated). A symlinked skill folder or
+    ``generated/`` is skipped with a logged line, so the loader, the snapshot, the library hash and
+    admission all see the same folders."""
     out: dict[str, list[Version]] = {}
     if not root.exists():
         return out
     for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / SKILL_FILE).exists()):
-        if SEED_DIR.match(d.name):
+        if SEED_DIR.match(d.name) and not _linked(d):
             out.setdefault(snake(d.name), []).append((_seed_version(d), d, False))
     gen = root / GENERATED_DIR
-    if gen.exists():
-        for d in sorted(p for p in gen.iterdir() if p.is_dir()):
+    if gen.exists() and not _linked(gen):
+        for d in sorted(p for p in gen.iterdir() if p.is_dir() and not _linked(p)):
             m = VERSION_DIR.match(d.name)
             if m and (d / SKILL_FILE).exists():
                 out.setdefault(snake(m["name"]), []).append((int(m["n"]), d, True))

@@ -4,8 +4,9 @@ Why: a ``pf.py`` imported in-process can do anything the user running HASP can (
 root, read secrets into a report). Where a folder sits says nothing about who wrote it, so trust
 is explicit and narrow:
 
-* the project's own code: a ``pf.py`` whose bytes are those of a seed folder shipped in the
-  package's ``hasp/skills/`` tree (``SEED_ROOT``; seed folders only, never ``generated/``). A library
+* the project's own code: a ``pf.py`` whose bytes are those of a seed the package ships, as its
+  manifest (``hasp/skills/SEEDS.sha256``) lists them (seed folders only, never ``generated/``); a
+  file written below the seed root afterwards is not in the manifest. A library
   copied for an epoch, a val-gate copy or a snapshot thus still runs its seeds in-process, while
   an edited copy, or any other folder, does not;
 * a folder the user names as trusted (``hasp skills validate --trusted DIR``, which warns).
@@ -29,40 +30,49 @@ from hasp.seeds import SEED_LIBRARIES
 #: the seed libraries shipped inside the package: ``hasp/skills/<domain>/<name>/`` (``hasp.seeds``)
 SEED_ROOT = SEED_LIBRARIES
 PF_FILE = "pf.py"
+#: the shipped seeds' ``pf.py`` digests, one ``<sha256>  <domain>/<name>/pf.py`` line each, written
+#: with the seeds and checked against them by the test suite (``write_manifest``): a file that
+#: appears below the seed root later is not in it, so it is not trusted
+MANIFEST = "SEEDS.sha256"
 
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _seed_pf_files(root: Path) -> tuple[tuple[str, int, int], ...]:
-    """(path, size, mtime) of every seed ``pf.py`` (the cache key of their digests)."""
-    out = []
-    for pf in sorted(root.glob(f"*/*/{PF_FILE}")):
-        if pf.parent.name == GENERATED_DIR or pf.parent.is_symlink():
-            continue
-        try:
-            st = os.lstat(pf)
-        except OSError:
-            continue
-        out.append((str(pf), st.st_size, st.st_mtime_ns))
-    return tuple(out)
+def seed_pf_files(root: Path = SEED_ROOT) -> list[Path]:
+    """The seed ``pf.py`` files as they are on disk (real folders only): what ``write_manifest`` lists."""
+    return [pf for pf in sorted(root.glob(f"*/*/{PF_FILE}"))
+            if pf.parent.name != GENERATED_DIR and not pf.parent.is_symlink() and not pf.is_symlink()]
+
+
+def manifest_text(root: Path = SEED_ROOT) -> str:
+    """The manifest of the seeds under ``root``."""
+    return "".join(f"{_digest(read_bytes(pf))}  {pf.relative_to(root).as_posix()}\n" for pf in seed_pf_files(root))
 
 
 @lru_cache(maxsize=4)
-def _digests(files: tuple[tuple[str, int, int], ...]) -> frozenset[str]:
+def _manifest(path: str, mtime_ns: int) -> frozenset[str]:
     out = set()
-    for path, _size, _mtime in files:
-        try:
-            out.add(_digest(read_bytes(Path(path))))
-        except SkillFormatError:
-            continue  # a seed pf.py that is not a regular file is trusted by no one
+    try:
+        text = read_bytes(Path(path)).decode("ascii")
+    except (SkillFormatError, UnicodeDecodeError):
+        return frozenset()  # an unreadable manifest trusts nothing
+    for line in text.splitlines():
+        digest, _, rel = line.partition("  ")
+        if len(digest) == 64 and rel.endswith(f"/{PF_FILE}"):
+            out.add(digest)
     return frozenset(out)
 
 
 def seed_digests(root: Path = SEED_ROOT) -> frozenset[str]:
-    """sha256 of every shipped seed ``pf.py``."""
-    return _digests(_seed_pf_files(root))
+    """sha256 of every shipped seed ``pf.py``, as the package's manifest lists them."""
+    path = root / MANIFEST
+    try:
+        mtime = os.lstat(path).st_mtime_ns
+    except OSError:
+        return frozenset()
+    return _manifest(str(path), mtime)
 
 
 def _inside(folder: Path, roots: Iterable[Path]) -> bool:
