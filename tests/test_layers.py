@@ -26,7 +26,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("hasp.pf", "hasp.sandbox", "hasp.llm", "hasp.signals", "hasp.track"),
     "core": ("hasp", "hasp.config", "hasp.records", "hasp.atomic", "hasp.textutil", "hasp.progress", "hasp.stats",
              "hasp.processes", "hasp.bounded",
-             "hasp.prompts", "hasp.seeds", "hasp.fingerprint", "hasp.console", "hasp.provenance", "hasp.pyast", "hasp.embedded_models"),
+             "hasp.prompts", "hasp.seeds", "hasp.action_format", "hasp.fingerprint", "hasp.console", "hasp.provenance", "hasp.pyast", "hasp.embedded_models"),
 }
 RANK = {pkg: len(LAYERS) - i for i, pkgs in enumerate(LAYERS.values()) for pkg in pkgs}
 CORE = set(LAYERS["core"])

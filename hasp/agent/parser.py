@@ -17,65 +17,24 @@ it admits parses to the action on its ``Action:`` line.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from hasp.action_format import ACTION_NAME, ACTIONS, PLACEHOLDERS, action_format
+from hasp.action_format import ActionFormat as _Format
+from hasp.action_format import action_key as _key
 from hasp.llm import gbnf
 from hasp.textutil import balanced
 
-ACTIONS = ("SEARCH", "READ", "FINAL")
-_ALIASES = {"ANSWER": "FINAL", "FINISH": "FINAL", "FINAL ANSWER": "FINAL", "FINAL_ANSWER": "FINAL",
-            "LOOKUP": "SEARCH", "QUERY": "SEARCH", "OPEN": "READ"}
-#: the metavariables the prompts write inside brackets (``FINAL[answer]``, ``READ[doc id]``): a reply
-#: that repeats one has copied the instruction, it has not acted
-PLACEHOLDERS = frozenset({"answer", "query", "doc id", "doc_id", "...", "…"})
 #: longest argument (words) accepted when its closing bracket is missing at the end of the reply;
 #: a longer one is a sentence cut by the token budget, not an argument the model finished
 MAX_UNCLOSED_WORDS = 10
-#: what an action name may be (a task's own tools included): upper-case word characters
-ACTION_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 _CLOSE = {"[": "]", "(": ")", "{": "}", "<": ">"}
 _STATED = re.compile(r"\bthe (?:final )?answer is\b", re.I)
 
-
-def _key(name: str) -> str:
-    """The spelling key of an action name: NFKC-normalised and case-folded, so a name is looked up
-    the way the patterns (``re.I``) matched it, and a Unicode look-alike (``FİNAL``, ``ＳＥＡＲＣＨ``)
-    is either that action or no action, never a third type."""
-    return re.sub(r"[ _]+", " ", unicodedata.normalize("NFKC", name).casefold()).strip()
-
-
-@dataclass(frozen=True)
-class _Format:
-    """The regular expressions of one action set: the search agent's (``ACTIONS``, with its aliases)
-    or a task's own tools plus FINAL (with the answer aliases only)."""
-
-    names: dict[str, str]  # spelling key -> action type
-    open: re.Pattern[str]
-    colon: re.Pattern[str]
-    thought: re.Pattern[str]
-    no_action: str
-
-
-@lru_cache(maxsize=64)
-def action_format(actions: tuple[str, ...] = ACTIONS) -> _Format:
-    """The parser's patterns for ``actions`` (each an ``ACTION_NAME``)."""
-    bad = [a for a in actions if not ACTION_NAME.fullmatch(a)]
-    if bad or not actions:
-        raise ValueError(f"action names must be upper-case words ({ACTION_NAME.pattern}); got {list(actions) or 'none'}")
-    names = {_key(a): a for a in actions} | {_key(k): v for k, v in _ALIASES.items() if v in actions}
-    spelled = sorted({re.escape(k).replace(r"\ ", "[ _]") for k in names}, key=len, reverse=True)
-    alt = "(" + "|".join(spelled) + ")"
-    heads = "|".join(re.escape(a) for a in actions)
-    listed = ", ".join(f"{a}[...]" for a in actions[:-1]) + (" or " if len(actions) > 1 else "") + f"{actions[-1]}[...]"
-    return _Format(
-        names=names,
-        open=re.compile(alt + r"\s*([\[\(\{<])", re.I),
-        colon=re.compile(r"(?:^|\n|Action\s*:\s*)" + alt + r"\s*[:=\-]\s*(.+?)\s*(?:\n|$)", re.I),
-        thought=re.compile(r"Thought\s*:\s*(.*?)(?=\n\s*(?:Action|" + heads + r")\b|\Z)", re.I | re.S),
-        no_action=f"no {listed} action found")
+__all__ = ["ACTIONS", "ACTION_NAME", "PLACEHOLDERS", "ParseFailure", "ParsedAction", "action_format",
+           "action_grammar", "parse_action"]
 
 
 @dataclass

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from hasp.agent.context import EpisodeState
-from hasp.agent.parser import ParseFailure, ParsedAction, action_grammar, parse_action
+from hasp.agent.parser import ACTIONS, ParseFailure, ParsedAction, action_grammar, parse_action
+from hasp.pf.intervention import shown_text
 from hasp.prompts import load_prompts as prompt_file
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
@@ -29,6 +30,18 @@ class Tools(Protocol):
 def load_prompts(name: str = "search_react") -> Mapping[str, Any]:
     """The search agent's prompt entries (``hasp/agent/prompts/<name>.yaml``)."""
     return prompt_file("hasp.agent", name)
+
+
+def environment_text(text: str, audit: AuditEvent | None = None, actions: tuple[str, ...] = ACTIONS) -> str:
+    """The environment's own text (a question, search results, a page, a tool's output) as the
+    policy is shown it: through the same filter as every PF text (``shown_text``: control and bidi
+    characters dropped, turn-format lines quoted, anything that parses as an action of ``actions``
+    defused), since text from the web or a user is an injection vector like any other. When the
+    filter changed it, the untouched text is kept in ``audit.feedback["observation_raw"]``."""
+    shown = shown_text(text, max(1, len(text)), actions=actions)
+    if audit is not None and shown != text:
+        audit.feedback["observation_raw"] = text
+    return shown
 
 
 def _hit_dict(h: Any) -> dict[str, str]:
@@ -64,7 +77,7 @@ class ReactEnvironment:
         p = self.p
         system = p["system"] + (f"\n{p['skills_header']}\n{system_text}" if system_text else "")
         return [{"role": "system", "content": system}, *[dict(m) for m in p.get("demo", [])],
-                {"role": "user", "content": p["question"].format(question=question)}]
+                {"role": "user", "content": p["question"].format(question=environment_text(question))}]
 
     def grammar(self, max_tokens: int, final_only: bool = False) -> str:
         return action_grammar(("FINAL",) if final_only else ("SEARCH", "READ", "FINAL"), max_tokens)
@@ -96,7 +109,7 @@ class ReactEnvironment:
             state.record_search(a.arg, obs, hits)
             audit.feedback = {"n_hits": len(hits), "hit_ids": [h["id"] for h in hits],
                               "hit_titles": [h["title"] for h in hits]}
-            return obs, False
+            return environment_text(obs, audit), False
         if a.type == "READ":
             if state.read_count >= self.max_read_calls:
                 audit.feedback = {"budget_exhausted": "read"}
@@ -107,7 +120,7 @@ class ReactEnvironment:
                 contents = str(doc.get("contents", ""))
                 state.record_read(str(doc.get("id", "")), contents)
                 audit.feedback["contents"] = contents
-            return obs, False
+            return environment_text(obs, audit), False
         raise ValueError(f"unknown action type {a.type!r}")  # the parser/dispatcher only emit the three
 
     def turns(self, step: StepRecord) -> list[dict[str, str]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from hasp.agent.context import EpisodeState
 from hasp.agent.parser import ACTION_NAME, ParseFailure, ParsedAction, action_grammar, parse_action
+from hasp.agent.react import environment_text
 from hasp.prompts import load_prompts
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
@@ -94,7 +95,7 @@ class ToolEnvironment:
         if system_text:
             system += f"\n{p['skills_header']}\n{system_text}"
         return [{"role": "system", "content": system}, *[dict(m) for m in self.demo],
-                {"role": "user", "content": p["question"].format(question=question)}]
+                {"role": "user", "content": p["question"].format(question=environment_text(question, None, self.actions))}]
 
     def grammar(self, max_tokens: int, final_only: bool = False) -> str:
         return action_grammar(("FINAL",) if final_only else self.actions, max_tokens)
@@ -129,6 +130,7 @@ class ToolEnvironment:
         except Exception as e:  # noqa: BLE001 - a tool's failure is an observation, see the module doc
             out = self.p["tool_error"].format(name=tool.name, error=f"{type(e).__name__}: {e}"[:300])
             audit.feedback = {"tool": tool.name, "tool_error": f"{type(e).__name__}: {e}"[:300]}
+        out = environment_text(out, audit, self.actions)
         self.observations.append({"name": tool.name, "arg": a.arg, "observation": out})
         return out, False
 

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from hasp.action_format import ACTIONS, ActionFormat, action_format, names_an_action
+
 #: longest ``reason`` a PF's fire or vote keeps (the declared-PF schema's cap as well)
 MAX_REASON_CHARS = 200
 #: longest message of a PF's exception kept in an error record
@@ -35,30 +37,42 @@ def _odd_char(m: re.Match) -> str:
     return "" if unicodedata.category(ch)[0] == "C" else ch  # control, format (bidi), surrogate, private, unassigned
 
 
-def _neutral(line: str) -> str:
-    if not _TURN_LINE.match(line):
-        return line
-    line = _LABEL_COLON.sub(r"\1 -", line.strip(), count=1)
-    return "(quoted) " + line.replace("[", "(").replace("]", ")")
+_BRACKETS = str.maketrans({"[": "\u2039", "(": "\u2039", "{": "\u2039", "<": "\u2039",
+                           "]": "\u203a", ")": "\u203a", "}": "\u203a", ">": "\u203a"})
+_ACTION_LABEL = re.compile(r"Action\s*:", re.I)
 
 
-def shown_text(text: object, cap: int, *, one_line: bool = False) -> str:
+def _neutral(line: str, fmt: ActionFormat) -> str:
+    """A turn-like line quoted, and any action the parser of ``fmt`` would read in it defused:
+    its brackets shown as ``‹ ›`` and ``Action:`` as ``Action -``, so the line no longer parses."""
+    quoted = bool(_TURN_LINE.match(line))
+    if quoted:
+        line = _LABEL_COLON.sub(r"\1 -", line.strip(), count=1)
+    if names_an_action(line, fmt):
+        line = _ACTION_LABEL.sub("Action -", line).translate(_BRACKETS)
+        quoted = quoted or bool(fmt.colon.search("\n" + line))  # NAME: argument at the start of the line
+    return "(quoted) " + line if quoted else line
+
+
+def shown_text(text: object, cap: int, *, one_line: bool = False, actions: tuple[str, ...] = ACTIONS) -> str:
     """``text`` as a PF may put it before a model: at most ``cap`` characters; control, bidi and
     other invisible format characters removed (ESC, BEL, RLO, zero-width, tag characters); line
     breaks of every kind as ``\\n`` (a space when ``one_line``: action arguments, reasons); a
-    line that imitates the agent's turn format (``Thought:``, ``Action: FINAL[...]``,
-    ``Observation:``, ``Next Thought and Action:``) quoted so it no longer reads as one.
-    Plain printable text comes back unchanged."""
+    line that imitates the agent's turn format (``Thought:``, ``Observation:``, ``Next Thought and
+    Action:``) quoted, and any action of ``actions`` the agent's parser would read in a line
+    (``FINAL[...]``, ``Answer(...)``, ``Action: lookup: ...``; ``hasp.action_format``) defused, so no
+    line of the result parses as one. Plain printable text comes back unchanged."""
     if type(text) is not str:
         text = "" if text is None else str(text)
     text = text[: cap * 2]  # enough for the removed characters; the cap is applied at the end
     if not text.isascii() or len(text.encode().translate(None, _ASCII_CONTROLS)) != len(text):
         text = _ODD.sub(_odd_char, text.replace("\r\n", "\n"))
-    if ":" in text or "[" in text:  # every turn-like line has one of them
+    if ":" in text or "[" in text or "(" in text or "{" in text or "<" in text or "=" in text or "-" in text:
+        fmt = action_format(actions)
         lines = text.split("\n")
         for line in lines:
-            if _TURN_LINE.match(line):
-                text = "\n".join(map(_neutral, lines))
+            if _TURN_LINE.match(line) or names_an_action(line, fmt):
+                text = "\n".join(_neutral(x, fmt) for x in lines)
                 break
     if one_line and ("\n" in text or "\t" in text):
         text = text.replace("\n", " ").replace("\t", " ")
