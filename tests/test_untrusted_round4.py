@@ -163,3 +163,19 @@ def test_admission_refuses_a_symlinked_generated_folder_and_the_loader_skips_lin
     (lib / "premature-final").symlink_to(seed)
     assert scan_versions(lib) == {}
     assert VERSION_DIR.match("x-v12") and not VERSION_DIR.match("x-v\u0661\u0662") and not VERSION_DIR.match("x-v1\n")
+
+
+def test_validate_and_the_loader_agree_on_a_declared_pf_with_texts(tmp_path):
+    from hasp.evolve.skill_check import check_folder
+    from hasp.pf.library import load_library
+
+    lib = tmp_path / "lib"
+    d = lib / "texty-note"
+    d.mkdir(parents=True)
+    (d / "SKILL.md").write_text("---\nname: texty-note\ndescription: A declared PF that also sets texts.\n---\n")
+    (d / "hasp.yaml").write_text("skill_id: texty_note\ntitle: t\nversion: 1\nerror_category: other\n"
+                                 "domain: search\ntexts: {hint: other words}\n"
+                                 "pf:\n  watches: [SEARCH]\n  inject: Read a result.\n  reason: searched\n")
+    loaded = load_library(lib, "search")
+    rep = check_folder(d)
+    assert (loaded.get("texty_note") is not None) == rep.ok, (loaded.load_errors, rep.errors)

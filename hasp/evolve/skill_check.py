@@ -145,6 +145,8 @@ def _check_declared(folder: Path, spec: SkillSpec, rep: FolderReport, task_actio
         return
     try:
         pf = compile_declaration(spec.skill_id, spec.pf, where, spec.domain)
+        if spec.texts:  # as the loader does: a declaration's texts go through the same check
+            apply_texts(pf, spec.texts, f"{folder}/{HASP_FILE}")
     except SkillFormatError as e:
         rep._set("pf_load", [str(e)])
         return
