@@ -179,3 +179,32 @@ def test_validate_and_the_loader_agree_on_a_declared_pf_with_texts(tmp_path):
     loaded = load_library(lib, "search")
     rep = check_folder(d)
     assert (loaded.get("texty_note") is not None) == rep.ok, (loaded.load_errors, rep.errors)
+
+
+def test_a_snapshot_holds_exactly_the_set_the_loader_activates(tmp_path):
+    """A broken highest version: the loader falls back to the one below, and so does the snapshot."""
+    import hashlib
+    import shutil
+
+    from hasp.evolve.admit import snapshot
+    from hasp.pf.library import load_library
+
+    lib = tmp_path / "lib"
+    for name in ("premature-final", "redundant-read", "answer-completeness"):
+        shutil.copytree(ROOT / "hasp" / "skills" / "search" / name, lib / name)
+    broken = lib / "generated" / "redundant-read-v2"
+    shutil.copytree(lib / "redundant-read", broken)
+    (broken / "hasp.yaml").write_text((broken / "hasp.yaml").read_text().replace("version: 1", "version: 2")
+                                      + "priority: .nan\n")
+    snap = snapshot(lib, tmp_path / "snap")
+
+    def active(root):
+        loaded = load_library(root, "search")
+        try:
+            return {s.skill_id: (s.version, {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                                             for f in sorted(s.path.iterdir()) if f.is_file()})
+                    for s in loaded.skills}
+        finally:
+            loaded.close()
+
+    assert active(snap) == active(lib) and active(lib)["redundant_read"][0] == 1

@@ -47,7 +47,7 @@ from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import DEFAULT_BARS, Review, admission_bar
 from hasp.pf.folder_files import copy_file, copy_folder, present
 from hasp.pf.layout import GENERATED_DIR, scan_versions, version_name
-from hasp.pf.library import MAX_LIBRARY_SIZE
+from hasp.pf.library import MAX_LIBRARY_SIZE, loaded_versions
 from hasp.pf.skill_md import SkillFormatError, SkillSpec, parse_skill_md, render_skill_folder
 
 log = logging.getLogger(__name__)
@@ -317,9 +317,9 @@ def inside_library(root: Path, target: Path) -> Path:
 # --------------------------------------------------------------------------- snapshots
 
 def snapshot(library_root: Path, dest: Path) -> Path:
-    """Copy the active library (highest version per base id, same layout) and the history
-    to ``dest`` (e.g. ``<root>/snapshots/epoch_<i>``). ``load_library(dest)`` then sees the
-    same active skills. An existing ``dest`` is replaced; the copy appears atomically.
+    """Copy the active library (per base id the version the loader activates: the highest one that
+    loads, ``loaded_versions``; same layout) and the history to ``dest`` (e.g.
+    ``<root>/snapshots/epoch_<i>``). ``load_library(dest)`` then sees the same active skills. An existing ``dest`` is replaced; the copy appears atomically.
 
     Only regular files are copied: a symlink (to a host file, say) or a special file in a skill
     folder is left out with a logged line, never followed, since snapshots are logged as artifacts."""
@@ -327,8 +327,7 @@ def snapshot(library_root: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{dest.name}-", dir=dest.parent))
     try:
-        for versions in scan_versions(root).values():
-            _, folder, generated = max(versions, key=lambda t: (t[0], t[2]))
+        for _, folder, generated in loaded_versions(root).values():  # what the loader activates
             target = tmp / GENERATED_DIR / folder.name if generated else tmp / folder.name
             if folder.is_symlink():
                 log.warning("%s: is a symbolic link (not copied)", folder)

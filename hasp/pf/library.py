@@ -27,6 +27,7 @@ from hasp.pf.registry import collecting
 from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
 from hasp.pf.texts import apply_texts
 from hasp.pf.trust import trusted_pf
+from hasp.pyast import parse_python
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,9 @@ def _checked_texts(spec: SkillSpec, folder: Path, generated: bool, sandboxed: bo
 
 
 def _load_version(base: str, domain: str, found: Version, errors: list[str],
-                  sandbox: SandboxParams | None = None) -> Skill:
+                  sandbox: SandboxParams | None = None, probe: bool = False) -> Skill:
+    """One version as the loader activates it; ``probe``: every check short of running a PF (the
+    declaration compiled, a ``pf.py`` parsed), so a snapshot picks the version the loader picks."""
     version, folder, generated = found
     spec = load_skill(folder)
     why = folder_refusal(folder, spec.skill_id, version if generated else spec.version, generated)
@@ -180,13 +183,15 @@ def _load_version(base: str, domain: str, found: Version, errors: list[str],
         if present(pf_path):
             raise SkillFormatError(f"{folder}/{HASP_FILE}: pf: a skill declares its PF under pf: or in pf.py, not both")
         pf = compile_declaration(base, spec.pf, f"{folder}/{HASP_FILE}: pf", domain)
+    elif present(pf_path) and probe:
+        parse_python(read_text(pf_path))
     elif present(pf_path):
         source = read_text(pf_path)
         sandboxed = not trusted_pf(folder, source)
         pf = _sandboxed_pf(source, base, sandbox) if sandboxed else import_trusted_pf(pf_path, base, source)
         pf.modify_only = only_modifies(source, base)
     spec = _checked_texts(spec, folder, generated, sandboxed, errors)
-    if spec.texts:
+    if spec.texts and not probe:
         if pf is None:
             raise SkillFormatError(f"{folder}/{HASP_FILE}: texts: the skill has no PF to set them on")
         apply_texts(pf, spec.texts, f"{folder}/{HASP_FILE}")
@@ -210,6 +215,22 @@ def library_domain(root: Path) -> str:
             continue
         declared[d] = declared.get(d, 0) + 1
     return max(sorted(declared), key=declared.__getitem__) if declared else "search"
+
+
+def loaded_versions(root: Path, domain: str | None = None, include_generated: bool = True) -> dict[str, Version]:
+    """The version of each skill id that ``load_library`` activates: the highest one whose files pass
+    every load check (``_load_version(probe=True)``), no PF run. What a snapshot copies."""
+    domain = domain or library_domain(root)
+    out: dict[str, Version] = {}
+    for base, versions in candidate_versions(root, include_generated).items():
+        for found in versions:
+            try:
+                _load_version(base, domain, found, [], probe=True)
+            except Exception:  # noqa: BLE001 - the loader skips it the same way
+                continue
+            out[base] = found
+            break
+    return out
 
 
 def load_library(root: Path, domain: str | None = None, *, max_size: int = MAX_LIBRARY_SIZE,
