@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,23 @@ def test_a_snapshot_holds_exactly_the_set_the_loader_activates(tmp_path):
             loaded.close()
 
     assert active(snap) == active(lib) and active(lib)["redundant_read"][0] == 1
+
+
+def test_a_deep_or_wide_tree_is_refused_by_the_copy_and_the_hash_not_by_a_crash(tmp_path):
+    from hasp.pf.folder_files import MAX_TREE_DEPTH, copy_folder
+    from hasp.pf.library import library_hash
+
+    lib = tmp_path / "lib"
+    deep = lib / "deep-skill"
+    deep.mkdir(parents=True)
+    (deep / "SKILL.md").write_text("---\nname: deep-skill\ndescription: d\n---\n")
+    d = str(deep)
+    for _ in range(1100):  # a recursive walk (pathlib's rglob, a recursive copy) runs out of stack frames here
+        d += "/d"
+        os.mkdir(d)
+    Path(d, "pf.py").write_text("x = 1\n")
+    before = library_hash(lib)
+    assert before == library_hash(lib)  # deterministic
+    left = copy_folder(deep, tmp_path / "copy")
+    assert any(f"deeper than {MAX_TREE_DEPTH} levels" in line for line in left)
+    assert (tmp_path / "copy" / "SKILL.md").is_file()

@@ -116,25 +116,76 @@ def _parsed(text: str) -> Any:
     return yaml_load(text)
 
 
-def copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ("__pycache__", "*.pyc")) -> list[str]:
-    """Copy what is inside ``src`` to ``dst``: regular files and directories only. A symlink or a
-    special file inside is left out (never its target), with a logged line; names matching a
-    ``skip`` pattern (fnmatch, at any depth) are left out silently. Returns the lines logged."""
+#: a skill folder's tree as copies and hashes walk it: deeper, wider or larger is refused, never
+#: followed (a deep tree once crashed the snapshot and the library hash by recursion)
+MAX_TREE_DEPTH = 12
+MAX_TREE_ENTRIES = 5000
+MAX_TREE_BYTES = 32 * 1024 * 1024
+
+
+def walk_tree(root: Path, skip: tuple[str, ...] = ("__pycache__", "*.pyc"), *, max_depth: int = MAX_TREE_DEPTH,
+              max_entries: int = MAX_TREE_ENTRIES) -> tuple[list[Path], list[Path], list[str]]:
+    """``(directories, regular files, refusals)`` below ``root``, sorted, walked with an explicit stack
+    (no recursion) and never through a symlink; names matching ``skip`` (fnmatch) are left out
+    silently, a symlink, a special file, a level past ``max_depth`` or an entry past ``max_entries``
+    is left out with a line in ``refusals``."""
+    dirs: list[Path] = []
+    files: list[Path] = []
     left: list[str] = []
-    dst.mkdir(parents=True, exist_ok=True)
-    with os.scandir(src) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            path = Path(entry.path)
+    stack: list[tuple[Path, int]] = [(root, 0)]
+    seen = 0
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            left.append(f"{folder}: cannot list: {e.strerror}")
+            continue
+        for entry in entries:
             if any(fnmatch.fnmatch(entry.name, pat) for pat in skip):
                 continue
+            seen += 1
+            path = Path(entry.path)
+            if seen > max_entries:
+                left.append(f"{root}: more than {max_entries} entries (the rest not read)")
+                return sorted(dirs), sorted(files), left
             if entry.is_dir(follow_symlinks=False):
-                left += copy_folder(path, dst / entry.name, skip)
-                continue
-            try:
-                copy_file(path, dst / entry.name)
-            except SkillFormatError as e:
-                left.append(f"{e} (not copied)")
-                log.warning(left[-1])
+                if depth + 1 > max_depth:
+                    left.append(f"{path}: deeper than {max_depth} levels (not read)")
+                    continue
+                dirs.append(path)
+                stack.append((path, depth + 1))
+            elif entry.is_file(follow_symlinks=False):
+                files.append(path)
+            else:
+                left.append(f"{path}: not a regular file or folder (not read)")
+    return sorted(dirs), sorted(files), left
+
+
+def copy_folder(src: Path, dst: Path, skip: tuple[str, ...] = ("__pycache__", "*.pyc"),
+                max_bytes: int = MAX_TREE_BYTES) -> list[str]:
+    """Copy what is inside ``src`` to ``dst``: regular files and directories only (``walk_tree``'s caps).
+    A symlink, a special file, a file over ``MAX_FILE_BYTES`` or past ``max_bytes`` in all is left out
+    (never a symlink's target), with a logged line; names matching a ``skip`` pattern are left out
+    silently. Returns the lines logged."""
+    dirs, files, left = walk_tree(src, skip)
+    dst.mkdir(parents=True, exist_ok=True)
+    for d in dirs:
+        (dst / d.relative_to(src)).mkdir(parents=True, exist_ok=True)
+    total = 0
+    for f in files:
+        try:
+            size = os.lstat(f).st_size
+            if size > MAX_FILE_BYTES or total + size > max_bytes:
+                raise SkillFormatError(f"{f}: {size} bytes (a file at most {MAX_FILE_BYTES}, a folder at most "
+                                       f"{max_bytes})")
+            copy_file(f, dst / f.relative_to(src))
+            total += size
+        except (SkillFormatError, OSError) as e:
+            left.append(f"{e} (not copied)")
+    for line in left:
+        log.warning(line)
     return left
 
 

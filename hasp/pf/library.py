@@ -21,7 +21,7 @@ from hasp.pf.base import ProgramFunction
 from hasp.pf.conditions import invalid_phases
 from hasp.pf.declared import compile_declaration
 from hasp.pf.equivalence import only_modifies
-from hasp.pf.folder_files import present, read_bytes, read_text
+from hasp.pf.folder_files import present, read_bytes, read_text, walk_tree
 from hasp.pf.layout import VERSION_DIR, Version, active_versions, candidate_versions, folder_refusal, scan_versions
 from hasp.pf.registry import collecting
 from hasp.pf.skill_md import HASP_FILE, SKILL_FILE, SkillFormatError, SkillSpec, load_skill
@@ -99,10 +99,12 @@ def library_hash(root: Path) -> str:
     """Content hash of every SKILL.md / hasp.yaml / pf.py under ``root`` (the cache key for a library)."""
     h = hashlib.sha256()
     if root.exists():
-        for p in sorted(root.rglob("*")):
-            rel = p.relative_to(root).parts
-            if rel[0] == "snapshots" or any(part.startswith(".") for part in rel):
-                continue  # snapshots and in-flight admission temp dirs are not the active library
+        # snapshots and in-flight admission temp dirs are not the active library; the walk is iterative
+        # and capped (``walk_tree``), so a deep or huge tree is refused in lines, not by a crash
+        _, files, refused = walk_tree(root, ("snapshots", ".*", "__pycache__", "*.pyc"))
+        for line in refused:  # relative, like the names below: a hash of content, not of where it sits
+            h.update(line.replace(str(root), "").encode())
+        for p in files:
             if p.name in (SKILL_FILE, HASP_FILE, "pf.py") and stat.S_ISREG(p.lstat().st_mode):
                 h.update(str(p.relative_to(root)).encode())
                 try:
