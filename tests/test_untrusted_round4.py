@@ -229,3 +229,18 @@ def test_a_deep_or_wide_tree_is_refused_by_the_copy_and_the_hash_not_by_a_crash(
     left = copy_folder(deep, tmp_path / "copy")
     assert any(f"deeper than {MAX_TREE_DEPTH} levels" in line for line in left)
     assert (tmp_path / "copy" / "SKILL.md").is_file()
+
+
+def test_the_checker_imports_only_modules_the_problems_tests_import():
+    """A solution whose answer names a module makes the checker import it only when the tests do."""
+    from hasp.domains.code import run_program
+    from hasp.sandbox.program_driver import imported_modules
+
+    assert imported_modules("import math\nfrom collections import abc\nfrom . import x\n") == {
+        "math", "collections"}
+    tests = "assert f(3) == 9\n"
+    named = "import unittest.mock\ndef f(x):\n    return unittest.mock\n"
+    r = run_program(named, tests, "f")
+    assert not r.passed and "not one the problem's tests import" in r.detail, r.detail
+    ok = run_program("import math\ndef f(x):\n    return math\n", "import math\nassert f(3) is math\n", "f")
+    assert ok.passed, ok.detail

@@ -33,6 +33,7 @@ cannot see it (arguments cross by value).
 
 from __future__ import annotations
 
+import ast
 import builtins
 import json
 import linecache
@@ -154,8 +155,33 @@ def _value(reply: Any) -> Any:
     raise _rebuild(reply)
 
 
+#: the modules a program's answer may name: what the problem's own tests and code import (``_run``
+#: sets it before the first answer crosses); a solution cannot make the checker import anything else
+_ALLOWED_MODULES: frozenset[str] = frozenset()
+
+
+def imported_modules(*sources: str) -> frozenset[str]:
+    """Every module (and its parents) an ``import`` of ``sources`` names; a source that does not parse names none."""
+    out: set[str] = set()
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for n in names:
+                parts = n.split(".")
+                out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return frozenset(out)
+
+
 def _module(name: str) -> Any:
-    """A module the program imported, imported here (standard library only)."""
+    """A module the program's answer names, imported here: only one the problem's own tests or code
+    import (``_ALLOWED_MODULES``), and only from the standard library."""
+    if name not in _ALLOWED_MODULES:
+        raise ValueError(f"module {name[:80]!r} is not one the problem's tests import")
     if name.split(".")[0] not in sys.stdlib_module_names:
         raise ValueError(f"module {name[:80]!r} is not in the standard library")
     __import__(name)
@@ -268,6 +294,8 @@ def _compile_prefix(src: str) -> Any:
 
 
 def _run(job: dict, report: _Reporter, program: _Program) -> NoReturn:
+    global _ALLOWED_MODULES
+    _ALLOWED_MODULES = imported_modules(job["tests"], job["prefix"])
     entry = job["entry_point"]
     for fname, src in (("<tests>", job["tests"]), ("<prefix>", job["prefix"])):
         linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
