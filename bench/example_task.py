@@ -35,12 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     import hasp.api as h
     from task import unit_task
 
+    here = Path.cwd()
     with tempfile.TemporaryDirectory() as d:
         os.chdir(d)  # the run's mlflow.db and outputs stay out of the checkout
-        m = h.evaluate(unit_task, ["react", "pf"], out="out", params=None)["unit_convert"]
-        em = {v: {json.loads(x)["qid"]: float(json.loads(x)["em"])
-                  for x in (Path(d) / "out" / "unit_convert" / f"{v}.jsonl").read_text().splitlines() if x.strip()}
-              for v in ("react", "pf")}
+        try:
+            m = h.evaluate(unit_task, ["react", "pf"], out="out", params=None)["unit_convert"]
+            em = {v: {json.loads(x)["qid"]: float(json.loads(x)["em"])
+                      for x in (Path(d) / "out" / "unit_convert" / f"{v}.jsonl").read_text().splitlines()
+                      if x.strip()}
+                  for v in ("react", "pf")}
+        finally:
+            os.chdir(here)
     qids = sorted(em["react"])
     diff = paired_difference([em["react"][q] for q in qids], [em["pf"][q] for q in qids])
     ceiling = m["pf"].get("extractor_ceiling", {})
