@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp.console import safe
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 from hasp.cli.skills import skills_app
 from hasp.seeds import seed_library
@@ -473,7 +474,7 @@ def demo(out: Path = Path("outputs"), params: ParamsOpt = None,
         try:
             resolved = demo_params(params)
         except ParamsError as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {safe(e)}", err=True)
             raise typer.Exit(2) from None
         out.mkdir(parents=True, exist_ok=True)
         params = out / "params.demo.yaml"
@@ -506,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - one clear line for the user; full trace with HASP_LOG=DEBUG
         if os.environ.get("HASP_LOG") == "DEBUG":
             raise
-        typer.echo(f"error: {type(e).__name__}: {e}", err=True)
+        typer.echo(f"error: {type(e).__name__}: {safe(e)}", err=True)
         return 1
     # click returns (not raises) a command's typer.Exit code when standalone_mode is off
     return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0

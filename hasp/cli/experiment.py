@@ -12,6 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from hasp.console import safe
+
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 from hasp.seeds import seed_library
 
@@ -40,7 +42,7 @@ def _check(names: list[str], model: Optional[str]) -> None:
                 raise PresetError(f"experiment: {n} starts from {start}'s checkpoint: run {start} before it in the "
                                   f"same grid, or name the start checkpoint with --model")
     except PresetError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {safe(e)}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -74,7 +76,7 @@ def _run(names: list[str], params: Optional[Path], out: Path, library: Path, dat
                                                for h, v in g.get("by_hops", {}).items()}}))
     typer.echo(f"comparison: {out / 'grid.json'}; MLflow parent run {res['parent_run_id']}")
     for n, err in failed.items():
-        typer.echo(f"error: {n}: {err}", err=True)
+        typer.echo(f"error: {n}: {safe(err)}", err=True)
     if failed:
         raise typer.Exit(2)
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp.console import safe
+
 ParamsOpt = Annotated[Optional[Path], typer.Option(
     "--params", help="Params file to read (default: ./params.yaml when there is one, else the built-in defaults).")]
 _told: set[str] = set()
@@ -34,5 +36,5 @@ def params_or_exit(path: Path | str | None, overrides: Mapping[str, Any] | None 
     try:
         return load_params(params_path(path), dict(overrides) if overrides else None)
     except ParamsError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {safe(e)}", err=True)
         raise typer.Exit(2) from None

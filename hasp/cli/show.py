@@ -16,10 +16,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp.console import safe
+
+
 def plain(text: Any, limit: int = 400) -> str:
     """One line of untrusted text, terminal-safe (``hasp.console.safe``), at most ``limit`` characters."""
-    from hasp.console import safe
-
     return safe(text, one_line=True, limit=limit)
 
 
@@ -113,7 +114,7 @@ def show_command(
     try:
         files = _files(_folder(target), dataset, variant)
     except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {safe(e)}", err=True)
         raise typer.Exit(2) from None
     if not files:
         typer.echo(f"error: no trajectories under {target} (dataset={dataset}, variant={variant})", err=True)

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp.console import safe
+
 from hasp.cli.params import ParamsOpt, params_or_exit
 from hasp.seeds import seed_library
 
@@ -50,7 +52,7 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except (ParamsError, RecipeError, ModelFolderError) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {safe(e)}", err=True)
         raise typer.Exit(2) from None
 
 

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from hasp.console import safe
+
 if TYPE_CHECKING:
     from hasp.provenance import Provenance
 
 def _fail(msg: str) -> typer.Exit:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {safe(msg)}", err=True)
     return typer.Exit(2)
 
 
