@@ -121,6 +121,9 @@ def module_closure(roots: tuple[str, ...], package: str = "hasp") -> list[Path]:
     second run missed the cache.
     """
     pkg_dir = package_dir(package)
+    missing = [r for r in roots if _module_file(r, pkg_dir) is None]
+    if missing:  # a key that silently leaves a module out does not see edits to it
+        raise ValueError(f"unknown module(s) {', '.join(missing)} under {package}: the code key would miss them")
     seen: dict[str, Path] = {}
     todo = [*roots]
     while todo:
@@ -135,6 +138,16 @@ def module_closure(roots: tuple[str, ...], package: str = "hasp") -> list[Path]:
         todo += [".".join(parents[:i]) for i in range(1, len(parents))]  # packages' __init__ run too
         todo += _package_imports(f.read_text(encoding="utf-8"), package)
     return sorted(set(seen.values()))
+
+
+def is_module(name: str, package: str = "hasp") -> bool:
+    """Whether ``name`` is a module (or package) of ``package`` on disk."""
+    return _module_file(name, package_dir(package)) is not None
+
+
+def package_imports(source: str, package: str = "hasp") -> tuple[str, ...]:
+    """Module names under ``package`` that ``source`` imports (see ``_package_imports``)."""
+    return _package_imports(source, package)
 
 
 @functools.lru_cache(maxsize=2048)

@@ -75,3 +75,19 @@ def test_dvc_status_shows_propose_changed_when_proposal_format_changes(dvc_repo)
     set_param(dvc_repo, "evolve", "proposal_format", "code")
     assert stale(dvc_repo, "analyse", "propose") == {"propose"}
     assert "evolve.proposal_format" in run(DVC + ["status", "propose"], dvc_repo)
+
+
+def test_the_episode_phases_depend_on_the_agent_loop_and_an_unknown_module_is_an_error():
+    """Editing the agent loop must make Phase A, the val gate and evaluation stale, and nothing that
+    does not run an episode; a module list naming a module that no longer exists fails loudly."""
+    from hasp.evolve.phase_graph import BY_NAME, code_paths
+    from hasp.fingerprint import module_closure
+
+    loop = {"hasp/agent/loop.py", "hasp/agent/harness.py", "hasp/agent/parser.py", "hasp/agent/react.py",
+            "hasp/episode/spec.py", "hasp/episode/domains.py"}
+    for name in ("rollout", "val_rollout", "gate", "evaluate"):
+        assert loop <= set(code_paths(BY_NAME[name])), name
+    assert "hasp/train/run.py" in code_paths(BY_NAME["train"])
+    assert "hasp/agent/loop.py" not in code_paths(BY_NAME["prepare"])
+    with pytest.raises(ValueError, match="unknown module.*hasp.domains.search.rollout_spec"):
+        module_closure(("hasp.domains.search.rollout_spec",))

@@ -28,12 +28,26 @@ DVC_LAYOUT: Mapping[str, str] = {"data": "outputs/data", "epoch": "outputs/epoch
                                  "evolved": "outputs/epoch_0/library", "train": "outputs/train", "eval": "outputs/eval",
                                  "out": "outputs"}
 
+def _seed_imports(domain: str = "search") -> tuple[str, ...]:
+    """The ``hasp`` modules the shipped seed ``pf.py`` files of ``domain`` import, read from their code:
+    a phase that runs the skills runs these too (``hasp.pf.teacher`` as well: the runtime wraps every
+    teacher). Names that are not modules (``from m import f`` also yields ``m.f``) are left out."""
+    from hasp.fingerprint import is_module, package_imports
+    from hasp.seeds import seed_library
+
+    found = {"hasp.pf.teacher"}
+    for pf in sorted(seed_library(domain).glob("*/pf.py")):
+        found.update(m for m in package_imports(pf.read_text(encoding="utf-8"), "hasp") if is_module(m))
+    return tuple(sorted(found))
+
+
 #: modules the library's pf.py files import: a phase that runs the skills runs them too
-SKILL_RUNTIME = ("hasp.domains.search.pf_support", "hasp.pf.teacher")
+SKILL_RUNTIME = _seed_imports()
 #: where the epoch's phase functions live (each phase runs through it)
 EPOCH_FILE = "hasp/evolve/epoch.py"
-#: the policy's rollout: the agent, the search task, the library and the skills it loads
-ROLLOUT_MODULES = ("hasp.agent.rollout", "hasp.agent.variants", "hasp.domains.search.rollout_spec",
+#: the policy's rollout: the one episode recipe (its closure holds the agent loop, the harness, the
+#: parser, the environments and the domains), the search task, the library and the skills it loads
+ROLLOUT_MODULES = ("hasp.episode.spec", "hasp.episode.domains", "hasp.agent.rollout", "hasp.agent.variants",
                    "hasp.domains.search.task", "hasp.pf.library", "hasp.eval.summary", *SKILL_RUNTIME)
 #: what a policy episode reads: the agent, the harness, the sandbox and every model endpoint
 EPISODE_PARAMS = ("agent", "harness", "sandbox", "llm", "teacher")
@@ -122,7 +136,7 @@ PHASES: tuple[Phase, ...] = (
           outs=_epoch("sft.jsonl", "dpo.jsonl", "sft_skill.jsonl", "dpo_skill.jsonl", "skill_records.jsonl"),
           metrics=_epoch("data_summary.json", "summary_build_data.json")),
     # train.objective (in the train section) picks Objective A's rows, the skill author's, or both
-    Phase("train", ("hasp.train.sft", "hasp.train.presets", "hasp.train.objective"), ("train",),
+    Phase("train", ("hasp.train.run", "hasp.train.sft", "hasp.train.presets", "hasp.train.objective"), ("train",),
           _epoch("sft.jsonl", "sft_skill.jsonl", "skill_records.jsonl"),
           files=(EPOCH_FILE, "hasp/train/presets.yaml"),
           cmd="hasp train sft --data {epoch}/sft.jsonl --out {train}",
