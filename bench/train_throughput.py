@@ -154,7 +154,7 @@ def policy_gradient_pool(pool: list[Any], recipe: str, questions: list[Any]) -> 
         a, b = (by_q.get(str(it.id), []) for it in c.items)
         for j, (t1, t2) in enumerate(zip(a, b)):
             used = j == 0
-            r1, r2 = skill_integrated_rewards(t1.em, t2.em, used)
+            r1, r2 = skill_integrated_rewards([t1.em, t2.em], [(), (0,) if used else ()])
             for pos, t, r in ((0, t1, r1), (1, t2, r2)):
                 t.harness.postprocess[SAGE_KEY] = {"chain": c.id, "position": pos, "outcome": t.em, "reward": r,
                                                    "created": ["bench_skill"] if used and pos == 0 else [],
