@@ -21,6 +21,13 @@ from hasp.config import HarnessParams, Params
 class Domain(Protocol):
     name: str
     prompt_skills: str  # the skills a prompt lists: "ranked" (best by mode and keywords) or "all"
+    #: what an evaluation of the domain reports besides EM/F1, so the runner asks the domain, never its name:
+    #: teacher snippets and the LLM judge (short web answers), the vocabulary extractor's ceiling and its
+    #: rewrite share (search PFs answer through it), pass@1 and the sandbox layers of graded programs (code)
+    teacher_snippets: bool
+    judged: bool
+    vocabulary: bool
+    graded_programs: bool
 
     def identity(self, item: Any) -> tuple[str, str, list[str]]: ...
     def check(self, variant: Variant) -> None: ...
@@ -41,6 +48,10 @@ class SearchDomain:
     dataset: Any = None
     name: ClassVar[str] = "search"
     prompt_skills: ClassVar[str] = "ranked"
+    teacher_snippets: ClassVar[bool] = True
+    judged: ClassVar[bool] = True
+    vocabulary: ClassVar[bool] = True
+    graded_programs: ClassVar[bool] = False
 
     def items(self, split: str, limit: int | None = None) -> list[Any]:
         """The questions of ``split`` in the data folder."""
@@ -98,6 +109,10 @@ class _SingleStep:
     name: ClassVar[str] = ""
     #: every skill's summary in the prompt variant: a single-step skill is a check for every answer
     prompt_skills: ClassVar[str] = "all"
+    teacher_snippets: ClassVar[bool] = False
+    judged: ClassVar[bool] = False
+    vocabulary: ClassVar[bool] = False
+    graded_programs: ClassVar[bool] = False
 
     def check(self, variant: Variant) -> None:
         if variant.teacher_postprocess:
@@ -143,6 +158,7 @@ class CodeDomain(_SingleStep):
     #: wall-clock limit of one program run
     timeout_s: float = 10.0
     name: ClassVar[str] = "code"
+    graded_programs: ClassVar[bool] = True
 
     def identity(self, item: Any) -> tuple[str, str, list[str]]:
         return str(item.task_id), str(item.prompt), list(getattr(item, "answers", []) or [])

@@ -147,6 +147,10 @@ class TaskDomain:
 
     task: Task
     prompt_skills: ClassVar[str] = "ranked"
+    teacher_snippets: ClassVar[bool] = False
+    judged: ClassVar[bool] = False
+    vocabulary: ClassVar[bool] = False  # a task reports its own ceiling (``Task.ceiling``)
+    graded_programs: ClassVar[bool] = False
 
     @property
     def name(self) -> str:

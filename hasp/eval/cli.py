@@ -103,10 +103,13 @@ def eval_command(
         check_variants(domain, vs)
         if model_dir is not None and not (model_dir / "config.json").is_file():
             raise ValueError(f"--model-dir {model_dir} has no config.json (not a HF model folder)")
-        snippets = (p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
-        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=p.teacher.configured)
         sets = load_datasets(domain, list(dataset or []), p, split=split, limit=limit, data_dir=data,
                              retriever_url=retriever_url)
+        from hasp.eval.runner import domain_of
+
+        snippets = (p.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and \
+            domain_of(sets[0]).teacher_snippets
+        check_teacher_needs(vs, judge=judge, snippets=snippets, have_teacher=p.teacher.configured)
         if not lib.is_dir():
             raise ValueError(f"skill library {lib} is not a folder; pass --library")
         if only:

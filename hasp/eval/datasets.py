@@ -131,15 +131,20 @@ class EvalDataset:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def searches(self) -> bool:
+        """A dataset whose agent searches a corpus (its retriever is built from its files)."""
+        return self.task is None and self.spec.kind in KINDS
+
     def shipped(self) -> EvalDataset:
         """The dataset as a worker process receives it: no items (each travels with its episode)
         and, when it can be rebuilt from files, no retriever (a worker rebuilds it, ``with_retriever``)."""
-        rebuild = self.domain == "search" and (self.data_dir is not None or self.spec.path is not None)
+        rebuild = self.searches and (self.data_dir is not None or self.spec.path is not None)
         return replace(self, questions=[], retriever=None if rebuild else self.retriever)
 
     def with_retriever(self, params: Params) -> EvalDataset:
         """A shipped dataset with its retriever rebuilt from the same files."""
-        if self.retriever is not None or self.domain != "search":
+        if self.retriever is not None or not self.searches:
             return self
         loaded = load_eval_dataset(self.spec, params, split=self.split, data_dir=self.data_dir or Path("."),
                                    retriever_url=self.retriever_url)

@@ -157,10 +157,11 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
     from hasp.pf.library import load_library
 
     domain = _domain_of(datasets)
+    d = domain_of(datasets[0])
     arms = as_arms(variants)
-    check_variants(domain_of(datasets[0]) if datasets[0].task is not None else domain, [a.variant for a in arms])
-    snippets = (params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and domain == "search"
-    if judge and domain != "search":
+    check_variants(d, [a.variant for a in arms])
+    snippets = (params.eval.teacher_snippets if teacher_snippets is None else teacher_snippets) and d.teacher_snippets
+    if judge and not d.judged:
         raise ValueError(f"--judge compares short answers; {domain} is graded exactly (leave --judge off)")
     if teacher is None:
         check_teacher_needs([a.variant for a in arms], judge=judge, snippets=snippets, have_teacher=False)
@@ -237,7 +238,7 @@ def dataset_ceiling(ds: EvalDataset, cache: dict[tuple[str, ...], dict[str, Any]
             cache[key] = {"source": f"{ds.task.name}.ceiling", "n": r.n, "em": round(r.p, 4), "em_k": r.k,
                           "em_ci95": [round(r.lo, 4), round(r.hi, 4)], "f1": round(r.p, 4)}
         return cache[key]
-    if ds.domain != "search":
+    if not domain_of(ds).vocabulary:
         return None
     key = (ds.name, *(str(q.id) for q in ds.questions))
     if key not in cache:
@@ -317,9 +318,9 @@ def _run_cell(params: Params, ds: EvalDataset, arm: Arm, *, policy: Policy, lib:
                     "variant": arm.variant.name})
     if arm.variant.use_pfs and lib is not None:
         summary.update(selectable(records, lib, params.harness.only_skills))
-    if ds.domain == "search" and arm.variant.use_pfs:
+    if spec.domain.vocabulary and arm.variant.use_pfs:
         summary[VIA_REWRITE_KEY] = vocabulary_rewrite_share([r.traj for r in records])
-    if ds.domain == "code":
+    if spec.domain.graded_programs:
         summary["pass_at_1"] = summary["em"]  # a program passes its tests or not: mean em is pass@1
         summary["sandbox_weaker"] = grading_weaker([r.traj for r in records])  # programs ran there
     return CellResult(ds.name, arm.label, summary, records, path)
