@@ -158,6 +158,8 @@ def walk_tree(root: Path, skip: tuple[str, ...] = ("__pycache__", "*.pyc"), *, m
                 stack.append((path, depth + 1))
             elif entry.is_file(follow_symlinks=False):
                 files.append(path)
+            elif entry.is_symlink():
+                left.append(f"{path}: is a symbolic link (not followed)")
             else:
                 left.append(f"{path}: not a regular file or folder (not read)")
     return sorted(dirs), sorted(files), left
