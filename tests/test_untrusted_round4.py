@@ -224,11 +224,17 @@ def test_a_deep_or_wide_tree_is_refused_by_the_copy_and_the_hash_not_by_a_crash(
         d += "/d"
         os.mkdir(d)
     Path(d, "pf.py").write_text("x = 1\n")
-    before = library_hash(lib)
-    assert before == library_hash(lib)  # deterministic
-    left = copy_folder(deep, tmp_path / "copy")
-    assert any(f"deeper than {MAX_TREE_DEPTH} levels" in line for line in left)
-    assert (tmp_path / "copy" / "SKILL.md").is_file()
+    try:
+        before = library_hash(lib)
+        assert before == library_hash(lib)  # deterministic
+        left = copy_folder(deep, tmp_path / "copy")
+        assert any(f"deeper than {MAX_TREE_DEPTH} levels" in line for line in left)
+        assert (tmp_path / "copy" / "SKILL.md").is_file()
+    finally:  # bottom-up: pytest's own clean-up of old temp folders (shutil.rmtree) recurses
+        os.remove(os.path.join(d, "pf.py"))
+        while d != str(deep):
+            os.rmdir(d)
+            d = os.path.dirname(d)
 
 
 def test_the_checker_imports_only_modules_the_problems_tests_import():
