@@ -146,8 +146,9 @@ def action_grammar(actions: Sequence[str] = ACTIONS, max_tokens: int | None = No
     ``MAX_THOUGHT_CHARS`` characters, and with a reply budget ``max_tokens`` at most
     ``max_tokens - ACTION_LINE_TOKENS``, so the budget cannot cut a reply before its action."""
     actions = tuple(actions)
-    if not actions or any(not ACTION_NAME.fullmatch(a) for a in actions):
-        raise ValueError(f"action names must be upper-case words ({ACTION_NAME.pattern}), not {actions}")
+    # the same action set, checked by the same format, as the parser and the text filter use: the
+    # grammar admits only the canonical ``NAME[argument]`` spelling of each, which the parser reads
+    action_format(actions)
     thought_chars = MAX_THOUGHT_CHARS if max_tokens is None else \
         min(MAX_THOUGHT_CHARS, max(0, max_tokens - ACTION_LINE_TOKENS))
     # the answer-only turn's argument may not start with the placeholder word at all: barred from
