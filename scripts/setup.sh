@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 STAMP=.venv/.hasp-installed
-HASH=$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)
+HASH=$(cat pyproject.toml setup.py requirements.lock | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$HASH" ]; then
   python -m pip install -q --upgrade pip
   # torch first, from the pinned CPU wheel; then everything else under the lock file.
