@@ -25,6 +25,8 @@ _LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 _DECOR = r"[\s>*#|`_~.-]*"
 _TURN_LINE = re.compile(rf"{_DECOR}(?:(?:next\s+thought\s+and\s+action|thought|action|observation|question)\s*:"
                         rf"|(?:search|read|final)\s*\[)", re.I)
+#: a turn-like line anywhere in a text (``_TURN_LINE`` at the start of any line)
+_TURN_ANY = re.compile(r"(?:^|\n)" + _TURN_LINE.pattern, re.I)
 _LABEL_COLON = re.compile(r"^(\W*\w+(?:\s+\w+)*?)\s*:")
 
 
@@ -69,11 +71,11 @@ def shown_text(text: object, cap: int, *, one_line: bool = False, actions: tuple
         text = _ODD.sub(_odd_char, text.replace("\r\n", "\n"))
     if ":" in text or "[" in text or "(" in text or "{" in text or "<" in text or "=" in text or "-" in text:
         fmt = action_format(actions)
-        lines = text.split("\n")
-        for line in lines:
-            if _TURN_LINE.match(line) or names_an_action(line, fmt):
+        # one scan of the whole text first (most texts hold no action name at all); per line only then
+        if _TURN_ANY.search(text) or fmt.open.search(text) or fmt.colon.search("\n" + text):
+            lines = text.split("\n")
+            if any(_TURN_LINE.match(line) or names_an_action(line, fmt) for line in lines):
                 text = "\n".join(_neutral(x, fmt) for x in lines)
-                break
     if one_line and ("\n" in text or "\t" in text):
         text = text.replace("\n", " ").replace("\t", " ")
     return text[:cap]
