@@ -44,29 +44,23 @@ def evaluate(task: Task | str, variants: Sequence[str] = ("react", "pf"), *, lib
     returns ``{dataset: {variant: summary}}`` as in ``metrics.json``. ``skills`` restricts the library
     to those ids (``hasp eval --skills``)."""
     from hasp.agent.variants import get_variant
-    from hasp.eval.cli import _run, run_provenance
-    from hasp.eval.datasets import load_datasets, task_dataset
+    from hasp.eval.cli import _run, run_provenance, task_inputs
+    from hasp.eval.datasets import load_datasets
     from hasp.eval.runner import check_teacher_needs, check_variants
     from hasp.seeds import seed_library
 
     p = _params(params, {"harness.only_skills": list(skills)} if skills else None)
-    vs = [get_variant(v) for v in variants]
-    check_teacher_needs(vs, judge=False, snippets=False, have_teacher=p.teacher.configured)
     if isinstance(task, Task):
-        task.check(task.name)
-        if len(datasets) > 1:
-            raise TaskError(f"{task.name}: a task takes at most one dataset file")
-        sets = [task_dataset(task, Path(datasets[0]) if datasets else None, limit)]
         lib = Path(library) if library is not None else (Path(task.library) if task.library is not None else None)
-        from hasp.episode.task import TaskDomain
-
-        check_variants(TaskDomain(task), vs)
+        sets, _ = task_inputs(task, list(variants), list(datasets), limit, lib, p)
     else:
+        vs = [get_variant(v) for v in variants]
+        check_teacher_needs(vs, judge=False, snippets=False, have_teacher=p.teacher.configured)
         sets = load_datasets(task, list(datasets), p, limit=limit)
         lib = Path(library) if library is not None else seed_library(task)
         check_variants(task, vs)
-    if lib is not None and not lib.is_dir():
-        raise FileNotFoundError(f"skill library {lib} is not a folder")
+        if not lib.is_dir():
+            raise FileNotFoundError(f"skill library {lib} is not a folder")
     data = Path("outputs/data")
     prov = run_provenance(p, sets, data, lib, None)
     res, _ = _run(p, sets, list(variants), lib, Path(out), None, None, False, False, traces, run_name, progress,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -124,25 +125,37 @@ def eval_command(
     _finish(p, sets, names, lib, out, model_dir, trained, judge, snippets, traces, run_name, progress, limit, data)
 
 
-def _task_sets(task: Any, names: list[str], dataset: list[str] | None, limit: int | None, lib: Path | None,
-               p: Any) -> tuple[list[Any], list[Any]]:
-    """A user task's dataset (its items, or the one ``--dataset`` file of plain questions), checked."""
+def task_inputs(task: Any, names: Sequence[str], dataset: Sequence[str], limit: int | None, lib: Path | None,
+                p: Any) -> tuple[list[Any], list[Any]]:
+    """A user task's evaluation inputs, checked: its dataset (its items, or the one plain questions
+    file) and its variants; ``TaskError`` / ``ValueError`` / ``FileNotFoundError`` name what is wrong.
+    The one check of the CLI and of ``hasp.api.evaluate``."""
     from hasp.agent.variants import get_variant
-    from hasp.episode.task import TaskDomain, TaskError
+    from hasp.episode.task import TaskDomain
     from hasp.eval.datasets import task_dataset
     from hasp.eval.runner import check_teacher_needs, check_variants
 
+    task.check(task.name)
+    if len(dataset) > 1:
+        raise ValueError("a task takes at most one dataset (a file of {question, answers} rows)")
+    if not names:
+        raise ValueError("--variants is empty")
+    vs = [get_variant(v) for v in names]
+    check_variants(TaskDomain(task), vs)
+    check_teacher_needs(vs, judge=False, snippets=False, have_teacher=p.teacher.configured)
+    sets = [task_dataset(task, Path(dataset[0]) if dataset else None, limit)]
+    if lib is not None and not lib.is_dir():
+        raise FileNotFoundError(f"skill library {lib} is not a folder")
+    return sets, vs
+
+
+def _task_sets(task: Any, names: list[str], dataset: list[str] | None, limit: int | None, lib: Path | None,
+               p: Any) -> tuple[list[Any], list[Any]]:
+    """``task_inputs`` for the command: a problem is one error line, a task without a library a note."""
+    from hasp.episode.task import TaskError
+
     try:
-        if len(dataset or []) > 1:
-            raise ValueError("a task takes at most one --dataset (a file of {question, answers} rows)")
-        if not names:
-            raise ValueError("--variants is empty")
-        vs = [get_variant(v) for v in names]
-        check_variants(TaskDomain(task), vs)
-        check_teacher_needs(vs, judge=False, snippets=False, have_teacher=p.teacher.configured)
-        sets = [task_dataset(task, Path(dataset[0]) if dataset else None, limit)]
-        if lib is not None and not lib.is_dir():
-            raise ValueError(f"skill library {lib} is not a folder")
+        sets, vs = task_inputs(task, names, list(dataset or []), limit, lib, p)
     except (TaskError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
     if lib is None and any(v.use_pfs for v in vs):
