@@ -3,6 +3,8 @@ so a knob or file a phase reads re-runs it under both orchestrations (real dvc, 
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +94,57 @@ def test_the_episode_phases_depend_on_the_agent_loop_and_an_unknown_module_is_an
     assert "hasp/agent/loop.py" not in code_paths(BY_NAME["prepare"])
     with pytest.raises(ValueError, match="unknown module.*hasp.domains.search.rollout_spec"):
         module_closure(("hasp.domains.search.rollout_spec",))
+
+
+_KEYS = """
+import json, sys
+import hasp
+from hasp.config import load_params
+from hasp.evolve.phase_graph import BY_NAME, DVC_LAYOUT, cache_key
+assert hasp.__file__.startswith(sys.argv[1]), hasp.__file__  # the copy's code, not the checkout's
+p = load_params("params.yaml")
+print(json.dumps({name: cache_key(name, p, DVC_LAYOUT) for name in BY_NAME}))
+"""
+
+
+def _prefect_keys(repo: Path) -> dict[str, str]:
+    """Every phase's Prefect cache key as the code in ``repo`` computes it (a fresh interpreter on the copy)."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    r = subprocess.run([sys.executable, "-c", _KEYS, str(repo)], cwd=repo, env=env, capture_output=True, text=True,
+                       check=True)
+    return json.loads(r.stdout)
+
+
+def _placeholder_outputs(repo: Path) -> None:
+    """An empty file (or folder) for every output of every stage, so ``dvc commit`` records the stages as done
+    without running a model."""
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    for s in stages.values():
+        for entry in s.get("outs", []) + s.get("metrics", []) + s.get("plots", []):
+            out = repo / (entry if isinstance(entry, str) else next(iter(entry)))
+            if out.suffix:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text("{}\n")
+            else:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "placeholder.txt").write_text("x\n")
+
+
+def test_one_edited_line_of_the_agent_loop_makes_the_episode_phases_stale_in_dvc_and_prefect(dvc_repo):
+    """Edit one line of the agent loop in a copy of the code: ``dvc status`` and the Prefect cache keys both
+    report Phase A, the val gate and evaluation changed (and the experiment stage, which runs episodes too),
+    and nothing that runs no episode."""
+    _placeholder_outputs(dvc_repo)
+    run(DVC + ["commit", "-f", "-q"], dvc_repo)
+    assert stale(dvc_repo) == set()
+    before = _prefect_keys(dvc_repo)
+    loop = dvc_repo / "hasp" / "agent" / "loop.py"
+    lines = loop.read_text(encoding="utf-8").splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("log = "))
+    lines[at] = lines[at].rstrip("\n") + "  # edited\n"
+    loop.write_text("".join(lines), encoding="utf-8")
+    episode_stages = {"rollout", "gate", "evaluate", "experiment"}
+    assert stale(dvc_repo) == episode_stages
+    after = _prefect_keys(dvc_repo)
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == episode_stages | {"val_rollout"}

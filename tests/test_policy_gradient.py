@@ -19,7 +19,7 @@ pytest.importorskip("peft")
 from hasp.agent.loop import load_prompts  # noqa: E402
 from hasp.atomic import read_json, read_jsonl  # noqa: E402
 from hasp.config import TrainParams  # noqa: E402
-from hasp.episode.spec import unseeded  # noqa: E402
+from hasp.episode.seeding import unseeded  # noqa: E402
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory  # noqa: E402
 from hasp.train import chain_rewards, grpo, sage  # noqa: E402
 from hasp.train.losses import WEIGHT_COLUMN, PolicyGradientTrainer  # noqa: E402

@@ -97,7 +97,7 @@ def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, t
 
 
 def test_a_seeded_sample_sends_its_seed_with_every_request(data: Path) -> None:
-    from hasp.episode.spec import Seeded
+    from hasp.episode.seeding import Seeded
 
     qs = training_questions(data)[:2]
     policy = ScriptedPolicyDouble(default="Thought: look again\nAction: SEARCH[who founded it]")
@@ -122,7 +122,7 @@ def test_rounds_ask_each_sample_with_a_seed_of_its_own_and_the_same_seeds_again(
     from doubles import RolloutSamplerDouble
 
     from hasp.config import TrainParams
-    from hasp.episode.spec import Seeded, sampling_seed
+    from hasp.episode.seeding import Seeded, sampling_seed
     from hasp.train.rounds import round_questions
 
     qs = training_questions(data)[:3]

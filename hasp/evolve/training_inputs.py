@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params, TrainParams
-from hasp.episode.spec import Seeded, sampling_seed, unseeded
+from hasp.episode.seeding import Seeded, sampling_seed, unseeded
 from hasp.evolve.chain_skill import chain_reply_format, propose_into_chain, run_in_chain
 from hasp.evolve.sequential import build_chains, fired_skills
 from hasp.records import Trajectory

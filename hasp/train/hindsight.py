@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hasp.agent.loop import load_prompts
+from hasp.agent.react import load_prompts
 from hasp.domains.search.metrics import normalize_answer
 from hasp.records import Action, StepRecord, Trajectory
 from hasp.train.rounds import RecipeError, question_id

@@ -30,7 +30,7 @@ from typing import Any
 
 from hasp.atomic import read_json, write_json, write_jsonl
 from hasp.config import TrainParams
-from hasp.episode.spec import Seeded, sampling_seed
+from hasp.episode.seeding import Seeded, sampling_seed
 from hasp.records import Trajectory
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
-from hasp.agent.loop import load_prompts  # noqa: E402
+from hasp.agent.react import load_prompts  # noqa: E402
 from hasp.atomic import read_jsonl  # noqa: E402
 from hasp.config import TrainerParams  # noqa: E402
 from hasp.progress import Progress  # noqa: E402
