@@ -137,8 +137,8 @@ def policy_gradient_pool(pool: list[Any], recipe: str, questions: list[Any]) -> 
     the recipe samples on (questions, or SAGE chains)."""
     from copy import deepcopy
 
-    from hasp.evolve.training_inputs import training_chains
-    from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
+    from hasp.train.chains import SAGE_KEY, ChainGrowth, ChainTask, training_chains
+    from hasp.train.rewards import skill_integrated_rewards
 
     by_q: dict[str, list[Any]] = {}
     for t in deepcopy(pool):
@@ -155,11 +155,11 @@ def policy_gradient_pool(pool: list[Any], recipe: str, questions: list[Any]) -> 
         for j, (t1, t2) in enumerate(zip(a, b)):
             used = j == 0
             r1, r2 = skill_integrated_rewards([t1.em, t2.em], [(), (0,) if used else ()])
-            for pos, t, r in ((0, t1, r1), (1, t2, r2)):
-                t.harness.postprocess[SAGE_KEY] = {"chain": c.id, "position": pos, "outcome": t.em, "reward": r,
-                                                   "created": ["bench_skill"] if used and pos == 0 else [],
-                                                   "refusals": [], "used_earlier_skill": used and pos == 1,
-                                                   "used": ["bench_skill"] if used and pos == 1 else []}
+            made = ChainGrowth(admitted=["bench_skill"] if used else [])
+            for task in (ChainTask(0, t1, growth=made, reward=r1),
+                         ChainTask(1, t2, used_positions=[0] if used else [],
+                                   used_skills=["bench_skill"] if used else [], reward=r2)):
+                task.traj.harness.postprocess[SAGE_KEY] = task.record(c.id)
             out += [t1, t2]
     return out, chains
 
@@ -250,12 +250,15 @@ def sage_sample_figures(p: Params, work: Path, library: Path, model: Path, n_cha
                         endpoint: str | None, endpoint_model: str | None) -> dict[str, Any]:
     """SAGE's sequential chain rollouts (task 1, the policy's own proposal, task 2) at the default
     concurrency, one rollout per chain."""
-    from hasp.evolve.training_inputs import SageSampler, training_chains
+    from hasp.evolve.chain_skill import chain_grower
+    from hasp.train.chains import training_chains
+    from hasp.train.sage_sampler import SageSampler
     from hasp.train.sampler import training_questions
 
     chains = training_chains(training_questions(work / "data"), p.data.seed)[:n_chains]
     with sampling_policy(p, model, endpoint, endpoint_model) as client:
         sampler = SageSampler(p, work / "data", library, train=p.train, work_dir=work / "sage-chains",
+                              grower=chain_grower(p, gold=True),
                               policy_for=lambda _: contextlib.nullcontext(client))
         t0 = time.perf_counter()
         trajs = sampler(chains, model)

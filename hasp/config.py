@@ -339,6 +339,10 @@ class EvolveParams(_Strict):
                             "admitted); no_drop: admit unless dEM_val < 0")
     val_limit: int = Field(0, ge=0, description="val questions per gate run (0 = the whole val split)")
     r_skill_lambda: float = Field(0.5, ge=0, description="r_skill = Q_skill + lambda * dEM_val (App. E)")
+    sage_bonus: Literal["seed", "repair"] = Field(
+        "repair", description="hasp evolve sage's skill-integrated reward: repair pays the task a skill came "
+        "from when a later task uses it and is solved (its skills are mined from failed tasks); seed also asks "
+        "that task to be solved (seed 001; train.sage.bonus is the SAGE recipe's)")
     frontier_size: int = Field(3, ge=1, description="library versions kept in frontier.json (top-k by val EM)")
     rollback_tolerance: float = Field(0.05, ge=0, description="roll back when val EM < best frontier - this")
     summarizer: bool = Field(True, description="Phase B LLM failure summarizer on/off")

@@ -41,14 +41,15 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
     step skips the same way). A first phase has no checkpoint to keep: there it stays the preset's one
     error line."""
     from hasp.train.rounds import NoRowsError, RecipeError
-    from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
+    from hasp.evolve.chain_skill import chain_grower
+    from hasp.train.inputs import SAMPLING_RECIPES, recipe_inputs
     from hasp.train.run import run_recipe, skip_training
 
     kw: dict[str, Any] = {}
     if train.recipe in SAMPLING_RECIPES:
         assert data_dir is not None
-        kw = recipe_inputs(params, train, data_dir, library, out_dir=out_dir, policy_for=sampler_policy,
-                           teacher=teacher, executor=executor)
+        kw = recipe_inputs(params, train, data_dir, library, out_dir=out_dir, grower=chain_grower(params, gold=True),
+                           policy_for=sampler_policy, teacher=teacher, executor=executor)
     try:
         summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
     except NoRowsError as e:

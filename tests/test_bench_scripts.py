@@ -17,7 +17,7 @@ def test_the_sage_pool_of_the_training_throughput_bench_builds_chain_rewards(tmp
     from hasp.domains.search.prepare import prepare_data
     from hasp.domains.search.task import SearchTask
     from hasp.records import HarnessRecord, Trajectory
-    from hasp.train.chain_rewards import SAGE_KEY
+    from hasp.train.chains import SAGE_KEY
 
     prepare_data(Params.model_validate({"data": {"n_questions": 40}}), tmp_path)
     questions = SearchTask.load(tmp_path).questions("train")

@@ -18,10 +18,10 @@ from hasp.evolve import epoch as ep
 from hasp.evolve.cluster import cluster_patterns, clusters_to_json
 from hasp.evolve.detectors import _TEMPLATES, FailurePattern
 from hasp.evolve.frontier import Frontier, read_carry, restore_snapshot
-from hasp.evolve.gate import (FILTERING, LITE_GATES, active_gates, r_skill, run_val_gate,
-                              static_exec_report)
+from hasp.evolve.gate import FILTERING, LITE_GATES, active_gates, run_val_gate, static_exec_report
 from hasp.evolve.propose import parse_proposal
 from hasp.evolve.review import Review
+from hasp.train.rewards import skill_author_reward
 from hasp.pf.skill_md import kebab, parse_skill_md, write_skill_folder
 from hasp.evolve.summarize import SummaryFormatError, parse_summary, summarize_failures
 from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
@@ -237,7 +237,8 @@ def test_val_gate_records_a_failed_run_and_refuses(epoch_files):
 
 
 def test_r_skill_and_gate_selection():
-    assert r_skill(0.7, -0.2) == pytest.approx(0.6) and r_skill(None, 0.1) is None and r_skill(0.5, None) == 0.5
+    assert skill_author_reward(0.7, -0.2) == pytest.approx(0.6) and skill_author_reward(None, 0.1) is None
+    assert skill_author_reward(0.5, None) == 0.5
     p = load_params(ROOT / "params.yaml", {"evolve.mode": "lite", "evolve.filtering": "none"})
     assert active_gates(p.evolve) == LITE_GATES
     assert active_gates(load_params(ROOT / "params.yaml", {"evolve.val_gate": False}).evolve) == (

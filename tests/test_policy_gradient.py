@@ -21,7 +21,7 @@ from hasp.atomic import read_json, read_jsonl  # noqa: E402
 from hasp.config import TrainParams  # noqa: E402
 from hasp.episode.seeding import unseeded  # noqa: E402
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory  # noqa: E402
-from hasp.train import chain_rewards, grpo, sage  # noqa: E402
+from hasp.train import chains, grpo, rewards, sage  # noqa: E402
 from hasp.train.losses import WEIGHT_COLUMN, PolicyGradientTrainer  # noqa: E402
 from hasp.train.rounds import policy_gradient_step, round_questions  # noqa: E402
 from hasp.train.sft import SFTRecipe, prepare_rows  # noqa: E402
@@ -45,7 +45,7 @@ def _episode(qid: str, em: float, *, reply: str = "Thought: look.\nAction: FINAL
              StepRecord(index=1, raw_output=reply, audit=None, prompt_messages=hist)]
     h = HarnessRecord()
     if sage_rec is not None:
-        h.postprocess[chain_rewards.SAGE_KEY] = sage_rec
+        h.postprocess[chains.SAGE_KEY] = sage_rec
     return Trajectory(qid=qid, question="", answers=["Paris"], variant="pf", steps=steps, em=em,
                       terminated=terminated, harness=h)
 
@@ -62,15 +62,15 @@ def test_group_advantages_subtract_the_group_mean_and_scale_only_when_asked() ->
     assert scaled[0] == pytest.approx(0.75 / (0.75 * 0.25) ** 0.5) and scaled[4:] == [0.0, 0.0]
 
 
-def test_episode_reward_success_composite_and_no_answer_penalty() -> None:
+def test_outcome_reward_success_composite_and_no_answer_penalty() -> None:
     t = TrainParams.model_validate({"grpo": {"no_answer_penalty": 1.0}})
-    assert grpo.episode_reward(_episode("q", 1.0), t.grpo, t) == 1.0
-    assert grpo.episode_reward(_episode("q", 0.0, terminated="max_steps"), t.grpo, t) == -1.0
+    assert rewards.outcome_reward(_episode("q", 1.0), t.grpo, t) == 1.0
+    assert rewards.outcome_reward(_episode("q", 0.0, terminated="max_steps"), t.grpo, t) == -1.0
     c = TrainParams.model_validate({"grpo": {"reward": "composite"}})
     won = _episode("q", 1.0)
     won.f1 = 1.0
     # 0.7 EM + 0.2 F1 + 0.1 StepEconomy, two steps of a five-step budget: economy (5 - 2 + 1) / 5
-    assert grpo.episode_reward(won, c.grpo, c) == pytest.approx(0.7 + 0.2 + 0.1 * 0.8)
+    assert rewards.outcome_reward(won, c.grpo, c) == pytest.approx(0.7 + 0.2 + 0.1 * 0.8)
 
 
 def test_rows_train_the_models_own_reply_with_the_episode_advantage_and_skip_flat_groups() -> None:
@@ -214,22 +214,22 @@ def test_kl_penalty_is_zero_at_the_reference_and_logged(tiny_model_dir: Path, tm
 ])
 def test_skill_integrated_reward_every_case(r1, r2, used, seed_rule, repair_rule) -> None:  # noqa: ANN001
     uses = [(), (0,) if used else ()]  # task 2 fired task 1's skill, or not
-    assert tuple(chain_rewards.skill_integrated_rewards([r1, r2], uses, bonus="seed")) == seed_rule
-    assert tuple(chain_rewards.skill_integrated_rewards([r1, r2], uses, bonus="repair")) == repair_rule
+    assert tuple(rewards.skill_integrated_rewards([r1, r2], uses, bonus="seed")) == seed_rule
+    assert tuple(rewards.skill_integrated_rewards([r1, r2], uses, bonus="repair")) == repair_rule
 
 
 def test_skill_integrated_reward_with_a_graded_outcome() -> None:
     # the outcome term may be a composite; success is what the bonus asks for
-    assert chain_rewards.skill_integrated_rewards([0.9, 0.95], [(), (0,)], solved=[True, True]) == [1.9, 1.95]
-    assert chain_rewards.skill_integrated_rewards([0.9, 0.95], [(), (0,)]) == [0.9, 0.95]
+    assert rewards.skill_integrated_rewards([0.9, 0.95], [(), (0,)], solved=[True, True]) == [1.9, 1.95]
+    assert rewards.skill_integrated_rewards([0.9, 0.95], [(), (0,)]) == [0.9, 0.95]
 
 
 def _chain_rec(chain: str, pos: int, em: float, reward: float, *, proposal: bool = False) -> dict:
-    rec = {"chain": chain, "position": pos, "outcome": em, "reward": reward, "created": ["s1"] if pos == 0 else [],
-           "refusals": [], "used_earlier_skill": pos == 1 and reward > em, "used": []}
-    if proposal:
-        rec["proposal"] = {"messages": [{"role": "user", "content": "write a skill"}], "reply": '{"id": "s1"}'}
-    return rec
+    used = pos == 1 and reward > em
+    return {"chain": chain, "position": pos, "outcome": em, "reward": reward, "created": ["s1"] if pos == 0 else [],
+            "used_positions": [0] if used else [], "used_skills": ["s1"] if used else [], "used_earlier_skill": used,
+            "refusals": [], "proposal": {"messages": [{"role": "user", "content": "write a skill"}],
+                                         "reply": '{"id": "s1"}'} if proposal else None}
 
 
 def test_sage_rows_group_by_chain_and_position_and_the_proposal_takes_task_ones_advantage() -> None:

@@ -15,8 +15,9 @@ from hasp.train.hindsight import hindsight_rows
 from hasp.train.opd import opd_rows, train_opd
 from hasp.train.presets import PresetError, apply_preset, get_preset, load_presets
 from hasp.train.rounds import RecipeError
-from hasp.train.rs import composite, kept_rows, round_rows, select, step_economy, train_rs
-from hasp.train.chain_rewards import SAGE_KEY
+from hasp.train.rewards import composite_reward, step_economy
+from hasp.train.rs import kept_rows, round_rows, select, train_rs
+from hasp.train.chains import SAGE_KEY
 
 MAX_STEPS = 5
 
@@ -56,11 +57,11 @@ def test_step_economy_and_composite_follow_app_d4():
     assert step_economy(two, MAX_STEPS) == pytest.approx(0.8)
     assert step_economy(traj("b", n_steps=5), MAX_STEPS) == pytest.approx(0.2)
     assert step_economy(traj("c", terminated="max_steps"), MAX_STEPS) == 0.0
-    assert composite(two, cfg, MAX_STEPS) == pytest.approx(0.7 + 0.2 + 0.1 * 0.8)
+    assert composite_reward(two, cfg, MAX_STEPS) == pytest.approx(0.7 + 0.2 + 0.1 * 0.8)
     partial = traj("d", f1=0.5, n_steps=2)
-    assert composite(partial, cfg, MAX_STEPS) == pytest.approx(0.2 * 0.5 + 0.1 * 0.8)  # 0.18: passes 0.15
+    assert composite_reward(partial, cfg, MAX_STEPS) == pytest.approx(0.2 * 0.5 + 0.1 * 0.8)  # 0.18: passes 0.15
     weak = traj("e", f1=0.2, n_steps=5)
-    assert composite(weak, cfg, MAX_STEPS) == pytest.approx(0.2 * 0.2 + 0.1 * 0.2)  # 0.06: fails
+    assert composite_reward(weak, cfg, MAX_STEPS) == pytest.approx(0.2 * 0.2 + 0.1 * 0.2)  # 0.06: fails
     v = select(score_all([two, partial, weak, traj("f", terminated="timeout")]), cfg, MAX_STEPS)
     assert [x.passed for x in v] == [True, True, False, False]
 

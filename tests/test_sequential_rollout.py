@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 from doubles import ScriptedPolicyDouble
 
-from hasp.evolve.sequential import build_chains, sequential_rollout, template_key
-from hasp.train.chain_rewards import SAGE_KEY, skill_integrated_rewards
+from hasp.evolve.sequential import sequential_rollout
+from hasp.train.chains import SAGE_KEY, ChainGrowth, build_chains, template_key
+from hasp.train.rewards import skill_integrated_rewards
 from hasp.pf.library import load_library
 from hasp.records import Action, AuditEvent, HarnessRecord, StepRecord, Trajectory
 
@@ -83,26 +84,27 @@ def test_a_repair_admitted_after_a_failed_task_serves_the_next_task_of_its_chain
 
     student = ScriptedPolicyDouble([GOOD], default="nonsense")
 
-    def grow(traj, lib_dir):
+    def grow(traj, lib_dir, seed):
         p = FailurePattern("repeated_invalid_read", "Reads an id no search showed.", "READ after failed READ.",
                            "Read a shown result.", qid=traj.qid)
         cluster = cluster_patterns([p], [], min_cluster_size=1, dup_threshold=0.0)[0]
         (cand,) = propose_declarative([cluster], student, existing_skill_ids=[], replayed={traj.qid: list(replay(traj))})
         if not cand.declared:
-            return [], [cand.parse_error]
+            return ChainGrowth(refusals=[cand.parse_error])
         rep = validate_declared(cand)
         res = admit(lib_dir, cand, heuristic_review(cand, rep.q_exec, cluster), epoch=0, cluster=cluster, refusals=[])
-        return ([cand.skill_id], []) if res.admitted else ([], [res.reason])
+        return ChainGrowth(admitted=[cand.skill_id]) if res.admitted else ChainGrowth(refusals=[res.reason])
 
     result, trajs = sequential_rollout([chain, other], base_library=SEED, work_dir=tmp_path, run_task=run_task,
-                                       grow=grow, plain={it.id: _traj(it, 0.0) for it in chain + other})
+                                       grow=grow, bonus="repair", plain={it.id: _traj(it, 0.0) for it in chain + other})
     assert libraries_seen == [("q0", False), ("q1", True), ("q2", True), ("r0", False), ("r1", False)]
     s = result.summary()
     assert s["skills_created"] == 1 and s["skills_reused_later"] == 1 and s["tasks_using_earlier_skills"] == 2
     assert [t.reward for t in result.tasks[:3]] == [1.0, 2.0, 2.0]
     assert s["em_sequential"]["k"] == 2 and s["em_plain"]["k"] == 0 and s["em_difference"]["n"] == 5
     rec = trajs[1].harness.postprocess[SAGE_KEY]  # the record the SAGE recipe and RS both read
-    assert (rec["reward"], rec["position"], rec["used"], rec["outcome"]) == (2.0, 1, [0], 1.0)
+    assert (rec["reward"], rec["position"], rec["used_positions"], rec["outcome"]) == (2.0, 1, [0], 1.0)
+    assert rec["used_skills"] == ["read_shown_result"] and rec["used_earlier_skill"] and rec["proposal"] is None
     assert [(t.steps, t.completion_tokens, t.plain_steps, t.plain_completion_tokens) for t in result.tasks] == [
         (3, 90, 3, 90), (3, 40, 3, 90), (3, 40, 3, 90), (3, 90, 3, 90), (3, 90, 3, 90)]
     seq, plain, diff = s["sequential"], s["plain"], s["sequential_minus_plain"]

@@ -8,6 +8,7 @@ import pytest
 
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.signals import FAMILIES, FINE_KEYS, SignalWeights, fine_score, score_step, score_trajectory
+from hasp.train.rewards import blended_reward
 
 
 def step(i: int, orig: tuple[str, str], final: tuple[str, str] | None = None, *, fired: list[dict] | None = None,
@@ -118,7 +119,7 @@ def test_trajectory_mean_over_audited_steps_and_episode_blend() -> None:
     audited = [s.A for s in sc.steps if s.has_audit]
     assert len(sc.steps) == 3 and len(audited) == 2 and not sc.steps[1].has_audit and sc.steps[1].A == 0.0
     assert sc.A == pytest.approx(sum(audited) / 2)
-    assert sc.episode_reward == pytest.approx(0.5 * sc.A + 0.5 * 1.0)
+    assert blended_reward(sc) == pytest.approx(0.5 * sc.A + 0.5 * 1.0)
     assert score_trajectory(traj([], em=0.0)).A == 0.0
 
 

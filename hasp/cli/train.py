@@ -110,7 +110,8 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
            rows: Path | None = None, data: Path | None = None, library: Path | None = None) -> None:
     """Any recipe from the command line: sft/dpo on ``rows``, rs/opd sampling ``data``'s train split with
     ``library``; prints the summary and the MLflow run id."""
-    from hasp.evolve.training_inputs import SAMPLING_RECIPES, recipe_inputs
+    from hasp.evolve.chain_skill import chain_grower
+    from hasp.train.inputs import SAMPLING_RECIPES, recipe_inputs
     from hasp.train.run import run_recipe
 
     p = params_or_exit(params)
@@ -124,7 +125,8 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
             assert data is not None and library is not None
             teacher = teacher_client(p.teacher, p.llm)
             executor = stack.enter_context(episode_executor(p.runner))
-            kw = {**recipe_inputs(p, t, data, library, out_dir=out, teacher=teacher, executor=executor),
+            kw = {**recipe_inputs(p, t, data, library, out_dir=out, grower=chain_grower(p, gold=True),
+                                  teacher=teacher, executor=executor),
                   "inputs_key": _sampling_inputs(p, data, library)}
         if rows is not None:  # Phase H's rows file: train.objective picks what to train on from its folder
             from hasp.train.objective import rows_for

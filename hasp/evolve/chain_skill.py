@@ -1,5 +1,6 @@
-"""One skill from one episode, admitted into a chain's own library: the step sequential rollout takes
-between two tasks of a chain (``hasp evolve sage`` and the SAGE training recipe).
+"""One skill from one episode, admitted into a chain's own library: the step the chain runner
+(``hasp.train.chains.run_chain``) takes between two tasks of a chain, for ``hasp evolve sage`` and the
+SAGE training recipe alike (``chain_grower`` builds it for them).
 
 Why a step of its own: inside a chain there is no cluster of many episodes and no val gate (the next
 task is the test of the skill), but the skill must still be a valid declaration that passes Phase D
@@ -9,27 +10,16 @@ result, because SAGE trains them with the advantage of the task they came from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hasp.records import Trajectory
-
-
-@dataclass
-class ChainSkill:
-    """What proposing from one episode gave: admitted skill ids, refusal reasons, and the student's
-    proposal turn (empty when nothing was asked: no failure pattern in the episode)."""
-
-    admitted: list[str] = field(default_factory=list)
-    refusals: list[str] = field(default_factory=list)
-    prompt_messages: list[dict[str, str]] = field(default_factory=list)
-    reply: str = ""
+from hasp.train.chains import ChainGrowth, Grow, Grower
 
 
 def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student: Any, domain: str,
                        gold: bool, reply_format: Any, max_tokens: int | None = None,
-                       seed: int | None = None) -> ChainSkill:
+                       seed: int | None = None) -> ChainGrowth:
     """Ask ``student`` for a declared repair of ``traj``'s failure patterns and admit it into
     ``lib_dir`` when Phase D passes and its trigger fires on ``traj``. ``gold``: the student may see the
     gold answer (training split only); ``max_tokens`` defaults to ``evolve.declarative_max_tokens``;
@@ -45,7 +35,7 @@ def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student:
     a, e = params.agent, params.evolve
     patterns = detect_failures([traj])
     if not patterns:
-        return ChainSkill(refusals=["no failure pattern detected"])
+        return ChainGrowth(refusals=["no failure pattern detected"])
     lib = load_library(lib_dir, domain, sandbox=params.sandbox)
     ids, existing = lib.ids, existing_from_library(lib)
     lib.close()
@@ -55,7 +45,7 @@ def propose_into_chain(traj: Trajectory, lib_dir: Path, *, params: Any, student:
                                   temperature=e.proposal_temperature, max_tokens=max_tokens or e.declarative_max_tokens,
                                   seed=seed, reply_format=reply_format,
                                   gold={traj.qid: list(traj.answers)} if gold else None)
-    out = ChainSkill(prompt_messages=[dict(m) for m in cand.prompt_messages], reply=cand.raw_reply)
+    out = ChainGrowth(prompt_messages=[dict(m) for m in cand.prompt_messages], reply=cand.raw_reply)
     if not cand.declared:
         out.refusals = [cand.parse_error]
         return out
@@ -85,13 +75,19 @@ def chain_reply_format(params: Any, student: Any) -> Any:
                             constrains_json(params.llm.constrained, dialect_of(student)))
 
 
-def run_in_chain(spec: Any, item: Any, lib_dir: Path, *, params: Any, policy: Any, opened: Any) -> Trajectory:
-    """One task of a chain with the chain's library folder as it is now (skills admitted by earlier
-    tasks included), loaded for this task and closed after it."""
-    from hasp.pf.library import load_library
+def chain_grower(params: Any, *, gold: bool) -> Grower:
+    """The growing step of a chain runner, built once a student is at hand: ``(student, domain, reply
+    budget) -> grow``, ``grow(episode, library folder, seed)`` proposing into the folder
+    (``propose_into_chain``; ``gold``: the student sees the gold answer, training split only). The reply
+    format is chosen once per student."""
 
-    lib = load_library(lib_dir, spec.domain.name, sandbox=params.sandbox)
-    try:
-        return spec.runner(policy=policy, library=lib, opened=opened)(item).traj
-    finally:
-        lib.close()
+    def for_student(student: Any, domain: str, max_tokens: int | None) -> Grow:
+        reply_format = chain_reply_format(params, student)
+
+        def grow(traj: Trajectory, lib_dir: Path, seed: int | None) -> ChainGrowth:
+            return propose_into_chain(traj, lib_dir, params=params, student=student, domain=domain, gold=gold,
+                                      reply_format=reply_format, max_tokens=max_tokens, seed=seed)
+
+        return grow
+
+    return for_student

@@ -392,7 +392,8 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
     ``library_out/library_history.json`` and ``admission.json``; the proposer's feedback
     history (``history_path``) gets the same entries."""
     from hasp.evolve.admit import admit, snapshot
-    from hasp.evolve.gate import active_gates, placeholder_review, refusals, r_skill
+    from hasp.evolve.gate import active_gates, placeholder_review, refusals
+    from hasp.train.rewards import skill_author_reward
     from hasp.evolve.propose import FeedbackEntry, FeedbackHistory
 
     epoch_dir = Path(candidates_path).parent
@@ -417,7 +418,8 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
         extra = {"mode": params.evolve.mode, "filtering": params.evolve.filtering, "gates": list(gates),
                  "delta_em_val": ev.val.delta_em if ev.val else None,
                  "delta_f1_val": ev.val.delta_f1 if ev.val else None,
-                 "r_skill": r_skill(q, ev.val.delta_em if ev.val else None, params.evolve.r_skill_lambda)}
+                 "r_skill": skill_author_reward(q, ev.val.delta_em if ev.val else None,
+                                                params.evolve.r_skill_lambda)}
         res = admit(library_out, ev.candidate, review, epoch=epoch, cluster=ev.cluster,
                     max_library_size=params.evolve.max_library_size, refusals=why,
                     accept_reason=f"passed gates {'+'.join(gates)}", extra=extra, evolve=params.evolve)
@@ -543,6 +545,7 @@ def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
     from hasp.evolve.declarative import reply_lines
     from hasp.evolve.propose import Candidate
     from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
+    from hasp.train.rewards import reaches_floor
 
     cpath = epoch_dir / "candidates.json"
     if not cpath.exists():
@@ -565,7 +568,7 @@ def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
     write_jsonl(dpo, epoch_dir / "dpo_skill.jsonl")
     return {"records": len(records), "unscored": sum(r["r_skill"] is None for r in records),
             "sft_rows": len(sft), "dpo_rows": len(dpo),
-            "below_floor": sum(r["r_skill"] is not None and r["r_skill"] < floor for r in records)}
+            "below_floor": sum(r["r_skill"] is not None and not reaches_floor(r["r_skill"], floor) for r in records)}
 
 
 def _epoch_num(epoch_dir: Path) -> int:

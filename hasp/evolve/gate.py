@@ -37,7 +37,7 @@ shared by every candidate of the epoch). With ``val_rule: gain`` (the default, E
 rule) a candidate is admitted only when ``ΔEM_val > 0``: on a weak model whose baseline is
 near zero, "no drop" admits every skill that never fires. ``no_drop`` refuses ``ΔEM_val < 0``
 only;
-``r_skill = Q_skill + λ·ΔEM_val`` (App. E) is recorded either way. The candidate's
+``r_skill = Q_skill + λ·ΔEM_val`` (App. E, ``hasp.train.rewards.skill_author_reward``) is recorded either way. The candidate's
 code runs through ``SandboxedPF`` because it is loaded from ``generated/`` like any
 admitted skill.
 """
@@ -59,11 +59,12 @@ from hasp.evolve.propose import Candidate, registered_id
 from hasp.evolve.review import DEFAULT_BARS, Review, admission_bar
 from hasp.pf.folder_files import copy_folder
 from hasp.sandbox.policy import check_policy
+from hasp.train.rewards import skill_author_reward
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Evidence", "ValResult", "GATES", "FILTERING", "LITE_GATES", "active_gates", "refusals",
-           "pre_val_gates", "epoch_phases", "static_exec", "r_skill", "static_exec_report", "run_val_gate", "placeholder_review", "val_passed"]
+           "pre_val_gates", "epoch_phases", "static_exec", "static_exec_report", "run_val_gate", "placeholder_review", "val_passed"]
 
 
 @dataclass
@@ -255,13 +256,6 @@ def static_exec(evolve: Any) -> bool:
     return "teacher" in gates and "exec" not in gates
 
 
-def r_skill(q_skill: float | None, delta_em: float | None, lam: float = 0.5) -> float | None:
-    """``Q_skill + λ·ΔEM_val`` (App. E); None without a review score, ΔEM counts 0 when not measured."""
-    if q_skill is None:
-        return None
-    return round(q_skill + lam * (delta_em or 0.0), 6)
-
-
 def placeholder_review(reason: str) -> Review:
     """The review record of a candidate that was never reviewed (lite mode): no scores, explicit reason."""
     return Review(q_concept=0.0, q_trigger=0.0, q_intervene=0.0, q_exec=0.0, q_val=0.0, q_skill=0.0,
@@ -342,6 +336,6 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
             res.error = f"{type(e).__name__}: {e}"
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        res.r_skill = r_skill(res.q_skill, res.delta_em, lam)
+        res.r_skill = skill_author_reward(res.q_skill, res.delta_em, lam)
         out.append(res)
     return out

@@ -1,10 +1,10 @@
-"""Sequential rollout over chains of similar tasks, with the skill-integrated reward (SAGE, seed 001 §3).
+"""``hasp evolve sage``: sequential rollout over chains of similar tasks, compared with plain rollouts.
 
-Why: whether a generated skill is any good shows only on a later task it applies to. A chain holds
-tasks that share a question template (same relation in the generated benchmark; same question type
-in real files). The tasks of a chain run in order against the chain's own copy of the library; after
-each failed task the student proposes a declared repair from that episode's failing steps, and a
-repair that passes Phase D is admitted at once, so the next task of the chain runs with it.
+Why: whether a generated skill is any good shows only on a later task it applies to. The chains
+(same-template tasks, ``hasp.train.chains.build_chains``) run through the one chain runner
+(``hasp.train.chains.run_chain``), each against its own copy of the library; after each failed task
+the student proposes a declared repair from that episode's failing steps, and a repair that passes
+Phase D is admitted at once, so the next task of the chain runs with it.
 
 Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
 
@@ -12,20 +12,16 @@ Skill-integrated reward of task k in a chain of K (outcomes r in {0, 1}):
 
 ``used(i, k)``: a PF admitted after task k fired in task i. The second term rewards generating a
 skill a later task succeeds with, the third using earlier skills to succeed. SAGE also asks
-``r_k = 1`` for the generation term; HASP mines repairs from *failed* tasks, so it does not: the
-``repair`` rule of ``hasp.train.chain_rewards.skill_integrated_rewards``, the one definition the SAGE
-recipe uses as well.
+``r_k = 1`` for the generation term (``evolve.sage_bonus: seed``); HASP mines repairs from *failed*
+tasks, so by default it does not (``repair``: ``hasp.train.rewards.skill_integrated_rewards``).
 The reward is written per trajectory in the chain record the SAGE recipe reads too
-(``hasp.train.chain_rewards.SAGE_KEY``), for rejection sampling to rank by. The summary scores both
+(``hasp.train.chains.SAGE_KEY``), for rejection sampling to rank by. The summary scores both
 arms, sequential and plain (base library, same chains), with SAGE's chain metrics
 (``hasp.eval.chain_metrics``: TGC, SGC, skill use, steps and generated tokens per task).
 """
 
 from __future__ import annotations
 
-import random
-import re
-import shutil
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,44 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from hasp.eval.chain_metrics import ChainRecord, chain_differences, chain_metrics
-from hasp.pf.folder_files import copy_folder
 from hasp.records import Trajectory
 from hasp.stats import paired_difference, rate
-from hasp.train.chain_rewards import SAGE_KEY, chain_task_record, skill_integrated_rewards
-
-_NAME = re.compile(r"\b[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
-_NUMBER = re.compile(r"\b\d+\b")
-
-
-def template_key(question: str) -> str:
-    """The question with its names and numbers masked: questions of one relation share it
-    ("In what year was X founded?")."""
-    q = question.strip()
-    head, rest = q[:1], q[1:]  # the capitalised first word is the question's own, not a name
-    return head + _NUMBER.sub("N", _NAME.sub("X", rest))
-
-
-def build_chains(items: Sequence[Any], length: int, seed: int = 0, key: Callable[[Any], str] | None = None
-                 ) -> list[list[Any]]:
-    """Chains of ``length`` items sharing ``key`` (default: the question template), shuffled with
-    ``seed`` inside each group; leftovers shorter than two tasks are dropped (nothing to carry)."""
-    if length < 2:
-        raise ValueError("a chain needs at least two tasks")
-    key = key or (lambda it: template_key(it.question))
-    groups: dict[str, list[Any]] = defaultdict(list)
-    for it in items:
-        groups[key(it)].append(it)
-    rng = random.Random(seed)
-    chains = []
-    for k in sorted(groups):
-        g = sorted(groups[k], key=lambda it: it.id)
-        rng.shuffle(g)
-        chains += [g[i:i + length] for i in range(0, len(g), length) if len(g[i:i + length]) >= 2]
-    return chains
+from hasp.train.chains import Grow, RunTask, build_chains, run_chain, run_in_chain
+from hasp.train.rewards import Bonus
 
 
 @dataclass
-class ChainTask:
+class ComparedTask:
     """One task of a chain: its outcome and cost, the skills it created and the earlier ones it used,
     and the same task's outcome and cost in the plain rollout (base library) when there is one."""
 
@@ -103,7 +69,7 @@ class ChainTask:
 
 @dataclass
 class SequentialResult:
-    tasks: list[ChainTask]
+    tasks: list[ComparedTask]
     refusals: list[str]
 
     def summary(self) -> dict[str, Any]:
@@ -137,65 +103,33 @@ class SequentialResult:
         return {"summary": self.summary(), "tasks": [asdict(t) for t in self.tasks], "refusals": self.refusals}
 
 
-def fired_skills(traj: Trajectory) -> set[str]:
-    """Skills whose PF acted (was applied) at some step of ``traj``."""
-    return {str(f.get("skill_id")) for s in traj.steps if s.audit for f in s.audit.fired if f.get("applied", True)}
-
-
-#: (item, library folder) -> trajectory of that task
-RunTask = Callable[[Any, Path], Trajectory]
-#: (failed trajectory, library folder) -> (admitted skill ids, refusal reasons)
-GrowLibrary = Callable[[Trajectory, Path], tuple[list[str], list[str]]]
-
-
 def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, work_dir: Path, run_task: RunTask,
-                       grow: GrowLibrary, plain: dict[str, Trajectory] | None = None,
+                       grow: Grow, bonus: Bonus, plain: dict[str, Trajectory] | None = None,
                        on_task: Callable[[], None] | None = None) -> tuple[SequentialResult, list[Trajectory]]:
-    """Run every chain in order, growing a per-chain copy of ``base_library`` after each failed task.
+    """Run every chain through ``run_chain``, growing a per-chain copy of ``base_library`` after each
+    failed task (``work_dir/chain_<c>/library``, kept); ``bonus`` is the maker's rule of the reward.
 
     ``plain`` (qid -> trajectory with the base library) adds the comparison columns. Returns the
-    result and every sequential trajectory (the skill-integrated reward in ``harness.postprocess``).
+    result and every sequential trajectory (the chain record in ``harness.postprocess``).
     """
-    tasks: list[ChainTask] = []
+    tasks: list[ComparedTask] = []
     trajs: list[Trajectory] = []
     refusals: list[str] = []
     for c, chain in enumerate(chains):
-        lib = work_dir / f"chain_{c:03d}" / "library"
-        if lib.exists():
-            shutil.rmtree(lib)
-        copy_folder(base_library, lib, skip=("snapshots", ".*"))
-        owner: dict[str, int] = {}  # admitted skill id -> position that created it
-        row: list[ChainTask] = []
-        chain_trajs = []
-        for pos, item in enumerate(chain):
-            traj = run_task(item, lib)
-            fired = fired_skills(traj)
-            used = sorted({owner[s] for s in fired if s in owner})
+        for item, t in zip(chain, run_chain(str(c), chain, base_library=base_library,
+                                            chain_dir=work_dir / f"chain_{c:03d}", run_task=run_task, grow=grow,
+                                            grow_after="failed", bonus=bonus, on_task=on_task)):
             base = plain.get(item.id) if plain else None
-            task = ChainTask(chain=c, position=pos, qid=item.id, em=float(traj.em), used_from=used,
-                             used_skills=sorted(s for s in fired if s in owner), steps=len(traj.steps),
-                             completion_tokens=traj.completion_tokens,
-                             plain_em=float(base.em) if base is not None else None,
-                             plain_steps=len(base.steps) if base is not None else None,
-                             plain_completion_tokens=base.completion_tokens if base is not None else None)
-            if not traj.em and pos < len(chain) - 1:  # a skill from the last task has no later task to help
-                admitted, why = grow(traj, lib)
-                task.created = admitted
-                refusals += [f"chain {c} task {pos} ({item.id}): {w}" for w in why]
-                owner.update({s: pos for s in admitted})
-            row.append(task)
-            chain_trajs.append(traj)
-            if on_task is not None:
-                on_task()
-        # skills here come from failed tasks only, so the repair rule is the one that can pay their makers
-        rewards = skill_integrated_rewards([t.em for t in row], [set(t.used_from) for t in row], bonus="repair")
-        for t, r, traj in zip(row, rewards, chain_trajs):
-            t.reward = r
-            if traj.harness is not None:
-                traj.harness.postprocess[SAGE_KEY] = chain_task_record(str(c), t.position, t.em, r, created=t.created,
-                                                                       used=t.used_from)
-        tasks += row
-        trajs += chain_trajs
+            tasks.append(ComparedTask(
+                chain=c, position=t.position, qid=item.id, em=float(t.traj.em), created=t.created,
+                used_from=t.used_positions, used_skills=t.used_skills, reward=t.reward, steps=len(t.traj.steps),
+                completion_tokens=t.traj.completion_tokens,
+                plain_em=float(base.em) if base is not None else None,
+                plain_steps=len(base.steps) if base is not None else None,
+                plain_completion_tokens=base.completion_tokens if base is not None else None))
+            refusals += [f"chain {c} task {t.position} ({item.id}): {w}"
+                         for w in (t.growth.refusals if t.growth is not None else [])]
+            trajs.append(t.traj)
     return SequentialResult(tasks=tasks, refusals=refusals), trajs
 
 
@@ -209,14 +143,13 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     from hasp.atomic import write_json
     from hasp.episode.domains import SearchDomain
     from hasp.episode.spec import episode_spec, run_episodes
-    from hasp.evolve.chain_skill import chain_reply_format, propose_into_chain, run_in_chain
+    from hasp.evolve.chain_skill import chain_grower
     from hasp.pf.library import load_library
     from hasp.progress import Progress
 
     domain = SearchDomain(data_dir=Path(data_dir))
     chains = build_chains(domain.items(split, limit), chain_length, seed=params.data.seed)
     items = [it for chain in chains for it in chain]
-    reply_format = chain_reply_format(params, student)
     spec, index = episode_spec(params, domain, "pf"), domain.open(params)
 
     base = load_library(library, domain.name, sandbox=params.sandbox)
@@ -230,14 +163,11 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     def run_task(item: Any, lib_dir: Path) -> Trajectory:
         return run_in_chain(spec, item, lib_dir, params=params, policy=policy, opened=index)
 
-    def grow(traj: Trajectory, lib_dir: Path) -> tuple[list[str], list[str]]:
-        made = propose_into_chain(traj, lib_dir, params=params, student=student, domain=domain.name,
-                                  gold=split == "train", reply_format=reply_format)
-        return made.admitted, made.refusals
-
+    grow = chain_grower(params, gold=split == "train")(student, domain.name, None)
     with Progress("sequential", len(items), unit="tasks") as bar:
         result, seq_trajs = sequential_rollout(chains, base_library=library, work_dir=out_dir, run_task=run_task,
-                                               grow=grow, plain=plain, on_task=bar.advance)
+                                               grow=grow, bonus=params.evolve.sage_bonus, plain=plain,
+                                               on_task=bar.advance)
     write_trajectories(seq_trajs, out_dir / "sequential.jsonl")
     write_trajectories(plain_trajs, out_dir / "plain.jsonl")
     out = {**result.to_dict(), "split": split, "chain_length": chain_length}

@@ -117,7 +117,8 @@ class SignalWeights(_Weights):
     cost_ramp_steps: int = field(default=10, metadata=_h("s4.cost reaches 1 this many steps after cost_free_steps."))
     success_em: float = field(default=1.0, metadata=_h("An episode with em >= this counts as successful."))
     episode_em_blend: float = field(
-        default=0.5, metadata=_h("Episode reward = (1-b)·A(τ) + b·EM (paper App. E: 50/50 blend)."))
+        default=0.5, metadata=_h("b of App. E's episode reward (1-b)·A(τ) + b·EM (50/50 blend; "
+                                 "hasp.train.rewards.blended_reward)."))
 
     # -- views -------------------------------------------------------------------------------
     def fine_weights(self) -> dict[str, float]:
@@ -166,8 +167,7 @@ class StepScore:
 class TrajectoryScore:
     steps: list[StepScore]
     A: float  # mean A_t over audited steps
-    episode_reward: float = 0.0  # (1-b)·A(τ) + b·EM
-    em: float = 0.0
+    em: float = 0.0  # episode EM clipped to [0, 1] (App. E's blend of the two: hasp.train.rewards.blended_reward)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,6 +290,4 @@ def score_trajectory(traj: Trajectory, weights: SignalWeights | None = None) -> 
     steps = [score_step(traj, i, w) for i in range(len(traj.steps))]
     audited = [s.A for s in steps if s.has_audit]
     A = sum(audited) / len(audited) if audited else 0.0
-    em = _clip01(traj.em)
-    return TrajectoryScore(steps=steps, A=A, episode_reward=(1 - w.episode_em_blend) * A + w.episode_em_blend * em,
-                           em=em)
+    return TrajectoryScore(steps=steps, A=A, em=_clip01(traj.em))

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from hasp.config import SignalParams, default_of
 from hasp.records import StepRecord, Trajectory
 from hasp.signals.coarse import SignalWeights, StepScore, TrajectoryScore, score_trajectory
+from hasp.train.rewards import reaches_floor, skill_author_reward
 
 DEFAULT_REWARD_FLOOR = default_of(SignalParams, "reward_floor")
 #: an episode with em at least this is a success (the scorer's own threshold)
@@ -73,7 +74,7 @@ def _iter_scored(scored: Iterable[Scored], *, reward_floor: float,
                 continue
             if not pf_applied(step):
                 continue
-            if sc.A < reward_floor:
+            if not reaches_floor(sc.A, reward_floor):
                 continue
             yield traj, step, sc
 
@@ -205,7 +206,7 @@ def build_skill_records(candidates: Iterable[dict[str, Any]], *, reviews: Iterab
         q_skill = float(r["q_skill"]) if reviewed else None
         d_em = v.get("delta_em") if v else None
         d_f1 = v.get("delta_f1") if v else None
-        r_skill = None if q_skill is None else round(q_skill + lam * float(d_em or 0.0), 6)
+        r_skill = skill_author_reward(q_skill, d_em, lam)
         fine: dict[str, float | None] = {k: (float(r[k]) if reviewed else None) for k in _REVIEW_DIMS}
         checks = (e or {}).get("checks") or {}
         fine.update({f"exec.{k}": (float(bool(checks[k])) if k in checks else None) for k in _EXEC_CHECKS})
@@ -227,7 +228,7 @@ def build_skill_sft_rows(records: Iterable[dict[str, Any]], *,
     """SFT rows for the skill author; ``sample_weight = r_skill``, rows under the floor dropped."""
     rows = []
     for r in records:
-        if r["r_skill"] is None or r["r_skill"] < reward_floor:
+        if not reaches_floor(r["r_skill"], reward_floor):
             continue
         rows.append({"objective": "B", "messages": r["prompt"] + [{"role": "assistant", "content": r["completion"]}],
                      "sample_weight": r["r_skill"], "coarse": r["coarse"], "fine": r["fine"],
@@ -247,7 +248,7 @@ def build_skill_dpo_rows(records: Iterable[dict[str, Any]], *, earlier: Iterable
     cur_ids = {id(r) for r in current}
     rows = []
     for ch in pool:
-        if not ch["admitted"] or ch["r_skill"] is None or ch["r_skill"] < reward_floor:
+        if not ch["admitted"] or not reaches_floor(ch["r_skill"], reward_floor):
             continue
         for rj in pool:
             if rj["admitted"] or rj["category"] != ch["category"]:

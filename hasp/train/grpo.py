@@ -2,10 +2,10 @@
 
 Each round samples G episodes of every training question from the checkpoint the round starts from
 (``train.rollout``'s temperature, top-p and budgets; ``train.grpo.agent`` picks the PF agent or the
-plain ReAct agent), gives each episode a reward (success = EM, or App. D.4's composite, minus
-``no_answer_penalty`` when it never answered), and gives every turn of an episode the same advantage:
-its reward minus the mean reward of its group (divided by the group's std only with
-``scale_by_std``). The rows are the model's own replies at those turns; the update is one
+plain ReAct agent), gives each episode its outcome reward (``hasp.train.rewards.outcome_reward``:
+success = EM, or App. D.4's composite, minus ``no_answer_penalty`` when it never answered), and gives
+every turn of an episode the same advantage: its reward minus the mean reward of its group (divided by
+the group's std only with ``scale_by_std``). The rows are the model's own replies at those turns; the update is one
 strictly on-policy optimizer step (``hasp.train.losses``), so a below-average episode pushes its
 replies down as much as an above-average one pushes its own up. A group whose rewards are all equal
 carries no signal and adds no row.
@@ -23,20 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hasp.config import PolicyGradientParams, TrainParams
+from hasp.config import TrainParams
 from hasp.records import Trajectory
+from hasp.train.rewards import outcome_reward
 from hasp.train.rounds import LogCallback, RecipeResult, Sampler, run_rounds
-
-
-def episode_reward(traj: Trajectory, cfg: PolicyGradientParams, train: TrainParams) -> float:
-    """The outcome reward of one episode under ``cfg.reward``, with the no-answer penalty."""
-    if cfg.reward == "composite":
-        from hasp.train.rs import composite
-
-        r = composite(traj, train.rs, train.rollout.max_steps)
-    else:
-        r = float(traj.em)
-    return r - (cfg.no_answer_penalty if traj.terminated != "final" else 0.0)
 
 
 def group_advantages(rewards: Sequence[float], groups: Sequence[str], *, scale_by_std: bool = False
@@ -74,7 +64,7 @@ def turn_rows(traj: Trajectory, advantage: float, *, source: str, **extra: Any) 
 def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One round's rows and what they were made of: rewards, groups with signal, the advantage range."""
     cfg = train.grpo
-    rewards = [episode_reward(t, cfg, train) for t in trajs]
+    rewards = [outcome_reward(t, cfg, train) for t in trajs]
     adv = group_advantages(rewards, [t.qid for t in trajs], scale_by_std=cfg.scale_by_std)
     rows = []
     for t, r, a in zip(trajs, rewards, adv):

@@ -20,6 +20,7 @@ from typing import Any
 
 from hasp.atomic import read_jsonl, write_json, write_jsonl
 from hasp.config import TrainParams
+from hasp.train.rewards import loss_weight
 from hasp.train.rounds import RecipeError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def rows_for(train: TrainParams, policy: Path, skill_dir: Path | None) -> TrainR
     unscored = sum(r.get("r_skill") is None for r in records)
     below = sum(r.get("r_skill") is not None and r.get("skill_id") not in with_row for r in records)
     if recipe == "sft":  # the loss weight is r_skill, never negative; a row without one has no reward
-        b_rows = [{**r, "sample_weight": max(0.0, float(r["sample_weight"]))}
+        b_rows = [{**r, "sample_weight": loss_weight(r["sample_weight"])}
                   for r in sft_skill if r.get("sample_weight") is not None]
         unscored += len(sft_skill) - len(b_rows)
     else:

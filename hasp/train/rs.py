@@ -11,8 +11,8 @@ Selection uses two numbers on purpose: the composite is App. D.4's admission fil
 can pass it), Score(τ) ranks the admitted trajectories of one question, so among equally correct
 samples the one whose PF interventions scored better is the one trained on.
 
-StepEconomy is not defined in the paper; here it is the share of the step budget left when the agent
-answered, (max_steps − steps + 1) / max_steps, and 0 for an episode that never gave a FINAL.
+The composite, StepEconomy (not defined in the paper: the share of the step budget left when the agent
+answered) and Score(τ) are defined in ``hasp.train.rewards``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 
 from hasp.config import RSParams, TrainParams
 from hasp.records import Trajectory
-from hasp.train.chain_rewards import chain_reward
+from hasp.train.chains import chain_reward
 from hasp.train.data import Scored, score_all
 from hasp.train.hindsight import check_split, hindsight_rows
+from hasp.train.rewards import composite_reward, loss_weight, pf_score, step_economy
 from hasp.train.rounds import LogCallback, NoRowsError, RecipeError, RecipeResult, Sampler, run_rounds
 
 SKILL_REWARD_KEY = "skill_integrated_reward"  # the score source a chain's reward ranks under
@@ -54,19 +55,6 @@ class Verdict:
         return asdict(self)
 
 
-def step_economy(traj: Trajectory, max_steps: int) -> float:
-    """Share of the step budget left when FINAL was given; 0 when the episode ended without one."""
-    if traj.terminated != "final" or not traj.steps:
-        return 0.0
-    return max(0.0, min(1.0, (max_steps - len(traj.steps) + 1) / max_steps))
-
-
-def composite(traj: Trajectory, cfg: RSParams, max_steps: int) -> float:
-    """App. D.4's filter value: em_weight·EM + f1_weight·F1 + economy_weight·StepEconomy."""
-    return (cfg.em_weight * traj.em + cfg.f1_weight * traj.f1
-            + cfg.economy_weight * step_economy(traj, max_steps))
-
-
 def rs_score(item: Scored, cfg: RSParams) -> tuple[float, str, float, float]:
     """(score, its source, TaskSuccess, A(τ)): Score(τ), or the skill-integrated reward when present."""
     traj = item.traj
@@ -75,7 +63,7 @@ def rs_score(item: Scored, cfg: RSParams) -> tuple[float, str, float, float]:
     chained = chain_reward(traj) if cfg.skill_reward else None
     if chained is not None:
         return chained, SKILL_REWARD_KEY, success, a
-    return cfg.beta_success * success + cfg.beta_pf * a, "score", success, a
+    return pf_score(item.success, a, cfg), "score", success, a
 
 
 def select(scored: Sequence[Scored], cfg: RSParams, max_steps: int) -> list[Verdict]:
@@ -84,7 +72,7 @@ def select(scored: Sequence[Scored], cfg: RSParams, max_steps: int) -> list[Verd
     for i, item in enumerate(scored):
         t = item.traj
         score, source, success, a = rs_score(item, cfg)
-        comp = composite(t, cfg, max_steps)
+        comp = composite_reward(t, cfg, max_steps)
         verdicts.append(Verdict(index=i, qid=t.qid, em=t.em, f1=t.f1, step_economy=step_economy(t, max_steps),
                                 composite=comp, task_success=success, pf_score=a, score=score,
                                 score_source=source, passed=comp >= cfg.min_score))
@@ -111,7 +99,7 @@ def kept_rows(scored: Sequence[Scored], verdicts: Sequence[Verdict], cfg: RSPara
                 continue
             weight = {"uniform": 1.0, "score": v.score, "step": sc.A}[cfg.row_weight]
             rows.append({"messages": [dict(m) for m in step.prompt_messages] + [step.assistant_message()],
-                         "sample_weight": round(max(0.0, weight), 6), "source": "rs", "qid": t.qid,
+                         "sample_weight": round(loss_weight(weight), 6), "source": "rs", "qid": t.qid,
                          "step": step.index, "score": round(v.score, 6), "score_source": v.score_source,
                          "composite": round(v.composite, 6), "was_modified": step.audit.was_modified,
                          "a_orig": step.audit.a_orig.render(), "a_final": step.audit.a_final.render()})

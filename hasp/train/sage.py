@@ -1,6 +1,6 @@
 """SAGE (seed 001): GRPO over chains of two same-template training questions (``train.recipe: sage``).
 
-A chain is two training questions that share a question template (``build_chains``). For every chain a
+A chain is two training questions that share a question template (``hasp.train.chains``). For every chain a
 round runs G sequential rollouts from the checkpoint it starts from; one rollout is
 
 1. task 1 with the run's library (a fresh copy per rollout),
@@ -31,7 +31,7 @@ from typing import Any
 
 from hasp.config import TrainParams
 from hasp.records import Trajectory
-from hasp.train.chain_rewards import SAGE_KEY
+from hasp.train.chains import SAGE_KEY
 from hasp.train.grpo import group_advantages, turn_rows
 from hasp.train.rounds import LogCallback, RecipeError, RecipeResult, Sampler, run_rounds
 
@@ -79,7 +79,7 @@ def round_rows(trajs: list[Trajectory], rnd: int, train: TrainParams) -> tuple[l
 def train_sage(model_dir: Path, chains: Sequence[Any], sample: Sampler, out_dir: Path, train: TrainParams, *,
                log_callback: LogCallback | None = None, inputs_key: str | None = None) -> RecipeResult:
     """``train.sage.iterations`` SAGE rounds from ``model_dir`` over ``chains`` (objects with an ``id``),
-    ``sample`` running the sequential rollouts (``hasp.evolve.training_inputs.SageSampler``)."""
+    ``sample`` running the sequential rollouts (``hasp.train.sage_sampler.SageSampler``)."""
     cfg = train.sage
     return run_rounds("sage", Path(model_dir), chains, sample, Path(out_dir), train, rounds=cfg.iterations,
                       build_rows=lambda trajs, i: round_rows(trajs, i, train), log_callback=log_callback,
