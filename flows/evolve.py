@@ -286,10 +286,17 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return stopped(line, "analyse")
 
     k = cache_key("propose", p, lay, model_id, [asdict(x) for x in history_before(history, epoch).entries], epoch)
-    ph["propose"] = _phase(pipe, "C propose", phases.propose, (ep_dir / "candidates.json",),
-        k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=student,
-        epoch=epoch, history_path=history, meter=meter,
-        guard=ledger.guard(meter) if limited(p.evolve.budget) else None)
+
+    def propose(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
+        guard = ledger.guard(meter) if limited(p.evolve.budget) else None
+        task = phases.propose.with_options(refresh_cache=refresh or _fresh(ep_dir / "candidates.json"))
+        return pipe.run(name, settle(task), k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json",
+                        student=student, epoch=epoch, history_path=history, meter=meter, guard=guard), guard
+
+    ph["propose"], guard = propose("C propose", refresh=False)
+    if ph["propose"].get("budget_stop") and (guard is None or guard.hit is None):
+        # the cache served a phase an earlier run's budget cut: this run's budget decides anew
+        ph["propose"], guard = propose("C propose (re-run: an earlier budget cut it)", refresh=True)
     clients.release_student()  # free its memory before the next model-heavy phases
     if line := reached("propose"):
         return stopped(line, "propose")

@@ -6,14 +6,15 @@ receive (paths, live clients, the episode executor of ``runner.kind``) is not pa
 episodes run does not change what they produce. Results (the phase summaries) are persisted so a second run of an
 unchanged epoch is served from the cache.
 
-A phase whose model calls failed (its summary counts ``failed_calls``), or that the epoch's budget
-stopped half-way (``budget_stop``), finishes by raising ``PhaseIncomplete`` with its summary: Prefect
-records the task as failed, so a half result is never served from the cache, and the next run of the
-same inputs runs it again. The flow catches it (``settle``) and carries on with the summary, which says
-what happened.
+A phase whose model calls failed (its summary counts ``failed_calls``) finishes by raising
+``PhaseIncomplete`` with its summary: Prefect records the task as failed, so the outage is never
+served from the cache as a result, and the next run of the same inputs retries it. The flow
+catches it (``settle``) and carries on with the summary, which says what failed.
 
 Every phase runs inside ``hasp.evolve.budget.metered_phase``: its summary carries what it spent
-(``spend``: tokens and calls the run's ``meter`` counted, wall seconds), cached with it.
+(``spend``: tokens and calls the run's ``meter`` counted, wall seconds), cached with it. A Phase C the
+budget cut (``budget_stop``) is a finished task, not a failure: the flow runs it again when the cache
+serves it to a run whose own budget did not cut it (``hasp.flows.evolve.run_epoch``).
 """
 
 from __future__ import annotations
@@ -37,13 +38,12 @@ class PhaseIncomplete(Exception):
     """A phase ran to its end but some model calls failed; ``summary`` is what it produced."""
 
     def __init__(self, phase: str, summary: dict[str, Any]) -> None:
-        why = summary.get("failure") or summary.get("budget_stop") or f"{summary.get('failed_calls')} calls failed"
-        super().__init__(f"{phase}: {why}")
+        super().__init__(f"{phase}: {summary.get('failure') or str(summary.get('failed_calls')) + ' calls failed'}")
         self.phase, self.summary = phase, summary
 
 
 def _uncached_if_failed(phase: str, summary: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(summary, dict) and (summary.get("failed_calls") or summary.get("budget_stop")):
+    if isinstance(summary, dict) and summary.get("failed_calls"):
         raise PhaseIncomplete(phase, summary)
     return summary
 

@@ -226,10 +226,13 @@ def test_a_calls_budget_stops_phase_c_mid_way_and_says_why(stopped_after_a):
     assert budget["proposals"]["short"]["reasons"] == reasons and budget["total"]["calls"] == a_calls + 2
     assert budget["phases_run"] == ["rollout", "analyse", "propose"]
     assert not (ed / "validation.json").exists() and not (ed / "admission.json").exists()
-    # a phase the budget cut is not cached: the same run asks the student again
+    # the cache never stands in for a cut phase: each run's own budget decides how far Phase C goes
     calls = doubles["student"].calls.n
     assert _run(work, summarizer=False, budget={"max_calls": a_calls + 2})["stopped"] == line
     assert doubles["student"].calls.n == calls + 2
+    more = _run(work, summarizer=False, budget={"max_calls": a_calls + 3})
+    assert more["stopped"].endswith("stopping; 3 of 6 proposals written")
+    assert doubles["student"].calls.n == calls + 5 and len(json.loads((ed / "candidates.json").read_text())) == 3
 
 
 def test_a_reply_double_without_usage_counts_as_a_call():
@@ -237,3 +240,41 @@ def test_a_reply_double_without_usage_counts_as_a_call():
     meter.add_reply("plain text")
     meter.add_reply(ReplyDouble("x", 3, 4))
     assert meter.read() == Spend(3, 4, 2)
+
+
+# --------------------------------------------------------------------------- dvc repro's stages
+
+def test_a_dvc_stage_reads_the_earlier_stages_spend_and_refuses_to_start_past_the_budget(tmp_path, capsys):
+    """``hasp evolve <phase>`` runs one stage per process: the ledger is the earlier summaries' spend. A
+    stage that starts with the budget reached is one error line and exit 1 (``dvc repro`` stops there),
+    before any model starts; a stage under the budget runs and records its own spend."""
+    from hasp.atomic import write_json
+    from hasp.cli import main
+
+    ed = tmp_path / "epoch_0"
+    write_json({"n": 4, "spend": {"prompt_tokens": 80, "completion_tokens": 20, "calls": 8, "wall_s": 1.5}},
+               ed / "summary_rollout.json")
+    write_json({"clusters": 0, "spend": {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0, "wall_s": 0.2}},
+               ed / "summary_analyse.json")
+    write_json([], ed / "candidates.json")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["evolve"]["budget"] = {"max_tokens": 100}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    lib = str(ROOT / "hasp" / "skills" / "search")
+    capsys.readouterr()
+    assert main(["evolve", "propose", "--epoch-dir", str(ed), "--library", lib,
+                 "--params", str(tmp_path / "params.yaml")]) == 1
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    line = "evolve.budget.max_tokens 100 reached after phase B analyse (100 tokens): stopping"
+    assert err == [f"error: {line}"] and not (ed / "summary_propose.json").exists()
+    budget = json.loads((ed / "summary_budget.json").read_text())
+    assert budget["stopped"] == line and budget["total"]["tokens"] == 100 and list(budget["phases"]) == [
+        "rollout", "analyse"]
+
+    params["evolve"]["budget"] = {"max_tokens": 1000}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["evolve", "validate", "--epoch-dir", str(ed), "--params", str(tmp_path / "params.yaml")]) == 0
+    spend = json.loads((ed / "summary_validate.json").read_text())["spend"]
+    assert (spend["tokens"], spend["calls"]) == (0, 0) and spend["wall_s"] >= 0
+    budget = json.loads((ed / "summary_budget.json").read_text())
+    assert budget["stopped"] is None and list(budget["phases"]) == ["rollout", "analyse", "validate"]

@@ -107,7 +107,6 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
     """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off), and the
     pinned anchors of evolve.anchors (writes anchors.json)."""
     from hasp.agent.remote import episode_executor
-    from hasp.evolve.anchors import AnchorError
     from hasp.evolve.epoch import gate as gate_phase
     from hasp.atomic import write_json
     from hasp.evolve.epoch import anchor_runner, rollout, val_runner
@@ -121,21 +120,27 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
         summary: dict = {"skipped": f"val gate off (mode {p.evolve.mode}, filtering {p.evolve.filtering}, "
                                     f"val_gate {p.evolve.val_gate})"}
     else:
-        teacher = teacher_client(p.teacher, p.llm)
-        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
-            try:
+        from hasp.cli.budget import budgeted
+        from hasp.evolve.budget import metered
+
+        anchors_or_exit(p)
+
+        def run(meter: object, ledger: object) -> dict:
+            teacher = metered(teacher_client(p.teacher, p.llm), meter)
+            with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
+                pol = metered(pol, meter)
                 run_anchors = anchor_runner(p, data, epoch_dir / "anchor_runs", policy=pol, teacher=teacher,
                                             executor=ex)
-            except AnchorError as e:
-                typer.echo(f"error: {e}", err=True)
-                raise typer.Exit(2) from None
-            base = {}
-            if "val" in active_gates(p.evolve):
-                base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol, variant="pf",
-                               teacher=teacher, limit=p.evolve.val_limit or None, label="val_baseline", executor=ex)
-            summary = gate_phase(epoch_dir, library, p, base,
-                                 val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher,
-                                            executor=ex), run_anchors)
+                base = {}
+                if "val" in active_gates(p.evolve):
+                    base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol,
+                                   variant="pf", teacher=teacher, limit=p.evolve.val_limit or None,
+                                   label="val_baseline", executor=ex)
+                return gate_phase(epoch_dir, library, p, base,
+                                  val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher,
+                                             executor=ex), run_anchors)
+        budgeted(epoch_dir, "gate", p, run)
+        return
     write_json(summary, epoch_dir / "summary_gate.json")
     typer.echo(json.dumps({"gate": summary}, default=str)[:2000])
 

@@ -272,3 +272,25 @@ class Guard:
 def limited(budget: BudgetParams) -> bool:
     """Whether any limit is set (an unlimited epoch needs no guard inside its phases)."""
     return any(getattr(budget, k) is not None for k in ("max_tokens", "max_calls", "max_wall_s", "max_cost"))
+
+
+#: the phases of an epoch in the order they run, by the names of their ``summary_<phase>.json``
+EPOCH_ORDER = ("rollout", "analyse", "propose", "validate", "review", "val_baseline", "gate", "admit", "val_after",
+               "build_data")
+
+
+def ledger_of(epoch_dir: Any, budget: BudgetParams, before: str) -> Ledger:
+    """The spend the epoch folder's summaries record for the phases that run before ``before``: what a
+    ``dvc repro`` stage (its own process) adds its own spend to."""
+    import json
+    from pathlib import Path
+
+    ledger = Ledger(budget)
+    for name in EPOCH_ORDER[:EPOCH_ORDER.index(before)]:
+        path = Path(epoch_dir) / f"summary_{name}.json"
+        if path.is_file():
+            try:
+                ledger.add(name, json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError) as e:  # an unreadable summary spends nothing: say so, keep going
+                log.warning("%s: spend not read (%s); the budget leaves it out", path, e)
+    return ledger
