@@ -184,7 +184,7 @@ STALE_IF_SKIPPED = {"validate": ("validation.json",), "review": ("reviews.json",
 #: what each phase leaves in the epoch folder: removed when the budget stops the epoch before the phase, so
 #: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
 PHASE_OUTPUTS = {"validate": ("validation.json",), "review": ("reviews.json",),
-                 "val_baseline": ("val_baseline.jsonl",), "gate": ("gate.json", "anchors.json"),
+                 "val_baseline": ("val_baseline.jsonl",), "gate": ("gate.json", "anchors.json", "val_runs", "anchor_runs"),
                  "admit": ("admission.json", "library"), "val_after": ("val_after.jsonl",), "frontier": ("carry.json",),
                  "build_data": ("sft.jsonl", "dpo.jsonl", "sft_skill.jsonl", "dpo_skill.jsonl", "skill_records.jsonl",
                                 "data_summary.json")}

@@ -129,7 +129,7 @@ def flow_env(tmp_path_factory, prefect_harness):
     mp.undo()
 
 
-def _run(work: Path, **evolve):
+def _run(work: Path, out: str = "outputs", **evolve):
     from hasp.flows.evolve import evolve_flow
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -140,7 +140,7 @@ def _run(work: Path, **evolve):
     params["train"].update(enabled=False)
     params["tracking"]["experiment"] = "hasp-budget-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    return evolve_flow(epochs=2, params_path=str(work / "params.yaml"), out_root=str(work / "outputs"),
+    return evolve_flow(epochs=2, params_path=str(work / "params.yaml"), out_root=str(work / out),
                        library=str(work / "skills" / "search"))
 
 
@@ -240,6 +240,32 @@ def test_a_reply_double_without_usage_counts_as_a_call():
     meter.add_reply("plain text")
     meter.add_reply(ReplyDouble("x", 3, 4))
     assert meter.read() == Spend(3, 4, 2)
+
+
+def test_the_flow_checks_pinned_anchors_with_the_val_gate_off(flow_env):
+    """The gate phase runs for the anchors alone (``val_gate: false``): the real PF agent answers the pinned
+    questions with the library alone and with each candidate; none breaks here, so none is refused for it."""
+    work, doubles = flow_env
+    rows = [{"id": f"pin{i}", "question": f"Who founded company number {i}?", "answers": ["Nobody Known"],
+             "hops": 1, "support": []} for i in range(3)]
+    (work / "anchors.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _run(work, out="outputs_anchors", val_gate=False, anchors=str(work / "anchors.jsonl"))
+    assert res["stopped"] is None and len(res["epochs"]) == 2
+    ed = work / "outputs_anchors" / "epoch_0"
+    g = json.loads((ed / "summary_gate.json").read_text())
+    assert g["val_runs"] == 0 and g["anchors"]["n"] == 3 and g["anchors"]["passes_before"] == 3
+    checks = json.loads((ed / "anchors.json").read_text())
+    assert checks and g["anchors"]["runs"] == len(checks) and g["anchors"]["refused"] == {}
+    assert all((c["n"], c["passes_before"], c["passes_after"], c["broken"]) == (3, 3, 3, []) for c in checks)
+    assert len((ed / "anchor_runs" / "anchors_baseline.jsonl").read_text().splitlines()) == 3
+    adm = json.loads((ed / "admission.json").read_text())
+    assert all("anchors" in a["gates"] for a in adm)
+    hist = json.loads((ed / "library" / "library_history.json").read_text())
+    assert not any(r.startswith("anchors:") for h in hist for r in h.get("reasons") or [])
+    budget = json.loads((ed / "summary_budget.json").read_text())
+    assert budget["stopped"] is None and budget["total"]["calls"] == sum(
+        s["calls"] for s in budget["phases"].values())
+    assert budget["phases"]["gate"]["calls"] > 0  # the anchor episodes are the gate's spend
 
 
 # --------------------------------------------------------------------------- dvc repro's stages

@@ -187,12 +187,12 @@ class Reached:
     value: float
 
     def figure(self) -> str:
-        unit = {"max_tokens": "tokens", "max_calls": "calls", "max_wall_s": "s", "max_cost": ""}[self.key]
+        """The spend compared, as the stop line shows it: "21 034 tokens", "12 calls", "95.3 s", "cost 1.2500"."""
         if self.key == "max_wall_s":
             return f"{self.value:.1f} s"
         if self.key == "max_cost":
             return f"cost {self.value:.4f}"
-        return f"{_grouped(int(self.value))} {unit}"
+        return f"{_grouped(int(self.value))} {self.key.removeprefix('max_')}"
 
 
 def _grouped(n: int) -> str:
@@ -200,7 +200,8 @@ def _grouped(n: int) -> str:
 
 
 def _limit(v: float) -> str:
-    return _grouped(int(v)) if float(v).is_integer() else f"{v:g}"
+    """The limit as params.yaml writes it (20000, 1800.5)."""
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
 def reached(spent: Spend, budget: BudgetParams) -> Reached | None:
@@ -215,7 +216,7 @@ def reached(spent: Spend, budget: BudgetParams) -> Reached | None:
 
 
 def stop_line(r: Reached, where: str, written: tuple[int, int] | None = None) -> str:
-    """"evolve.budget.max_tokens 20 000 reached after phase C propose (21 034 tokens): stopping; 2 of 6
+    """"evolve.budget.max_tokens 20000 reached after phase C propose (21 034 tokens): stopping; 2 of 6
     proposals written" — ``where`` says after or during which phase, ``written`` (proposed, asked) is
     added once Phase C has run."""
     tail = f"; {written[0]} of {written[1]} proposals written" if written is not None else ""

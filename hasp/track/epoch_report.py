@@ -64,9 +64,12 @@ def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
 
 def trajectory_files(epoch_dir: Path) -> list[tuple[Path, str, str]]:
     """(file, dataset, phase) of every episode an epoch ran: the Phase A rollout on the train
-    split, the shared val baseline, one val run per gated candidate, the library after the epoch."""
+    split, the shared val baseline, one val run per gated candidate, the pinned anchors (library
+    alone and per candidate), the library after the epoch."""
     files = [(epoch_dir / "rollout.jsonl", "train", "rollout"), (epoch_dir / "val_baseline.jsonl", "val", "val_baseline")]
     files += [(f, "val", "val_gate") for f in sorted((epoch_dir / "val_runs").glob("*.jsonl"))
+              if not f.name.endswith(".episodes.jsonl")]
+    files += [(f, "anchors", "anchors") for f in sorted((epoch_dir / "anchor_runs").glob("*.jsonl"))
               if not f.name.endswith(".episodes.jsonl")]
     files.append((epoch_dir / "val_after.jsonl", "val", "val_after"))
     return [f for f in files if f[0].is_file()]
