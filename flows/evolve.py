@@ -18,6 +18,7 @@ For a schedule, see ``flows/serve.py`` (served from one process) and ``flows/dep
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ from hasp.tasks.artifacts import publish_epoch
 from hasp.tasks.cache import output_complete, outputs_complete
 from hasp.tasks.episodes import make_executor
 from hasp.tasks.phases import settle
+
+log = logging.getLogger(__name__)
 
 def tracking_code_version(*roots: str) -> str:
     """Code key of a tracking task only (MLflow logging): it is left out of the phases' key, so
@@ -103,7 +106,7 @@ def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, l
 
 
 #: scratch folders a phase removes when it ends; a killed run leaves them behind
-SCRATCH = ("valgate-*",)
+SCRATCH = ("valgate-*", "anchors-*")
 
 
 def sweep_scratch(ep_dir: Path) -> int:
@@ -177,7 +180,14 @@ def layout(out: Path, data_dir: Path, ep_dir: Path, library: Path, evolved: Path
             "train": out / "train", "eval": out / "eval", "out": out}
 
 
-STALE_IF_SKIPPED = {"validate": "validation.json", "review": "reviews.json", "gate": "gate.json"}
+STALE_IF_SKIPPED = {"validate": ("validation.json",), "review": ("reviews.json",), "gate": ("gate.json", "anchors.json")}
+#: what each phase leaves in the epoch folder: removed when the budget stops the epoch before the phase, so
+#: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
+PHASE_OUTPUTS = {"validate": ("validation.json",), "review": ("reviews.json",),
+                 "val_baseline": ("val_baseline.jsonl",), "gate": ("gate.json", "anchors.json", "val_runs", "anchor_runs"),
+                 "admit": ("admission.json", "library"), "val_after": ("val_after.jsonl",), "frontier": ("carry.json",),
+                 "build_data": ("sft.jsonl", "dpo.jsonl", "sft_skill.jsonl", "dpo_skill.jsonl", "skill_records.jsonl",
+                                "data_summary.json")}
 
 
 def epoch_phase_count(p: Params) -> int:
@@ -185,76 +195,158 @@ def epoch_phase_count(p: Params) -> int:
     return 8 + len(set(epoch_phases(p.evolve)) & {"validate", "review", "gate"})
 
 
+def _drop_outputs(ep_dir: Path, names: list[str]) -> None:
+    import shutil
+
+    for name in names:
+        for f in (*PHASE_OUTPUTS.get(name, ()), f"summary_{name}.json"):
+            path = ep_dir / f
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
 def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, clients: Clients, keys: RunKeys,
               *, seed_frontier: bool, pipe: Pipeline | None = None) -> tuple[dict[str, Any], Path]:
     """Phases A–H of one epoch plus the val gate and the frontier; returns (summaries, carry library).
 
     Which of D / E / val gate run comes from ``hasp.evolve.gate.epoch_phases``; files of a
-    phase that does not run are removed so an earlier run's results cannot leak into admission."""
+    phase that does not run are removed so an earlier run's results cannot leak into admission.
+
+    Every model call goes through a client metered for this epoch (``hasp.evolve.budget``); each phase's
+    summary carries its ``spend``, ``summary_budget.json`` the epoch's, and ``evolve.budget`` is checked
+    after every phase and between Phase C's proposals. When a limit is reached the epoch stops there with
+    one warning line (``summaries["budget"]["stopped"]``): the finished phases stay, the later ones do not
+    run (their files of an earlier run are removed), and the library is the input library, unless the stop
+    came after the last gate, when admission (which calls no model) still runs."""
+    from hasp.evolve.anchors import load_anchors
+    from hasp.evolve.budget import PHASE_LABELS, Ledger, Meter, limited, metered, stop_line
+
     ep_dir = out / f"epoch_{epoch}"
     ep_dir.mkdir(parents=True, exist_ok=True)
     history = out / "proposal_history.jsonl"
     pipe = pipe or Pipeline(f"epoch {epoch}", epoch_phase_count(p))
     model_id, teacher_id = keys.model_id, keys.teacher_id
     run_phases = epoch_phases(p.evolve)
-    for phase, name in STALE_IF_SKIPPED.items():
+    for phase, names in STALE_IF_SKIPPED.items():
         if phase not in run_phases:
-            (ep_dir / name).unlink(missing_ok=True)
+            for name in names:
+                (ep_dir / name).unlink(missing_ok=True)
     sweep_scratch(ep_dir)
+    anchors_key = None
+    if p.evolve.anchors:  # a pin that cannot be read stops the run here, not inside the gate
+        load_anchors(p.evolve.anchors)
+        anchors_key = content_hash(Path(p.evolve.anchors))
     lay = layout(out, data_dir, ep_dir, lib_in)
     ph: dict[str, Any] = {}
+    meter = Meter()
+    policy, student, teacher = (metered(c, meter) for c in (clients.policy, clients.student, clients.teacher))
+    ledger = Ledger(p.evolve.budget)
+    order = ["rollout", "analyse", "propose", *[n for n in ("validate", "review") if n in run_phases],
+             "val_baseline", *(["gate"] if "gate" in run_phases else []), "admit", "val_after", "frontier",
+             "build_data"]
+    last_gate = "gate" if "gate" in run_phases else "val_baseline"
+
+    def reached(name: str) -> str | None:
+        """The stop line when the budget is reached after phase ``name`` (None: go on)."""
+        ledger.add(name, ph[name])
+        own = (ph[name] or {}).get("budget_stop")
+        hit = ledger.reached()
+        if own is None and hit is None:
+            return None
+        written = (ph["propose"]["proposed"], ph["propose"]["asked"]) if "propose" in ph else None
+        return own or stop_line(hit, f"after phase {PHASE_LABELS.get(name, name)}", written)
+
+    def stopped(line: str, after: str) -> tuple[dict[str, Any], Path]:
+        log.warning("epoch %d: %s", epoch, line)
+        done = [n for n in order if n in ph]
+        _drop_outputs(ep_dir, [n for n in order if n not in ph])
+        admitted = "admit" in ph
+        ph["budget"] = {**ledger.to_dict(), "stopped": line, "stopped_after": after, "phases_run": done,
+                        "library_changed": admitted and ph["admit"].get("admitted", 0) > 0,
+                        **_proposal_count(ph)}
+        for name, summary in ph.items():
+            phases_write_summary(ep_dir, name, summary)
+        return ph, (ep_dir / "library" if admitted else lib_in)
 
     k = cache_key("rollout", p, lay, model_id)
     ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
-        k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=clients.policy, teacher=clients.teacher,
-        executor=clients.executor)
+        k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=policy, teacher=teacher,
+        executor=clients.executor, meter=meter)
+    if line := reached("rollout"):
+        return stopped(line, "rollout")
 
-    summarizer = clients.teacher or clients.student  # the paper asks the teacher; without one, the student
+    summarizer = teacher or student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
     k = cache_key("analyse", p, lay, summ_id, epoch)
     ph["analyse"] = _phase(pipe, "B analyse", phases.analyse, (ep_dir / "clusters.json",),
-        k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch)
+        k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch, meter=meter)
+    if line := reached("analyse"):
+        return stopped(line, "analyse")
 
     k = cache_key("propose", p, lay, model_id, [asdict(x) for x in history_before(history, epoch).entries], epoch)
-    ph["propose"] = _phase(pipe, "C propose", phases.propose, (ep_dir / "candidates.json",),
-        k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json", student=clients.student,
-        epoch=epoch, history_path=history)
+
+    def propose(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
+        guard = ledger.guard(meter) if limited(p.evolve.budget) else None
+        task = phases.propose.with_options(refresh_cache=refresh or _fresh(ep_dir / "candidates.json"))
+        return pipe.run(name, settle(task), k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json",
+                        student=student, epoch=epoch, history_path=history, meter=meter, guard=guard), guard
+
+    ph["propose"], guard = propose("C propose", refresh=False)
+    if ph["propose"].get("budget_stop") and (guard is None or guard.hit is None):
+        # the cache served a phase an earlier run's budget cut: this run's budget decides anew
+        ph["propose"], guard = propose("C propose (re-run: an earlier budget cut it)", refresh=True)
     clients.release_student()  # free its memory before the next model-heavy phases
+    if line := reached("propose"):
+        return stopped(line, "propose")
 
     if "validate" in run_phases:
         k = cache_key("validate", p, lay)
         ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / "validation.json",),
             k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static_exec(p.evolve),
             sandbox=p.sandbox)
+        if line := reached("validate"):
+            return stopped(line, "validate")
 
     if "review" in run_phases:
         k = cache_key("review", p, lay)
         ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / "reviews.json",),
-            k, ep_dir, lib_in, p, teacher=clients.teacher)
+            k, ep_dir, lib_in, p, teacher=teacher, meter=meter)
+        if line := reached("review"):
+            return stopped(line, "review")
 
     # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's
     # seed member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     k = cache_key("val_rollout", p, lay, model_id, library_hash(lib_in))
     ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
-                                    policy=clients.policy, teacher=clients.teacher, label="val_baseline",
-                                    executor=clients.executor)
+                                    policy=policy, teacher=teacher, label="val_baseline",
+                                    executor=clients.executor, meter=meter)
+    line = reached("val_baseline")
+    if line and last_gate != "val_baseline":
+        return stopped(line, "val_baseline")
     if "gate" in run_phases:
-        k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"])
+        k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key)
         ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / "gate.json",),
-            k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=clients.policy, teacher=clients.teacher,
-            executor=clients.executor)
+            k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=policy, teacher=teacher,
+            executor=clients.executor, meter=meter)
+        line = reached("gate")
 
     k = cache_key("admit", p, lay, epoch)
     ph["admit"] = _phase(pipe, "F admit", phases.admit,
         (ep_dir / "library" / "library_history.json", ep_dir / "admission.json"),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
     evolved = ep_dir / "library"
+    ledger.add("admit", ph["admit"])
+    if line:  # reached after the last gate: admission ran on complete evidence, nothing else runs
+        return stopped(line, last_gate)
 
     k = cache_key("val_rollout", p, lay, model_id, library_hash(evolved))
     ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
-                                 policy=clients.policy, teacher=clients.teacher, label="val_after",
-                                 executor=clients.executor)
+                                 policy=policy, teacher=teacher, label="val_after",
+                                 executor=clients.executor, meter=meter)
+    ledger.add("val_after", ph["val_after"])
     ph["frontier"] = pipe.run("frontier", phases.frontier, out, epoch, evolved, ph["val_after"], p,
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])
@@ -264,9 +356,24 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     k = cache_key("build_data", p, lay, earlier)
     ph["build_data"] = _phase(pipe, "G-H build data", phases.build_data, (ep_dir / "sft.jsonl",),
         k, ep_dir / "rollout.jsonl", p, ep_dir)
+    ledger.add("build_data", ph["build_data"])
+    ph["budget"] = {**ledger.to_dict(), "stopped": None, **_proposal_count(ph)}
     for name, summary in ph.items():
         phases_write_summary(ep_dir, name, summary)
     return ph, carry
+
+
+def _proposal_count(ph: dict[str, Any]) -> dict[str, Any]:
+    """Proposals asked for and written, with the reasons of a shortfall (Phase C's ``short``)."""
+    c = ph.get("propose")
+    if not c:
+        return {"proposals": None}
+    return {"proposals": {"asked": c.get("asked"), "proposed": c.get("proposed"), "short": c.get("short")}}
+
+
+def epoch_stopped(ph: dict[str, Any]) -> str | None:
+    """The budget's stop line of an epoch's summaries (None when it ran to its end)."""
+    return (ph.get("budget") or {}).get("stopped")
 
 
 def _prepare(p: Params, data_dir: Path, pipe: Pipeline) -> dict[str, Any]:
@@ -284,8 +391,8 @@ def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "
     model_id = _model_identity(p)
     teacher_id = p.teacher.key
     clients = make_clients(p, out)
-    trained_dir = out / "train" / "merged"
     phase_out: dict[str, Any] = {}
+    stopped: str | None = None
     pipe = Pipeline(f"epoch {epoch}", epoch_phase_count(p) + 4)  # + data, train, evaluate, track
     try:
         phase_out["data"] = _prepare(p, data_dir, pipe)
@@ -293,19 +400,9 @@ def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "
         ep_phases, carry = run_epoch(p, out, data_dir, lib, epoch, clients, keys, seed_frontier=True, pipe=pipe)
         phase_out.update(ep_phases)
         ep_dir = out / f"epoch_{epoch}"
-
-        lay = layout(out, data_dir, ep_dir, lib, evolved=carry)
-        train_key = cache_key("train", p, lay, model_id)
-        phase_out["train"] = pipe.run("train", phases.train.with_options(
-            refresh_cache=p.train.enabled and _fresh(trained_dir / "config.json")),
-            train_key, ep_dir / "sft.jsonl", p, out / "train")
-        has_trained = (trained_dir / "config.json").exists()
-
-        k = cache_key("evaluate", p, lay, model_id, content_hash(lib))  # lib: the "before" arm's library
-        eval_res = _phase(pipe, "evaluate", phases.evaluate, (out / "eval" / "metrics.json",),
-            k, p, data_dir, carry, out / "eval", policy=clients.policy,
-            trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib,
-            executor=clients.executor)
+        stopped = epoch_stopped(ep_phases)
+        eval_res = {} if stopped else _train_and_evaluate(p, out, data_dir, lib, carry, ep_dir, clients, model_id,
+                                                          phase_out, pipe)
     finally:
         servers_started = clients.started
         clients.close()
@@ -316,7 +413,25 @@ def evolve_epoch_flow(params_path: str | None = "params.yaml", out_root: str = "
     write_plot_data(out, eval_metrics=out / "eval" / "metrics.json", eval_epoch=epoch)
     arts = publish_epoch(out, epoch, run_id=run_id, eval_metrics=eval_res, eval_dir=out / "eval")
     return {"phases": phase_out, "eval": eval_res, "run_id": run_id, "model_used": servers_started,
-            "artifacts": arts, "flow_run_id": str(flow_run.id)}
+            "artifacts": arts, "flow_run_id": str(flow_run.id), "stopped": stopped}
+
+
+def _train_and_evaluate(p: Params, out: Path, data_dir: Path, lib: Path, carry: Path, ep_dir: Path, clients: Clients,
+                        model_id: str, phase_out: dict[str, Any], pipe: Pipeline) -> dict[str, Any]:
+    """The single-epoch flow's LoRA SFT (into ``phase_out["train"]``) and its test evaluation (returned)."""
+    trained_dir = out / "train" / "merged"
+    lay = layout(out, data_dir, ep_dir, lib, evolved=carry)
+    train_key = cache_key("train", p, lay, model_id)
+    phase_out["train"] = pipe.run("train", phases.train.with_options(
+        refresh_cache=p.train.enabled and _fresh(trained_dir / "config.json")),
+        train_key, ep_dir / "sft.jsonl", p, out / "train")
+    has_trained = (trained_dir / "config.json").exists()
+
+    k = cache_key("evaluate", p, lay, model_id, content_hash(lib))  # lib: the "before" arm's library
+    return _phase(pipe, "evaluate", phases.evaluate, (out / "eval" / "metrics.json",),
+        k, p, data_dir, carry, out / "eval", policy=clients.policy,
+        trained_policy=clients.trained if has_trained else None, teacher=clients.teacher, library_before=lib,
+        executor=clients.executor)
 
 
 @flow(name="hasp-evolve", log_prints=True)
@@ -350,6 +465,7 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     start_lib = lib  # the library the run starts from: the final evaluation's "before" arm
     per_epoch: list[dict[str, Any]] = []
     eval_res: dict[str, Any] = {}
+    stopped: str | None = None
     ran = list(range(start_epoch, start_epoch + epochs))
     pipe = Pipeline(f"{epochs} epoch(s)", 2 + epochs * epoch_phase_count(p) + int(final_eval))
     try:
@@ -358,10 +474,15 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
         for i in ran:
             ph, lib = run_epoch(p, out, data_dir, lib, i, clients, keys, seed_frontier=(i == 0), pipe=pipe)
             per_epoch.append(ph)
+            if epoch_stopped(ph):  # the budget stopped this epoch (its line is logged): no later epoch runs
+                stopped = epoch_stopped(ph)
+                break
             phase_result(f"epoch {i}", f"{proposals_line(ph['propose'])}, admitted {ph['admit']['admitted']}, "
                          f"library {ph['admit']['library_size']}, val EM {ph['val_after']['em']:.3f}"
                          + (f", rolled back to epoch {ph['frontier']['rolled_back_to']}"
                             if ph["frontier"]["rolled_back_to"] is not None else ""))
+        ran = ran[:len(per_epoch)]
+        final_eval = final_eval and stopped is None  # a stopped run's library is not an evolution's result
         if final_eval:
             lay = layout(out, data_dir, out / f"epoch_{ran[-1]}", start_lib, evolved=lib)
             k = cache_key("evaluate", p, lay, keys.model_id, content_hash(start_lib))
@@ -384,7 +505,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
                             eval_dir=out / "eval_evolution" if last else None)
         arts = {"keys": arts["keys"] + one["keys"], "failed": arts["failed"] + one["failed"]}
     return {"data": data_sum, "epochs": per_epoch, "eval": eval_res, "run_id": run_id,
-            "model_used": servers_started, "library": str(lib), "artifacts": arts, "flow_run_id": str(flow_run.id)}
+            "model_used": servers_started, "library": str(lib), "artifacts": arts, "flow_run_id": str(flow_run.id),
+            "stopped": stopped}
 
 
 def proposals_line(summary: dict[str, Any]) -> str:

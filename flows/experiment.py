@@ -172,9 +172,13 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
             ep, lib = run_epoch(pe, e_dir / "evolve", data, lib, i, ev, RunKeys(ckpt_id, teacher_id),
                                 seed_frontier=(i == 0), pipe=pipe)
             clients.release_student()
-            ph["evolve"] = {"mode": pe.evolve.mode, "proposed": ep["propose"]["proposed"],
-                            "admitted": ep["admit"]["admitted"], "library_size": ep["admit"]["library_size"],
-                            "val_em": ep["val_after"]["em"]}
+            if (ep.get("budget") or {}).get("stopped"):  # the epoch's budget stopped it (its line is logged)
+                ph["evolve"] = {"mode": pe.evolve.mode, "stopped": ep["budget"]["stopped"],
+                                "proposed": (ep.get("propose") or {}).get("proposed", 0)}
+            else:
+                ph["evolve"] = {"mode": pe.evolve.mode, "proposed": ep["propose"]["proposed"],
+                                "admitted": ep["admit"]["admitted"], "library_size": ep["admit"]["library_size"],
+                                "val_em": ep["val_after"]["em"]}
         ph["library"] = str(lib)
         lib_h = content_hash(lib)
         rows = None

@@ -302,6 +302,47 @@ class HarnessParams(_Strict):
         return list(dict.fromkeys(v))
 
 
+class BudgetParams(_Strict):
+    """What one evolution epoch may spend (``hasp.evolve.budget``). The epoch checks it between phases and
+    between Phase C's proposals, and stops with one line naming the key it reached; its finished phases stay
+    on disk and the library stays unchanged. A limit is reached when the spend so far is at or above it, so
+    the phase that crosses it runs to its end. null = unlimited."""
+
+    max_tokens: int | None = Field(None, description="prompt + completion tokens of every model call of the "
+                                   "epoch (policy rollouts, summarizer, student, teacher); null = unlimited")
+    max_calls: int | None = Field(None, description="model calls of the epoch (replies a client returned, "
+                                  "retries not counted); null = unlimited")
+    max_wall_s: float | None = Field(None, description="wall seconds of the epoch's phases; null = unlimited")
+    max_cost: float | None = Field(None, description="money of the epoch, priced with price_per_1k_prompt / "
+                                   "price_per_1k_completion (at least one must be set); null = unlimited")
+    price_per_1k_prompt: float | None = Field(None, description="price of 1000 prompt tokens (any currency); "
+                                              "null = not priced (no cost is reported)")
+    price_per_1k_completion: float | None = Field(None, description="price of 1000 completion tokens (same "
+                                                  "currency); null = not priced")
+
+    @field_validator("max_tokens", "max_calls", "max_wall_s", "max_cost")
+    @classmethod
+    def _positive_or_unlimited(cls, v: float | None, info: Any) -> float | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"{info.field_name} must be > 0, or null for unlimited (a budget of {v} would stop "
+                             "every epoch before its first phase)")
+        return v
+
+    @field_validator("price_per_1k_prompt", "price_per_1k_completion")
+    @classmethod
+    def _price(cls, v: float | None, info: Any) -> float | None:
+        if v is not None and v < 0:
+            raise ValueError(f"{info.field_name} must be >= 0 (0 = free), or null for not priced")
+        return v
+
+    @model_validator(mode="after")
+    def _cost_needs_a_price(self) -> "BudgetParams":
+        if self.max_cost is not None and self.price_per_1k_prompt is None and self.price_per_1k_completion is None:
+            raise ValueError("max_cost needs price_per_1k_prompt or price_per_1k_completion: without a price "
+                             "the epoch's cost is unknown")
+        return self
+
+
 class EvolveParams(_Strict):
     min_cluster_size: int = Field(3, ge=1)
     max_candidates: int = Field(5, ge=0)
@@ -352,6 +393,21 @@ class EvolveParams(_Strict):
     summarizer_max_failures: int = Field(0, ge=0, description="failed trajectories summarized (0 = all)")
     lite_failures: int = Field(20, ge=1, description="lite mode: failed trajectories sampled")
     lite_max_candidates: int = Field(3, ge=0, description="lite mode: proposals per epoch")
+    budget: BudgetParams = BudgetParams()
+    anchors: str | None = Field(
+        None, description="jsonl of pinned questions that must never regress (the test split's row format: id, "
+                          "question, answers[, hops, support], over the epoch's corpus). The PF agent answers them "
+                          "with the library alone and with the library plus each candidate; a candidate under which "
+                          "any anchor that passed (EM 1) fails is refused, naming the anchors. A pin is a promise, "
+                          "not an ablation: the check runs in every mode and filtering, val_gate off included "
+                          "(only for candidates the other gates passed); null = no anchors")
+
+    @field_validator("anchors")
+    @classmethod
+    def _anchors_path(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("anchors must name a jsonl file, or be null for no anchors")
+        return v
 
 
 class SignalParams(_Strict):

@@ -10,6 +10,11 @@ A phase whose model calls failed (its summary counts ``failed_calls``) finishes 
 ``PhaseIncomplete`` with its summary: Prefect records the task as failed, so the outage is never
 served from the cache as a result, and the next run of the same inputs retries it. The flow
 catches it (``settle``) and carries on with the summary, which says what failed.
+
+Every phase runs inside ``hasp.evolve.budget.metered_phase``: its summary carries what it spent
+(``spend``: tokens and calls the run's ``meter`` counted, wall seconds), cached with it. A Phase C the
+budget cut (``budget_stop``) is a finished task, not a failure: the flow runs it again when the cache
+serves it to a run whose own budget did not cut it (``hasp.flows.evolve.run_epoch``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from hasp.config import Params
 from hasp.domains.search.prepare import prepare_data as prepare_search_data
 from hasp.evolve import epoch as ep
+from hasp.evolve.budget import metered_phase
 from hasp.tasks.cache import BY_CACHE_KEY
 
 _opts: dict[str, Any] = dict(cache_policy=BY_CACHE_KEY, persist_result=True)
@@ -59,56 +65,70 @@ def prepare_data(cache_key: str, params: Params, out_dir: Path) -> dict[str, Any
 
 @task(name="A-rollout", **_opts)
 def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
-            policy: Any, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
-    s = ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy, teacher=teacher, executor=executor)
+            policy: Any, teacher: Any = None, executor: Any = None, meter: Any = None) -> dict[str, Any]:
+    s = metered_phase(meter, lambda: ep.phase_a_rollout(params, data_dir, library, out_path, policy=policy,
+                                                        teacher=teacher, executor=executor), params.evolve.budget)
     return _uncached_if_failed("A-rollout", s)
 
 
 @task(name="B-analyse", **_opts)
 def analyse(cache_key: str, rollout_path: Path, library: Path, params: Params, out_dir: Path, *,
-            summarizer: Any = None, epoch: int = 0) -> dict[str, Any]:
-    s = ep.analyse(rollout_path, library, params, out_dir, summarizer=summarizer, epoch=epoch)
+            summarizer: Any = None, epoch: int = 0, meter: Any = None) -> dict[str, Any]:
+    s = metered_phase(meter, lambda: ep.analyse(rollout_path, library, params, out_dir, summarizer=summarizer,
+                                                epoch=epoch), params.evolve.budget)
     return _uncached_if_failed("B-analyse", s)
 
 
 @task(name="C-propose", **_opts)
 def propose(cache_key: str, clusters_path: Path, library: Path, params: Params, out_path: Path, *,
-            student: Any, epoch: int, history_path: Path | None) -> dict[str, Any]:
-    s = ep.propose(clusters_path, library, params, out_path, student=student, epoch=epoch,
-                   history_path=history_path)
+            student: Any, epoch: int, history_path: Path | None, meter: Any = None,
+            guard: Any = None) -> dict[str, Any]:
+    s = metered_phase(meter, lambda: ep.propose(clusters_path, library, params, out_path, student=student,
+                                                epoch=epoch, history_path=history_path, guard=guard),
+                      params.evolve.budget)
     return _uncached_if_failed("C-propose", s)
 
 
 @task(name="D-validate", **_opts)
 def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: bool = False,
              sandbox: Any = None) -> dict[str, Any]:
-    return ep.validate(candidates_path, out_path, static=static, sandbox=sandbox)
+    return metered_phase(None, lambda: ep.validate(candidates_path, out_path, static=static, sandbox=sandbox))
 
 
 @task(name="E-review", **_opts)
-def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, teacher: Any = None) -> dict[str, Any]:
-    s = ep.review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
-                  epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher)
+def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, teacher: Any = None,
+           meter: Any = None) -> dict[str, Any]:
+    s = metered_phase(meter, lambda: ep.review(
+        epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
+        epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher),
+        params.evolve.budget)
     return _uncached_if_failed("E-review", s)
 
 
 @task(name="val-rollout", **_opts)
 def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_path: Path, *,
-                policy: Any, teacher: Any = None, label: str = "val", executor: Any = None) -> dict[str, Any]:
+                policy: Any, teacher: Any = None, label: str = "val", executor: Any = None,
+                meter: Any = None) -> dict[str, Any]:
     """The PF agent on the val split with ``library`` (the gate's shared baseline, and the
     library after an epoch). Keyed on the library's content, so one run serves both."""
-    s = ep.rollout(params, data_dir, library, "val", out_path, policy=policy, variant="pf", teacher=teacher,
-                   limit=params.evolve.val_limit or None, label=label, executor=executor)
+    s = metered_phase(meter, lambda: ep.rollout(params, data_dir, library, "val", out_path, policy=policy,
+                                                variant="pf", teacher=teacher, limit=params.evolve.val_limit or None,
+                                                label=label, executor=executor), params.evolve.budget)
     s["trajectories"] = str(Path(out_path).resolve())  # where a later cache hit finds the file
     return _uncached_if_failed("val-rollout", s)
 
 
 @task(name="E2-val-gate", **_opts)
 def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_dir: Path,
-         baseline: dict[str, Any], *, policy: Any, teacher: Any = None, executor: Any = None) -> dict[str, Any]:
+         baseline: dict[str, Any], *, policy: Any, teacher: Any = None, executor: Any = None,
+         meter: Any = None) -> dict[str, Any]:
     run_val = ep.val_runner(params, data_dir, epoch_dir / "val_runs", policy=policy, teacher=teacher,
                             executor=executor)
-    return _uncached_if_failed("E2-val-gate", ep.gate(epoch_dir, library, params, baseline, run_val))
+    run_anchors = ep.anchor_runner(params, data_dir, epoch_dir / "anchor_runs", policy=policy, teacher=teacher,
+                                   executor=executor)
+    s = metered_phase(meter, lambda: ep.gate(epoch_dir, library, params, baseline, run_val, run_anchors),
+                      params.evolve.budget)
+    return _uncached_if_failed("E2-val-gate", s)
 
 
 @task(name="frontier", cache_policy=NO_CACHE)
@@ -121,13 +141,14 @@ def frontier(out_root: Path, epoch: int, library_out: Path, val_summary: dict[st
 @task(name="F-admit", **_opts)
 def admit(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, epoch: int,
           history_path: Path | None) -> dict[str, Any]:
-    return ep.admit_phase(epoch_dir / "candidates.json", epoch_dir / "reviews.json", epoch_dir / "clusters.json",
-                          library, epoch_dir / "library", params, epoch=epoch, history_path=history_path)
+    return metered_phase(None, lambda: ep.admit_phase(
+        epoch_dir / "candidates.json", epoch_dir / "reviews.json", epoch_dir / "clusters.json", library,
+        epoch_dir / "library", params, epoch=epoch, history_path=history_path))
 
 
 @task(name="GH-build-data", **_opts)
 def build_data(cache_key: str, rollout_path: Path, params: Params, out_dir: Path) -> dict[str, Any]:
-    return ep.build_data(rollout_path, params, out_dir)
+    return metered_phase(None, lambda: ep.build_data(rollout_path, params, out_dir))
 
 
 @task(name="train-sft", **_opts)

@@ -423,6 +423,26 @@ class ValRunnerDouble:
         return {"em": self.em_with[gen[0]], "f1": self.em_with[gen[0]] + 0.1, "n": 10}
 
 
+class AnchorRunnerDouble:
+    """The anchors run of the gate (``run(library, label) -> (summary, {anchor id: EM})``): every anchor
+    passes except those in ``fail``, and a library holding the generated skill ``sid`` also fails
+    ``breaks[sid]``. Records which skill (None for the library alone) each run had."""
+
+    def __init__(self, ids, *, fail=(), breaks: dict[str, set[str]] | None = None):
+        self.ids, self.fail, self.breaks = list(ids), set(fail), breaks or {}
+        self.calls: list[str | None] = []
+
+    def __call__(self, library: Path, label: str):
+        gen_dir = library / "generated"
+        gen = [d.name.rsplit("-v", 1)[0].replace("-", "_") for d in gen_dir.iterdir()] if gen_dir.is_dir() else []
+        assert len(gen) <= 1, gen  # the library alone, or it plus exactly one candidate
+        sid = gen[0] if gen else None
+        self.calls.append(sid)
+        bad = self.fail | self.breaks.get(sid or "", set())
+        ems = {i: 0.0 if i in bad else 1.0 for i in self.ids}
+        return {"n": len(self.ids), "em": sum(ems.values()) / len(self.ids)}, ems
+
+
 # ----------------------------------------------------------------------------- HTTP endpoints
 class OpenAIEndpointDouble:
     """Answers ``POST /v1/chat/completions`` on 127.0.0.1, following a script of faults.

@@ -510,3 +510,119 @@ def test_val_run_with_endpoint_failures_is_a_failed_run_the_phase_retries(epoch_
     hist = {h["skill_id"]: h for h in json.loads((ed / "library" / "library_history.json").read_text())}
     reasons = hist["good_skill"]["reasons"]
     assert any("val run failed" in r for r in reasons) and not any("drops" in r for r in reasons)
+
+
+# --------------------------------------------------------------------------- pinned anchors
+
+def _anchors(tmp_path: Path, ids=("a1", "a2", "a3", "a4"), extra: str = "") -> Path:
+    rows = [json.dumps({"id": i, "question": f"Where was {i} born?", "answers": ["Telvik"], "hops": 1,
+                        "support": []}) for i in ids]
+    path = tmp_path / "anchors.jsonl"
+    path.write_text("\n".join(rows) + "\n" + extra)
+    return path
+
+
+def _second_good(ed: Path) -> None:
+    """A second candidate that passes every cheap gate (beside good_skill)."""
+    cands = json.loads((ed / "candidates.json").read_text())
+    ep.write_json(cands + [_cand("flipper", _code("flipper")).to_dict()], ed / "candidates.json")
+    ep.write_json(json.loads((ed / "validation.json").read_text()) + [_exec("flipper", True)], ed / "validation.json")
+    ep.write_json(json.loads((ed / "reviews.json").read_text()) + [_review("flipper", "ACCEPT", 0.9)],
+                  ed / "reviews.json")
+
+
+def test_a_candidate_that_breaks_a_passing_anchor_is_refused_naming_it(epoch_files):
+    from doubles import AnchorRunnerDouble
+
+    tmp_path, lib, ed = epoch_files
+    _second_good(ed)
+    path = _anchors(tmp_path)
+    p = _params(tmp_path, anchors=str(path))
+    anchors = AnchorRunnerDouble(["a1", "a2", "a3", "a4"], fail={"a4"}, breaks={"flipper": {"a2", "a4"}})
+    s = ep.gate(ed, lib, p, {"em": 0.5, "f1": 0.6, "n": 10}, ValRunnerDouble({"good_skill": 0.6, "flipper": 0.7}),
+                anchors)
+    # one library-alone run, then one per candidate the val gate passed
+    assert anchors.calls[0] is None and sorted(anchors.calls[1:]) == ["flipper", "good_skill"]
+    a = s["anchors"]
+    assert (a["n"], a["passes_before"], a["refused"]) == (4, 3, {"flipper": ["a2"]})  # a4 failed before: not a break
+    res = {r["skill_id"]: r for r in json.loads((ed / "anchors.json").read_text())}
+    assert (res["flipper"]["passes_before"], res["flipper"]["passes_after"]) == (3, 2)
+    assert res["flipper"]["delta"]["mean"] == pytest.approx(-0.25) and res["flipper"]["delta"]["n"] == 4
+    assert res["good_skill"]["broken"] == [] and res["good_skill"]["passes_after"] == 3
+    admitted, adm = _admit(tmp_path, lib, ed, anchors=str(path))
+    assert admitted == {"good_skill"} and "anchors" in adm["gates"]
+    hist = {h["skill_id"]: h for h in json.loads((ed / "library" / "library_history.json").read_text())}
+    (why,) = [r for r in hist["flipper"]["reasons"] if r.startswith("anchors:")]
+    assert "a2" in why and "a4" not in why and "n=4" in why and "passes 3 -> 2" in why
+
+
+def test_anchors_run_with_the_val_gate_off_and_in_lite_mode(epoch_files):
+    from doubles import AnchorRunnerDouble
+
+    from hasp.evolve.gate import epoch_phases
+
+    tmp_path, lib, ed = epoch_files
+    path = _anchors(tmp_path)
+    for evolve in ({"val_gate": False}, {"filtering": "none"}, {"mode": "lite"}):
+        p = _params(tmp_path, anchors=str(path), **evolve)
+        assert "gate" in epoch_phases(p.evolve) and active_gates(p.evolve)[-1] == "anchors"
+        assert "gate" not in epoch_phases(_params(tmp_path, **evolve).evolve)  # without anchors nothing runs
+    p = _params(tmp_path, anchors=str(path), val_gate=False)
+    val = ValRunnerDouble({})
+    anchors = AnchorRunnerDouble(["a1", "a2", "a3", "a4"], breaks={"good_skill": {"a1"}})
+    s = ep.gate(ed, lib, p, {}, val, anchors)
+    assert val.calls == [] and s["val_runs"] == 0 and s["anchors"]["refused"] == {"good_skill": ["a1"]}
+    admitted, _ = _admit(tmp_path, lib, ed, anchors=str(path), val_gate=False)
+    assert admitted == set()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("", "no anchor rows"),
+    ('{"id": "a1", "question": "Q?", "answers": ["x"], "hops": 1}\n{"id": "a1", "question": "R?", "answers": ["y"], '
+     '"hops": 1}\n', "anchors.jsonl:2: field 'id': duplicate anchor id 'a1' (first at line 1)"),
+    ('{"id": "a1", "question": "Q?", "answers": ["x"], "hops": 1}\n{"id": "a2", "question": "R?", "hops": 1}\n',
+     "anchors.jsonl:2: field 'answers' must be a non-empty list of strings"),
+    ('{"id": "a1", "question": "Q?", "answers": ["x"], "hops": 1}\n{"id": "a2", "question": "R?", "answers": ["y"]\n',
+     "anchors.jsonl:2: invalid JSON"),
+])
+def test_an_unusable_anchors_file_is_one_error_line_naming_file_line_and_field(tmp_path, text, expected):
+    from hasp.evolve.anchors import AnchorError, load_anchors
+
+    path = tmp_path / "anchors.jsonl"
+    path.write_text(text)
+    with pytest.raises(AnchorError) as e:
+        load_anchors(path)
+    assert expected in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_run_refuses_an_unusable_anchors_file_before_prefect_starts(tmp_path, capsys):
+    import yaml
+
+    from hasp.cli import main
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["evolve"]["anchors"] = str(_anchors(tmp_path, ids=("a1", "a1")))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["evolve", "run", "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "anchors.jsonl:2: field 'id': duplicate anchor id 'a1'" in err[0]
+
+
+def test_anchor_runner_answers_the_pinned_questions_with_the_real_agent(tmp_path):
+    """The anchors run is the PF agent's real rollout over the anchor rows, on the epoch's corpus."""
+    from hasp.domains.search.task import SearchTask
+
+    p = load_params(ROOT / "params.yaml", {"data.n_questions": 10, "llm.max_concurrency": 1})
+    prepare_data(p, tmp_path / "data")
+    test = SearchTask.load(tmp_path / "data").questions("test")[:3]
+    rows = [{"id": f"pin-{q.id}", "question": q.question, "answers": q.answers, "hops": q.hops,
+             "support": q.support} for q in test]
+    (tmp_path / "anchors.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = load_params(ROOT / "params.yaml", {"data.n_questions": 10, "llm.max_concurrency": 1,
+                                           "evolve.anchors": str(tmp_path / "anchors.jsonl")})
+    pol = AnsweringPolicyDouble({q.question: q.answers[0] for q in test}, correct=[test[0].question, test[2].question])
+    run = ep.anchor_runner(p, tmp_path / "data", tmp_path / "runs", policy=pol)
+    summary, ems = run(ROOT / "hasp" / "skills" / "search", "anchors_baseline")
+    assert ems == {f"pin-{test[0].id}": 1.0, f"pin-{test[1].id}": 0.0, f"pin-{test[2].id}": 1.0}
+    assert summary["n"] == 3 and set(pol.asked) == {q.question for q in test}
+    assert ep.anchor_runner(_params(tmp_path), tmp_path / "data", tmp_path / "runs", policy=pol) is None

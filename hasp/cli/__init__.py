@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from hasp.console import safe
+from hasp.cli.budget import budgeted as _budgeted, save_summary as _save_summary
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 from hasp.cli.skills import skills_app
 from hasp.seeds import seed_library
@@ -52,13 +53,6 @@ Library = Annotated[Path, typer.Option("--library", help="Skill library folder (
 
 def _params(path: Path | None) -> Any:
     return params_or_exit(path)
-
-
-def _save_summary(epoch_dir: Path, phase: str, summary: dict[str, Any]) -> None:
-    from hasp.atomic import write_json
-
-    write_json(summary, epoch_dir / f"summary_{phase}.json")
-    typer.echo(json.dumps({phase: summary}, default=str)[:2000])
 
 
 def _epoch_of(epoch_dir: Path) -> int:
@@ -240,16 +234,19 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
     from hasp.evolve.epoch import phase_a_rollout, rollout
     from hasp.llm.endpoints import policy_client, teacher_client
 
+    from hasp.evolve.budget import metered
+
     p = _params(params)
-    with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
-        teacher = teacher_client(p.teacher, p.llm)
-        if split == "train":
-            s = phase_a_rollout(p, data, library, epoch_dir / "rollout.jsonl", policy=pol, teacher=teacher,
-                                executor=ex)
-        else:
-            s = rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
-                        teacher=teacher, executor=ex)
-    _save_summary(epoch_dir, "rollout", s)
+
+    def run(meter: Any, ledger: Any) -> dict[str, Any]:
+        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
+            pol, teacher = metered(pol, meter), metered(teacher_client(p.teacher, p.llm), meter)
+            if split == "train":
+                return phase_a_rollout(p, data, library, epoch_dir / "rollout.jsonl", policy=pol, teacher=teacher,
+                                       executor=ex)
+            return rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
+                           teacher=teacher, executor=ex)
+    _budgeted(epoch_dir, "rollout", p, run)
 
 
 @evolve_app.command("analyse")
@@ -260,15 +257,20 @@ def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = No
     from hasp.evolve.epoch import analyse
     from hasp.llm.endpoints import policy_client, teacher_client
 
+    from hasp.evolve.budget import metered
+
     p = _params(params)
-    with contextlib.ExitStack() as stack:
-        model = None
-        if p.evolve.summarizer and p.evolve.mode == "full":
-            model = teacher_client(p.teacher, p.llm) or stack.enter_context(policy_client(
-                p.llm, port=p.llm.port + 2, max_tokens=p.evolve.summarizer_max_tokens,
-                temperature=p.evolve.summarizer_temperature))
-        s = analyse(epoch_dir / "rollout.jsonl", library, p, epoch_dir, summarizer=model, epoch=_epoch_of(epoch_dir))
-    _save_summary(epoch_dir, "analyse", s)
+
+    def run(meter: Any, ledger: Any) -> dict[str, Any]:
+        with contextlib.ExitStack() as stack:
+            model = None
+            if p.evolve.summarizer and p.evolve.mode == "full":
+                model = teacher_client(p.teacher, p.llm) or stack.enter_context(policy_client(
+                    p.llm, port=p.llm.port + 2, max_tokens=p.evolve.summarizer_max_tokens,
+                    temperature=p.evolve.summarizer_temperature))
+            return analyse(epoch_dir / "rollout.jsonl", library, p, epoch_dir, summarizer=metered(model, meter),
+                           epoch=_epoch_of(epoch_dir))
+    _budgeted(epoch_dir, "analyse", p, run)
 
 
 @evolve_app.command("propose")
@@ -278,12 +280,17 @@ def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = No
     from hasp.evolve.epoch import propose
     from hasp.llm.endpoints import policy_client
 
+    from hasp.evolve.budget import limited, metered
+
     p = _params(params)
-    with policy_client(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
-                       temperature=p.evolve.proposal_temperature) as student:
-        s = propose(epoch_dir / "clusters.json", library, p, epoch_dir / "candidates.json", student=student,
-                    epoch=_epoch_of(epoch_dir), history_path=history)
-    _save_summary(epoch_dir, "propose", s)
+
+    def run(meter: Any, ledger: Any) -> dict[str, Any]:
+        with policy_client(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
+                           temperature=p.evolve.proposal_temperature) as student:
+            return propose(epoch_dir / "clusters.json", library, p, epoch_dir / "candidates.json",
+                           student=metered(student, meter), epoch=_epoch_of(epoch_dir), history_path=history,
+                           guard=ledger.guard(meter) if limited(p.evolve.budget) else None)
+    _budgeted(epoch_dir, "propose", p, run)
 
 
 @evolve_app.command("validate")
@@ -293,8 +300,8 @@ def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = None) -> None:
     from hasp.evolve.gate import static_exec
 
     p = _params(params)
-    _save_summary(epoch_dir, "validate", validate(epoch_dir / "candidates.json", epoch_dir / "validation.json",
-                                                  static=static_exec(p.evolve), sandbox=p.sandbox))
+    _budgeted(epoch_dir, "validate", p, lambda meter, ledger: validate(
+        epoch_dir / "candidates.json", epoch_dir / "validation.json", static=static_exec(p.evolve), sandbox=p.sandbox))
 
 
 @evolve_app.command("review")
@@ -303,11 +310,13 @@ def evolve_review(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Non
     from hasp.evolve.epoch import review
     from hasp.llm.endpoints import teacher_client
 
+    from hasp.evolve.budget import metered
+
     p = _params(params)
-    s = review(epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
-               epoch_dir / "rollout.jsonl", library, p, epoch_dir / "reviews.json",
-               teacher=teacher_client(p.teacher, p.llm))
-    _save_summary(epoch_dir, "review", s)
+    _budgeted(epoch_dir, "review", p, lambda meter, ledger: review(
+        epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
+        epoch_dir / "rollout.jsonl", library, p, epoch_dir / "reviews.json",
+        teacher=metered(teacher_client(p.teacher, p.llm), meter)))
 
 
 @evolve_app.command("admit")

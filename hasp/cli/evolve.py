@@ -42,7 +42,8 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
                                    ("evolve.val_gate", val_gate)) if v is not None}
-    params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
+    p = params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
+    anchors_or_exit(p)
     found = params_path(params)
     prefect_env()
     from hasp.flows.evolve import evolve_flow
@@ -53,6 +54,11 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
                           out_root=str(out), library=str(library), start_epoch=start_epoch, final_eval=final_eval,
                           val_gate=val_gate)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
+        budget = ph.get("budget") or {}
+        if budget.get("stopped"):
+            typer.echo(json.dumps({"epoch": i, "stopped": budget["stopped"], "spend": budget.get("total"),
+                                   "library_changed": budget.get("library_changed")}))
+            continue
         failure = {"proposals_failed": ph["propose"]["failure"]} if ph["propose"].get("failure") else {}
         typer.echo(json.dumps({"epoch": i, **failure, "proposed": ph["propose"]["proposed"],
                                "admitted": ph["admit"]["admitted"], "library_size": ph["admit"]["library_size"],
@@ -61,6 +67,20 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     for label, m in (res["eval"] or {}).items():
         typer.echo(f"test {label:6s} EM={m['em']:.3f} F1={m['f1']:.3f} n={m['n']}")
     typer.echo(f"final library {res['library']}; MLflow run {res['run_id']}")
+
+
+def anchors_or_exit(p: object) -> None:
+    """A pinned anchors file that cannot be read is one error line and exit code 2, before any model starts."""
+    from hasp.evolve.anchors import AnchorError, load_anchors
+
+    path = p.evolve.anchors  # type: ignore[attr-defined]
+    if not path:
+        return
+    try:
+        load_anchors(path)
+    except AnchorError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def prefect_env() -> None:
@@ -84,27 +104,43 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
          library: Annotated[Path, typer.Option("--library")],
          data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
          params: ParamsOpt = None) -> None:
-    """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off)."""
+    """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off), and the
+    pinned anchors of evolve.anchors (writes anchors.json)."""
     from hasp.agent.remote import episode_executor
     from hasp.evolve.epoch import gate as gate_phase
     from hasp.atomic import write_json
-    from hasp.evolve.epoch import rollout, val_runner
-    from hasp.evolve.gate import epoch_phases
+    from hasp.evolve.epoch import anchor_runner, rollout, val_runner
+    from hasp.evolve.gate import active_gates, epoch_phases
     from hasp.llm.endpoints import policy_client, teacher_client
 
     p = params_or_exit(params)
     if "gate" not in epoch_phases(p.evolve):
         write_json([], epoch_dir / "gate.json")
+        write_json([], epoch_dir / "anchors.json")
         summary: dict = {"skipped": f"val gate off (mode {p.evolve.mode}, filtering {p.evolve.filtering}, "
                                     f"val_gate {p.evolve.val_gate})"}
     else:
-        teacher = teacher_client(p.teacher, p.llm)
-        with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
-            base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol, variant="pf",
-                           teacher=teacher, limit=p.evolve.val_limit or None, label="val_baseline", executor=ex)
-            summary = gate_phase(epoch_dir, library, p, base,
-                                 val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher,
-                                            executor=ex))
+        from hasp.cli.budget import budgeted
+        from hasp.evolve.budget import metered
+
+        anchors_or_exit(p)
+
+        def run(meter: object, ledger: object) -> dict:
+            teacher = metered(teacher_client(p.teacher, p.llm), meter)
+            with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
+                pol = metered(pol, meter)
+                run_anchors = anchor_runner(p, data, epoch_dir / "anchor_runs", policy=pol, teacher=teacher,
+                                            executor=ex)
+                base = {}
+                if "val" in active_gates(p.evolve):
+                    base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol,
+                                   variant="pf", teacher=teacher, limit=p.evolve.val_limit or None,
+                                   label="val_baseline", executor=ex)
+                return gate_phase(epoch_dir, library, p, base,
+                                  val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher,
+                                             executor=ex), run_anchors)
+        budgeted(epoch_dir, "gate", p, run)
+        return
     write_json(summary, epoch_dir / "summary_gate.json")
     typer.echo(json.dumps({"gate": summary}, default=str)[:2000])
 

@@ -639,7 +639,8 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                         seed: int | None = None, reply_format: str = "lines",
                         gold: dict[str, list[str]] | None = None, per_cluster: int = 1,
                         on_done: Callable[[], None] | None = None,
-                        declared_skills: dict[str, SkillSpec] | None = None) -> list[Candidate]:
+                        declared_skills: dict[str, SkillSpec] | None = None,
+                        stop: Callable[[], bool] | None = None) -> list[Candidate]:
     """One declared candidate per cluster (the first ``max_candidates``); each gets one retry.
 
     ``replayed`` maps qid -> its replayed steps (the rollout). ``reply_format``: ``json`` asks the
@@ -653,7 +654,8 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
     ``per_cluster`` proposals are sampled per cluster; one that declares what an earlier one of the
     same cluster did is dropped (and counted in the first one's notes). ``declared_skills`` (id ->
     spec of the library's declared PFs) lets a cluster that names one of them in ``revises`` be
-    answered with a revision of it (``propose_revision``).
+    answered with a revision of it (``propose_revision``). ``stop`` is asked before each proposal (the
+    epoch's budget, ``hasp.evolve.budget.Guard``): once it says True, no further proposal is asked for.
     """
     background = [s for steps in replayed.values() for s in steps]
     existing = list(existing_skill_ids)
@@ -662,6 +664,8 @@ def propose_declarative(clusters: Sequence[Cluster], student: ChatModel, *, exis
                  if (b := (declared_skills or {}).get(c.revises or "")) is not None and b.pf is not None}
     out = []
     for cluster, sample in ((c, j) for c in chosen for j in range(per_cluster)):
+        if stop is not None and stop():
+            break
         kw: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens,
                               "seed": None if seed is None else seed + 1000 * sample}
         base, options = revisable.get(id(cluster), (None, []))

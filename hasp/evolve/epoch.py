@@ -46,8 +46,10 @@ log = logging.getLogger(__name__)
 def rollout(params: Params, data_dir: Path, library_root: Path | None, split: str, out_path: Path,
             *, policy: Policy, variant: str = "pf", teacher: Teacher | None = None,
             limit: int | None = None, label: str | None = None,
-            qids: Collection[str] | None = None, executor: EpisodeExecutor | None = None) -> dict[str, Any]:
+            qids: Collection[str] | None = None, executor: EpisodeExecutor | None = None,
+            items: list[Any] | None = None) -> dict[str, Any]:
     """Phase A and the val gate: run ``variant`` on a split, write trajectories, return metrics.
+    ``items`` (questions over the same corpus, e.g. the pinned anchors) replace the split's questions.
 
     The pipeline's PF agent uses the teacher whenever one is configured: ``variant="pf"`` with a
     teacher runs as ``pf_teacher`` (the paper's Full row, ``pipeline_variant``), so a configured
@@ -62,7 +64,7 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
 
     domain = SearchDomain(data_dir=Path(data_dir))
     spec = episode_spec(params, domain, variant, label=label, library=library_root, teacher=teacher, pipeline=True)
-    items = domain.items(split, limit)
+    items = list(items) if items is not None else domain.items(split, limit)
     if qids is not None:
         keep = set(qids)
         items = [it for it in items if it.id in keep]
@@ -170,11 +172,15 @@ def history_before(history_path: Path, epoch: int) -> Any:
 
 def propose(clusters_path: Path, library_root: Path, params: Params, out_path: Path, *,
             student: Any, epoch: int, history_path: Path | None = None,
-            rollout_path: Path | None = None) -> dict[str, Any]:
+            rollout_path: Path | None = None, guard: Any = None) -> dict[str, Any]:
     """Phase C: the student writes at most ``max_candidates`` candidates, as code (SKILL.md + pf.py)
     or as declared PFs (``evolve.proposal_format``). Declarations are proposed from menus ranked on
     the cluster's failing steps, replayed from ``rollout_path`` (default: the rollout next to
-    ``clusters_path``)."""
+    ``clusters_path``).
+
+    ``guard`` (``hasp.evolve.budget.Guard``) is asked before each proposal; when the epoch's budget is
+    reached the phase stops there, keeps what it wrote and says so (``budget_stop``). A phase that wrote
+    fewer than it was asked for says why (``short``: no clusters, budget, endpoint errors, refused replies)."""
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.declarative import choose_format, propose_declarative, reply_format_for
     from hasp.evolve.propose import LLM_CALL_FAILED, propose_candidates
@@ -190,6 +196,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
     fmt = choose_format(e.proposal_format, history)
     per = e.proposals_per_cluster if fmt == "declarative" else 1
+    stop = guard.reached if guard is not None else None
     with Progress("C propose", min(cap, len(clusters)) * per, unit="proposals") as bar:
         if fmt == "declarative":
             from hasp.agent.replay import replay
@@ -203,12 +210,12 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
                 clusters, student, existing_skill_ids=ids, replayed=replayed, history=history, epoch=epoch,
                 max_candidates=cap, temperature=e.proposal_temperature, max_tokens=e.declarative_max_tokens,
                 seed=epoch, reply_format=reply_format, gold={t.qid: list(t.answers) for t in trajs}, per_cluster=per,
-                on_done=bar.advance, declared_skills=declared)
+                on_done=bar.advance, declared_skills=declared, stop=stop)
         else:
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
             cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
                                        max_candidates=cap, temperature=e.proposal_temperature,
-                                       max_tokens=e.proposal_max_tokens, seed=epoch)
+                                       max_tokens=e.proposal_max_tokens, seed=epoch, stop=stop)
             bar.advance(len(cands))
     write_json([c.to_dict() for c in cands], out_path)
     failed = [c for c in cands if c.parse_error.startswith(LLM_CALL_FAILED)]
@@ -216,9 +223,30 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     if failed:  # an outage is not a proposal: say so first, and let the orchestrator retry the phase
         summary = {"failure": f"{len(failed)} proposals failed: endpoint error", "failed_calls": len(failed),
                    "first_error": failed[0].parse_error[:300]}
-    return {**summary, "proposed": len(cands) - len(failed), "format": fmt,
+    refused = sum(1 for c in cands if c.parse_error and c not in failed)
+    proposed = len(cands) - len(failed)
+    if guard is not None and guard.hit is not None:
+        from hasp.evolve.budget import stop_line
+
+        summary["budget_stop"] = stop_line(guard.hit, "during phase C propose", (proposed, cap))
+    return {**summary, "proposed": proposed, "asked": cap, "format": fmt,
             "with_code": sum(1 for c in cands if c.code.strip()), "declared": sum(1 for c in cands if c.declared),
-            "parse_errors": sum(1 for c in cands if c.parse_error and c not in failed)}
+            "parse_errors": refused,
+            **shortfall(cap, len(clusters), {c.cluster_category for c in cands}, len(failed), refused, guard)}
+
+
+def shortfall(asked: int, clusters: int, answered: set[str], failed: int, refused: int, guard: Any) -> dict[str, Any]:
+    """Why Phase C wrote fewer usable proposals than ``asked`` (empty when it did not): fewer clusters than
+    asked for, clusters the budget left unasked, endpoint errors, replies the parser refused."""
+    reasons = {"no_clusters": max(0, asked - clusters),
+               "budget": max(0, min(asked, clusters) - len(answered)) if guard is not None and guard.hit else 0,
+               "endpoint_errors": failed, "refused": refused}
+    reasons = {k: v for k, v in reasons.items() if v}
+    if not reasons:
+        return {}
+    return {"short": {"missing": sum(reasons.values()), "reasons": reasons,
+                      "line": f"{max(0, asked - sum(reasons.values()))} usable of {asked} proposals asked for: "
+                              + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in reasons.items())}}
 
 
 # ----------------------------------------------------------------------------- Phase D
@@ -322,6 +350,7 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
               evolve: EvolveParams | None = None) -> list[Any]:
     """One ``gate.Evidence`` per candidate from the epoch's files (absent phases -> None)."""
     from hasp.evolve.admit import active_ids
+    from hasp.evolve.anchors import AnchorResult
     from hasp.evolve.cluster import Cluster, clusters_from_json
     from hasp.evolve.gate import Evidence, ValResult
     from hasp.evolve.propose import Candidate
@@ -332,6 +361,7 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
     reports = {r["skill_id"]: r for r in _load_list(epoch_dir / "validation.json")}
     reviews = {r["skill_id"]: Review.from_dict(r) for r in _load_list(epoch_dir / "reviews.json")}
     vals = {r["skill_id"]: ValResult.from_dict(r) for r in _load_list(epoch_dir / "gate.json")}
+    anchors = {r["skill_id"]: AnchorResult.from_dict(r) for r in _load_list(epoch_dir / "anchors.json")}
     lib_ids = frozenset(active_ids(library_in))
     out = []
     for i, c in enumerate(cands):
@@ -341,33 +371,71 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
         out.append(Evidence(candidate=c, cluster=cluster, exec_report=reports.get(c.skill_id),
                             review=reviews.get(c.skill_id), val=vals.get(c.skill_id), library_ids=lib_ids,
                             earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox,
-                            evolve=evolve))
+                            evolve=evolve, anchors=anchors.get(c.skill_id)))
     return out
 
 
 def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, Any],
-         run_val: Any) -> dict[str, Any]:
-    """Val gate: candidates that pass the cheap gates run on the val split with the library
-    plus themselves; ``baseline`` is the shared library-alone val summary. Writes gate.json."""
+         run_val: Any, run_anchors: Any = None) -> dict[str, Any]:
+    """The gates that run the policy, for the candidates every cheap gate passed. Val gate: each runs
+    on the val split with the library plus itself; ``baseline`` is the shared library-alone val
+    summary (gate.json). Anchors (``evolve.anchors``, ``hasp.evolve.anchors``): the candidates the val
+    gate passed (all of them when it is off) answer the pinned questions, against one library-alone
+    run (anchors.json). ``run_anchors`` is ``anchor_runner``'s function."""
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
 
     gates = active_gates(params.evolve)
     evs = _evidence(epoch_dir, library_in, params.sandbox, params.evolve)
     todo = [ev for ev in evs if not refusals(ev, pre_val_gates(gates))]
     items = [(ev.candidate, ev.cluster, ev.review or placeholder_review("not reviewed")) for ev in todo]
-    results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
-                           workdir=epoch_dir, rule=params.evolve.val_rule)
+    results = []
+    if "val" in gates:
+        results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
+                               workdir=epoch_dir, rule=params.evolve.val_rule)
     write_json([r.to_dict() for r in results], epoch_dir / "gate.json")
-    summary = {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
-               "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
-               "delta_em": {r.skill_id: r.delta_em for r in results},
-               "r_skill": {r.skill_id: r.r_skill for r in results},
-               "sandbox_weaker": sorted({w for r in results for w in r.weaker})}
+    summary: dict[str, Any] = {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
+                               "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
+                               "delta_em": {r.skill_id: r.delta_em for r in results},
+                               "r_skill": {r.skill_id: r.r_skill for r in results},
+                               "sandbox_weaker": sorted({w for r in results for w in r.weaker})}
+    if "anchors" in gates:
+        passed = {r.skill_id for r in results if val_passed(r)}
+        keep = [it for it in items if "val" not in gates or it[0].skill_id in passed]
+        summary["anchors"] = anchor_gate(epoch_dir, library_in, params, keep, run_anchors)
+    else:
+        write_json([], epoch_dir / "anchors.json")
     broken = [r for r in results if r.failed_calls]
     if broken:  # the endpoint failed val episodes: say so, and let the orchestrator retry the phase
         summary.update(failure=f"{len(broken)} val runs had failed episodes: endpoint error",
                        failed_calls=sum(r.failed_calls for r in broken), first_error=broken[0].error[:300])
+    elif summary.get("anchors", {}).get("failed_calls"):
+        a = summary["anchors"]
+        summary.update(failure=f"{a['failed_calls']} anchor episodes failed: endpoint error",
+                       failed_calls=a["failed_calls"], first_error=a.get("first_error", "")[:300])
     return summary
+
+
+def anchor_gate(epoch_dir: Path, library_in: Path, params: Params, items: list[Any], run_anchors: Any) -> dict[str, Any]:
+    """The anchors gate of ``items`` (candidate, cluster, review): one library-alone run, one run per
+    candidate; writes anchors.json and returns its summary (n, passes before, refused ids per candidate)."""
+    from hasp.evolve.anchors import load_anchors, run_anchor_gate
+
+    anchors = load_anchors(params.evolve.anchors)
+    ids = [a.id for a in anchors]
+    base_summary, before = run_anchors(library_in, "anchors_baseline") if items else ({}, {})
+    results = run_anchor_gate(items, library_in, run_anchors, before, ids, workdir=epoch_dir) if items else []
+    write_json([r.to_dict() for r in results], epoch_dir / "anchors.json")
+    failed = int(base_summary.get("failed_calls") or 0) + sum(r.failed_calls for r in results)
+    out: dict[str, Any] = {"file": str(params.evolve.anchors), "n": len(ids), "runs": len(results),
+                           "passes_before": int(sum(1 for i in ids if before.get(i, 0.0) >= 1.0)) if items else None,
+                           "refused": {r.skill_id: r.broken for r in results if r.broken or r.error},
+                           "checks": {r.skill_id: {"passes_after": r.passes_after, "delta": r.delta,
+                                                   "broken": r.broken, "fixed": r.fixed, "error": r.error}
+                                      for r in results}}
+    if failed:
+        out.update(failed_calls=failed, first_error=next((r.error for r in results if r.error), "")
+                   or str(base_summary.get("first_error", "")))
+    return out
 
 
 def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None,
@@ -378,6 +446,24 @@ def val_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy,
                        policy=policy, variant="pf", teacher=teacher,
                        limit=params.evolve.val_limit or None, label=label, executor=executor)
     return run_val
+
+
+def anchor_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Policy, teacher: Teacher | None = None,
+                  executor: EpisodeExecutor | None = None) -> Any:
+    """``run_anchors(library, label) -> (summary, {anchor id: EM})`` for the anchors gate: the PF agent on
+    the pinned questions of ``evolve.anchors`` (None when no anchors are set)."""
+    if not params.evolve.anchors:
+        return None
+    from hasp.evolve.anchors import load_anchors
+
+    anchors = load_anchors(params.evolve.anchors)
+
+    def run_anchors(library: Path, label: str) -> tuple[dict[str, Any], dict[str, float]]:
+        out = out_dir / f"{label.replace('+', '__')}.jsonl"
+        summary = rollout(params, data_dir, library, "anchors", out, policy=policy, variant="pf", teacher=teacher,
+                          label=label, executor=executor, items=anchors)
+        return summary, {t.qid: float(t.em) for t in read_trajectories(out) if t.terminated != "error"}
+    return run_anchors
 
 
 # ----------------------------------------------------------------------------- Phase F

@@ -14,6 +14,11 @@ full       parse, exec, teacher, val   (val dropped when ``val_gate`` is off)
 lite mode  parse, loadable, sandbox_exec, new_id   (App. D.5: compile check + skill-id dedup)
 =========  =====================================================
 
+With ``evolve.anchors`` set, every row gets ``anchors`` last (``hasp.evolve.anchors``): any pinned
+question that passed with the library alone and fails with the candidate refuses it. A pin is the
+user's promise, not an ablation, so it holds in every mode and filtering, ``val_gate`` off included;
+like the val gate it runs only for candidates every other gate passed.
+
 ``loadable`` and ``sandbox_exec`` (lite only) are our additions to App. D.5: the paper's lite
 mode admits whatever ``ast.parse`` accepts, which let a reply with no ``@register_pf`` class and
 disallowed imports into ``generated/``, and code that loops, exhausts memory or returns
@@ -45,10 +50,11 @@ admitted skill.
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +70,8 @@ from hasp.train.rewards import skill_author_reward
 log = logging.getLogger(__name__)
 
 __all__ = ["Evidence", "ValResult", "GATES", "FILTERING", "LITE_GATES", "active_gates", "refusals",
-           "pre_val_gates", "epoch_phases", "static_exec", "static_exec_report", "run_val_gate", "placeholder_review", "val_passed"]
+           "pre_val_gates", "epoch_phases", "static_exec", "static_exec_report", "run_val_gate",
+           "placeholder_review", "val_passed", "with_candidate"]
 
 
 @dataclass
@@ -107,6 +114,7 @@ class Evidence:
     earlier_ids: tuple[str, ...] = ()  # ids of candidates before this one in the same batch
     sandbox: SandboxParams | None = None  # the sandbox a gate that runs the code uses (None: defaults)
     evolve: EvolveParams | None = None  # the review bars the teacher gate applies (None: defaults)
+    anchors: Any = None  # hasp.evolve.anchors.AnchorResult of the anchors gate (None: not run)
 
 
 GateFn = Callable[[Evidence], list[str]]
@@ -171,6 +179,12 @@ def _val(ev: Evidence) -> list[str]:
     return []
 
 
+def _anchors(ev: Evidence) -> list[str]:
+    if ev.anchors is None:
+        return ["no anchor check"]
+    return ev.anchors.refusal()
+
+
 def val_passed(v: ValResult) -> bool:
     """Whether a val result passes its rule (the same test ``refusals`` applies)."""
     return not v.error and v.delta_em is not None and (v.delta_em > 0 or (v.delta_em == 0 and v.rule == "no_drop"))
@@ -209,7 +223,9 @@ def _new_id(ev: Evidence) -> list[str]:
 
 
 GATES: dict[str, GateFn] = {"parse": _parse, "exec": _exec, "teacher": _teacher, "val": _val, "new_id": _new_id,
-                              "loadable": _loadable, "sandbox_exec": _sandbox_exec}
+                              "loadable": _loadable, "sandbox_exec": _sandbox_exec, "anchors": _anchors}
+#: the gates that run the policy on questions (after every cheap gate passed)
+RUN_GATES = ("val", "anchors")
 FILTERING: dict[str, tuple[str, ...]] = {
     "none": ("parse",),
     "exec": ("parse", "exec"),
@@ -220,34 +236,36 @@ LITE_GATES: tuple[str, ...] = ("parse", "loadable", "sandbox_exec", "new_id")
 
 
 def active_gates(evolve: Any) -> tuple[str, ...]:
-    """The gate names for ``params.evolve`` (mode, filtering, val_gate)."""
+    """The gate names for ``params.evolve`` (mode, filtering, val_gate, anchors)."""
     gates = LITE_GATES if evolve.mode == "lite" else FILTERING[evolve.filtering]
-    return tuple(g for g in gates if g != "val" or evolve.val_gate)
+    gates = tuple(g for g in gates if g != "val" or evolve.val_gate)
+    return gates + ("anchors",) if getattr(evolve, "anchors", None) else gates
 
 
 def pre_val_gates(gates: Sequence[str]) -> tuple[str, ...]:
-    """The cheap gates a candidate must pass before its (expensive) val run."""
-    return tuple(g for g in gates if g != "val")
+    """The cheap gates a candidate must pass before its (expensive) val and anchor runs."""
+    return tuple(g for g in gates if g not in RUN_GATES)
 
 
 def refusals(ev: Evidence, gates: Iterable[str]) -> list[str]:
-    """Every reason of every gate, prefixed by the gate name. The val gate is only consulted
-    when the cheap gates passed (a refused candidate never gets a val run)."""
+    """Every reason of every gate, prefixed by the gate name. The val and anchor gates are only
+    consulted when the gates before them passed (a refused candidate never gets those runs)."""
     out: list[str] = []
     for g in gates:
-        if g == "val" and out:
+        if g in RUN_GATES and out:
             continue
         out += [f"{g}: {r}" for r in GATES[g](ev)]
     return out
 
 
 def epoch_phases(evolve: Any) -> tuple[str, ...]:
-    """Which of Phase D, Phase E and the val gate run. lite runs none of them; otherwise D and E
-    always run (their scores are recorded and feed Objective B even when they do not gate) and
-    the val gate runs only when it gates."""
+    """Which of Phase D, Phase E and the val gate run. lite runs D and E never; otherwise D and E
+    always run (their scores are recorded and feed Objective B even when they do not gate). The
+    gate phase runs when the val gate or the anchors gate (in any mode) gates."""
+    gate = ("gate",) if set(RUN_GATES) & set(active_gates(evolve)) else ()
     if evolve.mode == "lite":
-        return ()
-    return ("validate", "review") + (("gate",) if "val" in active_gates(evolve) else ())
+        return gate
+    return ("validate", "review") + gate
 
 
 def static_exec(evolve: Any) -> bool:
@@ -308,21 +326,14 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
     under ``generated/`` (so it loads through ``SandboxedPF``). A failure of one run is
     recorded on its result, never raised.
     """
-    from hasp.evolve.admit import admit
-
     out = []
     base_em, base_f1 = float(baseline["em"]), float(baseline["f1"])
     for cand, cluster, review in items:
         q = review.q_skill if review.decided_by != "not_reviewed" else None
         res = ValResult(skill_id=cand.skill_id, base_em=base_em, base_f1=base_f1, q_skill=q, rule=rule)
-        tmp = Path(tempfile.mkdtemp(prefix=f"valgate-{cand.skill_id}-", dir=workdir))
-        lib = tmp / "library"
         try:
-            copy_folder(library_root, lib, skip=("__pycache__", ".*", "snapshots"))
-            added = admit(lib, cand, review, epoch=-1, cluster=cluster, record=False, refusals=[])
-            if not added.admitted:
-                raise ValueError(f"could not add the candidate to a library copy: {added.reason}")
-            m = run_val(lib, f"val+{cand.skill_id}")
+            with with_candidate(library_root, cand, cluster, review, workdir) as lib:
+                m = run_val(lib, f"val+{cand.skill_id}")
             res.em_val, res.f1_val, res.n = float(m["em"]), float(m["f1"]), int(m.get("n", 0))
             res.weaker = list(m.get("sandbox_weaker") or ())
             res.failed_calls = int(m.get("failed_calls") or 0)
@@ -334,8 +345,26 @@ def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_roo
         except Exception as e:  # noqa: BLE001 - recorded; the val gate then refuses this candidate
             log.warning("val gate for %s failed: %s", cand.skill_id, e)
             res.error = f"{type(e).__name__}: {e}"
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         res.r_skill = skill_author_reward(res.q_skill, res.delta_em, lam)
         out.append(res)
     return out
+
+
+@contextlib.contextmanager
+def with_candidate(library_root: Path, cand: Candidate, cluster: Cluster, review: Review,
+                   workdir: Path | None = None, kind: str = "valgate") -> Iterator[Path]:
+    """A scratch copy of ``library_root`` with only ``cand`` added under ``generated/`` (so it loads
+    through ``SandboxedPF`` like any admitted skill), removed on exit; the gates that run the policy
+    (val, anchors) each run on one. The folder's ``<kind>-*`` prefix is what an interrupted run leaves."""
+    from hasp.evolve.admit import admit
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"{kind}-{cand.skill_id}-", dir=workdir))
+    lib = tmp / "library"
+    try:
+        copy_folder(library_root, lib, skip=("__pycache__", ".*", "snapshots"))
+        added = admit(lib, cand, review, epoch=-1, cluster=cluster, record=False, refusals=[])
+        if not added.admitted:
+            raise ValueError(f"could not add the candidate to a library copy: {added.reason}")
+        yield lib
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -468,13 +468,15 @@ def _candidate(reply: str, cluster: Cluster, existing_skill_ids: Sequence[str], 
 
 def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
                        history: FeedbackHistory | None = None, epoch: int = 0, max_candidates: int = 5,
-                       temperature: float = 0.7, max_tokens: int = 700, seed: int | None = None
-                       ) -> list[Candidate]:
+                       temperature: float = 0.7, max_tokens: int = 700, seed: int | None = None,
+                       stop: Callable[[], bool] | None = None) -> list[Candidate]:
     """One candidate per cluster for the first ``max_candidates`` clusters (already ranked).
 
     Uses ``student.map_chat`` when present (batched, concurrent), else ``chat`` one by one.
     A failed LLM call yields a candidate with empty code and the error in ``parse_error``,
-    so the epoch's record shows it instead of silently proposing fewer skills.
+    so the epoch's record shows it instead of silently proposing fewer skills. With ``stop`` (the
+    epoch's budget, ``hasp.evolve.budget.Guard``) the clusters are asked one by one, ``stop`` before
+    each, and the first True ends the phase: a batch would spend the whole budget before the check.
     """
     chosen = list(clusters)[: max(0, max_candidates)]
     if not chosen:
@@ -483,7 +485,16 @@ def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, exist
     kw = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
     replies: list[Any] = []
     batch = getattr(student, "map_chat", None)
-    if callable(batch):
+    if stop is not None:
+        for msgs in convs:
+            if stop():
+                break
+            try:
+                replies.append(student.chat(msgs, **kw))
+            except Exception as e:  # noqa: BLE001 - recorded on the candidate
+                replies.append(e)
+        chosen, convs = chosen[:len(replies)], convs[:len(replies)]
+    elif callable(batch):
         try:
             replies = list(batch(convs, **kw))
         except Exception as e:  # noqa: BLE001 - fall back to one call at a time

@@ -50,6 +50,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
     rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
     gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
     adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
+    anchors = {r.get("skill_id"): r for r in (_load(epoch_dir / "anchors.json") or [])}
     base_em = em_by_qid(epoch_dir / "val_baseline.jsonl")
     lines.append(f"Proposals: {len(cands)}")
     for c in cands:
@@ -79,11 +80,19 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             if common:
                 line += f", paired {paired_difference([base_em[q] for q in common], [after[q] for q in common])}"
             lines.append(line + (f" — {g['error']}" if g.get("error") else ""))
+        if sid in anchors:
+            a = anchors[sid]
+            d = a.get("delta") or {}
+            lines.append(f"      anchors: {a.get('passes_before')} -> {a.get('passes_after')} of {a.get('n')} pass, "
+                         f"paired {float(d.get('mean') or 0):+.3f} {d.get('ci95')}"
+                         + (f"; broken: {', '.join(a['broken'][:10])}" if a.get("broken") else "")
+                         + (f" — {a['error']}" if a.get("error") else ""))
         if sid in adm:
             a = adm[sid]
             verdict = f"admitted (version {a.get('version')}; {a.get('reason', '')})" if a.get("admitted") else \
                 f"rejected: {truncate('; '.join(a.get('reasons') or [str(a.get('reason', ''))]), 160)}"
             lines.append(f"      decision: {verdict}")
+    lines += _spend_lines(_load(epoch_dir / "summary_budget.json") or {})
     if eval_metrics:
         lines.append("Test split:")
         for label, m in eval_metrics.items():
@@ -101,6 +110,23 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
                              f"{paired_difference([b[q] for q in common], [a[q] for q in common])}")
         if "react" in eval_metrics and eval_dir is not None:
             lines += _over_react(eval_metrics, eval_dir)
+    return lines
+
+
+def _spend_lines(budget: dict[str, Any]) -> list[str]:
+    """What the epoch spent (``hasp.evolve.budget``), why Phase C wrote fewer proposals than asked, and the
+    budget's stop line."""
+    total = budget.get("total")
+    if not total:
+        return []
+    cost = f", cost {total['cost']:.4f}" if "cost" in total else ""
+    lines = [f"Spend: {total.get('tokens', 0)} tokens, {total.get('calls', 0)} calls, "
+             f"{float(total.get('wall_s', 0)):.1f} s{cost}"]
+    short = ((budget.get("proposals") or {}).get("short") or {}).get("line")
+    if short:
+        lines.append(f"  proposals: {short}")
+    if budget.get("stopped"):
+        lines.append(f"  stopped: {budget['stopped']}")
     return lines
 
 
@@ -134,6 +160,7 @@ def decision_rows(epoch_dir: Path) -> list[dict[str, Any]]:
     rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
     gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
     adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
+    anchors = {r.get("skill_id"): r for r in (_load(epoch_dir / "anchors.json") or [])}
     rows = []
     for c in _load(epoch_dir / "candidates.json") or []:
         sid = c.get("skill_id")

@@ -42,6 +42,15 @@ def sandbox_weaker(epoch_dir: Path) -> list[str]:
     return sorted(found)
 
 
+def stop_tag(epoch_dirs: list[Path]) -> dict[str, str]:
+    """``hasp.budget.stopped``: the stop line of the first epoch the budget stopped (no tag when none was)."""
+    for ep in epoch_dirs:
+        line = (_load(ep / "summary_budget.json") or {}).get("stopped")
+        if line:
+            return {"hasp.budget.stopped": f"{ep.name}: {line}"[:500]}
+    return {}
+
+
 def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
     """Everything the run reports, gathered from the epoch's files (also printed by the CLI)."""
     ep = out_root / f"epoch_{epoch}"
@@ -55,9 +64,12 @@ def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
 
 def trajectory_files(epoch_dir: Path) -> list[tuple[Path, str, str]]:
     """(file, dataset, phase) of every episode an epoch ran: the Phase A rollout on the train
-    split, the shared val baseline, one val run per gated candidate, the library after the epoch."""
+    split, the shared val baseline, one val run per gated candidate, the pinned anchors (library
+    alone and per candidate), the library after the epoch."""
     files = [(epoch_dir / "rollout.jsonl", "train", "rollout"), (epoch_dir / "val_baseline.jsonl", "val", "val_baseline")]
     files += [(f, "val", "val_gate") for f in sorted((epoch_dir / "val_runs").glob("*.jsonl"))
+              if not f.name.endswith(".episodes.jsonl")]
+    files += [(f, "anchors", "anchors") for f in sorted((epoch_dir / "anchor_runs").glob("*.jsonl"))
               if not f.name.endswith(".episodes.jsonl")]
     files.append((epoch_dir / "val_after.jsonl", "val", "val_after"))
     return [f for f in files if f[0].is_file()]
@@ -115,7 +127,7 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
     all_tags = {"hasp.kind": "epoch", "hasp.epoch": str(epoch), "hasp.domain": "search",
                 **({"hasp.recipe": "sft"} if trained else {}),  # an epoch trains SFT on its rows, or nothing
                 **({"hasp.experiment": params.train.preset} if params.train.preset else {}),
-                **sandbox_tags(sandbox_weaker(ep)), **(tags or {})}
+                **sandbox_tags(sandbox_weaker(ep)), **stop_tag([ep]), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"epoch_{epoch}", tags=all_tags, project_dir=project_dir,
                    provenance=run_provenance(out_root, params, ep / "library", model)) as mlflow:
         run_id = mlflow.active_run().info.run_id
@@ -203,7 +215,25 @@ def epoch_metrics(out_root: Path, epoch: int) -> dict[str, float]:
     }
     if "em" in val_after:
         m["val_em"], m["val_f1"] = val_after["em"], val_after.get("f1", 0.0)
+    m.update(spend_metrics(s.get("budget") or {}))
     return {k: float(v) for k, v in m.items()}
+
+
+def spend_metrics(budget: dict[str, Any]) -> dict[str, float]:
+    """What the epoch spent (``summary_budget.json``, ``hasp.evolve.budget``): ``spend.<key>`` for the epoch
+    and ``spend.<phase>.<key>`` per phase (tokens, prompt/completion tokens, calls, wall seconds, cost when
+    priced), ``budget_stopped`` 1 when a limit stopped it, and the proposals asked for and written."""
+    keys = ("tokens", "prompt_tokens", "completion_tokens", "calls", "wall_s", "cost")
+    out: dict[str, float] = {}
+    for name, spend in [("", budget.get("total") or {}), *((f"{n}.", s) for n, s in (budget.get("phases") or {}).items())]:
+        out.update({f"spend.{name}{k}": float(spend[k]) for k in keys if isinstance(spend.get(k), (int, float))})
+    if budget:
+        out["budget_stopped"] = 1.0 if budget.get("stopped") else 0.0
+    props = budget.get("proposals") or {}
+    for k in ("asked", "proposed"):
+        if isinstance(props.get(k), (int, float)):
+            out[f"proposals_{k}"] = float(props[k])
+    return out
 
 
 def _histogram_png(hist: dict[str, Any], path: Path, title: str) -> bool:
@@ -239,7 +269,8 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
     e = params.evolve
     all_tags = {"hasp.kind": "evolution", "hasp.mode": e.mode, "hasp.filtering": e.filtering,
                 "hasp.domain": "search", "hasp.epochs": str(len(epochs)),
-                **sandbox_tags(w for i in epochs for w in sandbox_weaker(out_root / f"epoch_{i}")), **(tags or {})}
+                **sandbox_tags(w for i in epochs for w in sandbox_weaker(out_root / f"epoch_{i}")),
+                **stop_tag([out_root / f"epoch_{i}" for i in epochs]), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"evolve-{e.mode}-{e.filtering}-{len(epochs)}ep",
                    tags=all_tags, project_dir=project_dir,
                    provenance=run_provenance(out_root, params, _final_library(out_root, epochs), model)) as mlflow:
