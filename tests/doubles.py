@@ -891,3 +891,17 @@ class SlowBuildSpecDouble:
 
     def failed(self, item, error):
         return None
+
+
+def flow_with_doubles(mp: Any, work: Path, seeds: Path) -> dict[str, Any]:
+    """Copy the seed library to ``work/skills/search`` and make the evolution flow's clients doubles
+    (``SearchingPolicyDouble`` acts and serves as the trained policy, ``StudentDouble`` proposes)."""
+    import shutil
+
+    import hasp.flows.evolve as fe
+
+    shutil.copytree(seeds, work / "skills" / "search", ignore=shutil.ignore_patterns("__pycache__"))
+    doubles = {"policy": SearchingPolicyDouble(), "student": StudentDouble()}
+    mp.setattr(fe, "make_clients", lambda p, out: fe.Clients(policy=doubles["policy"], student=doubles["student"],
+                                                             trained=doubles["policy"], teacher=None))
+    return doubles

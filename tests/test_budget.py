@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from doubles import ReplyDouble, ScriptedPolicyDouble, ScriptedTeacherDouble, SearchingPolicyDouble, StudentDouble
+from doubles import ReplyDouble, ScriptedPolicyDouble, ScriptedTeacherDouble, StudentDouble, flow_with_doubles
 
 from hasp.config import ParamsError, load_params
 from hasp.evolve.budget import Guard, Meter, MeteredClient, Spend, metered
@@ -118,13 +117,7 @@ def flow_env(tmp_path_factory, prefect_harness):
     work = tmp_path_factory.mktemp("budget_flow")
     mp = pytest.MonkeyPatch()
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    import hasp.flows.evolve as fe
-
-    doubles = {"policy": SearchingPolicyDouble(), "student": StudentDouble()}
-    mp.setattr(fe, "make_clients", lambda p, out: fe.Clients(policy=doubles["policy"], student=doubles["student"],
-                                                             trained=doubles["policy"], teacher=None))
+    doubles = flow_with_doubles(mp, work, ROOT / "hasp" / "skills" / "search")
     yield work, doubles
     mp.undo()
 

@@ -8,12 +8,11 @@ sqlite), real BM25, real sandbox for generated PFs; only the three models are do
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from doubles import SearchingPolicyDouble, StudentDouble
+from doubles import flow_with_doubles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,13 +30,7 @@ def env(tmp_path_factory, prefect_harness):
     params["train"].update(enabled=False)  # the single-epoch flow's LoRA step needs real weights
     params["tracking"]["experiment"] = "hasp-evolve-flow-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    shutil.copytree(ROOT / "hasp" / "skills" / "search", work / "skills" / "search",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    import hasp.flows.evolve as fe
-
-    doubles = {"policy": SearchingPolicyDouble(), "student": StudentDouble()}
-    mp.setattr(fe, "make_clients", lambda p, out: fe.Clients(policy=doubles["policy"], student=doubles["student"],
-                                                             trained=doubles["policy"], teacher=None))
+    doubles = flow_with_doubles(mp, work, ROOT / "hasp" / "skills" / "search")
     yield work, doubles
     mp.undo()
 
