@@ -11,6 +11,8 @@ Unlike ``flows/serve.py`` nothing stays running here: the deployment lives on th
 worker of the pool runs each scheduled run as a subprocess whose working directory is ``--source``
 (this repository by default), so relative ``--params``/``--out``/``--library`` resolve there.
 ``--env KEY=VALUE`` sets the run's environment (``MLFLOW_TRACKING_URI`` of a tracking server).
+With ``--traces DIR --library SERVED`` the deployment is the nightly flow (``flows/nightly.py``): each
+run evolves from the traces logged in DIR since the last run and releases SERVED's next version.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hasp.flows.schedule import DeployError, add_arguments, flow_parameters, require_server, run_main, schedule_kwargs
+from hasp.flows.schedule import (DeployError, add_arguments, entrypoint, flow_parameters, require_server, run_main,
+                                 schedule_kwargs)
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRYPOINT = "flows/evolve.py:evolve_flow"
 
 
 def check_pool(pool: str, url: str) -> None:
@@ -56,8 +58,9 @@ def _main(argv: list[str] | None) -> None:
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment of each run")
     a = ap.parse_args(argv)
     source = Path(a.source).resolve()
-    if not (source / ENTRYPOINT.split(":")[0]).is_file():
-        raise DeployError(f"--source {source}: no {ENTRYPOINT.split(':')[0]} there")
+    target, flow_name = entrypoint(a)
+    if not (source / target.split(":")[0]).is_file():
+        raise DeployError(f"--source {source}: no {target.split(':')[0]} there")
     params = flow_parameters(a, base=source)
     env = parse_env(a.env)
     url = require_server()
@@ -67,12 +70,12 @@ def _main(argv: list[str] | None) -> None:
     # ``to_deployment(...).apply()`` rather than ``flow.deploy``: the latter also asks the server for the
     # pool's online workers, a request Prefect 3.8.8's server answers with HTTP 422 (null limit and
     # offset), and it has nothing to build or push for a process pool anyway.
-    deployment = flow.from_source(source=str(source), entrypoint=ENTRYPOINT).to_deployment(
+    deployment = flow.from_source(source=str(source), entrypoint=target).to_deployment(
         name=a.name, work_pool_name=a.pool, parameters=params, job_variables=env and {"env": env},
         **schedule_kwargs(a))
     dep_id = deployment.apply()
-    print(f"deployment hasp-evolve/{a.name} ({dep_id}) on work pool {a.pool!r}: run it now with "
-          f"`prefect deployment run hasp-evolve/{a.name}`")
+    print(f"deployment {flow_name}/{a.name} ({dep_id}) on work pool {a.pool!r}: run it now with "
+          f"`prefect deployment run {flow_name}/{a.name}`")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--filtering", choices=("none", "exec", "teacher", "full"), default=None)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default="outputs")
-    ap.add_argument("--library", default=str(seed_library("search")))
+    ap.add_argument("--library", default=str(seed_library("search")),
+                    help="the starting library; with --traces, the served library each run releases into")
+    ap.add_argument("--traces", default=None, help="a folder the agent logs its traces to: each run evolves "
+                    "from the lines logged since the last one (flows/nightly.py) and releases --library's "
+                    "next version when skills are admitted")
 
 
 def flow_parameters(a: argparse.Namespace, base: Path | None = None) -> dict[str, Any]:
@@ -38,8 +42,20 @@ def flow_parameters(a: argparse.Namespace, base: Path | None = None) -> dict[str
         load_params((base or Path.cwd()) / a.params)
     except ParamsError as e:
         raise DeployError(str(e)) from None
+    if getattr(a, "traces", None):
+        if a.epochs != 1:
+            raise DeployError("--traces runs one epoch per batch of traces: leave --epochs at 1")
+        return {"traces": a.traces, "library": a.library, "params_path": a.params, "out_root": a.out,
+                "mode": a.mode, "filtering": a.filtering}
     return {"epochs": a.epochs, "mode": a.mode, "filtering": a.filtering, "params_path": a.params,
             "out_root": a.out, "library": a.library}
+
+
+def entrypoint(a: argparse.Namespace) -> tuple[str, str]:
+    """(entrypoint, flow name) of the scheduled flow: the nightly flow over traces, or the evolution flow."""
+    if getattr(a, "traces", None):
+        return "flows/nightly.py:nightly_flow", "hasp-nightly"
+    return "flows/evolve.py:evolve_flow", "hasp-evolve"
 
 
 def schedule_kwargs(a: argparse.Namespace) -> dict[str, Any]:

@@ -24,7 +24,12 @@ def _main(argv: list[str] | None) -> None:
     a = ap.parse_args(argv)
     params = flow_parameters(a)
     require_server()
-    evolve_flow.serve(name=a.name, parameters=params, **schedule_kwargs(a))
+    if a.traces:
+        from hasp.flows.nightly import nightly_flow
+
+        nightly_flow.serve(name=a.name, parameters=params, **schedule_kwargs(a))
+    else:
+        evolve_flow.serve(name=a.name, parameters=params, **schedule_kwargs(a))
 
 
 def main(argv: list[str] | None = None) -> None:
