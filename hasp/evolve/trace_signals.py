@@ -2,7 +2,7 @@
 
 Why: logged traces (``hasp.evolve.traces``) often carry no gold answer, so EM cannot pick Phase B's
 failures. These signals read only what the agent did and what its tools returned: the same executed
-action again (``repeated_action``), a near-identical query again (``repeated_query``), a FINAL with no
+action again (``repeated_action``), a near-identical (not the same) query again (``repeated_query``), a FINAL with no
 evidence observed before it (``final_without_evidence``), replies with no parseable action
 (``parse_failure``), a PF rewrite the agent later undid by taking the blocked action anyway
 (``pf_override_undone``), a tool that failed (``tool_error``), an episode that ended without an answer
@@ -88,14 +88,15 @@ def repeated_action(traj: Trajectory, cfg: TracesParams) -> list[TraceSignal]:
 
 @signal("repeated_query")
 def repeated_query(traj: Trajectory, cfg: TracesParams) -> list[TraceSignal]:
-    """A SEARCH whose query tokens overlap an earlier query's by ``query_similarity`` (Jaccard) or more."""
+    """A SEARCH whose query tokens overlap an earlier, different query's by ``query_similarity`` (Jaccard)
+    or more (the same query again is ``repeated_action``'s)."""
     earlier: list[tuple[str, list[str]]] = []
     for s, a in _acted(traj):
         if a.type != "SEARCH":
             continue
         toks = tokens(a.arg)
         for q, qt in earlier:
-            if toks and jaccard(toks, qt) >= cfg.query_similarity:
+            if toks and _key(a) != _key(Action("SEARCH", q)) and jaccard(toks, qt) >= cfg.query_similarity:
                 return [TraceSignal("repeated_query", traj.qid, s.index, f"query {a.arg[:80]!r} repeats {q[:80]!r}")]
         earlier.append((a.arg, toks))
     return []

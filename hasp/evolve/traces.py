@@ -115,8 +115,8 @@ def _rows(path: Path) -> Iterator[tuple[int, Any | _Bad]]:
             try:
                 yield n, json.loads(line)
             except json.JSONDecodeError as e:
-                yield n, _Bad("truncated_json", "(line)", f"not JSON ({e.msg} at character {e.pos}); "
-                                                         f"{len(line.rstrip())} characters")
+                yield n, _Bad("truncated_json", "(line)", f"not JSON: {e.msg.removesuffix(' at')} (character {e.pos}); "
+                                                         f"a line of {len(line.rstrip())} characters")
 
 
 def read_traces(source: Path | str, cfg: TracesParams) -> TraceRead:
@@ -359,6 +359,8 @@ def import_traces(source: Path | str, out_dir: Path, cfg: TracesParams) -> dict[
                "traces": read.summary()}
     scored = [t for t in read.trajs if any(a.strip() for a in t.answers) and t.terminated != "error"]
     summary.pop("em"), summary.pop("f1")  # scores only where gold answers say what is right
+    # tokens the logged run spent, not this one: kept apart so the epoch's budget does not count them
+    summary["logged_tokens"] = {k: summary.pop(k) for k in ("prompt_tokens", "completion_tokens")}
     if scored:
         summary.update(em=sum(t.em for t in scored) / len(scored), f1=sum(t.f1 for t in scored) / len(scored),
                        n_scored=len(scored))
