@@ -271,7 +271,9 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return ph, (ep_dir / "library" if admitted else lib_in)
 
     if p.evolve.traces.source:  # Phase A reads logged traces: keyed on their content, no model runs
-        k = cache_key("rollout", p, lay, "traces", content_hash(Path(p.evolve.traces.source)))
+        from hasp.evolve.traces import source_key
+
+        k = cache_key("rollout", p, lay, "traces", source_key(p.evolve.traces.source))
         ph["rollout"] = _phase(pipe, "A rollout (from traces)", phases.rollout_from_traces,
                                (ep_dir / "rollout.jsonl",), k, p, ep_dir / "rollout.jsonl")
     else:

@@ -358,3 +358,56 @@ def test_evolve_run_from_traces_runs_phases_b_to_h_on_the_logged_traces(tmp_path
         assert len(read_trajectories(ep / "rollout.jsonl")) == 5
     finally:
         mp.undo()
+
+
+# --------------------------------------------------------------------------- MLflow traces
+
+def test_hasp_episode_traces_in_mlflow_are_read_back_and_a_foreign_trace_is_one_bad_line(tmp_path, monkeypatch,
+                                                                                        caplog):
+    import time
+
+    import mlflow
+
+    from hasp.evolve.traces import source_key
+    from hasp.track.traces import log_episode_trace
+
+    monkeypatch.chdir(tmp_path)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        mlflow.set_experiment("hasp-logged")
+        rewritten = _rewritten("po")
+        rewritten.steps[1].audit.fired = [{"skill_id": "read-first", "type": "MODIFY_ACTION", "reason": "no read",
+                                           "applied": True}]
+        unparsed = scripted_traj("pe", [("SEARCH", "a"), ("FINAL", "x")], em=1.0, prediction="x")
+        unparsed.steps.insert(1, StepRecord(index=1, raw_output="hmm", parse_error="no action found"))
+        unparsed.steps[2].index = 2
+        for t in (rewritten, unparsed):
+            log_episode_trace(mlflow, t, start_ns=time.time_ns(), dataset="train", variant="pf")
+        foreign = mlflow.start_span_no_context("chat", inputs={"q": "hi"})
+        foreign.end(outputs={"a": "hello"})
+        mlflow.flush_trace_async_logging()
+        key = source_key("mlflow:hasp-logged")
+        with caplog.at_level(logging.WARNING, logger="hasp.evolve.traces"):
+            read = read_traces("mlflow:hasp-logged", CFG)
+        s = read.summary()
+        assert (s["n_read"], s["n_bad"], s["formats"]) == (2, 1, {"mlflow_trace": 2})
+        assert [r.getMessage() for r in caplog.records] == [read.bad[0].line_text()]
+        assert read.bad[0].reason == "unmappable" and "root.attributes.qid" in read.bad[0].field
+        got = {t.qid: t for t in read.trajs}
+        for orig in (rewritten, unparsed):
+            t = got[orig.qid]
+            assert (t.question, t.answers, t.em, t.prediction) == (orig.question, orig.answers, orig.em, orig.prediction)
+            assert [(s.audit.a_orig, s.audit.a_final, s.observation) if s.audit else s.parse_error for s in t.steps] == [
+                (s.audit.a_orig, s.audit.a_final, s.observation) if s.audit else s.parse_error for s in orig.steps]
+        assert got["po"].steps[1].audit.fired[0]["skill_id"] == "read-first"
+        assert got["po"].steps[0].audit.feedback == {"n_hits": 1, "hit_ids": ["d0"]}
+        assert "pf_override_undone" in {x.kind for x in detect_signals(got["po"], CFG)}
+        log_episode_trace(mlflow, unparsed, start_ns=time.time_ns(), dataset="train", variant="pf")
+        mlflow.flush_trace_async_logging()
+        assert source_key("mlflow:hasp-logged") != key  # a new trace changes Phase A's key
+        from hasp.evolve.traces import TraceFormatError
+
+        with pytest.raises(TraceFormatError, match="mlflow:nope: no such MLflow experiment"):
+            read_traces("mlflow:nope", CFG)
+    finally:
+        mlflow.set_tracking_uri(None)

@@ -39,15 +39,16 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
                                                  help="Evaluate the final library on the test split.")] = True,
         val_gate: Annotated[Optional[bool], typer.Option(
             "--val-gate/--no-val-gate", help="Override evolve.val_gate (full filtering's held-out check).")] = None,
-        from_traces: Annotated[Optional[Path], typer.Option(
+        from_traces: Annotated[Optional[str], typer.Option(
             "--from-traces", help="Phase A reads these logged traces (file or folder: hasp eval output, "
-                                  "journals, chat-log jsonl) instead of rolling out (evolve.traces.source).")] = None,
+                                  "journals, chat-log jsonl; or mlflow:<experiment>) instead of rolling out "
+                                  "(evolve.traces.source).")] = None,
         gold: Annotated[Optional[bool], typer.Option(
             "--gold/--no-gold", help="Score the traces against their gold answers, or drop them and find "
                                      "failures with the label-free signals only (evolve.traces.gold).")] = None,
         ) -> None:
     """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
-    traces = str(from_traces) if from_traces is not None else None
+    traces = from_traces
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
                                    ("evolve.val_gate", val_gate), ("evolve.traces.source", traces),
                                    ("evolve.traces.gold", gold)) if v is not None}
@@ -95,19 +96,20 @@ def anchors_or_exit(p: object) -> None:
 
 def traces_or_exit(p: object) -> None:
     """A trace source that is missing or holds no trace file is one error line and exit code 2."""
-    from hasp.evolve.traces import TraceFormatError, trace_files
+    from hasp.evolve.traces import TraceFormatError, check_source
 
     src = p.evolve.traces.source  # type: ignore[attr-defined]
     if not src:
         return
     try:
-        trace_files(Path(src))
+        check_source(src)
     except TraceFormatError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
 
 
-def import_traces(source: Annotated[Path, typer.Argument(help="File or folder of logged traces.")],
+def import_traces(source: Annotated[str, typer.Argument(help="File or folder of logged traces, or "
+                                                               "mlflow:<experiment> (its HASP episode traces).")],
                   out: Annotated[Path, typer.Option("--out", help="Folder for rollout.jsonl and "
                                                                   "traces_summary.json.")],
                   gold: Annotated[Optional[bool], typer.Option(

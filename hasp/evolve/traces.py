@@ -10,6 +10,7 @@ Accepted rows (one JSON object a line, ``*.jsonl``; a folder is read recursively
   rollout (``rollout.jsonl``), and an evaluation journal's rows (``<label>.journal.jsonl``: a header
   line, then ``{"item", "record": {"traj": ...}}``). ``*.episodes.jsonl`` (the runner's per-episode
   extras, no steps) are skipped.
+- HASP episode traces in MLflow: the source ``mlflow:<experiment name or id>`` (``mlflow_rows``).
 - Chat logs in the OpenAI message format: ``{"messages": [...]}`` with optional ``question``,
   ``answers`` and ``id``, mapped by ``chat_to_trajectory`` (see its doc and docs/traces.md).
 
@@ -107,6 +108,28 @@ def trace_files(source: Path) -> tuple[list[Path], list[Path]]:
     return files, skipped
 
 
+def check_source(source: Path | str) -> None:
+    """Raise ``TraceFormatError`` (one line) when ``source`` cannot be read at all."""
+    if str(source).startswith(MLFLOW_PREFIX):
+        _experiment(str(source))
+    else:
+        trace_files(Path(source))
+
+
+def source_key(source: Path | str) -> str:
+    """The content key of a trace source (Phase A's cache key holds it): the files' bytes, or the ids,
+    states and times of an MLflow experiment's traces."""
+    from hasp.fingerprint import content_hash, key_of
+
+    if not str(source).startswith(MLFLOW_PREFIX):
+        return content_hash(Path(source))
+    import mlflow
+
+    infos = mlflow.search_traces(locations=[_experiment(str(source))], return_type="list", include_spans=False)
+    return key_of(str(source), sorted((str(t.info.trace_id), str(t.info.state), t.info.request_time,
+                                       t.info.execution_duration) for t in infos))
+
+
 def _rows(path: Path) -> Iterator[tuple[int, Any | _Bad]]:
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
@@ -120,22 +143,30 @@ def _rows(path: Path) -> Iterator[tuple[int, Any | _Bad]]:
 
 
 def read_traces(source: Path | str, cfg: TracesParams) -> TraceRead:
-    """Every trajectory of ``source`` (see the module doc); bad rows are counted and logged."""
+    """Every trajectory of ``source`` (see the module doc); bad rows are counted and logged. A source
+    ``mlflow:<experiment name or id>`` reads that experiment's HASP episode traces (``mlflow_rows``)."""
+    if str(source).startswith(MLFLOW_PREFIX):
+        out = TraceRead(files=[str(source)])
+        return _collect(out, [(str(source), mlflow_rows(str(source)))], cfg)
     files, skipped = trace_files(Path(source))
     out = TraceRead(files=[str(p) for p in files], skipped_files=[str(p) for p in skipped])
+    return _collect(out, [(str(p), ((n, r, f"{p.stem}:{n}") for n, r in _rows(p))) for p in files], cfg)
+
+
+def _collect(out: TraceRead, sources: list[tuple[str, Iterator[tuple[int, Any, str]]]], cfg: TracesParams) -> TraceRead:
     seen: set[tuple[str, str]] = set()
     qids: set[str] = set()
-    for path in files:
-        for n, row in _rows(path):
+    for where, rows in sources:
+        for n, row, fallback_id in rows:
             try:
                 if isinstance(row, _Bad):
                     raise row
-                got = _trajectory_of(row, cfg, f"{path.stem}:{n}")
+                got = (row, "mlflow_trace") if isinstance(row, Trajectory) else _trajectory_of(row, cfg, fallback_id)
                 if got is None:  # a journal's header line
                     continue
                 traj, fmt = got
             except _Bad as b:
-                bad = BadRow(str(path), n, b.field, b.reason, b.message)
+                bad = BadRow(where, n, b.field, b.reason, b.message)
                 log.warning("%s", bad.line_text())
                 out.bad.append(bad)
                 continue
@@ -188,6 +219,103 @@ def _hasp_trajectory(d: dict[str, Any], prefix: str) -> Trajectory:
         return Trajectory.from_dict({"variant": "logged", **d})
     except (TypeError, KeyError, ValueError) as e:
         raise _Bad("not_trajectory", f"{prefix}(record)", f"{type(e).__name__}: {e}"[:200]) from None
+
+
+# ----------------------------------------------------------------------------- MLflow traces
+MLFLOW_PREFIX = "mlflow:"
+
+
+def mlflow_rows(spec: str) -> Iterator[tuple[int, Trajectory | _Bad, str]]:
+    """The episode traces of MLflow experiment ``spec`` (``mlflow:<name or id>``, on the tracking URI of
+    ``MLFLOW_TRACKING_URI``) as trajectories, in the store's order; ``n`` is the trace's position. Only
+    traces HASP wrote (``hasp.track.traces.log_episode_trace``) map: their root span names the question,
+    the answers and the scores, and each step span the actions, the PF events and the tool's feedback.
+    Texts on spans are cut to 2000 characters, so long observations arrive cut."""
+    import mlflow
+
+    traces = mlflow.search_traces(locations=[_experiment(spec)], return_type="list", include_spans=True)
+    for n, tr in enumerate(traces, 1):
+        try:
+            yield n, trajectory_from_trace(tr), str(tr.info.trace_id)
+        except _Bad as b:
+            yield n, _Bad(b.reason, f"trace {tr.info.trace_id} {b.field}", b.message), ""
+
+
+def _experiment(spec: str) -> str:
+    """The id of the experiment ``mlflow:<name or id>`` names."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    name = spec[len(MLFLOW_PREFIX):]
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            exp = mlflow.get_experiment(name)
+        except MlflowException:
+            exp = None
+    if exp is None:
+        raise TraceFormatError(f"{spec}: no such MLflow experiment (tracking URI {mlflow.get_tracking_uri()})")
+    return str(exp.experiment_id)
+
+
+def _user_attrs(span: Any) -> dict[str, Any]:
+    return {k: v for k, v in (span.attributes or {}).items() if not k.startswith("mlflow.")}
+
+
+def _action(rendered: Any, fld: str) -> Action:
+    text = str(rendered or "")
+    head, sep, rest = text.partition("[")
+    if not sep or not text.endswith("]") or not head:
+        raise _Bad("not_trajectory", fld, f"not an action TYPE[arg]: {text[:60]!r}")
+    return Action(head, rest[:-1])
+
+
+def trajectory_from_trace(trace: Any) -> Trajectory:
+    """One HASP episode trace back as its trajectory (see ``mlflow_rows``)."""
+    spans = list(trace.data.spans)
+    root = next((s for s in spans if s.parent_id is None), None)
+    if root is None:
+        raise _Bad("unmappable", "spans", "no root span")
+    attrs, inputs, outputs = _user_attrs(root), root.inputs or {}, root.outputs or {}
+    if "qid" not in attrs or not isinstance(inputs, dict):
+        raise _Bad("unmappable", "root.attributes.qid", "not a HASP episode trace (no qid on its root span)")
+    kids: dict[str, list[Any]] = {}
+    for s in spans:
+        kids.setdefault(s.parent_id, []).append(s)
+    steps = []
+    for sp in sorted((s for s in kids.get(root.span_id, []) if s.name.startswith("step ")),
+                     key=lambda s: int(_user_attrs(s).get("index", 0))):
+        a = _user_attrs(sp)
+        sub = {c.name: c for c in kids.get(sp.span_id, [])}
+        policy = sub.get("policy")
+        step = StepRecord(index=int(a.get("index", len(steps))),
+                          raw_output=str((policy.outputs or {}).get("text", "")) if policy is not None else "",
+                          observation=str((sp.outputs or {}).get("observation", "")),
+                          parse_error=str(a.get("parse_error", "")))
+        if "action" in a:
+            final = _action(a["action"], f"{sp.name}.attributes.action")
+            disp = sub.get("pf_dispatch")
+            fired = [{"skill_id": str(_user_attrs(e).get("skill_id", "")), "type": str(_user_attrs(e).get("type", "")),
+                      "reason": str(_user_attrs(e).get("reason", "")), "applied": bool(_user_attrs(e).get("applied", True))}
+                     for e in (kids.get(disp.span_id, []) if disp is not None else [])]
+            tool = sub.get(final.type.lower())
+            step.audit = AuditEvent(state={}, a_orig=_action(a.get("proposed", a["action"]), f"{sp.name}.attributes.proposed"),
+                                    a_final=final, fired=fired, mode=str(a.get("mode", "none")),
+                                    context=list((disp.outputs or {}).get("context", [])) if disp is not None else [],
+                                    feedback=_user_attrs(tool) if tool is not None else {})
+        elif not step.parse_error:
+            raise _Bad("no_audit", f"{sp.name}.attributes.action", "a step span with neither an action nor a parse error")
+        steps.append(step)
+    if not steps:
+        raise _Bad("no_audit", "steps", "no step spans, so no audit record")
+    answers = inputs.get("answers") or []
+    return Trajectory(qid=str(attrs["qid"]), question=str(inputs.get("question", "")),
+                      answers=[str(x) for x in answers] if isinstance(answers, list) else [str(answers)],
+                      variant=str(attrs.get("variant", "logged")), steps=steps,
+                      prediction=str(outputs.get("prediction", "")), em=float(attrs.get("em", 0.0)),
+                      f1=float(attrs.get("f1", 0.0)), terminated=str(attrs.get("terminated", "")),
+                      prompt_tokens=int(attrs.get("prompt_tokens", 0)),
+                      completion_tokens=int(attrs.get("completion_tokens", 0)))
 
 
 # ----------------------------------------------------------------------------- the chat-log adapter
