@@ -173,14 +173,19 @@ def main(argv: list[str] | None = None) -> int:
 
     if base.llm.embedded != embedded_models.DEFAULT_MODEL:  # one section per embedded model
         REPORT.section += f", {base.llm.embedded}"
-    levels = [base.llm.max_concurrency if c == "default" else int(c) for c in a.concurrency.split(",")]
+    levels = [base.llm.max_concurrency if c == "default" else int(c) for c in a.concurrency.split(",")]  # asked
     rows: list[tuple[str, int, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="hasp-engine-") as tmp:
         prepare_data(base, Path(tmp) / "data")
         for engine in a.engines.split(","):
             p = load_params(a.params, {**common, "llm.backend": engine})
+            done: set[int] = set()
             for c in levels:
-                rows.append((engine, c, run_episodes(p, Path(tmp) / "data", a.library, a.questions, c)))
+                # what runs in flight is llm.in_flight: an embedded llama.cpp server caps it at its slots
+                eff = p.llm.model_copy(update={"max_concurrency": c}).in_flight
+                if eff not in done:
+                    done.add(eff)
+                    rows.append((engine, eff, run_episodes(p, Path(tmp) / "data", a.library, a.questions, eff)))
     REPORT.line(f"{a.questions} greedy PF-agent episodes (generated one-hop test questions, seed library, "
                 f"constrained decoding off), same questions for every row; llama.cpp: "
                 f"{base.llm.llamacpp.parallel} slots, threads {base.llm.llamacpp.threads or 'all cores'}")

@@ -231,7 +231,8 @@ class LLMParams(EndpointParams):
     timeout_s: float = Field(300.0, gt=0, description="per-request timeout; a long proposal on a loaded "
                                                     "2-core CPU can take minutes")
     max_retries: int = Field(3, ge=0, description="retries with backoff on 429/5xx and timeouts")
-    max_concurrency: int = Field(16, ge=1, description="requests in flight per client")
+    max_concurrency: int = Field(16, ge=1, description="requests in flight per client (an embedded "
+                                 "llama.cpp server: at most its llamacpp.parallel slots, see LLMParams.in_flight)")
     max_reply_chars: int = Field(65536, ge=1024, description="longest reply text kept; a longer one is cut "
                                                             "and ends with a note giving the cap")
     reply_cache: bool = Field(True, description="a greedy request (temperature 0) identical to one this client "
@@ -239,6 +240,17 @@ class LLMParams(EndpointParams):
                               "reply again instead of a new decode: a val-gate candidate repeats the baseline's "
                               "steps until its PF first acts, and two arms of an evaluation share their first steps. "
                               "Counted in the client's usage.cached; sampled requests are never cached")
+
+    @property
+    def in_flight(self) -> int:
+        """Requests (and episodes) in flight at once: ``max_concurrency``, capped at llama.cpp's slots when
+        HASP serves the model itself. Why: a request beyond the slots waits in the server's queue and then
+        takes a slot whose cached prompt is another episode's, so its whole prompt is computed again; on
+        2 cores and 4 slots, 16 episodes in flight took 2.04 s per agent step and 4 took 0.99 s
+        (bench/RESULTS.md, "Episodes in flight against llama.cpp's slots")."""
+        if self.base_url is None and self.backend == "llamacpp":
+            return max(1, min(self.max_concurrency, self.llamacpp.parallel))
+        return self.max_concurrency
 
 
 class AgentParams(_Strict):

@@ -150,3 +150,16 @@ def test_a_trainer_knob_set_in_params_reaches_the_recipe(tmp_path):
     assert recipe.lora_dropout == 0.1 and recipe.weighting == "oversample"
     assert SFTRecipe() == SFTRecipe.from_params(TrainParams())
     assert "enabled" not in recipe.to_dict()
+
+
+def test_episodes_in_flight_never_exceed_the_embedded_servers_slots():
+    """Requests beyond llama.cpp's slots queue and recompute their prompts, so an embedded llama.cpp
+    server caps what runs at once; a remote endpoint or another backend keeps llm.max_concurrency."""
+    from hasp.config import LLMParams
+
+    embedded = LLMParams.model_validate({"max_concurrency": 16, "llamacpp": {"parallel": 4}})
+    assert embedded.in_flight == 4
+    assert embedded.model_copy(update={"max_concurrency": 2}).in_flight == 2
+    remote = LLMParams.model_validate({"base_url": "http://127.0.0.1:9/v1", "model": "m", "max_concurrency": 16})
+    assert remote.in_flight == 16
+    assert LLMParams.model_validate({"backend": "transformers", "max_concurrency": 16}).in_flight == 16

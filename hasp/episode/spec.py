@@ -174,5 +174,5 @@ def run_episodes(spec: EpisodeSpec, items: Sequence[Any], *, policy: Any, teache
             on_record(i, r)
         return records
     run = spec.runner(policy=policy, teacher=teacher, library=library, opened=opened)
-    return run_many(list(items), run, concurrency=spec.params.llm.max_concurrency, desc=desc, progress=progress,
+    return run_many(list(items), run, concurrency=spec.params.llm.in_flight, desc=desc, progress=progress,
                     on_result=on_record)

@@ -146,7 +146,7 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     if e.mode == "full" and e.summarizer and summarizer is not None:
         llm = summarize_failures(failed, summarizer, known_categories=sorted(DETECTORS),
                                  temperature=e.summarizer_temperature, max_tokens=e.summarizer_max_tokens,
-                                 retries=e.summarizer_retries, max_concurrency=params.llm.max_concurrency,
+                                 retries=e.summarizer_retries, max_concurrency=params.llm.in_flight,
                                  limit=e.summarizer_max_failures)
         patterns = patterns + llm.patterns
     lib = load_library(library_root, "search", sandbox=params.sandbox)

@@ -124,7 +124,7 @@ def _client(llm: LLMParams, base_url: str, model: str, handle: object | None, *,
     server this block started, if any) on every exit path."""
     try:
         cfg = LLMConfig(base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=llm.timeout_s,
-                        max_retries=llm.max_retries, max_concurrency=llm.max_concurrency, max_tokens=max_tokens,
+                        max_retries=llm.max_retries, max_concurrency=llm.in_flight, max_tokens=max_tokens,
                         temperature=temperature, top_p=top_p, max_reply_chars=llm.max_reply_chars,
                         extra_body=extra_body, dialect=backend_dialect(llm.backend), reply_cache=llm.reply_cache,
                         stop=stop)

@@ -53,7 +53,7 @@ class SageSampler:
         out: list[Trajectory] = []
         with self.policy_for(Path(model_dir)) as policy:
             grow = self.grower(policy, self.spec.domain.name, self.cfg.proposal_max_tokens)
-            workers = max(1, min(len(chains), self.params.llm.max_concurrency))
+            workers = max(1, min(len(chains), self.params.llm.in_flight))
             with ThreadPoolExecutor(workers) as pool:
                 for pair in pool.map(lambda a: self._rollout(policy, grow, a[1], a[0]), enumerate(chains)):
                     out += pair
