@@ -179,14 +179,18 @@ def test_each_bad_row_is_one_line_naming_file_line_and_field_and_the_rest_are_re
     unknown_tool["messages"][2]["tool_calls"][0]["function"]["name"] = "calculator"
     bad_role = _chat(id="b3")
     bad_role["messages"][3]["role"] = "robot"
+    # the answer-only turn after the step budget has no audit record and no parse error, and is no bad row
+    budget = scripted_traj("g2", [("SEARCH", "a"), ("SEARCH", "b")]).to_dict()
+    budget["steps"].append({"index": 2, "raw_output": "Action: FINAL[x]", "thought": ""})
+    budget.update(terminated="budget_final", prediction="x")
     f = _write(tmp_path / "logs" / "mixed.jsonl", [
         good, json.dumps(_chat(id="c-ok"))[:57], no_audit, unknown_tool, {"something": "else"}, bad_role,
-        _chat(id="c-ok")])
+        _chat(id="c-ok"), budget])
     with caplog.at_level(logging.WARNING, logger="hasp.evolve.traces"):
         read = read_traces(tmp_path / "logs", CFG)
     s = read.summary()
-    assert [t.qid for t in read.trajs] == ["g1", "c-ok"]
-    assert (s["n_read"], s["n_bad"], s["n_with_gold"]) == (2, 5, 2)
+    assert [t.qid for t in read.trajs] == ["g1", "c-ok", "g2"]
+    assert (s["n_read"], s["n_bad"], s["n_with_gold"]) == (3, 5, 3)
     assert s["bad_by_reason"] == {"no_audit": 1, "truncated_json": 1, "unknown_row": 1, "unmappable": 2}
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
@@ -411,3 +415,18 @@ def test_hasp_episode_traces_in_mlflow_are_read_back_and_a_foreign_trace_is_one_
             read_traces("mlflow:nope", CFG)
     finally:
         mlflow.set_tracking_uri(None)
+
+
+def test_the_dvc_rollout_stage_reads_the_traces_named_in_params(tmp_path):
+    """``evolve.traces.source`` in params.yaml: ``hasp evolve rollout`` (dvc.yaml's stage) writes the traces."""
+    from hasp.cli import main
+
+    logs = _write(tmp_path / "logs.jsonl", [_chat(), _chat(id="c2")])
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["evolve"]["traces"]["source"] = str(logs)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["evolve", "rollout", "--epoch-dir", str(tmp_path / "epoch_0"), "--library", str(SKILLS),
+                 "--params", str(tmp_path / "params.yaml")]) == 0
+    assert [t.qid for t in read_trajectories(tmp_path / "epoch_0" / "rollout.jsonl")] == ["c1", "c2"]
+    s = json.loads((tmp_path / "epoch_0" / "summary_rollout.json").read_text())
+    assert s["traces"]["n_read"] == 2 and s["spend"]["calls"] == 0

@@ -16,8 +16,8 @@ Accepted rows (one JSON object a line, ``*.jsonl``; a folder is read recursively
 
 A bad row never stops the read: it is counted by reason and logged as one line naming file, line and
 field (``BadRow``), and the rest are read. Reasons: ``truncated_json`` (a line that is not JSON, e.g. cut
-off by a killed writer), ``no_audit`` (a HASP trajectory with a step that has neither an audit record
-nor a parse error, or with no steps), ``not_trajectory`` (a HASP row that does not load),
+off by a killed writer), ``no_audit`` (a HASP trajectory with no steps, or with a step that has neither an
+audit record nor a parse error, the answer-only turn after the step budget excepted), ``not_trajectory`` (a HASP row that does not load),
 ``unmappable`` (a chat row the adapter cannot map), ``unknown_row`` (none of the formats).
 
 ``evolve.traces.gold`` false drops the gold answers the traces carry: Phase B then finds every failure
@@ -210,10 +210,13 @@ def _hasp_trajectory(d: dict[str, Any], prefix: str) -> Trajectory:
             raise _Bad("not_trajectory", f"{prefix}{key}", f"missing or not a {kind.__name__}")
     if not d["steps"]:
         raise _Bad("no_audit", f"{prefix}steps", "no steps, so no audit record")
+    last = len(d["steps"]) - 1
     for i, s in enumerate(d["steps"]):
         if not isinstance(s, dict):
             raise _Bad("not_trajectory", f"{prefix}steps[{i}]", "a step that is not an object")
-        if not s.get("audit") and not s.get("parse_error"):
+        # the one step that has neither: the answer-only turn after the step budget (no PF, no tool ran)
+        budget_answer = i == last and d.get("terminated") == "budget_final"
+        if not s.get("audit") and not s.get("parse_error") and not budget_answer:
             raise _Bad("no_audit", f"{prefix}steps[{i}].audit", "a step with neither an audit record nor a parse error")
     try:
         return Trajectory.from_dict({"variant": "logged", **d})
