@@ -41,11 +41,13 @@ for sub, name in ((model_app, "model"), (data_app, "data"), (evolve_app, "evolve
 from hasp.cli.evolve import register as _register_evolve_commands  # noqa: E402 - run, gate, rollback
 
 from hasp.cli.experiment import register as _register_experiment_commands  # noqa: E402 - run, grid
+from hasp.cli.release import register as _register_release_commands  # noqa: E402 - publish, log, rollback
 from hasp.cli.train import register as _register_train_commands  # noqa: E402 - sft, rs, opd, dpo
 
 _register_evolve_commands(evolve_app)
 _register_train_commands(train_app)
 _register_experiment_commands(experiment_app)
+_register_release_commands(skills_app)
 
 EpochDir = Annotated[Path, typer.Option("--epoch-dir", help="Output folder of the epoch (outputs/epoch_<i>).")]
 Library = Annotated[Path, typer.Option("--library", help="Skill library folder (default: the seed library).")]

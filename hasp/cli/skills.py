@@ -17,7 +17,8 @@ import typer
 from hasp.console import console, safe
 from hasp.seeds import seed_library
 
-skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate.",
+skills_app = typer.Typer(help="The skill library: list, show, diff versions, prompt-equivalence, validate; "
+                              "publish, log and roll back released versions of a served library.",
                          no_args_is_help=True)
 
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library folder (default: the seed library).")]
