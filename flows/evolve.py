@@ -270,10 +270,17 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
             phases_write_summary(ep_dir, name, summary)
         return ph, (ep_dir / "library" if admitted else lib_in)
 
-    k = cache_key("rollout", p, lay, model_id)
-    ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
-        k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=policy, teacher=teacher,
-        executor=clients.executor, meter=meter)
+    if p.evolve.traces.source:  # Phase A reads logged traces: keyed on their content, no model runs
+        from hasp.evolve.traces import source_key
+
+        k = cache_key("rollout", p, lay, "traces", source_key(p.evolve.traces.source))
+        ph["rollout"] = _phase(pipe, "A rollout (from traces)", phases.rollout_from_traces,
+                               (ep_dir / "rollout.jsonl",), k, p, ep_dir / "rollout.jsonl")
+    else:
+        k = cache_key("rollout", p, lay, model_id)
+        ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
+            k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=policy, teacher=teacher,
+            executor=clients.executor, meter=meter)
     if line := reached("rollout"):
         return stopped(line, "rollout")
 
@@ -437,9 +444,11 @@ def _train_and_evaluate(p: Params, out: Path, data_dir: Path, lib: Path, carry: 
 @flow(name="hasp-evolve", log_prints=True)
 def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
                 params_path: str | None = "params.yaml", out_root: str = "outputs", library: str = str(seed_library("search")),
-                start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None) -> dict[str, Any]:
+                start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None,
+                traces: str | None = None, traces_gold: bool | None = None) -> dict[str, Any]:
     """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
-    params.yaml.
+    params.yaml, and ``traces``/``traces_gold`` override ``evolve.traces.source``/``gold`` (Phase A
+    reads those logged traces instead of rolling out, ``hasp.evolve.traces``).
 
     Epoch ``i`` starts from the library named in ``epoch_<i-1>/carry.json`` (the previous
     epoch's library, or the restored best snapshot after a rollback); the first epoch of a
@@ -449,7 +458,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
     from hasp.evolve.frontier import read_carry
 
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
-                                   ("evolve.val_gate", val_gate)) if v is not None}
+                                   ("evolve.val_gate", val_gate), ("evolve.traces.source", traces),
+                                   ("evolve.traces.gold", traces_gold)) if v is not None}
     p = load_params(params_path, overrides)
     out = Path(out_root)
     data_dir = out / "data"

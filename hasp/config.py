@@ -355,6 +355,52 @@ class BudgetParams(_Strict):
         return self
 
 
+#: foreign tool names (lower-cased) -> the agent action a chat-log tool call stands for
+DEFAULT_TOOL_ACTIONS = {"search": "SEARCH", "web_search": "SEARCH", "retrieve": "SEARCH", "lookup": "SEARCH",
+                        "read": "READ", "open": "READ", "open_url": "READ", "fetch": "READ", "get_document": "READ",
+                        "final": "FINAL", "final_answer": "FINAL", "answer": "FINAL", "finish": "FINAL"}
+
+
+class TracesParams(_Strict):
+    """Evolution from logged traces (``hasp.evolve.traces``, ``hasp.evolve.trace_signals``): Phase A reads
+    trajectories a run already logged instead of rolling the policy out, and Phase B finds failures in
+    them without gold answers where they have none."""
+
+    source: str | None = Field(None, description="file or folder of logged traces Phase A reads instead of "
+                               "rolling out (hasp eval output, evaluation journals, chat-log jsonl); null = roll "
+                               "out. hasp evolve run --from-traces sets it")
+    gold: bool = Field(True, description="score the traces against the gold answers they carry (false: drop "
+                       "them, every failure is found by the label-free signals); --gold/--no-gold")
+    tool_actions: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TOOL_ACTIONS),
+                                         description="chat-log adapter: tool name (lower case) -> agent action "
+                                         "(SEARCH, READ, FINAL); a tool call of another name makes its row bad")
+    repeat_threshold: int = Field(2, ge=2, description="signal repeated_action: the same executed action "
+                                  "(type and argument) this many times in one episode")
+    query_similarity: float = Field(0.8, gt=0, le=1, description="signal repeated_query: a SEARCH whose "
+                                    "query tokens have at least this Jaccard with an earlier query's")
+    signals: list[str] = Field(default_factory=lambda: ["repeated_action", "repeated_query",
+                               "final_without_evidence", "parse_failure", "pf_override_undone", "tool_error",
+                               "no_answer"], description="label-free failure signals Phase B uses for "
+                               "trajectories without gold answers")
+
+    @field_validator("tool_actions")
+    @classmethod
+    def _actions(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = {k: a for k, a in v.items() if a not in ("SEARCH", "READ", "FINAL")}
+        if bad:
+            raise ValueError(f"tool_actions map tools to SEARCH, READ or FINAL; got {bad}")
+        return {k.lower(): a for k, a in v.items()}
+
+    @field_validator("signals")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        known = {"repeated_action", "repeated_query", "final_without_evidence", "parse_failure",
+                 "pf_override_undone", "tool_error", "no_answer"}
+        if set(v) - known:
+            raise ValueError(f"unknown signals {sorted(set(v) - known)}; known: {sorted(known)}")
+        return v
+
+
 class EvolveParams(_Strict):
     min_cluster_size: int = Field(3, ge=1)
     max_candidates: int = Field(5, ge=0)
@@ -406,6 +452,7 @@ class EvolveParams(_Strict):
     lite_failures: int = Field(20, ge=1, description="lite mode: failed trajectories sampled")
     lite_max_candidates: int = Field(3, ge=0, description="lite mode: proposals per epoch")
     budget: BudgetParams = BudgetParams()
+    traces: TracesParams = TracesParams()
     anchors: str | None = Field(
         None, description="jsonl of pinned questions that must never regress (the test split's row format: id, "
                           "question, answers[, hops, support], over the epoch's corpus). The PF agent answers them "

@@ -71,6 +71,15 @@ def rollout(cache_key: str, params: Params, data_dir: Path, library: Path, out_p
     return _uncached_if_failed("A-rollout", s)
 
 
+@task(name="A-rollout-from-traces", **_opts)
+def rollout_from_traces(cache_key: str, params: Params, out_path: Path) -> dict[str, Any]:
+    """Phase A of ``evolve.traces.source``: the logged traces, read into ``rollout.jsonl`` (no model runs).
+    The flow's key holds the traces' content hash."""
+    from hasp.evolve.traces import phase_a_from_traces
+
+    return metered_phase(None, lambda: phase_a_from_traces(params, out_path))
+
+
 @task(name="B-analyse", **_opts)
 def analyse(cache_key: str, rollout_path: Path, library: Path, params: Params, out_dir: Path, *,
             summarizer: Any = None, epoch: int = 0, meter: Any = None) -> dict[str, Any]:

@@ -239,6 +239,11 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
     from hasp.evolve.budget import metered
 
     p = _params(params)
+    if p.evolve.traces.source and split == "train":  # logged traces replace the rollout (no model runs)
+        from hasp.evolve.traces import phase_a_from_traces
+
+        _budgeted(epoch_dir, "rollout", p, lambda meter, ledger: phase_a_from_traces(p, epoch_dir / "rollout.jsonl"))
+        return
 
     def run(meter: Any, ledger: Any) -> dict[str, Any]:
         with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:

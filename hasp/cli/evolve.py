@@ -23,6 +23,7 @@ def register(evolve_app: typer.Typer) -> None:
     evolve_app.command("gate")(gate)
     evolve_app.command("rollback")(rollback)
     evolve_app.command("sage")(sage)
+    evolve_app.command("import-traces")(import_traces)
 
 
 def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to run.")] = 1,
@@ -38,12 +39,22 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
                                                  help="Evaluate the final library on the test split.")] = True,
         val_gate: Annotated[Optional[bool], typer.Option(
             "--val-gate/--no-val-gate", help="Override evolve.val_gate (full filtering's held-out check).")] = None,
+        from_traces: Annotated[Optional[str], typer.Option(
+            "--from-traces", help="Phase A reads these logged traces (file or folder: hasp eval output, "
+                                  "journals, chat-log jsonl; or mlflow:<experiment>) instead of rolling out "
+                                  "(evolve.traces.source).")] = None,
+        gold: Annotated[Optional[bool], typer.Option(
+            "--gold/--no-gold", help="Score the traces against their gold answers, or drop them and find "
+                                     "failures with the label-free signals only (evolve.traces.gold).")] = None,
         ) -> None:
     """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
+    traces = from_traces
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
-                                   ("evolve.val_gate", val_gate)) if v is not None}
+                                   ("evolve.val_gate", val_gate), ("evolve.traces.source", traces),
+                                   ("evolve.traces.gold", gold)) if v is not None}
     p = params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
     anchors_or_exit(p)
+    traces_or_exit(p)
     found = params_path(params)
     prefect_env()
     from hasp.flows.evolve import evolve_flow
@@ -52,7 +63,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     with owned_prefect_server():  # ends with this process, even on SIGKILL
         res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(found) if found else None,
                           out_root=str(out), library=str(library), start_epoch=start_epoch, final_eval=final_eval,
-                          val_gate=val_gate)
+                          val_gate=val_gate, traces=traces, traces_gold=gold)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
         budget = ph.get("budget") or {}
         if budget.get("stopped"):
@@ -81,6 +92,53 @@ def anchors_or_exit(p: object) -> None:
     except AnchorError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+
+
+def traces_or_exit(p: object) -> None:
+    """A trace source that is missing or holds no trace file is one error line and exit code 2."""
+    from hasp.evolve.traces import TraceFormatError, check_source
+
+    src = p.evolve.traces.source  # type: ignore[attr-defined]
+    if not src:
+        return
+    try:
+        check_source(src)
+    except TraceFormatError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def import_traces(source: Annotated[str, typer.Argument(help="File or folder of logged traces, or "
+                                                               "mlflow:<experiment> (its HASP episode traces).")],
+                  out: Annotated[Path, typer.Option("--out", help="Folder for rollout.jsonl and "
+                                                                  "traces_summary.json.")],
+                  gold: Annotated[Optional[bool], typer.Option(
+                      "--gold/--no-gold", help="Keep the traces' gold answers (default: evolve.traces.gold).")] = None,
+                  params: ParamsOpt = None) -> None:
+    """Read logged traces into Phase A's rollout.jsonl (plus traces_summary.json: rows read, bad rows by
+    reason, rows with gold) and report the label-free failure signals; no model runs."""
+    from hasp.agent.rollout import read_trajectories
+    from hasp.atomic import write_json
+    from hasp.evolve.trace_signals import failure_set, signal_counts, signal_precision
+    from hasp.evolve.traces import import_traces as run_import
+
+    p = params_or_exit(params, {"evolve.traces.gold": gold} if gold is not None else None)
+    p = p.model_copy(update={"evolve": p.evolve.model_copy(update={"traces": p.evolve.traces.model_copy(
+        update={"source": str(source)})})})
+    traces_or_exit(p)
+    summary = run_import(source, out, p.evolve.traces)
+    trajs = read_trajectories(out / "rollout.jsonl")
+    found = failure_set(trajs, p.evolve.traces)
+    summary["signals"] = {"failure_source": found.summary(), "fired": signal_counts(found),
+                          **signal_precision(trajs, p.evolve.traces, found.signals)}
+    write_json(summary, out / "traces_summary.json")
+    t = summary["traces"]
+    typer.echo(f"read {t['n_read']} trajectories ({t['n_with_gold']} with gold), {t['n_bad']} bad rows"
+               + (f" ({', '.join(f'{v} {k}' for k, v in t['bad_by_reason'].items())})" if t["n_bad"] else "")
+               + f"; failures: {found.gold} by gold, {found.label_free} by label-free signals")
+    typer.echo(f"wrote {out / 'rollout.jsonl'} and {out / 'traces_summary.json'}")
+    if not t["n_read"]:
+        raise typer.Exit(1)
 
 
 def prefect_env() -> None:

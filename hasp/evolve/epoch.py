@@ -116,7 +116,10 @@ def phase_a_rollout(params: Params, data_dir: Path, library_root: Path, out_path
 # ----------------------------------------------------------------------------- Phase B
 def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Path, *,
             summarizer: Any = None, epoch: int = 0) -> dict[str, Any]:
-    """Phase B: failure patterns of EM=0 trajectories, then clusters for Phase C.
+    """Phase B: failure patterns of EM=0 trajectories, then clusters for Phase C. Trajectories without
+    gold answers (logged traces, ``hasp.evolve.traces``) fail when a label-free signal fires
+    (``hasp.evolve.trace_signals``); each signal's precision against EM 0 on the ones with gold is in
+    the summary (``signals``).
 
     full mode: the twelve heuristic detectors plus, when ``evolve.summarizer`` is on and a
     ``summarizer`` model is given, the LLM summarizer; patterns are deduplicated (Jaccard)
@@ -128,13 +131,17 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     from hasp.evolve.cluster import cluster_patterns, clusters_to_json, existing_from_library
     from hasp.evolve.detectors import DETECTORS, detect_failures
     from hasp.evolve.summarize import SummaryOutcome, summarize_failures
+    from hasp.evolve.trace_signals import failure_set, signal_counts, signal_patterns, signal_precision
 
     e = params.evolve
     trajs = read_trajectories(rollout_path)
-    failed = [t for t in trajs if t.em == 0 and t.terminated != "error"]  # an endpoint failure is not the agent's
+    # EM 0 where gold answers exist, the label-free signals where none do (logged traces); an endpoint
+    # failure is not the agent's
+    found = failure_set(trajs, e.traces)
+    failed = found.failed
     if e.mode == "lite" and len(failed) > e.lite_failures:
         failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
-    patterns = detect_failures(failed)
+    patterns = detect_failures(failed) + signal_patterns(failed, found.signals)
     llm = SummaryOutcome()
     if e.mode == "full" and e.summarizer and summarizer is not None:
         llm = summarize_failures(failed, summarizer, known_categories=sorted(DETECTORS),
@@ -154,7 +161,9 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     write_json([p.to_dict() for p in patterns], out_dir / "failures.json")
     write_json(llm.to_dict(), out_dir / "summaries.json")
     write_json(clusters_to_json(clusters), out_dir / "clusters.json")
-    return {"failed": sum(1 for t in trajs if t.em == 0), "analysed": len(failed), "mode": e.mode,
+    return {"failed": sum(1 for t in trajs if t.em == 0 and t.answers) + found.label_free,
+            "analysed": len(failed), "mode": e.mode, "failure_source": found.summary(),
+            "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals)},
             "patterns": len(patterns), "pattern_categories": dict(Counter(p.category for p in patterns)),
             "summarizer_used": bool(e.mode == "full" and e.summarizer and summarizer is not None),
             **llm.summary(),
