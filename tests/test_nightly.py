@@ -75,5 +75,7 @@ def test_two_nights_read_two_batches_and_release_what_they_admit(env):
     # a night with nothing new does nothing; a rollback restores the library the first night replaced
     assert _night(work, "full")["new_lines"] == 0
     live = release.live_version(lib)
+    added = {sid for e in release.changelog(lib) if e.action == "publish" for sid in e.added}
+    assert live == (3 if second["released"] else 2) and second["version"] == live
     back = release.rollback(lib, to=1)
-    assert back.previous == live and set(back.removed) == set(entry.added)
+    assert back.previous == live and set(back.removed) == added

@@ -134,6 +134,60 @@ def deployed_run(stack):
         yield {"run": run, "deployment": dep, "requests": ep.requests, "scheduled": scheduled}
 
 
+def run_now(stack, deployment: str, timeout_s: float = 240):
+    """``prefect deployment run`` of ``deployment`` now, waited for on the worker; the final flow run."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    said = sh([PY, "-m", "prefect", "deployment", "run", deployment], stack["env"]).stdout
+    run_id = re.search(r"UUID: ([0-9a-f-]{36})", said)
+    assert run_id, said
+    with temporary_settings(updates={PREFECT_API_URL: stack["api"]}), get_client(sync_client=True) as client:
+        run = client.read_flow_run(run_id.group(1))
+        end = time.monotonic() + timeout_s
+        while not run.state.is_final() and time.monotonic() < end:
+            time.sleep(1)
+            run = client.read_flow_run(run.id)
+    return run
+
+
+def test_the_nightly_deployment_reads_each_batch_of_traces_once(stack, deployed_run):
+    """The nightly flow deployed on the pool, run twice by the worker over a growing trace folder (the
+    trajectories the deployed evolution logged): each run reads only the lines logged since the last,
+    and the watermark kept with the served library moves past each batch."""
+    from hasp.evolve import release
+
+    work, env = stack["work"], stack["env"]
+    logged = (work / "outputs" / "epoch_0" / "rollout.jsonl").read_text().splitlines(keepends=True)
+    half = len(logged) // 2
+    assert half >= 1
+    traces, served, nightly = work / "agent_logs", work / "served" / "search", work / "nightly"
+    traces.mkdir()
+    shutil.copytree(ROOT / "hasp" / "skills" / "search", served, ignore=shutil.ignore_patterns("__pycache__"))
+    (traces / "agent.jsonl").write_text("".join(logged[:half]))
+    with OpenAIEndpointDouble(reply=lambda body: "Thought: done\nAction: FINAL[Paris]") as ep:
+        params = tiny_params(work, ep.base_url)
+        out = sh([PY, "-m", "hasp.flows.deploy", "--pool", POOL, "--name", "nightly-traces", "--cron", "0 3 * * *",
+                  "--mode", "lite", "--filtering", "full", "--params", str(params), "--out", str(nightly),
+                  "--library", str(served), "--traces", str(traces),
+                  "--env", f"MLFLOW_TRACKING_URI={stack['mlflow']}"], env).stdout
+        assert "hasp-nightly/nightly-traces" in out
+        first = run_now(stack, "hasp-nightly/nightly-traces")
+        with (traces / "agent.jsonl").open("a") as f:
+            f.write("".join(logged[half:]))
+        second = run_now(stack, "hasp-nightly/nightly-traces")
+    log = (work / "worker.log").read_text(errors="replace")[-3000:]
+    assert first.state.is_completed() and second.state.is_completed(), f"{first.state} {second.state}\n{log}"
+    runs = sorted(nightly.glob("run-*"), key=lambda p: p.stat().st_mtime)
+    assert len(runs) == 2
+    assert (runs[0] / "traces" / "agent.jsonl").read_text().splitlines(keepends=True) == logged[:half]
+    assert (runs[1] / "traces" / "agent.jsonl").read_text().splitlines(keepends=True) == logged[half:]
+    for run, n in zip(runs, (half, len(logged) - half)):
+        summary = json.loads((run / "epoch_0" / "summary_rollout.json").read_text())
+        assert summary["traces"]["n_read"] == n
+    assert release.watermark(served)["files"]["agent.jsonl"]["lines"] == len(logged)
+
+
 def scheduled_runs(client, deployment_id) -> list:
     """The runs the server's scheduler created from the deployment's cron schedule (it runs within
     seconds of a deployment change). ``limit`` and ``sort`` are explicit: Prefect 3.8.8's client
