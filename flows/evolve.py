@@ -27,6 +27,7 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
+from hasp import artifacts as art
 from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
@@ -176,18 +177,18 @@ class RunKeys:
 
 def layout(out: Path, data_dir: Path, ep_dir: Path, library: Path, evolved: Path | None = None) -> dict[str, Path]:
     """Where this run keeps the artifacts the phase graph names by role."""
-    return {"data": data_dir, "epoch": ep_dir, "library": library, "evolved": evolved or ep_dir / "library",
+    return {"data": data_dir, "epoch": ep_dir, "library": library, "evolved": evolved or ep_dir / art.LIBRARY,
             "train": out / "train", "eval": out / "eval", "out": out}
 
 
-STALE_IF_SKIPPED = {"validate": ("validation.json",), "review": ("reviews.json",), "gate": ("gate.json", "anchors.json")}
+STALE_IF_SKIPPED = {"validate": (art.VALIDATION,), "review": (art.REVIEWS,), "gate": (art.GATE, art.ANCHORS)}
 #: what each phase leaves in the epoch folder: removed when the budget stops the epoch before the phase, so
 #: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
-PHASE_OUTPUTS = {"validate": ("validation.json",), "review": ("reviews.json",),
-                 "val_baseline": ("val_baseline.jsonl",), "gate": ("gate.json", "anchors.json", "val_runs", "anchor_runs"),
-                 "admit": ("admission.json", "library"), "val_after": ("val_after.jsonl",), "frontier": ("carry.json",),
-                 "build_data": ("sft.jsonl", "dpo.jsonl", "sft_skill.jsonl", "dpo_skill.jsonl", "skill_records.jsonl",
-                                "data_summary.json")}
+PHASE_OUTPUTS = {"validate": (art.VALIDATION,), "review": (art.REVIEWS,),
+                 "val_baseline": (art.VAL_BASELINE,), "gate": (art.GATE, art.ANCHORS, art.VAL_RUNS, art.ANCHOR_RUNS),
+                 "admit": (art.ADMISSION, art.LIBRARY), "val_after": (art.VAL_AFTER,), "frontier": (art.CARRY,),
+                 "build_data": (art.SFT, art.DPO, art.SFT_SKILL, art.DPO_SKILL, art.SKILL_RECORDS,
+                                art.DATA_SUMMARY)}
 
 
 def epoch_phase_count(p: Params) -> int:
@@ -199,7 +200,7 @@ def _drop_outputs(ep_dir: Path, names: list[str]) -> None:
     import shutil
 
     for name in names:
-        for f in (*PHASE_OUTPUTS.get(name, ()), f"summary_{name}.json"):
+        for f in (*PHASE_OUTPUTS.get(name, ()), art.summary_file(name)):
             path = ep_dir / f
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
@@ -268,18 +269,18 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
                         **_proposal_count(ph)}
         for name, summary in ph.items():
             phases_write_summary(ep_dir, name, summary)
-        return ph, (ep_dir / "library" if admitted else lib_in)
+        return ph, (ep_dir / art.LIBRARY if admitted else lib_in)
 
     if p.evolve.traces.source:  # Phase A reads logged traces: keyed on their content, no model runs
         from hasp.evolve.traces import source_key
 
         k = cache_key("rollout", p, lay, "traces", source_key(p.evolve.traces.source))
         ph["rollout"] = _phase(pipe, "A rollout (from traces)", phases.rollout_from_traces,
-                               (ep_dir / "rollout.jsonl",), k, p, ep_dir / "rollout.jsonl")
+                               (ep_dir / art.ROLLOUT,), k, p, ep_dir / art.ROLLOUT)
     else:
         k = cache_key("rollout", p, lay, model_id)
-        ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / "rollout.jsonl",),
-            k, p, data_dir, lib_in, ep_dir / "rollout.jsonl", policy=policy, teacher=teacher,
+        ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / art.ROLLOUT,),
+            k, p, data_dir, lib_in, ep_dir / art.ROLLOUT, policy=policy, teacher=teacher,
             executor=clients.executor, meter=meter)
     if line := reached("rollout"):
         return stopped(line, "rollout")
@@ -287,8 +288,8 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     summarizer = teacher or student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
     k = cache_key("analyse", p, lay, summ_id, epoch)
-    ph["analyse"] = _phase(pipe, "B analyse", phases.analyse, (ep_dir / "clusters.json",),
-        k, ep_dir / "rollout.jsonl", lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch, meter=meter)
+    ph["analyse"] = _phase(pipe, "B analyse", phases.analyse, (ep_dir / art.CLUSTERS,),
+        k, ep_dir / art.ROLLOUT, lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch, meter=meter)
     if line := reached("analyse"):
         return stopped(line, "analyse")
 
@@ -296,8 +297,8 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     def propose(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
         guard = ledger.guard(meter) if limited(p.evolve.budget) else None
-        task = phases.propose.with_options(refresh_cache=refresh or _fresh(ep_dir / "candidates.json"))
-        return pipe.run(name, settle(task), k, ep_dir / "clusters.json", lib_in, p, ep_dir / "candidates.json",
+        task = phases.propose.with_options(refresh_cache=refresh or _fresh(ep_dir / art.CANDIDATES))
+        return pipe.run(name, settle(task), k, ep_dir / art.CLUSTERS, lib_in, p, ep_dir / art.CANDIDATES,
                         student=student, epoch=epoch, history_path=history, meter=meter, guard=guard), guard
 
     ph["propose"], guard = propose("C propose", refresh=False)
@@ -310,15 +311,15 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     if "validate" in run_phases:
         k = cache_key("validate", p, lay)
-        ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / "validation.json",),
-            k, ep_dir / "candidates.json", ep_dir / "validation.json", static=static_exec(p.evolve),
+        ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / art.VALIDATION,),
+            k, ep_dir / art.CANDIDATES, ep_dir / art.VALIDATION, static=static_exec(p.evolve),
             sandbox=p.sandbox)
         if line := reached("validate"):
             return stopped(line, "validate")
 
     if "review" in run_phases:
         k = cache_key("review", p, lay)
-        ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / "reviews.json",),
+        ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / art.REVIEWS,),
             k, ep_dir, lib_in, p, teacher=teacher, meter=meter)
         if line := reached("review"):
             return stopped(line, "review")
@@ -327,7 +328,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     # seed member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     k = cache_key("val_rollout", p, lay, model_id, library_hash(lib_in))
-    ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / "val_baseline.jsonl",
+    ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / art.VAL_BASELINE,
                                     policy=policy, teacher=teacher, label="val_baseline",
                                     executor=clients.executor, meter=meter)
     line = reached("val_baseline")
@@ -335,22 +336,22 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return stopped(line, "val_baseline")
     if "gate" in run_phases:
         k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key)
-        ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / "gate.json",),
+        ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / art.GATE,),
             k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=policy, teacher=teacher,
             executor=clients.executor, meter=meter)
         line = reached("gate")
 
     k = cache_key("admit", p, lay, epoch)
     ph["admit"] = _phase(pipe, "F admit", phases.admit,
-        (ep_dir / "library" / "library_history.json", ep_dir / "admission.json"),
+        (ep_dir / art.LIBRARY / "library_history.json", ep_dir / art.ADMISSION),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
-    evolved = ep_dir / "library"
+    evolved = ep_dir / art.LIBRARY
     ledger.add("admit", ph["admit"])
     if line:  # reached after the last gate: admission ran on complete evidence, nothing else runs
         return stopped(line, last_gate)
 
     k = cache_key("val_rollout", p, lay, model_id, library_hash(evolved))
-    ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / "val_after.jsonl",
+    ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / art.VAL_AFTER,
                                  policy=policy, teacher=teacher, label="val_after",
                                  executor=clients.executor, meter=meter)
     ledger.add("val_after", ph["val_after"])
@@ -358,11 +359,11 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])
 
-    earlier = [content_hash(f) for f in sorted(out.glob("epoch_*/skill_records.jsonl"))
+    earlier = [content_hash(f) for f in sorted(out.glob(f"epoch_*/{art.SKILL_RECORDS}"))
                if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
     k = cache_key("build_data", p, lay, earlier)
-    ph["build_data"] = _phase(pipe, "G-H build data", phases.build_data, (ep_dir / "sft.jsonl",),
-        k, ep_dir / "rollout.jsonl", p, ep_dir)
+    ph["build_data"] = _phase(pipe, "G-H build data", phases.build_data, (ep_dir / art.SFT,),
+        k, ep_dir / art.ROLLOUT, p, ep_dir)
     ledger.add("build_data", ph["build_data"])
     ph["budget"] = {**ledger.to_dict(), "stopped": None, **_proposal_count(ph)}
     for name, summary in ph.items():
@@ -431,7 +432,7 @@ def _train_and_evaluate(p: Params, out: Path, data_dir: Path, lib: Path, carry: 
     train_key = cache_key("train", p, lay, model_id)
     phase_out["train"] = pipe.run("train", phases.train.with_options(
         refresh_cache=p.train.enabled and _fresh(trained_dir / "config.json")),
-        train_key, ep_dir / "sft.jsonl", p, out / "train")
+        train_key, ep_dir / art.SFT, p, out / "train")
     has_trained = (trained_dir / "config.json").exists()
 
     k = cache_key("evaluate", p, lay, model_id, content_hash(lib))  # lib: the "before" arm's library
@@ -529,4 +530,4 @@ def proposals_line(summary: dict[str, Any]) -> str:
 def phases_write_summary(ep_dir: Path, name: str, summary: dict[str, Any]) -> None:
     from hasp.atomic import write_json
 
-    write_json(summary, ep_dir / f"summary_{name}.json")
+    write_json(summary, ep_dir / art.summary_file(name))

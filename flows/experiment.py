@@ -35,6 +35,7 @@ from typing import Any
 
 from prefect import flow
 
+from hasp import artifacts as art
 from hasp.flows.evolve import Clients, RunKeys, _phase, _prepare, code_version, copy_output, epoch_phase_count
 from hasp.flows.evolve import run_epoch, tracking_code_version
 from hasp.atomic import write_json
@@ -183,8 +184,8 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
         lib_h = content_hash(lib)
         rows = None
         if t.recipe in ("sft", "dpo"):
-            pool = ph_dir / "rollout.jsonl"
-            a_roll = e_dir / "evolve" / f"epoch_{i}" / "rollout.jsonl"
+            pool = ph_dir / art.ROLLOUT
+            a_roll = e_dir / "evolve" / f"epoch_{i}" / art.ROLLOUT
             if ep is not None and library_hash(lib) == library_hash(lib_in) and output_complete(a_roll):
                 # evolution admitted nothing: its Phase A rollout already ran this checkpoint with these
                 # skills on the training questions, so it is the refreshed pool (not rolled out twice)
@@ -195,7 +196,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
                 ph["rollout"] = _phase(pipe, f"{name} phase {i}: rollout pool", phases.rollout, (pool,),
                                        k, pe, data, lib, pool, policy=clients.policy(ckpt), teacher=clients.teacher)
             k = cache_key("build_data", pe, {"epoch": ph_dir}, [])
-            ph["build_data"] = _phase(pipe, f"{name} phase {i}: rows", phases.build_data, (ph_dir / "sft.jsonl",),
+            ph["build_data"] = _phase(pipe, f"{name} phase {i}: rows", phases.build_data, (ph_dir / art.SFT,),
                                       k, pool, pe, ph_dir)
             # this phase's refreshed policy rows and, for train.objective B / AB, this phase's evolution epoch's
             # skill-author rows

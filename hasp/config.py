@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from hasp import artifacts as art
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -679,7 +681,7 @@ class DPOParams(RecipeParams):
     RECIPE: ClassVar[str] = "dpo"
     READS: ClassVar[frozenset[str]] = SFT_TRAINER_READS - {"weighting", "normalize_weights", "oversample_factor"}
 
-    rows: str = Field("dpo.jsonl", description="preference rows file of a grid phase, relative to its folder")
+    rows: str = Field(art.DPO, description="preference rows file of a grid phase, relative to its folder")
     beta: float = Field(0.1, gt=0, description="DPO beta: how far the policy may move from the reference")
     loss_type: str = Field("sigmoid", description="TRL DPO loss type (sigmoid, ipo, hinge, ...)")
 

@@ -25,6 +25,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from hasp import artifacts as art
 from hasp.config import Params
 from hasp.domains.search.prepare import prepare_data as prepare_search_data
 from hasp.evolve import epoch as ep
@@ -108,8 +109,8 @@ def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: b
 def review(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, teacher: Any = None,
            meter: Any = None) -> dict[str, Any]:
     s = metered_phase(meter, lambda: ep.review(
-        epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
-        epoch_dir / "rollout.jsonl", library, params, epoch_dir / "reviews.json", teacher=teacher),
+        epoch_dir / art.CANDIDATES, epoch_dir / art.VALIDATION, epoch_dir / art.CLUSTERS,
+        epoch_dir / art.ROLLOUT, library, params, epoch_dir / art.REVIEWS, teacher=teacher),
         params.evolve.budget)
     return _uncached_if_failed("E-review", s)
 
@@ -131,9 +132,9 @@ def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, o
 def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_dir: Path,
          baseline: dict[str, Any], *, policy: Any, teacher: Any = None, executor: Any = None,
          meter: Any = None) -> dict[str, Any]:
-    run_val = ep.val_runner(params, data_dir, epoch_dir / "val_runs", policy=policy, teacher=teacher,
+    run_val = ep.val_runner(params, data_dir, epoch_dir / art.VAL_RUNS, policy=policy, teacher=teacher,
                             executor=executor)
-    run_anchors = ep.anchor_runner(params, data_dir, epoch_dir / "anchor_runs", policy=policy, teacher=teacher,
+    run_anchors = ep.anchor_runner(params, data_dir, epoch_dir / art.ANCHOR_RUNS, policy=policy, teacher=teacher,
                                    executor=executor)
     s = metered_phase(meter, lambda: ep.gate(epoch_dir, library, params, baseline, run_val, run_anchors),
                       params.evolve.budget)
@@ -151,8 +152,8 @@ def frontier(out_root: Path, epoch: int, library_out: Path, val_summary: dict[st
 def admit(cache_key: str, epoch_dir: Path, library: Path, params: Params, *, epoch: int,
           history_path: Path | None) -> dict[str, Any]:
     return metered_phase(None, lambda: ep.admit_phase(
-        epoch_dir / "candidates.json", epoch_dir / "reviews.json", epoch_dir / "clusters.json", library,
-        epoch_dir / "library", params, epoch=epoch, history_path=history_path))
+        epoch_dir / art.CANDIDATES, epoch_dir / art.REVIEWS, epoch_dir / art.CLUSTERS, library,
+        epoch_dir / art.LIBRARY, params, epoch=epoch, history_path=history_path))
 
 
 @task(name="GH-build-data", **_opts)

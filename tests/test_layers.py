@@ -25,7 +25,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "agent": ("hasp.agent",),
     "base": ("hasp.pf", "hasp.sandbox", "hasp.llm", "hasp.signals", "hasp.track"),
     "core": ("hasp", "hasp.config", "hasp.records", "hasp.atomic", "hasp.textutil", "hasp.progress", "hasp.stats",
-             "hasp.processes", "hasp.bounded",
+             "hasp.processes", "hasp.bounded", "hasp.artifacts",
              "hasp.prompts", "hasp.seeds", "hasp.action_format", "hasp.fingerprint", "hasp.console", "hasp.provenance", "hasp.pyast", "hasp.embedded_models"),
 }
 RANK = {pkg: len(LAYERS) - i for i, pkgs in enumerate(LAYERS.values()) for pkg in pkgs}

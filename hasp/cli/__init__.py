@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp import artifacts as art
 from hasp.console import safe
 from hasp.cli.budget import budgeted as _budgeted, save_summary as _save_summary
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
@@ -242,16 +243,16 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
     if p.evolve.traces.source and split == "train":  # logged traces replace the rollout (no model runs)
         from hasp.evolve.traces import phase_a_from_traces
 
-        _budgeted(epoch_dir, "rollout", p, lambda meter, ledger: phase_a_from_traces(p, epoch_dir / "rollout.jsonl"))
+        _budgeted(epoch_dir, "rollout", p, lambda meter, ledger: phase_a_from_traces(p, epoch_dir / art.ROLLOUT))
         return
 
     def run(meter: Any, ledger: Any) -> dict[str, Any]:
         with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
             pol, teacher = metered(pol, meter), metered(teacher_client(p.teacher, p.llm), meter)
             if split == "train":
-                return phase_a_rollout(p, data, library, epoch_dir / "rollout.jsonl", policy=pol, teacher=teacher,
+                return phase_a_rollout(p, data, library, epoch_dir / art.ROLLOUT, policy=pol, teacher=teacher,
                                        executor=ex)
-            return rollout(p, data, library, split, epoch_dir / "rollout.jsonl", policy=pol, variant="pf",
+            return rollout(p, data, library, split, epoch_dir / art.ROLLOUT, policy=pol, variant="pf",
                            teacher=teacher, executor=ex)
     _budgeted(epoch_dir, "rollout", p, run)
 
@@ -275,7 +276,7 @@ def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = No
                 model = teacher_client(p.teacher, p.llm) or stack.enter_context(policy_client(
                     p.llm, port=p.llm.port + 2, max_tokens=p.evolve.summarizer_max_tokens,
                     temperature=p.evolve.summarizer_temperature))
-            return analyse(epoch_dir / "rollout.jsonl", library, p, epoch_dir, summarizer=metered(model, meter),
+            return analyse(epoch_dir / art.ROLLOUT, library, p, epoch_dir, summarizer=metered(model, meter),
                            epoch=_epoch_of(epoch_dir))
     _budgeted(epoch_dir, "analyse", p, run)
 
@@ -294,7 +295,7 @@ def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = No
     def run(meter: Any, ledger: Any) -> dict[str, Any]:
         with policy_client(p.llm, port=p.llm.port + 2, max_tokens=p.evolve.proposal_max_tokens,
                            temperature=p.evolve.proposal_temperature) as student:
-            return propose(epoch_dir / "clusters.json", library, p, epoch_dir / "candidates.json",
+            return propose(epoch_dir / art.CLUSTERS, library, p, epoch_dir / art.CANDIDATES,
                            student=metered(student, meter), epoch=_epoch_of(epoch_dir), history_path=history,
                            guard=ledger.guard(meter) if limited(p.evolve.budget) else None)
     _budgeted(epoch_dir, "propose", p, run)
@@ -308,7 +309,7 @@ def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = None) -> None:
 
     p = _params(params)
     _budgeted(epoch_dir, "validate", p, lambda meter, ledger: validate(
-        epoch_dir / "candidates.json", epoch_dir / "validation.json", static=static_exec(p.evolve), sandbox=p.sandbox))
+        epoch_dir / art.CANDIDATES, epoch_dir / art.VALIDATION, static=static_exec(p.evolve), sandbox=p.sandbox))
 
 
 @evolve_app.command("review")
@@ -321,8 +322,8 @@ def evolve_review(epoch_dir: EpochDir, library: Library, params: ParamsOpt = Non
 
     p = _params(params)
     _budgeted(epoch_dir, "review", p, lambda meter, ledger: review(
-        epoch_dir / "candidates.json", epoch_dir / "validation.json", epoch_dir / "clusters.json",
-        epoch_dir / "rollout.jsonl", library, p, epoch_dir / "reviews.json",
+        epoch_dir / art.CANDIDATES, epoch_dir / art.VALIDATION, epoch_dir / art.CLUSTERS,
+        epoch_dir / art.ROLLOUT, library, p, epoch_dir / art.REVIEWS,
         teacher=metered(teacher_client(p.teacher, p.llm), meter)))
 
 
@@ -332,8 +333,8 @@ def evolve_admit(epoch_dir: EpochDir, library: Library, params: ParamsOpt = None
     """Phase F: admit accepted candidates into EPOCH_DIR/library (versioned, with history)."""
     from hasp.evolve.epoch import admit_phase
 
-    s = admit_phase(epoch_dir / "candidates.json", epoch_dir / "reviews.json", epoch_dir / "clusters.json",
-                    library, epoch_dir / "library", _params(params), epoch=_epoch_of(epoch_dir),
+    s = admit_phase(epoch_dir / art.CANDIDATES, epoch_dir / art.REVIEWS, epoch_dir / art.CLUSTERS,
+                    library, epoch_dir / art.LIBRARY, _params(params), epoch=_epoch_of(epoch_dir),
                     history_path=history)
     _save_summary(epoch_dir, "admit", s)
 
@@ -343,7 +344,7 @@ def evolve_build_data(epoch_dir: EpochDir, params: ParamsOpt = None) -> None:
     """Phases G–H: four-signal scores and the SFT/DPO jsonl of PF-corrected steps."""
     from hasp.evolve.epoch import build_data
 
-    _save_summary(epoch_dir, "build_data", build_data(epoch_dir / "rollout.jsonl", _params(params), epoch_dir))
+    _save_summary(epoch_dir, "build_data", build_data(epoch_dir / art.ROLLOUT, _params(params), epoch_dir))
 
 
 # ----------------------------------------------------------------------------- train / eval / track
@@ -460,7 +461,7 @@ def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt =
     run_id = log_epoch(out, p, epoch=epoch, trace_eval=False, model=served_model(p.llm))
     write_plot_data(out, eval_metrics=out / "eval" / "metrics.json", eval_epoch=epoch)
     (out / f"epoch_{epoch}").mkdir(parents=True, exist_ok=True)
-    (out / f"epoch_{epoch}" / "mlflow_run_id.txt").write_text(run_id + "\n")
+    (out / f"epoch_{epoch}" / art.MLFLOW_RUN_ID).write_text(run_id + "\n")
     typer.echo(f"MLflow run {run_id} in {tracking_uri()}")
 
 

@@ -13,11 +13,13 @@ from typing import Any
 
 import typer
 
+from hasp import artifacts as art
+
 
 def save_summary(epoch_dir: Path, phase: str, summary: dict[str, Any]) -> None:
     from hasp.atomic import write_json
 
-    write_json(summary, epoch_dir / f"summary_{phase}.json")
+    write_json(summary, epoch_dir / art.summary_file(phase))
     typer.echo(json.dumps({phase: summary}, default=str)[:2000])
 
 
@@ -34,11 +36,11 @@ def budgeted(epoch_dir: Path, phase: str, p: Any, run: Any) -> None:
     if hit is not None:
         last = list(ledger.phases)[-1]
         line = stop_line(hit, f"after phase {PHASE_LABELS.get(last, last)}")
-        write_json({**ledger.to_dict(), "stopped": line, "stopped_after": last}, epoch_dir / "summary_budget.json")
+        write_json({**ledger.to_dict(), "stopped": line, "stopped_after": last}, epoch_dir / art.summary_file(art.BUDGET))
         typer.echo(f"error: {line}", err=True)
         raise typer.Exit(1)
     meter = Meter()
     s = metered_phase(meter, lambda: run(meter, ledger), p.evolve.budget)
     ledger.add(phase, s)
-    write_json({**ledger.to_dict(), "stopped": s.get("budget_stop")}, epoch_dir / "summary_budget.json")
+    write_json({**ledger.to_dict(), "stopped": s.get("budget_stop")}, epoch_dir / art.summary_file(art.BUDGET))
     save_summary(epoch_dir, phase, s)

@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from hasp import artifacts as art
 from hasp.cli.params import ParamsOpt, params_or_exit, params_path
 from hasp.seeds import seed_library
 
@@ -127,16 +128,16 @@ def import_traces(source: Annotated[str, typer.Argument(help="File or folder of 
         update={"source": str(source)})})})
     traces_or_exit(p)
     summary = run_import(source, out, p.evolve.traces)
-    trajs = read_trajectories(out / "rollout.jsonl")
+    trajs = read_trajectories(out / art.ROLLOUT)
     found = failure_set(trajs, p.evolve.traces)
     summary["signals"] = {"failure_source": found.summary(), "fired": signal_counts(found),
                           **signal_precision(trajs, p.evolve.traces, found.signals)}
-    write_json(summary, out / "traces_summary.json")
+    write_json(summary, out / art.TRACES_SUMMARY)
     t = summary["traces"]
     typer.echo(f"read {t['n_read']} trajectories ({t['n_with_gold']} with gold), {t['n_bad']} bad rows"
                + (f" ({', '.join(f'{v} {k}' for k, v in t['bad_by_reason'].items())})" if t["n_bad"] else "")
                + f"; failures: {found.gold} by gold, {found.label_free} by label-free signals")
-    typer.echo(f"wrote {out / 'rollout.jsonl'} and {out / 'traces_summary.json'}")
+    typer.echo(f"wrote {out / art.ROLLOUT} and {out / art.TRACES_SUMMARY}")
     if not t["n_read"]:
         raise typer.Exit(1)
 
@@ -173,8 +174,8 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
 
     p = params_or_exit(params)
     if "gate" not in epoch_phases(p.evolve):
-        write_json([], epoch_dir / "gate.json")
-        write_json([], epoch_dir / "anchors.json")
+        write_json([], epoch_dir / art.GATE)
+        write_json([], epoch_dir / art.ANCHORS)
         summary: dict = {"skipped": f"val gate off (mode {p.evolve.mode}, filtering {p.evolve.filtering}, "
                                     f"val_gate {p.evolve.val_gate})"}
     else:
@@ -187,19 +188,19 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
             teacher = metered(teacher_client(p.teacher, p.llm), meter)
             with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
                 pol = metered(pol, meter)
-                run_anchors = anchor_runner(p, data, epoch_dir / "anchor_runs", policy=pol, teacher=teacher,
+                run_anchors = anchor_runner(p, data, epoch_dir / art.ANCHOR_RUNS, policy=pol, teacher=teacher,
                                             executor=ex)
                 base = {}
                 if "val" in active_gates(p.evolve):
-                    base = rollout(p, data, library, "val", epoch_dir / "val_baseline.jsonl", policy=pol,
+                    base = rollout(p, data, library, "val", epoch_dir / art.VAL_BASELINE, policy=pol,
                                    variant="pf", teacher=teacher, limit=p.evolve.val_limit or None,
                                    label="val_baseline", executor=ex)
                 return gate_phase(epoch_dir, library, p, base,
-                                  val_runner(p, data, epoch_dir / "val_runs", policy=pol, teacher=teacher,
+                                  val_runner(p, data, epoch_dir / art.VAL_RUNS, policy=pol, teacher=teacher,
                                              executor=ex), run_anchors)
         budgeted(epoch_dir, "gate", p, run)
         return
-    write_json(summary, epoch_dir / "summary_gate.json")
+    write_json(summary, epoch_dir / art.summary_file("gate"))
     typer.echo(json.dumps({"gate": summary}, default=str)[:2000])
 
 

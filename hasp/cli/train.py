@@ -17,6 +17,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from hasp import artifacts as art
 from hasp.console import safe
 
 from hasp.cli.params import ParamsOpt, params_or_exit
@@ -141,7 +142,7 @@ def sft(model: ModelOpt = None,
         data: Annotated[Path, typer.Option("--data", help=(
             "Phase H's sft.jsonl; with train.objective B (AB) the skill author's sft_skill.jsonl beside it "
             "replaces (joins) it."))]
-        = Path("outputs/epoch_0/sft.jsonl"),
+        = Path("outputs/epoch_0") / art.SFT,
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """LoRA SFT of the policy on PF-corrected steps, weighted by A_t (E1 shape); writes adapter/ and merged/."""
@@ -167,7 +168,7 @@ def dpo(model: ModelOpt = None,
         rows: Annotated[Path, typer.Option("--rows", help=(
             "Phase H's dpo.jsonl; with train.objective B (AB) the skill author's dpo_skill.jsonl beside it "
             "replaces (joins) it."))]
-        = Path("outputs/epoch_0/dpo.jsonl"),
+        = Path("outputs/epoch_0") / art.DPO,
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_dpo"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """DPO (TRL DPOTrainer) on the preference rows: chosen = the PF-corrected action, rejected = the policy's."""

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.config import BudgetParams
 
 log = logging.getLogger(__name__)
@@ -288,7 +289,7 @@ def ledger_of(epoch_dir: Any, budget: BudgetParams, before: str) -> Ledger:
 
     ledger = Ledger(budget)
     for name in EPOCH_ORDER[:EPOCH_ORDER.index(before)]:
-        path = Path(epoch_dir) / f"summary_{name}.json"
+        path = Path(epoch_dir) / art.summary_file(name)
         if path.is_file():
             try:
                 ledger.add(name, json.loads(path.read_text(encoding="utf-8")))

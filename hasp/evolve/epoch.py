@@ -21,6 +21,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hasp import artifacts as art
 from hasp.atomic import read_json, write_json
 
 from hasp.agent.loop import Policy
@@ -158,9 +159,9 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
         clusters = cluster_patterns(patterns, existing, min_cluster_size=1, dup_threshold=0.0)
     else:
         clusters = cluster_patterns(patterns, existing, min_cluster_size=e.min_cluster_size)
-    write_json([p.to_dict() for p in patterns], out_dir / "failures.json")
-    write_json(llm.to_dict(), out_dir / "summaries.json")
-    write_json(clusters_to_json(clusters), out_dir / "clusters.json")
+    write_json([p.to_dict() for p in patterns], out_dir / art.FAILURES)
+    write_json(llm.to_dict(), out_dir / art.SUMMARIES)
+    write_json(clusters_to_json(clusters), out_dir / art.CLUSTERS)
     return {"failed": sum(1 for t in trajs if t.em == 0 and t.answers) + found.label_free,
             "analysed": len(failed), "mode": e.mode, "failure_source": found.summary(),
             "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals)},
@@ -210,7 +211,7 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
         if fmt == "declarative":
             from hasp.agent.replay import replay
 
-            rollout_path = rollout_path or clusters_path.parent / "rollout.jsonl"
+            rollout_path = rollout_path or clusters_path.parent / art.ROLLOUT
             trajs = read_trajectories(rollout_path) if rollout_path.exists() else []
             replayed = {t.qid: list(replay(t, params.agent.max_steps)) for t in trajs}
             reply_format = reply_format_for(e.structured_output, params.llm.base_url is None,
@@ -277,8 +278,8 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False,
     reports = []
     cands = [Candidate.from_dict(d) for d in read_json(candidates_path)]
     epoch_dir = Path(candidates_path).parent
-    trajs = read_trajectories(epoch_dir / "rollout.jsonl") if (epoch_dir / "rollout.jsonl").exists() else []
-    qids = {c.category: c.qids for c in clusters_from_json(_load_list(epoch_dir / "clusters.json"))}
+    trajs = read_trajectories(epoch_dir / art.ROLLOUT) if (epoch_dir / art.ROLLOUT).exists() else []
+    qids = {c.category: c.qids for c in clusters_from_json(_load_list(epoch_dir / art.CLUSTERS))}
     with Progress("D validate", len(cands), unit="candidates") as bar:
         for c in cands:
             if c.declared:
@@ -365,12 +366,12 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
     from hasp.evolve.propose import Candidate
     from hasp.evolve.review import Review
 
-    cands = [Candidate.from_dict(d) for d in read_json(epoch_dir / "candidates.json")]
-    clusters = {c.category: c for c in clusters_from_json(_load_list(epoch_dir / "clusters.json"))}
-    reports = {r["skill_id"]: r for r in _load_list(epoch_dir / "validation.json")}
-    reviews = {r["skill_id"]: Review.from_dict(r) for r in _load_list(epoch_dir / "reviews.json")}
-    vals = {r["skill_id"]: ValResult.from_dict(r) for r in _load_list(epoch_dir / "gate.json")}
-    anchors = {r["skill_id"]: AnchorResult.from_dict(r) for r in _load_list(epoch_dir / "anchors.json")}
+    cands = [Candidate.from_dict(d) for d in read_json(epoch_dir / art.CANDIDATES)]
+    clusters = {c.category: c for c in clusters_from_json(_load_list(epoch_dir / art.CLUSTERS))}
+    reports = {r["skill_id"]: r for r in _load_list(epoch_dir / art.VALIDATION)}
+    reviews = {r["skill_id"]: Review.from_dict(r) for r in _load_list(epoch_dir / art.REVIEWS)}
+    vals = {r["skill_id"]: ValResult.from_dict(r) for r in _load_list(epoch_dir / art.GATE)}
+    anchors = {r["skill_id"]: AnchorResult.from_dict(r) for r in _load_list(epoch_dir / art.ANCHORS)}
     lib_ids = frozenset(active_ids(library_in))
     out = []
     for i, c in enumerate(cands):
@@ -401,7 +402,7 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     if "val" in gates:
         results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
                                workdir=epoch_dir, rule=params.evolve.val_rule)
-    write_json([r.to_dict() for r in results], epoch_dir / "gate.json")
+    write_json([r.to_dict() for r in results], epoch_dir / art.GATE)
     summary: dict[str, Any] = {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
                                "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
                                "delta_em": {r.skill_id: r.delta_em for r in results},
@@ -412,7 +413,7 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
         keep = [it for it in items if "val" not in gates or it[0].skill_id in passed]
         summary["anchors"] = anchor_gate(epoch_dir, library_in, params, keep, run_anchors)
     else:
-        write_json([], epoch_dir / "anchors.json")
+        write_json([], epoch_dir / art.ANCHORS)
     broken = [r for r in results if r.failed_calls]
     if broken:  # the endpoint failed val episodes: say so, and let the orchestrator retry the phase
         summary.update(failure=f"{len(broken)} val runs had failed episodes: endpoint error",
@@ -433,7 +434,7 @@ def anchor_gate(epoch_dir: Path, library_in: Path, params: Params, items: list[A
     ids = [a.id for a in anchors]
     base_summary, before = run_anchors(library_in, "anchors_baseline") if items else ({}, {})
     results = run_anchor_gate(items, library_in, run_anchors, before, ids, workdir=epoch_dir) if items else []
-    write_json([r.to_dict() for r in results], epoch_dir / "anchors.json")
+    write_json([r.to_dict() for r in results], epoch_dir / art.ANCHORS)
     failed = int(base_summary.get("failed_calls") or 0) + sum(r.failed_calls for r in results)
     out: dict[str, Any] = {"file": str(params.evolve.anchors), "n": len(ids), "runs": len(results),
                            "passes_before": int(sum(1 for i in ids if before.get(i, 0.0) >= 1.0)) if items else None,
@@ -525,7 +526,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
     if not (library_out / "library_history.json").exists():
         write_json([], library_out / "library_history.json")  # an epoch with no candidates still has a history
     snapshot(library_out, library_out / "snapshots" / f"epoch_{epoch}")
-    write_json(results, epoch_dir / "admission.json")
+    write_json(results, epoch_dir / art.ADMISSION)
     lib = load_library(library_out, "search", sandbox=params.sandbox)
     size = len(lib.skills)
     lib.close()
@@ -583,7 +584,7 @@ def rollback_to(out_root: Path, epoch: int, dest: Path | None = None) -> Path:
     fr = Frontier.load(out_root / "frontier.json")
     m = fr.get(epoch)
     snap = Path(m.snapshot) if m else (out_root / "frontier_seed" if epoch == SEED_EPOCH else
-                                       out_root / f"epoch_{epoch}" / "library" / "snapshots" / f"epoch_{epoch}")
+                                       out_root / f"epoch_{epoch}" / art.LIBRARY / "snapshots" / f"epoch_{epoch}")
     if not snap.is_dir():
         raise FileNotFoundError(f"no snapshot for epoch {epoch} (looked at {snap})")
     epochs = sorted(int(p.name.split("_")[1]) for p in out_root.glob("epoch_*") if p.name.split("_")[1].isdigit())
@@ -593,7 +594,7 @@ def rollback_to(out_root: Path, epoch: int, dest: Path | None = None) -> Path:
         last = out_root / f"epoch_{epochs[-1]}"
         cur = read_carry(last)
         dest = last / "library_rollback"
-        restore_snapshot(snap, dest, history_from=Path(cur["library"]) if cur else last / "library",
+        restore_snapshot(snap, dest, history_from=Path(cur["library"]) if cur else last / art.LIBRARY,
                          note={"manual": True, "to_epoch": epoch})
         write_carry(last, dest, rolled_back_to=epoch, val_em=m.score if m else None, best=fr.best())
         return dest
@@ -618,18 +619,18 @@ def build_data(rollout_path: Path, params: Params, out_dir: Path) -> dict[str, A
     if hs_cfg.enabled:
         hs, hindsight = hindsight_rows([s.traj for s in scored], weight=hs_cfg.weight, states=hs_cfg.states)
         sft += hs
-    write_jsonl(sft, out_dir / "sft.jsonl")
-    write_jsonl(dpo, out_dir / "dpo.jsonl")
+    write_jsonl(sft, out_dir / art.SFT)
+    write_jsonl(dpo, out_dir / art.DPO)
     sft_summary = summarize(sft)
     if sft and not sft_summary["per_target_type"].get("FINAL"):
         log.warning("%s: none of the %d SFT rows has a FINAL target (%s): a policy trained on them "
-                    "may learn to defer its answer", out_dir / "sft.jsonl", len(sft),
+                    "may learn to defer its answer", out_dir / art.SFT, len(sft),
                     ", ".join(f"{k} {v}" for k, v in sft_summary["per_target_type"].items()))
     summary = {"signals": signal_summary(scored), "sft": sft_summary, "dpo_rows": len(dpo),
                "objective_b": build_skill_data(out_dir, params)}
     if hindsight is not None:
         summary["sft_hindsight"] = hindsight
-    write_json(summary, out_dir / "data_summary.json")
+    write_json(summary, out_dir / art.DATA_SUMMARY)
     return summary
 
 
@@ -642,25 +643,25 @@ def build_skill_data(epoch_dir: Path, params: Params) -> dict[str, Any]:
     from hasp.train.data import build_skill_dpo_rows, build_skill_records, build_skill_sft_rows
     from hasp.train.rewards import reaches_floor
 
-    cpath = epoch_dir / "candidates.json"
+    cpath = epoch_dir / art.CANDIDATES
     if not cpath.exists():
         return {"skipped": "no candidates.json in this epoch"}
     candidates = read_json(cpath)
     targets = {c["skill_id"]: t for c in candidates if (t := reply_lines(Candidate.from_dict(c))) is not None}
-    records = build_skill_records(candidates, reviews=_load_list(epoch_dir / "reviews.json"),
-                                  exec_reports=_load_list(epoch_dir / "validation.json"),
-                                  val_results=_load_list(epoch_dir / "gate.json"),
-                                  decisions=_load_list(epoch_dir / "admission.json"),
+    records = build_skill_records(candidates, reviews=_load_list(epoch_dir / art.REVIEWS),
+                                  exec_reports=_load_list(epoch_dir / art.VALIDATION),
+                                  val_results=_load_list(epoch_dir / art.GATE),
+                                  decisions=_load_list(epoch_dir / art.ADMISSION),
                                   lam=params.evolve.r_skill_lambda, targets=targets)
     this = _epoch_num(epoch_dir)
-    earlier = [r for p in sorted(epoch_dir.parent.glob("epoch_*/skill_records.jsonl"))
+    earlier = [r for p in sorted(epoch_dir.parent.glob(f"epoch_*/{art.SKILL_RECORDS}"))
                if _epoch_num(p.parent) < this for r in read_jsonl(p)]
     floor = params.signals.reward_floor
     sft = build_skill_sft_rows(records, reward_floor=floor)
     dpo = build_skill_dpo_rows(records, earlier=earlier, reward_floor=floor)
-    write_jsonl(records, epoch_dir / "skill_records.jsonl")
-    write_jsonl(sft, epoch_dir / "sft_skill.jsonl")
-    write_jsonl(dpo, epoch_dir / "dpo_skill.jsonl")
+    write_jsonl(records, epoch_dir / art.SKILL_RECORDS)
+    write_jsonl(sft, epoch_dir / art.SFT_SKILL)
+    write_jsonl(dpo, epoch_dir / art.DPO_SKILL)
     return {"records": len(records), "unscored": sum(r["r_skill"] is None for r in records),
             "sft_rows": len(sft), "dpo_rows": len(dpo),
             "below_floor": sum(r["r_skill"] is not None and not reaches_floor(r["r_skill"], floor) for r in records)}

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.atomic import swap_dir, write_json_atomic
 from hasp.pf.folder_files import copy_folder
 
@@ -32,7 +33,7 @@ __all__ = ["Member", "Frontier", "restore_snapshot", "write_carry", "read_carry"
            "CARRY_FILE", "SEED_EPOCH"]
 
 FRONTIER_FILE = "frontier.json"
-CARRY_FILE = "carry.json"
+CARRY_FILE = art.CARRY
 SEED_EPOCH = -1  # the frontier member for the library an evolution run started from
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.fingerprint import content_hash, key_of, module_closure, package_dir
 
 #: where a run keeps its artifacts, by role; dvc.yaml's stages run on this layout
@@ -57,7 +58,7 @@ EPISODE_PARAMS = ("agent", "harness", "sandbox", "llm", "teacher")
 class Phase:
     """One phase: its inputs (``params``, ``modules`` + ``files``, ``inputs``) and, for its DVC stage,
     the ``hasp`` command and what it writes. Paths are templates over a layout's roles
-    (``{epoch}/rollout.jsonl``)."""
+    (``{epoch}/`` + a ``hasp.artifacts`` name)."""
 
     name: str
     modules: tuple[str, ...]
@@ -84,35 +85,35 @@ PHASES: tuple[Phase, ...] = (
     Phase("rollout", (*ROLLOUT_MODULES, "hasp.evolve.traces"), (*EPISODE_PARAMS, "evolve.prefilter", "evolve.traces"),
           ("{data}/corpus.jsonl", "{data}/train.jsonl", "{library}"),
           cmd="hasp evolve rollout --epoch-dir {epoch} --library {library} --data {data}",
-          outs=_epoch("rollout.jsonl"), metrics=_epoch("summary_rollout.json")),
+          outs=_epoch(art.ROLLOUT), metrics=_epoch(art.summary_file("rollout"))),
     Phase("analyse", ("hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.summarize", "hasp.pf.library",
                       "hasp.evolve.trace_signals"),
           ("evolve.mode", "evolve.lite_failures", "evolve.min_cluster_size", "evolve.summarizer", "evolve.traces",
            "evolve.summarizer_temperature", "evolve.summarizer_max_tokens", "evolve.summarizer_retries",
            "evolve.summarizer_max_failures", "llm", "teacher", "sandbox"),
-          (*_epoch("rollout.jsonl"), "{library}"),
+          (*_epoch(art.ROLLOUT), "{library}"),
           cmd="hasp evolve analyse --epoch-dir {epoch} --library {library}",
-          outs=_epoch("failures.json", "summaries.json", "clusters.json"), metrics=_epoch("summary_analyse.json")),
+          outs=_epoch(art.FAILURES, art.SUMMARIES, art.CLUSTERS), metrics=_epoch(art.summary_file("analyse"))),
     Phase("propose", ("hasp.evolve.propose", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.agent.replay",
                       "hasp.llm.structured", "hasp.pf.library"),
           ("evolve.mode", "evolve.max_candidates", "evolve.lite_max_candidates", "evolve.proposal_format",
            "evolve.proposals_per_cluster", "evolve.structured_output", "evolve.proposal_temperature",
            "evolve.proposal_max_tokens", "evolve.declarative_max_tokens", "agent.max_steps", "llm", "sandbox"),
-          (*_epoch("clusters.json", "rollout.jsonl"), "{library}"),
+          (*_epoch(art.CLUSTERS, art.ROLLOUT), "{library}"),
           cmd="hasp evolve propose --epoch-dir {epoch} --library {library}",
-          outs=_epoch("candidates.json"), metrics=_epoch("summary_propose.json")),
+          outs=_epoch(art.CANDIDATES), metrics=_epoch(art.summary_file("propose"))),
     Phase("validate", ("hasp.evolve.validate", "hasp.evolve.declarative", "hasp.evolve.gate", "hasp.evolve.propose",
                        "hasp.evolve.cluster", "hasp.pf.sandboxed", "hasp.pf.sandbox_driver", "hasp.sandbox.child"),
           ("evolve.mode", "evolve.filtering", "evolve.val_gate", "sandbox"),
-          _epoch("candidates.json", "rollout.jsonl", "clusters.json"),
+          _epoch(art.CANDIDATES, art.ROLLOUT, art.CLUSTERS),
           cmd="hasp evolve validate --epoch-dir {epoch}",
-          outs=_epoch("validation.json"), metrics=_epoch("summary_validate.json")),
+          outs=_epoch(art.VALIDATION), metrics=_epoch(art.summary_file("validate"))),
     Phase("review", ("hasp.evolve.review", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.pf.sandboxed",
                      "hasp.pf.library", "hasp.llm.endpoints"),
           ("sandbox", "teacher", "llm"),
-          (*_epoch("candidates.json", "validation.json", "clusters.json", "rollout.jsonl"), "{library}"),
+          (*_epoch(art.CANDIDATES, art.VALIDATION, art.CLUSTERS, art.ROLLOUT), "{library}"),
           cmd="hasp evolve review --epoch-dir {epoch} --library {library}",
-          outs=_epoch("reviews.json"), metrics=_epoch("summary_review.json")),
+          outs=_epoch(art.REVIEWS), metrics=_epoch(art.summary_file("review"))),
     # the PF agent on the val split with one library: the val gate's baseline and the library after the
     # epoch (the DVC gate stage runs its baseline itself)
     Phase("val_rollout", ROLLOUT_MODULES, (*EPISODE_PARAMS, "evolve.val_limit"),
@@ -123,28 +124,28 @@ PHASES: tuple[Phase, ...] = (
           (*EPISODE_PARAMS, "evolve.mode", "evolve.filtering", "evolve.val_gate", "evolve.val_rule",
            "evolve.val_limit", "evolve.r_skill_lambda", "evolve.anchors"),
           ("{data}/corpus.jsonl", "{data}/val.jsonl",
-           *_epoch("candidates.json", "validation.json", "reviews.json", "clusters.json"), "{library}"),
+           *_epoch(art.CANDIDATES, art.VALIDATION, art.REVIEWS, art.CLUSTERS), "{library}"),
           cmd="hasp evolve gate --epoch-dir {epoch} --library {library} --data {data}",
-          outs=_epoch("gate.json", "anchors.json"), metrics=_epoch("summary_gate.json")),
+          outs=_epoch(art.GATE, art.ANCHORS), metrics=_epoch(art.summary_file("gate"))),
     Phase("admit", ("hasp.evolve.admit", "hasp.evolve.gate", "hasp.evolve.propose", "hasp.evolve.review",
                     "hasp.evolve.cluster", "hasp.evolve.anchors", "hasp.pf.library"),
           ("evolve.mode", "evolve.filtering", "evolve.val_gate", "evolve.r_skill_lambda", "evolve.max_library_size",
            "evolve.anchors", "sandbox"),
-          (*_epoch("candidates.json", "validation.json", "reviews.json", "gate.json", "anchors.json", "clusters.json"),
+          (*_epoch(art.CANDIDATES, art.VALIDATION, art.REVIEWS, art.GATE, art.ANCHORS, art.CLUSTERS),
            "{library}"),
           cmd="hasp evolve admit --epoch-dir {epoch} --library {library}",
-          outs=("{epoch}/library", "{epoch}/admission.json"), metrics=_epoch("summary_admit.json")),
+          outs=_epoch(art.LIBRARY, art.ADMISSION), metrics=_epoch(art.summary_file("admit"))),
     Phase("build_data", ("hasp.signals.coarse", "hasp.train.data", "hasp.train.hindsight", "hasp.evolve.declarative"),
           ("signals", "evolve.r_skill_lambda", "train.sft"),
-          _epoch("rollout.jsonl", "candidates.json", "reviews.json", "validation.json", "gate.json", "admission.json"),
+          _epoch(art.ROLLOUT, art.CANDIDATES, art.REVIEWS, art.VALIDATION, art.GATE, art.ADMISSION),
           cmd="hasp evolve build-data --epoch-dir {epoch}",
-          outs=_epoch("sft.jsonl", "dpo.jsonl", "sft_skill.jsonl", "dpo_skill.jsonl", "skill_records.jsonl"),
-          metrics=_epoch("data_summary.json", "summary_build_data.json")),
+          outs=_epoch(art.SFT, art.DPO, art.SFT_SKILL, art.DPO_SKILL, art.SKILL_RECORDS),
+          metrics=_epoch(art.DATA_SUMMARY, art.summary_file("build_data"))),
     # train.objective (in the train section) picks Objective A's rows, the skill author's, or both
     Phase("train", ("hasp.train.run", "hasp.train.sft", "hasp.train.presets", "hasp.train.objective"), ("train",),
-          _epoch("sft.jsonl", "sft_skill.jsonl", "skill_records.jsonl"),
+          _epoch(art.SFT, art.SFT_SKILL, art.SKILL_RECORDS),
           files=(EPOCH_FILE, "hasp/train/presets.yaml"),
-          cmd="hasp train sft --data {epoch}/sft.jsonl --out {train}",
+          cmd=f"hasp train sft --data {{epoch}}/{art.SFT} --out {{train}}",
           outs=("{train}/adapter", "{train}/merged"), metrics=("{train}/train_metrics.json",)),
     Phase("evaluate", ("hasp.eval.runner", "hasp.eval.datasets", *ROLLOUT_MODULES), (*EPISODE_PARAMS, "eval"),
           ("{data}/corpus.jsonl", "{data}/test.jsonl", "{evolved}", "{train}/merged"),
@@ -152,9 +153,9 @@ PHASES: tuple[Phase, ...] = (
               "--library {evolved} --trained {train}/merged --out {eval} --run-name epoch_0-eval --no-progress",
           outs=("{eval}/generated",), metrics=("{eval}/metrics.json",)),
     Phase("track", ("hasp.track.epoch_report", "hasp.track.dvc_plots"), ("tracking",),
-          ("{eval}/metrics.json", "{train}/train_metrics.json", "{epoch}/summary_admit.json", "{evolved}"),
+          ("{eval}/metrics.json", "{train}/train_metrics.json", *_epoch(art.summary_file("admit")), "{evolved}"),
           files=(), cmd="hasp track epoch --out {out} --epoch 0",
-          outs=("{epoch}/mlflow_run_id.txt", "{out}/plots/train_steps.json", "{out}/plots/epochs.json",
+          outs=(*_epoch(art.MLFLOW_RUN_ID), "{out}/plots/train_steps.json", "{out}/plots/epochs.json",
                 "{out}/plots/test.json")),
     # one preset of the post-training grid per DVC experiment (train.preset; null runs nothing)
     Phase("experiment", ("hasp.cli.experiment", "hasp.train.run", "hasp.train.sampler", "hasp.train.rs",

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.eval.paired import em_by_qid
 from hasp.stats import paired_difference, wilson
 from hasp.textutil import truncate
@@ -36,22 +37,22 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
                 ) -> list[str]:
     """Lines telling what happened in ``epoch_dir`` (missing files are skipped, never an error)."""
     lines: list[str] = []
-    roll = em_by_qid(epoch_dir / "rollout.jsonl")
-    clusters = _load(epoch_dir / "clusters.json") or []
-    failures = _load(epoch_dir / "failures.json") or []
+    roll = em_by_qid(epoch_dir / art.ROLLOUT)
+    clusters = _load(epoch_dir / art.CLUSTERS) or []
+    failures = _load(epoch_dir / art.FAILURES) or []
     lines.append(f"Failures found: {len(failures)} failure patterns"
                  + (f" in {sum(1 for v in roll.values() if not v)} failed of {len(roll)} episodes" if roll else "")
                  + f"; {len(clusters)} cluster(s) to repair")
     for c in clusters[:5]:
         lines.append(f"  - {c.get('category')}: {c.get('support')} episode(s) — "
                      f"{truncate(str((c.get('representative') or {}).get('abstraction', '')), 100)}")
-    cands = _load(epoch_dir / "candidates.json") or []
-    val = {r.get("skill_id"): r for r in (_load(epoch_dir / "validation.json") or [])}
-    rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
-    gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
-    adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
-    anchors = {r.get("skill_id"): r for r in (_load(epoch_dir / "anchors.json") or [])}
-    base_em = em_by_qid(epoch_dir / "val_baseline.jsonl")
+    cands = _load(epoch_dir / art.CANDIDATES) or []
+    val = {r.get("skill_id"): r for r in (_load(epoch_dir / art.VALIDATION) or [])}
+    rev = {r.get("skill_id"): r for r in (_load(epoch_dir / art.REVIEWS) or [])}
+    gate = {r.get("skill_id"): r for r in (_load(epoch_dir / art.GATE) or [])}
+    adm = {r.get("skill_id"): r for r in (_load(epoch_dir / art.ADMISSION) or [])}
+    anchors = {r.get("skill_id"): r for r in (_load(epoch_dir / art.ANCHORS) or [])}
+    base_em = em_by_qid(epoch_dir / art.VAL_BASELINE)
     lines.append(f"Proposals: {len(cands)}")
     for c in cands:
         sid = c.get("skill_id")
@@ -75,7 +76,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             n = int(g.get("n") or 0)
             line = (f"      val gate: EM {_rate(g.get('base_em'), n)} -> {_rate(g.get('em_val'), n)} (n={n}), "
                     f"dEM {g.get('delta_em')}")
-            after = em_by_qid(next((epoch_dir / "val_runs").glob(f"val*{sid}.jsonl"), Path("-")))
+            after = em_by_qid(next((epoch_dir / art.VAL_RUNS).glob(f"val*{sid}.jsonl"), Path("-")))
             common = sorted(set(base_em) & set(after))
             if common:
                 line += f", paired {paired_difference([base_em[q] for q in common], [after[q] for q in common])}"
@@ -92,7 +93,7 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             verdict = f"admitted (version {a.get('version')}; {a.get('reason', '')})" if a.get("admitted") else \
                 f"rejected: {truncate('; '.join(a.get('reasons') or [str(a.get('reason', ''))]), 160)}"
             lines.append(f"      decision: {verdict}")
-    lines += _spend_lines(_load(epoch_dir / "summary_budget.json") or {})
+    lines += _spend_lines(_load(epoch_dir / art.summary_file(art.BUDGET)) or {})
     if eval_metrics:
         lines.append("Test split:")
         for label, m in eval_metrics.items():
@@ -156,13 +157,13 @@ def decision_rows(epoch_dir: Path) -> list[dict[str, Any]]:
     """One row per proposed candidate, the same facts as ``epoch_story`` in columns: the cluster it
     was written for, Phase D's Q_exec, the review, the val gate's EM before and after, and the
     admission decision with its reason. A phase that did not run leaves its cells empty (None)."""
-    val = {r.get("skill_id"): r for r in (_load(epoch_dir / "validation.json") or [])}
-    rev = {r.get("skill_id"): r for r in (_load(epoch_dir / "reviews.json") or [])}
-    gate = {r.get("skill_id"): r for r in (_load(epoch_dir / "gate.json") or [])}
-    adm = {r.get("skill_id"): r for r in (_load(epoch_dir / "admission.json") or [])}
-    anchors = {r.get("skill_id"): r for r in (_load(epoch_dir / "anchors.json") or [])}
+    val = {r.get("skill_id"): r for r in (_load(epoch_dir / art.VALIDATION) or [])}
+    rev = {r.get("skill_id"): r for r in (_load(epoch_dir / art.REVIEWS) or [])}
+    gate = {r.get("skill_id"): r for r in (_load(epoch_dir / art.GATE) or [])}
+    adm = {r.get("skill_id"): r for r in (_load(epoch_dir / art.ADMISSION) or [])}
+    anchors = {r.get("skill_id"): r for r in (_load(epoch_dir / art.ANCHORS) or [])}
     rows = []
-    for c in _load(epoch_dir / "candidates.json") or []:
+    for c in _load(epoch_dir / art.CANDIDATES) or []:
         sid = c.get("skill_id")
         v, r, g, a = val.get(sid, {}), rev.get(sid, {}), gate.get(sid, {}), adm.get(sid)
         if a is None:

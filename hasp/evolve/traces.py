@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.config import Params, TracesParams
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 
@@ -485,7 +486,7 @@ def import_traces(source: Path | str, out_dir: Path, cfg: TracesParams) -> dict[
 
     read = read_traces(source, cfg)
     out_dir = Path(out_dir)
-    write_trajectories(read.trajs, out_dir / "rollout.jsonl")
+    write_trajectories(read.trajs, out_dir / art.ROLLOUT)
     summary = {**summarize_rollout(read.trajs), "variant": "traces", "source": str(source), "gold": cfg.gold,
                "traces": read.summary()}
     scored = [t for t in read.trajs if any(a.strip() for a in t.answers) and t.terminated != "error"]
@@ -495,7 +496,7 @@ def import_traces(source: Path | str, out_dir: Path, cfg: TracesParams) -> dict[
     if scored:
         summary.update(em=sum(t.em for t in scored) / len(scored), f1=sum(t.f1 for t in scored) / len(scored),
                        n_scored=len(scored))
-    write_json(summary, out_dir / "traces_summary.json")
+    write_json(summary, out_dir / art.TRACES_SUMMARY)
     if not read.trajs:
         log.warning("%s: no trajectory read (%d bad rows): Phase B has nothing to analyse", source, len(read.bad))
     return summary
@@ -510,6 +511,6 @@ def phase_a_from_traces(params: Params, out_path: Path, source: Path | str | Non
         raise TraceFormatError("no trace source: set evolve.traces.source or pass --from-traces")
     out_path = Path(out_path)
     summary = import_traces(src, out_path.parent, cfg)
-    if out_path.name != "rollout.jsonl":
-        (out_path.parent / "rollout.jsonl").replace(out_path)
+    if out_path.name != art.ROLLOUT:
+        (out_path.parent / art.ROLLOUT).replace(out_path)
     return summary

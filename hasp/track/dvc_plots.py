@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.atomic import write_json
 from hasp.provenance import without_provenance
 from hasp.track.epoch_report import epoch_metrics
@@ -51,7 +52,7 @@ def epoch_rows(out_root: Path) -> list[dict[str, Any]]:
     rows = []
     for i in epoch_numbers(out_root):
         m: dict[str, Any] = dict(epoch_metrics(out_root, i))
-        base = _load(out_root / f"epoch_{i}" / "summary_val_baseline.json") or {}
+        base = _load(out_root / f"epoch_{i}" / art.summary_file("val_baseline")) or {}
         m["val_em_before"] = base.get("em")
         rows.append({"epoch": i, **{k: round(v, 4) if isinstance(v := m.get(k), float) else v for k in EPOCH_KEYS}})
     return rows

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.config import Params
 from hasp.provenance import Provenance, provenance as collect_provenance, without_provenance
 from hasp.track.mlflow_run import flatten, log_adapter, log_json_artifact, log_numeric, sandbox_tags, start_run
@@ -32,11 +33,11 @@ def sandbox_weaker(epoch_dir: Path) -> list[str]:
     """Isolation layers missing in any sandbox the epoch ran generated code in (the weaker mode,
     recorded by its phase summaries and by ``validation.json``)."""
     found: set[str] = set()
-    for f in epoch_dir.glob("summary_*.json"):
+    for f in epoch_dir.glob(art.SUMMARY_GLOB):
         s = _load(f)
         if isinstance(s, dict):
             found.update(w for w in s.get("sandbox_weaker") or () if isinstance(w, str))
-    for r in _load(epoch_dir / "validation.json") or ():
+    for r in _load(epoch_dir / art.VALIDATION) or ():
         if isinstance(r, dict):
             found.update(w for w in r.get("weaker") or () if isinstance(w, str))
     return sorted(found)
@@ -45,7 +46,7 @@ def sandbox_weaker(epoch_dir: Path) -> list[str]:
 def stop_tag(epoch_dirs: list[Path]) -> dict[str, str]:
     """``hasp.budget.stopped``: the stop line of the first epoch the budget stopped (no tag when none was)."""
     for ep in epoch_dirs:
-        line = (_load(ep / "summary_budget.json") or {}).get("stopped")
+        line = (_load(ep / art.summary_file(art.BUDGET)) or {}).get("stopped")
         if line:
             return {"hasp.budget.stopped": f"{ep.name}: {line}"[:500]}
     return {}
@@ -55,10 +56,10 @@ def collect_epoch(out_root: Path, epoch: int = 0) -> dict[str, Any]:
     """Everything the run reports, gathered from the epoch's files (also printed by the CLI)."""
     ep = out_root / f"epoch_{epoch}"
     return {
-        "phases": {f.stem.removeprefix("summary_"): _load(f) for f in sorted(ep.glob("summary_*.json"))},
+        "phases": {art.summary_phase(f.name): _load(f) for f in sorted(ep.glob(art.SUMMARY_GLOB))},
         "eval": _eval_by_label(out_root / "eval" / "metrics.json"),
         "train": _load(out_root / "train" / "train_metrics.json") or {},
-        "data_summary": _load(ep / "data_summary.json") or {},
+        "data_summary": _load(ep / art.DATA_SUMMARY) or {},
     }
 
 
@@ -66,12 +67,12 @@ def trajectory_files(epoch_dir: Path) -> list[tuple[Path, str, str]]:
     """(file, dataset, phase) of every episode an epoch ran: the Phase A rollout on the train
     split, the shared val baseline, one val run per gated candidate, the pinned anchors (library
     alone and per candidate), the library after the epoch."""
-    files = [(epoch_dir / "rollout.jsonl", "train", "rollout"), (epoch_dir / "val_baseline.jsonl", "val", "val_baseline")]
-    files += [(f, "val", "val_gate") for f in sorted((epoch_dir / "val_runs").glob("*.jsonl"))
+    files = [(epoch_dir / art.ROLLOUT, "train", "rollout"), (epoch_dir / art.VAL_BASELINE, "val", "val_baseline")]
+    files += [(f, "val", "val_gate") for f in sorted((epoch_dir / art.VAL_RUNS).glob("*.jsonl"))
               if not f.name.endswith(".episodes.jsonl")]
-    files += [(f, "anchors", "anchors") for f in sorted((epoch_dir / "anchor_runs").glob("*.jsonl"))
+    files += [(f, "anchors", "anchors") for f in sorted((epoch_dir / art.ANCHOR_RUNS).glob("*.jsonl"))
               if not f.name.endswith(".episodes.jsonl")]
-    files.append((epoch_dir / "val_after.jsonl", "val", "val_after"))
+    files.append((epoch_dir / art.VAL_AFTER, "val", "val_after"))
     return [f for f in files if f[0].is_file()]
 
 
@@ -109,7 +110,7 @@ def _final_library(out_root: Path, epochs: list[int]) -> Path | None:
     if not epochs:
         return None
     last = out_root / f"epoch_{epochs[-1]}"
-    return Path((_load(last / "carry.json") or {}).get("library", last / "library"))
+    return Path((_load(last / art.CARRY) or {}).get("library", last / art.LIBRARY))
 
 
 def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str | None = None,
@@ -129,7 +130,7 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
                 **({"hasp.experiment": params.train.preset} if params.train.preset else {}),
                 **sandbox_tags(sandbox_weaker(ep)), **stop_tag([ep]), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"epoch_{epoch}", tags=all_tags, project_dir=project_dir,
-                   provenance=run_provenance(out_root, params, ep / "library", model)) as mlflow:
+                   provenance=run_provenance(out_root, params, ep / art.LIBRARY, model)) as mlflow:
         run_id = mlflow.active_run().info.run_id
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(params.model_dump(mode="json")).items()})
         for label, m in info["eval"].items():
@@ -146,17 +147,17 @@ def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str |
         log_numeric(mlflow, {"train": (info["train"] or {}).get("metrics", {})})
         log_numeric(mlflow, {"data": info["data_summary"]})
         for name in ("library_history.json",):
-            p = ep / "library" / name
+            p = ep / art.LIBRARY / name
             if p.exists():
                 mlflow.log_artifact(str(p), artifact_path="library")
-        for name in ("clusters.json", "candidates.json", "validation.json", "reviews.json",
-                     "data_summary.json"):
+        for name in (art.CLUSTERS, art.CANDIDATES, art.VALIDATION, art.REVIEWS,
+                     art.DATA_SUMMARY):
             if (ep / name).exists():
                 mlflow.log_artifact(str(ep / name), artifact_path=f"epoch_{epoch}")
-        snap = ep / "library" / "snapshots" / f"epoch_{epoch}"
+        snap = ep / art.LIBRARY / "snapshots" / f"epoch_{epoch}"
         if snap.exists():
             mlflow.log_artifacts(str(snap), artifact_path=f"library/snapshots/epoch_{epoch}")
-        sample = ep / "rollout.jsonl"
+        sample = ep / art.ROLLOUT
         if sample.exists():
             with open(sample, encoding="utf-8") as f:
                 rows = [json.loads(line) for _, line in zip(range(3), f)]
@@ -191,8 +192,8 @@ def review_histogram(reviews: list[dict[str, Any]]) -> dict[str, Any]:
 def epoch_metrics(out_root: Path, epoch: int) -> dict[str, float]:
     """The per-epoch numbers of an evolution run, from the epoch's summary files."""
     ep = out_root / f"epoch_{epoch}"
-    s = {f.stem.removeprefix("summary_"): _load(f) or {} for f in ep.glob("summary_*.json")}
-    reviews = _load(ep / "reviews.json") or []
+    s = {art.summary_phase(f.name): _load(f) or {} for f in ep.glob(art.SUMMARY_GLOB)}
+    reviews = _load(ep / art.REVIEWS) or []
     q = [float(r["q_skill"]) for r in reviews]
     val_after = s.get("val_after") or {}
     m = {
@@ -279,14 +280,14 @@ def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name
         for i in epochs:
             mlflow.log_metrics(epoch_metrics(out_root, i), step=i)
             ep = out_root / f"epoch_{i}"
-            hist = review_histogram(_load(ep / "reviews.json") or [])
+            hist = review_histogram(_load(ep / art.REVIEWS) or [])
             log_json_artifact(mlflow, hist, "review_histogram.json", artifact_path=f"epoch_{i}")
             with tempfile.TemporaryDirectory() as d:
                 png = Path(d) / "review_histogram.png"
                 if _histogram_png(hist, png, f"epoch {i}: review scores"):
                     mlflow.log_artifact(str(png), artifact_path=f"epoch_{i}")
-            for name in ("clusters.json", "candidates.json", "reviews.json", "gate.json", "admission.json",
-                         "summaries.json", "carry.json"):
+            for name in (art.CLUSTERS, art.CANDIDATES, art.REVIEWS, art.GATE, art.ADMISSION,
+                         art.SUMMARIES, art.CARRY):
                 if (ep / name).exists():
                     mlflow.log_artifact(str(ep / name), artifact_path=f"epoch_{i}")
         if (out_root / "frontier.json").exists():

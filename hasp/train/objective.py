@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.atomic import read_jsonl, write_json, write_jsonl
 from hasp.config import TrainParams
 from hasp.train.rewards import loss_weight
@@ -26,9 +27,9 @@ from hasp.train.rounds import RecipeError
 log = logging.getLogger(__name__)
 
 #: Objective B's rows of one epoch, per recipe (``hasp.evolve.epoch.build_skill_data`` writes them)
-SKILL_ROWS = {"sft": "sft_skill.jsonl", "dpo": "dpo_skill.jsonl"}
+SKILL_ROWS = {"sft": art.SFT_SKILL, "dpo": art.DPO_SKILL}
 #: every scored skill-author record of the epoch, with or without a training row
-SKILL_RECORDS = "skill_records.jsonl"
+SKILL_RECORDS = art.SKILL_RECORDS
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class TrainRows:
 
 def policy_rows(train: TrainParams, folder: Path) -> Path:
     """Objective A's rows file of ``train.recipe`` in a Phase-H folder."""
-    return Path(folder) / ("sft.jsonl" if train.recipe == "sft" else train.dpo.rows)
+    return Path(folder) / (art.SFT if train.recipe == "sft" else train.dpo.rows)
 
 
 def _read(path: Path) -> list[dict[str, Any]]:

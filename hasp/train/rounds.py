@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hasp import artifacts as art
 from hasp.atomic import read_json, write_json, write_jsonl
 from hasp.config import TrainParams
 from hasp.episode.seeding import Seeded, sampling_seed
@@ -148,7 +149,7 @@ def run_rounds(recipe: str, model_dir: Path, questions: Sequence[Any], sample: S
             asked = [Seeded(q, sampling_seed(train.seed, recipe, i, n, j))
                      for n, q in enumerate(round_questions(questions, per_round, train.seed, i)) for j in range(k)]
             trajs = as_trajectories(sample(asked, current))
-            write_jsonl([t.to_dict() for t in trajs], rdir / "rollout.jsonl")
+            write_jsonl([t.to_dict() for t in trajs], rdir / art.ROLLOUT)
             empty = None
             try:
                 rows, stats = build_rows(trajs, i)
