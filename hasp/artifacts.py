@@ -13,10 +13,10 @@ same names.
 from __future__ import annotations
 
 __all__ = [
-    "ROLLOUT", "TRACES_SUMMARY", "FAILURES", "SUMMARIES", "CLUSTERS", "CANDIDATES", "VALIDATION", "REVIEWS", "VAL_BASELINE",
-    "GATE", "ANCHORS", "VAL_RUNS", "ANCHOR_RUNS", "LIBRARY", "ADMISSION", "VAL_AFTER", "CARRY", "SFT", "DPO",
-    "SFT_SKILL", "DPO_SKILL", "SKILL_RECORDS", "DATA_SUMMARY", "MLFLOW_RUN_ID", "BUDGET", "SUMMARY_GLOB",
-    "FILES", "summary_file", "summary_phase",
+    "ROLLOUT", "TRACES_SUMMARY", "FAILURES", "SUMMARIES", "CLUSTERS", "CANDIDATES", "VALIDATION", "REVIEWS",
+    "VAL_BASELINE", "GATE", "ANCHORS", "VAL_RUNS", "ANCHOR_RUNS", "LIBRARY", "ADMISSION", "VAL_AFTER", "CARRY",
+    "SFT", "DPO", "SFT_SKILL", "DPO_SKILL", "SKILL_RECORDS", "DATA_SUMMARY", "MLFLOW_RUN_ID", "BUDGET",
+    "SUMMARY_GLOB", "FILES", "summary_file", "summary_phase",
 ]
 
 # Phase A: the policy's (or the logged traces') trajectories on the train split
