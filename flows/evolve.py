@@ -32,7 +32,7 @@ from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
 from hasp.evolve.gate import epoch_phases, static_exec
-from hasp.evolve.phase_graph import cache_key, epoch_code_paths, repo_root
+from hasp.evolve.phase_graph import STEP, cache_key, epoch_code_paths, epoch_order, repo_root
 from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.endpoints import LazyPolicy
@@ -193,7 +193,7 @@ PHASE_OUTPUTS = {"validate": (art.VALIDATION,), "review": (art.REVIEWS,),
 
 def epoch_phase_count(p: Params) -> int:
     """How many phases ``run_epoch`` runs under these params (for the ``[i/N]`` progress lines)."""
-    return 8 + len(set(epoch_phases(p.evolve)) & {"validate", "review", "gate"})
+    return len(epoch_order(epoch_phases(p.evolve)))
 
 
 def _drop_outputs(ep_dir: Path, names: list[str]) -> None:
@@ -244,9 +244,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     meter = Meter()
     policy, student, teacher = (metered(c, meter) for c in (clients.policy, clients.student, clients.teacher))
     ledger = Ledger(p.evolve.budget)
-    order = ["rollout", "analyse", "propose", *[n for n in ("validate", "review") if n in run_phases],
-             "val_baseline", *(["gate"] if "gate" in run_phases else []), "admit", "val_after", "frontier",
-             "build_data"]
+    order = epoch_order(run_phases)
     last_gate = "gate" if "gate" in run_phases else "val_baseline"
 
     def reached(name: str) -> str | None:
@@ -275,11 +273,11 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         from hasp.evolve.traces import source_key
 
         k = cache_key("rollout", p, lay, "traces", source_key(p.evolve.traces.source))
-        ph["rollout"] = _phase(pipe, "A rollout (from traces)", phases.rollout_from_traces,
+        ph["rollout"] = _phase(pipe, f"{STEP['rollout'].label} (from traces)", phases.rollout_from_traces,
                                (ep_dir / art.ROLLOUT,), k, p, ep_dir / art.ROLLOUT)
     else:
         k = cache_key("rollout", p, lay, model_id)
-        ph["rollout"] = _phase(pipe, "A rollout", phases.rollout, (ep_dir / art.ROLLOUT,),
+        ph["rollout"] = _phase(pipe, STEP["rollout"].label, phases.rollout, (ep_dir / art.ROLLOUT,),
             k, p, data_dir, lib_in, ep_dir / art.ROLLOUT, policy=policy, teacher=teacher,
             executor=clients.executor, meter=meter)
     if line := reached("rollout"):
@@ -288,7 +286,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     summarizer = teacher or student  # the paper asks the teacher; without one, the student
     summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
     k = cache_key("analyse", p, lay, summ_id, epoch)
-    ph["analyse"] = _phase(pipe, "B analyse", phases.analyse, (ep_dir / art.CLUSTERS,),
+    ph["analyse"] = _phase(pipe, STEP["analyse"].label, phases.analyse, (ep_dir / art.CLUSTERS,),
         k, ep_dir / art.ROLLOUT, lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch, meter=meter)
     if line := reached("analyse"):
         return stopped(line, "analyse")
@@ -301,17 +299,17 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return pipe.run(name, settle(task), k, ep_dir / art.CLUSTERS, lib_in, p, ep_dir / art.CANDIDATES,
                         student=student, epoch=epoch, history_path=history, meter=meter, guard=guard), guard
 
-    ph["propose"], guard = propose("C propose", refresh=False)
+    ph["propose"], guard = propose(STEP["propose"].label, refresh=False)
     if ph["propose"].get("budget_stop") and (guard is None or guard.hit is None):
         # the cache served a phase an earlier run's budget cut: this run's budget decides anew
-        ph["propose"], guard = propose("C propose (re-run: an earlier budget cut it)", refresh=True)
+        ph["propose"], guard = propose(f"{STEP['propose'].label} (re-run: an earlier budget cut it)", refresh=True)
     clients.release_student()  # free its memory before the next model-heavy phases
     if line := reached("propose"):
         return stopped(line, "propose")
 
     if "validate" in run_phases:
         k = cache_key("validate", p, lay)
-        ph["validate"] = _phase(pipe, "D validate", phases.validate, (ep_dir / art.VALIDATION,),
+        ph["validate"] = _phase(pipe, STEP["validate"].label, phases.validate, (ep_dir / art.VALIDATION,),
             k, ep_dir / art.CANDIDATES, ep_dir / art.VALIDATION, static=static_exec(p.evolve),
             sandbox=p.sandbox)
         if line := reached("validate"):
@@ -319,7 +317,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
     if "review" in run_phases:
         k = cache_key("review", p, lay)
-        ph["review"] = _phase(pipe, "E review", phases.review, (ep_dir / art.REVIEWS,),
+        ph["review"] = _phase(pipe, STEP["review"].label, phases.review, (ep_dir / art.REVIEWS,),
             k, ep_dir, lib_in, p, teacher=teacher, meter=meter)
         if line := reached("review"):
             return stopped(line, "review")
@@ -328,7 +326,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     # seed member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
     # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
     k = cache_key("val_rollout", p, lay, model_id, library_hash(lib_in))
-    ph["val_baseline"] = _val_phase(pipe, "val baseline", k, p, data_dir, lib_in, ep_dir / art.VAL_BASELINE,
+    ph["val_baseline"] = _val_phase(pipe, STEP["val_baseline"].label, k, p, data_dir, lib_in, ep_dir / art.VAL_BASELINE,
                                     policy=policy, teacher=teacher, label="val_baseline",
                                     executor=clients.executor, meter=meter)
     line = reached("val_baseline")
@@ -336,13 +334,13 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return stopped(line, "val_baseline")
     if "gate" in run_phases:
         k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key)
-        ph["gate"] = _phase(pipe, "E2 val gate", phases.gate, (ep_dir / art.GATE,),
+        ph["gate"] = _phase(pipe, STEP["gate"].label, phases.gate, (ep_dir / art.GATE,),
             k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=policy, teacher=teacher,
             executor=clients.executor, meter=meter)
         line = reached("gate")
 
     k = cache_key("admit", p, lay, epoch)
-    ph["admit"] = _phase(pipe, "F admit", phases.admit,
+    ph["admit"] = _phase(pipe, STEP["admit"].label, phases.admit,
         (ep_dir / art.LIBRARY / "library_history.json", ep_dir / art.ADMISSION),
         k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
     evolved = ep_dir / art.LIBRARY
@@ -351,18 +349,18 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return stopped(line, last_gate)
 
     k = cache_key("val_rollout", p, lay, model_id, library_hash(evolved))
-    ph["val_after"] = _val_phase(pipe, "val after", k, p, data_dir, evolved, ep_dir / art.VAL_AFTER,
+    ph["val_after"] = _val_phase(pipe, STEP["val_after"].label, k, p, data_dir, evolved, ep_dir / art.VAL_AFTER,
                                  policy=policy, teacher=teacher, label="val_after",
                                  executor=clients.executor, meter=meter)
     ledger.add("val_after", ph["val_after"])
-    ph["frontier"] = pipe.run("frontier", phases.frontier, out, epoch, evolved, ph["val_after"], p,
+    ph["frontier"] = pipe.run(STEP["frontier"].label, phases.frontier, out, epoch, evolved, ph["val_after"], p,
                                      seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
     carry = Path(ph["frontier"]["carry"])
 
     earlier = [content_hash(f) for f in sorted(out.glob(f"epoch_*/{art.SKILL_RECORDS}"))
                if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
     k = cache_key("build_data", p, lay, earlier)
-    ph["build_data"] = _phase(pipe, "G-H build data", phases.build_data, (ep_dir / art.SFT,),
+    ph["build_data"] = _phase(pipe, STEP["build_data"].label, phases.build_data, (ep_dir / art.SFT,),
         k, ep_dir / art.ROLLOUT, p, ep_dir)
     ledger.add("build_data", ph["build_data"])
     ph["budget"] = {**ledger.to_dict(), "stopped": None, **_proposal_count(ph)}

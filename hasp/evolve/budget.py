@@ -25,14 +25,12 @@ from typing import Any
 
 from hasp import artifacts as art
 from hasp.config import BudgetParams
+from hasp.evolve.phase_graph import EPOCH_STEPS
 
 log = logging.getLogger(__name__)
 
 #: phase name -> how the stop line names it (the epoch's own phase labels)
-PHASE_LABELS: Mapping[str, str] = {
-    "rollout": "A rollout", "analyse": "B analyse", "propose": "C propose", "validate": "D validate",
-    "review": "E review", "val_baseline": "val baseline", "gate": "E2 val gate", "admit": "F admit",
-    "val_after": "val after", "build_data": "G-H build data"}
+PHASE_LABELS: Mapping[str, str] = {s.name: s.label for s in EPOCH_STEPS if s.metered}
 
 
 @dataclass(frozen=True)
@@ -276,9 +274,9 @@ def limited(budget: BudgetParams) -> bool:
     return any(getattr(budget, k) is not None for k in ("max_tokens", "max_calls", "max_wall_s", "max_cost"))
 
 
-#: the phases of an epoch in the order they run, by the names of their ``summary_<phase>.json``
-EPOCH_ORDER = ("rollout", "analyse", "propose", "validate", "review", "val_baseline", "gate", "admit", "val_after",
-               "build_data")
+#: the metered phases of an epoch in the order they run (the phase graph's ``EPOCH_STEPS``), by the names
+#: of their ``summary_<phase>.json``
+EPOCH_ORDER: tuple[str, ...] = tuple(s.name for s in EPOCH_STEPS if s.metered)
 
 
 def ledger_of(epoch_dir: Any, budget: BudgetParams, before: str) -> Ledger:

@@ -16,7 +16,7 @@ same phases when something changes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,42 @@ PHASES: tuple[Phase, ...] = (
 )
 
 BY_NAME: Mapping[str, Phase] = {ph.name: ph for ph in PHASES}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of an epoch, in the order ``run_epoch`` (the Prefect flow) runs them and the ``hasp evolve``
+    stages rebuild the budget's ledger (``hasp.evolve.budget.ledger_of``). A graph phase may run more
+    than once an epoch (``val_rollout``: the val baseline and the library after it)."""
+
+    name: str  # its summary_<name>.json, its entry in the budget's ledger and in the flow's summaries
+    phase: str | None  # the graph phase it runs (what its cache key is declared by); None: not in the graph
+    label: str  # how the progress lines and the budget's stop line name it
+    optional: bool = False  # runs only when hasp.evolve.gate.epoch_phases lists it
+    metered: bool = True  # counts in the epoch's budget ledger (the frontier calls no model)
+
+
+#: the epoch's steps in the order they run, declared once
+EPOCH_STEPS: tuple[Step, ...] = (
+    Step("rollout", "rollout", "A rollout"),
+    Step("analyse", "analyse", "B analyse"),
+    Step("propose", "propose", "C propose"),
+    Step("validate", "validate", "D validate", optional=True),
+    Step("review", "review", "E review", optional=True),
+    Step("val_baseline", "val_rollout", "val baseline"),
+    Step("gate", "gate", "E2 val gate", optional=True),
+    Step("admit", "admit", "F admit"),
+    Step("val_after", "val_rollout", "val after"),
+    Step("frontier", None, "frontier", metered=False),
+    Step("build_data", "build_data", "G-H build data"),
+)
+STEP: Mapping[str, Step] = {s.name: s for s in EPOCH_STEPS}
+
+
+def epoch_order(run_phases: Collection[str]) -> tuple[str, ...]:
+    """The steps one epoch runs, in order: an optional one only when ``run_phases``
+    (``hasp.evolve.gate.epoch_phases``) lists it."""
+    return tuple(s.name for s in EPOCH_STEPS if not s.optional or s.name in run_phases)
 
 
 def repo_root() -> Path:
