@@ -32,7 +32,8 @@ from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
 from hasp.evolve.gate import epoch_phases, static_exec
-from hasp.evolve.phase_graph import STEP, cache_key, epoch_code_paths, epoch_order, repo_root
+from hasp.evolve.phase_graph import (EPOCH_STEPS, STEP, cache_key, epoch_code_paths, epoch_order, epoch_outs,
+                                    repo_root)
 from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.endpoints import LazyPolicy
@@ -181,7 +182,8 @@ def layout(out: Path, data_dir: Path, ep_dir: Path, library: Path, evolved: Path
             "train": out / "train", "eval": out / "eval", "out": out}
 
 
-STALE_IF_SKIPPED = {"validate": (art.VALIDATION,), "review": (art.REVIEWS,), "gate": (art.GATE, art.ANCHORS)}
+#: what an optional step writes (the graph's outs): removed when this run does not run it
+STALE_IF_SKIPPED = {s.name: epoch_outs(s.phase) for s in EPOCH_STEPS if s.optional and s.phase}
 #: what each phase leaves in the epoch folder: removed when the budget stops the epoch before the phase, so
 #: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
 PHASE_OUTPUTS = {"validate": (art.VALIDATION,), "review": (art.REVIEWS,),

@@ -70,3 +70,16 @@ def test_dvc_stages_run_in_the_declared_order() -> None:
     staged = [ph.name for ph in PHASES if ph.cmd]
     from_steps = [s.phase for s in EPOCH_STEPS if s.phase and BY_NAME[s.phase].cmd]
     assert [n for n in staged if n in from_steps] == list(dict.fromkeys(from_steps))
+
+
+def test_files_removed_for_a_skipped_or_unreached_step_cover_what_the_graph_says_it_writes() -> None:
+    from hasp import artifacts as art
+    from hasp.evolve.phase_graph import epoch_outs
+    from hasp.flows.evolve import PHASE_OUTPUTS, STALE_IF_SKIPPED
+
+    assert STALE_IF_SKIPPED == {"validate": (art.VALIDATION,), "review": (art.REVIEWS,),
+                                "gate": (art.GATE, art.ANCHORS)}
+    for name, files in PHASE_OUTPUTS.items():
+        step = STEP[name]
+        if step.phase is not None:
+            assert set(epoch_outs(step.phase)) <= set(files), name

@@ -202,6 +202,11 @@ EPOCH_STEPS: tuple[Step, ...] = (
 STEP: Mapping[str, Step] = {s.name: s for s in EPOCH_STEPS}
 
 
+def epoch_outs(name: str) -> tuple[str, ...]:
+    """What graph phase ``name`` writes into the epoch folder, as names in it (``hasp.artifacts``)."""
+    return tuple(o.removeprefix("{epoch}/") for o in BY_NAME[name].outs if o.startswith("{epoch}/"))
+
+
 def epoch_order(run_phases: Collection[str]) -> tuple[str, ...]:
     """The steps one epoch runs, in order: an optional one only when ``run_phases``
     (``hasp.evolve.gate.epoch_phases``) lists it."""
