@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from hasp.eval.paired import cell_file, em_by_qid, paired_gain  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
-REPORT = Report("Evolution from logged traces, with and without gold answers")
+SECTION = "Evolution from logged traces, with and without gold answers"
+REPORT = Report(SECTION)
 HASP = [sys.executable, "-m", "hasp.cli"]
 
 
@@ -62,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--questions", type=int, default=100, help="benchmark-v2 questions (35 %% train, 15 %% val, 50 %% test)")
+    ap.add_argument("--filtering", default=None, help="evolve --filtering for both arms (default: params.yaml's, "
+                    "full: Phase D, the review and the val gate)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    if a.filtering:
+        REPORT.section = f"{SECTION}, filtering {a.filtering}"
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -85,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     arms = {"gold": "--gold", "no_gold": "--no-gold"}
     for arm, flag in arms.items():
         wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(params),
-                                 "--out", str(out / arm), "--final-eval"], out / f"{arm}.log")
+                                 "--out", str(out / arm), "--final-eval",
+                                 *(["--filtering", a.filtering] if a.filtering else [])], out / f"{arm}.log")
     from hasp.config import load_params
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 
@@ -95,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     REPORT.line(f"benchmark v2, {a.questions} questions (seed {p['data']['seed']}); traces: the PF agent's hasp eval "
                 f"episodes on the train split; embedded {p['llm']['embedded']} policy, teacher "
                 f"{p['teacher'].get('embedded')} reviewing (demo roles), greedy; test n={len(ds.items)}")
+    REPORT.line(f"filtering: {a.filtering or p['evolve']['filtering']} (both arms)")
     REPORT.line(f"wall s: " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items()))
     finals = {}
     for arm in arms:
