@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from hasp.eval.paired import cell_file, em_by_qid, paired_gain  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
-REPORT = Report("Evolution from logged traces, with and without gold answers")
+SECTION = "Evolution from logged traces, with and without gold answers"
+REPORT = Report(SECTION)
 HASP = [sys.executable, "-m", "hasp.cli"]
 
 
@@ -62,8 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--questions", type=int, default=100, help="benchmark-v2 questions (35 %% train, 15 %% val, 50 %% test)")
+    ap.add_argument("--filtering", default=None, help="evolve --filtering for both arms (default: params.yaml's, "
+                    "full: Phase D, the review and the val gate)")
+    ap.add_argument("--report-only", action="store_true", help="report on the runs already in --out")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    if a.filtering:
+        REPORT.section = f"{SECTION}, filtering {a.filtering}"
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -76,39 +82,75 @@ def main(argv: list[str] | None = None) -> int:
     p["evolve"].update(max_candidates=2)
     p["train"]["enabled"] = False
     params = out / "params.yaml"
-    params.write_text(yaml.safe_dump(p))
-    wall = {}
+    arms = {"gold": "--gold", "no_gold": "--no-gold"}
+    wall: dict[str, float] = {}
+    if a.report_only:
+        p = yaml.safe_load(params.read_text())
+    else:
+        params.write_text(yaml.safe_dump(p))
+        _runs(out, params, arms, a.filtering, wall)
+    _report(out, params, p, arms, a.filtering, wall)
+    if not a.no_write:
+        REPORT.write()
+    return 0
+
+
+def _runs(out: Path, params: Path, arms: dict[str, str], filtering: str | None, wall: dict[str, float]) -> None:
+    """The user's commands: the data, the logged traces (the PF agent on the train split), two evolutions."""
+    if (out / "traces" / "metrics.json").exists():  # a folder of an earlier run: its data and traces are reused
+        REPORT.line(f"data and traces reused from {out} (an earlier run's)")
+    else:
+        _data_and_traces(out, params, wall)
+    for arm, flag in arms.items():
+        if (out / arm / "eval_evolution" / "metrics.json").exists():
+            REPORT.line(f"{arm}: reused from {out / arm}")
+            continue
+        wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(params),
+                                 "--out", str(out / arm), "--final-eval",
+                                 *(["--filtering", filtering] if filtering else [])], out / f"{arm}.log")
+
+
+def _data_and_traces(out: Path, params: Path, wall: dict[str, float]) -> None:
     wall["data"] = _run(HASP + ["data", "prepare", "--out", str(out / "data"), "--params", str(params)], out / "data.log")
     wall["traces"] = _run(HASP + ["eval", "--variants", "pf", "--split", "train", "--data", str(out / "data"),
                                   "--out", str(out / "traces"), "--params", str(params), "--no-progress"],
                           out / "traces.log")
-    arms = {"gold": "--gold", "no_gold": "--no-gold"}
-    for arm, flag in arms.items():
-        wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(params),
-                                 "--out", str(out / arm), "--final-eval"], out / f"{arm}.log")
+
+
+def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: str | None,
+            wall: dict[str, float]) -> None:
     from hasp.config import load_params
     from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 
     ds = load_eval_dataset(parse_dataset_spec("generated"), load_params(params), split="test", data_dir=out / "data")
-    hops = {str(q.id): int(getattr(q, "hops", 0) or 0) for q in ds.items}
+    hops = {str(q.id): int(getattr(q, "hops", 0) or 0) for q in ds.questions}
     seen = dict(ds.template_seen)
-    REPORT.line(f"benchmark v2, {a.questions} questions (seed {p['data']['seed']}); traces: the PF agent's hasp eval "
+    REPORT.line(f"benchmark v2, {p['data']['n_questions']} questions (seed {p['data']['seed']}); traces: the PF agent's hasp eval "
                 f"episodes on the train split; embedded {p['llm']['embedded']} policy, teacher "
-                f"{p['teacher'].get('embedded')} reviewing (demo roles), greedy; test n={len(ds.items)}")
-    REPORT.line(f"wall s: " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items()))
-    finals = {}
+                f"{p['teacher'].get('embedded')} reviewing (demo roles), greedy; test n={len(ds.questions)}")
+    REPORT.line(f"filtering: {filtering or p['evolve']['filtering']} (both arms)")
+    if wall:
+        REPORT.line("wall s: " + ", ".join(f"{k} {v:.0f}" for k, v in wall.items()))
+    finals, admitted = {}, {}
     for arm in arms:
         ep = out / arm / "epoch_0"
         an, pr, rv = _json(ep / "summary_analyse.json"), _json(ep / "summary_propose.json"), _json(ep / "summary_review.json")
         gt, ad = _json(ep / "summary_gate.json"), _json(ep / "summary_admit.json")
         tr = _json(ep / "traces_summary.json").get("traces", {})
+        admitted[arm] = ad.get("admitted")
         REPORT.line(f"{arm}: traces read {tr.get('n_read')} (bad {tr.get('n_bad')}, with gold {tr.get('n_with_gold')}); "
-                    f"failures {an.get('failed')} by {an.get('failure_source')}; proposals {pr.get('proposed')} of "
-                    f"{pr.get('asked')}; review accepted {rv.get('review_accept')} of {rv.get('reviewed')}; val gate "
+                    f"failures {an.get('failed')} by {an.get('failure_source')}; proposals {pr.get('proposed')} for "
+                    f"{pr.get('asked')} clusters; review accepted {rv.get('review_accept')} of {rv.get('reviewed')}; val gate "
                     f"passed {gt.get('val_pass')} of {gt.get('val_runs')}; admitted {ad.get('admitted')}")
-        prec = an.get("signals")
-        if prec:
-            REPORT.line(f"  label-free signals against gold: {json.dumps(prec, sort_keys=True)[:600]}")
+        per = (an.get("signals") or {}).get("per_signal") or {}
+        fired = {k: v for k, v in per.items() if v.get("flagged")}
+        labelled = (an.get("signals") or {}).get("n_labelled") or 0
+        if fired and labelled and (an.get("signals") or {}).get("gold_failures") == labelled:
+            REPORT.line(f"  every labelled trace failed (EM 0 on {labelled} of {labelled}): a precision of 1.00 "
+                        "says nothing here, recall does")
+        if fired:
+            REPORT.line("  label-free signals against gold (EM 0), flagged / precision / recall: " + "; ".join(
+                f"{k} {v['flagged']} / {v['precision']:.2f} / {v['recall']:.2f}" for k, v in sorted(fired.items())))
         ev = out / arm / "eval_evolution"
         before, after, react = (em_by_qid(cell_file(ev, x)) for x in ("pf_before", "pf", "react"))
         finals[arm] = after
@@ -121,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if all(finals.values()):
         g = paired_gain(finals["gold"], finals["no_gold"], hops, seen)
         REPORT.line(f"no-gold after - gold after (paired): {_gain(g)}; {_groups(g)}")
-    if not a.no_write:
-        REPORT.write()
-    return 0
+        if not any(admitted.values()):
+            REPORT.line("  both arms admitted nothing and end with the same library: this difference is the engine's "
+                        "(greedy replies on 4 llama.cpp slots depend on what decodes beside them), not evolution's")
 
 
 if __name__ == "__main__":

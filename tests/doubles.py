@@ -893,6 +893,23 @@ class SlowBuildSpecDouble:
         return None
 
 
+def flow_params_with_doubles(work: Path, experiment: str, **evolve: Any) -> Path:
+    """``work/params.yaml`` for a flow whose clients are doubles: a 10-question epoch, 3 steps, an
+    endpoint no request reaches, no LoRA step (it needs real weights), ``evolve`` over the defaults."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["data"].update(n_questions=10)
+    params["agent"].update(max_steps=3)
+    params["llm"].update(base_url="http://127.0.0.1:9/v1", model="double-model", max_concurrency=2)
+    params["evolve"].update(evolve)
+    params["train"].update(enabled=False)
+    params["tracking"]["experiment"] = experiment
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    return work / "params.yaml"
+
+
 def flow_with_doubles(mp: Any, work: Path, seeds: Path) -> dict[str, Any]:
     """Copy the seed library to ``work/skills/search`` and make the evolution flow's clients doubles
     (``SearchingPolicyDouble`` acts and serves as the trained policy, ``StudentDouble`` proposes)."""

@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from doubles import flow_with_doubles
+from doubles import flow_params_with_doubles, flow_with_doubles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,14 +21,7 @@ def env(tmp_path_factory, prefect_harness):
     work = tmp_path_factory.mktemp("evolve_flow")
     mp = pytest.MonkeyPatch()
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["data"].update(n_questions=10)
-    params["agent"].update(max_steps=3)
-    params["llm"].update(base_url="http://127.0.0.1:9/v1", model="double-model", max_concurrency=2)
-    params["evolve"].update(max_candidates=2, min_cluster_size=2)
-    params["train"].update(enabled=False)  # the single-epoch flow's LoRA step needs real weights
-    params["tracking"]["experiment"] = "hasp-evolve-flow-test"
-    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    flow_params_with_doubles(work, "hasp-evolve-flow-test", max_candidates=2, min_cluster_size=2)
     doubles = flow_with_doubles(mp, work, ROOT / "hasp" / "skills" / "search")
     yield work, doubles
     mp.undo()

@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from doubles import flow_with_doubles
+from doubles import flow_params_with_doubles, flow_with_doubles
 
 from hasp.evolve import release
 
@@ -22,14 +21,7 @@ def env(tmp_path_factory, prefect_harness):
     work = tmp_path_factory.mktemp("nightly")
     mp = pytest.MonkeyPatch()
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["data"].update(n_questions=10)
-    params["agent"].update(max_steps=3)
-    params["llm"].update(base_url="http://127.0.0.1:9/v1", model="double-model", max_concurrency=2)
-    params["evolve"].update(max_candidates=1, min_cluster_size=2)
-    params["train"].update(enabled=False)
-    params["tracking"]["experiment"] = "hasp-nightly-test"
-    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    flow_params_with_doubles(work, "hasp-nightly-test", max_candidates=1, min_cluster_size=2)
     flow_with_doubles(mp, work, ROOT / "hasp" / "skills" / "search")
     from hasp.flows.evolve import evolve_flow
 

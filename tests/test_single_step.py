@@ -288,7 +288,7 @@ def test_eval_command_refuses_bad_inputs_in_one_line(tmp_path, capsys):
              (["--variants", "react,pf", "--library", str(tmp_path / "none")], "not a folder"),
              (["--variants", "pf_teacher"], "need(s) a teacher"),
              (["--variants", "teacher_only"], "web-search only"),
-             (["--variants", "pf", "--domain", "chess"], "unknown --domain")]
+             (["--variants", "pf", "--domain", "chess"], "not a built-in domain (search, math, code)")]
     for extra, msg in cases:
         assert main(base + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -81,32 +81,29 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     typer.echo(f"final library {res['library']}; MLflow run {res['run_id']}")
 
 
+def _one_line_or_exit(check: Any, value: object, error: type[Exception]) -> None:
+    """``check(value)`` when ``value`` is set; its ``error`` is one error line and exit code 2."""
+    if not value:
+        return
+    try:
+        check(value)
+    except error as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
 def anchors_or_exit(p: object) -> None:
     """A pinned anchors file that cannot be read is one error line and exit code 2, before any model starts."""
     from hasp.evolve.anchors import AnchorError, load_anchors
 
-    path = p.evolve.anchors  # type: ignore[attr-defined]
-    if not path:
-        return
-    try:
-        load_anchors(path)
-    except AnchorError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    _one_line_or_exit(load_anchors, p.evolve.anchors, AnchorError)  # type: ignore[attr-defined]
 
 
 def traces_or_exit(p: object) -> None:
     """A trace source that is missing or holds no trace file is one error line and exit code 2."""
     from hasp.evolve.traces import TraceFormatError, check_source
 
-    src = p.evolve.traces.source  # type: ignore[attr-defined]
-    if not src:
-        return
-    try:
-        check_source(src)
-    except TraceFormatError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    _one_line_or_exit(check_source, p.evolve.traces.source, TraceFormatError)  # type: ignore[attr-defined]
 
 
 def import_traces(source: Annotated[str, typer.Argument(help="File or folder of logged traces, or "

@@ -178,13 +178,16 @@ class CodeDomain(_SingleStep):
         return environment(item, allow_weaker=bool(opened), timeout_s=self.timeout_s)
 
 
+#: the built-in domains by name; a user's task is a ``hasp.episode.task.TaskDomain`` beside them
+BUILT_IN: dict[str, type] = {"search": SearchDomain, "math": MathDomain, "code": CodeDomain}
+
+
 def domain_named(name: str, *, data_dir: Path | None = None, dataset: Any = None) -> Domain:
-    """The domain of ``hasp eval --domain`` and of a dataset (``search`` needs a data folder or a dataset)."""
-    if name == "search":
-        return SearchDomain(data_dir=data_dir, dataset=dataset)
-    if name == "math":
-        return MathDomain()
-    if name == "code":
-        return CodeDomain()
-    raise ValueError(f"unknown domain {name!r}; choose one of search, math, code")
+    """The built-in domain ``name`` of ``hasp eval --domain`` and of a dataset; the data folder or the
+    evaluation dataset go to the domains that read one (search)."""
+    kind = BUILT_IN.get(name)
+    if kind is None:
+        raise ValueError(f"unknown domain {name!r}; choose one of {', '.join(BUILT_IN)}")
+    fields = getattr(kind, "__dataclass_fields__", {})
+    return kind(**{k: v for k, v in (("data_dir", data_dir), ("dataset", dataset)) if k in fields})
 

@@ -27,7 +27,7 @@ from hasp.agent.variants import Variant
 from hasp.config import HarnessParams, Params
 from hasp.records import Trajectory
 
-__all__ = ["Item", "Task", "TaskDomain", "TaskError", "exact_match", "load_task", "task_items"]
+__all__ = ["Item", "Task", "TaskDomain", "TaskError", "exact_match", "load_task", "registered_tasks", "task_items"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 
@@ -112,9 +112,32 @@ def task_items(task: Task, where: str = "task") -> list[Item]:
     return out
 
 
+#: the entry point group a package registers its tasks under, so ``--domain NAME`` finds them:
+#: ``[project.entry-points."hasp.tasks"] unit_convert = "mypkg.task:unit_task"``
+TASK_ENTRY_POINTS = "hasp.tasks"
+
+
+def registered_tasks() -> dict[str, str]:
+    """``{name: "pkg.module:attr"}`` of every task installed packages register (``TASK_ENTRY_POINTS``)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group=TASK_ENTRY_POINTS)}
+
+
 def load_task(ref: str) -> Task:
-    """The ``Task`` at ``pkg.module:attr`` (the current folder is importable, as for ``python -m``);
-    ``attr`` may be a function returning one."""
+    """The ``Task`` at ``pkg.module:attr`` (the current folder is importable, as for ``python -m``), or
+    the one an installed package registers as ``ref`` (``TASK_ENTRY_POINTS``); ``attr`` may be a
+    function returning one."""
+    if ":" not in ref:
+        found = registered_tasks()
+        if ref not in found:
+            raise TaskError(f"--domain {ref!r}: not a built-in domain (search, math, code), not pkg.module:attr, "
+                            f"and no installed package registers a task of that name under the "
+                            f"{TASK_ENTRY_POINTS!r} entry points (registered: {', '.join(sorted(found)) or 'none'})")
+        try:
+            return load_task(found[ref])
+        except TaskError as e:
+            raise TaskError(f"{e} (the {TASK_ENTRY_POINTS!r} entry point {ref!r})") from None
     mod_name, sep, attr = ref.partition(":")
     if not sep or not mod_name or not attr:
         raise TaskError(f"--domain {ref!r}: a task is named pkg.module:attr")

@@ -29,7 +29,9 @@ def _fail(msg: str) -> typer.Exit:
 
 def eval_command(
     domain: Annotated[str, typer.Option(help="search | math | code, or your own task as pkg.module:attr "
-                                             "(a hasp.api.Task; the current folder is importable).")] = "search",
+                                             "(a hasp.api.Task; the current folder is importable), or the name "
+                                             "an installed package registers it under (entry points "
+                                             "'hasp.tasks').")] = "search",
     variants: Annotated[str, typer.Option(help="Comma-separated agent variants (hasp.agent.variants).")]
     = "react,prompt,pf",
     dataset: Annotated[Optional[list[str]], typer.Option(
@@ -79,7 +81,7 @@ def eval_command(
         raise _fail(str(e)) from None
     names = [v.strip() for v in variants.split(",") if v.strip()]
     task = None
-    if ":" in domain:
+    if domain not in DOMAINS:  # a user task: pkg.module:attr, or a name an installed package registers
         from hasp.episode.task import TaskError, load_task
 
         try:
@@ -98,8 +100,6 @@ def eval_command(
 
         if not names:
             raise ValueError("--variants is empty")
-        if domain not in DOMAINS:
-            raise ValueError(f"unknown --domain {domain!r}; choose one of {', '.join(DOMAINS)}")
         vs = [get_variant(v) for v in names]
         check_variants(domain, vs)
         if model_dir is not None and not (model_dir / "config.json").is_file():

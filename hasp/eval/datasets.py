@@ -212,24 +212,19 @@ def _load_file(spec: DatasetSpec, params: Params, split: str, limit: int | None,
 
 
 #: the domains ``hasp eval`` runs; search is multi-step, math and code are single-step
-DOMAINS = ("search", "math", "code")
 NO_SPLIT = "all"  # the split name of single-step datasets (they are evaluated whole)
 
 
-def load_datasets(domain: str, texts: list[str], params: Params, *, split: str = "test", limit: int | None = None,
-                  data_dir: Path = Path("outputs/data"), retriever_url: str | None = None) -> list[EvalDataset]:
-    """Every ``--dataset`` of one domain, all checked before any model starts."""
-    if domain not in DOMAINS:
-        raise DatasetSpecError(f"unknown domain {domain!r}; choose one of {', '.join(DOMAINS)}")
-    if limit is not None and limit < 1:
-        raise DatasetSpecError(f"--limit must be >= 1 (got {limit})")
-    if domain == "search":
-        return [load_eval_dataset(s, params, split=split, limit=limit, data_dir=data_dir,
-                                  retriever_url=retriever_url)
-                for s in parse_dataset_specs(texts or [GENERATED])]
+def _search_sets(domain: str, texts: list[str], params: Params, *, split: str, limit: int | None,
+                 data_dir: Path, retriever_url: str | None) -> list[EvalDataset]:
+    return [load_eval_dataset(s, params, split=split, limit=limit, data_dir=data_dir, retriever_url=retriever_url)
+            for s in parse_dataset_specs(texts or [GENERATED])]
+
+
+def _single_step_sets(domain: str, texts: list[str], params: Params, *, split: str, limit: int | None,
+                      data_dir: Path, retriever_url: str | None) -> list[EvalDataset]:
     if not texts:
-        raise DatasetSpecError(f"--domain {domain} needs --dataset ({'game24' if domain == 'math' else 'humaneval'}"
-                               " or a file)")
+        raise DatasetSpecError(f"--domain {domain} needs --dataset ({_SINGLE_STEP[domain][1]} or a file)")
     sets = [load_single_step_dataset(domain, t, params, limit=limit) for t in texts]
     names = [ds.name for ds in sets]
     if len(set(names)) != len(names):
@@ -237,11 +232,27 @@ def load_datasets(domain: str, texts: list[str], params: Params, *, split: str =
     return sets
 
 
+#: how each built-in domain reads its ``--dataset`` values (a user task reads its own: ``task_dataset``)
+LOADERS = {"search": _search_sets, "math": _single_step_sets, "code": _single_step_sets}
+DOMAINS = tuple(LOADERS)
+
+
+def load_datasets(domain: str, texts: list[str], params: Params, *, split: str = "test", limit: int | None = None,
+                  data_dir: Path = Path("outputs/data"), retriever_url: str | None = None) -> list[EvalDataset]:
+    """Every ``--dataset`` of one domain, all checked before any model starts."""
+    if domain not in LOADERS:
+        raise DatasetSpecError(f"unknown domain {domain!r}; choose one of {', '.join(DOMAINS)}")
+    if limit is not None and limit < 1:
+        raise DatasetSpecError(f"--limit must be >= 1 (got {limit})")
+    return LOADERS[domain](domain, texts, params, split=split, limit=limit, data_dir=data_dir,
+                           retriever_url=retriever_url)
+
+
 def load_single_step_dataset(domain: str, text: str, params: Params, *, limit: int | None = None) -> EvalDataset:
     """One math or code dataset (a name or a file), cut to ``limit``."""
     spec = _single_step_spec(domain, text.strip())
     try:
-        items = _math_items(spec, params.data.seed) if domain == "math" else _code_items(spec)
+        items = _SINGLE_STEP[domain][0](spec, params)
     except (OSError, ValueError) as e:
         raise DatasetSpecError(f"dataset {text!r}: {e}") from None
     if not items:
@@ -271,7 +282,7 @@ def task_dataset(task: Any, path: Path | None = None, limit: int | None = None) 
 
 def items_dataset(domain: str, name: str, items: list[Any]) -> EvalDataset:
     """A dataset from items already in hand (a caller's own selection, a test's fixtures)."""
-    if domain not in DOMAINS or domain == "search":
+    if domain not in _SINGLE_STEP:
         raise DatasetSpecError(f"items_dataset is for single-step domains (math, code), not {domain!r}")
     return EvalDataset(DatasetSpec(name, name), NO_SPLIT, list(items), None, len(items), 0, domain=domain)
 
@@ -317,3 +328,10 @@ def _code_items(spec: DatasetSpec) -> list[Any]:
     from hasp.domains.code.datasets import load_code_dataset, load_humaneval
 
     return load_humaneval() if spec.path is None else load_code_dataset(spec.kind, spec.path)
+
+
+#: single-step domains: (items of a dataset spec, the built-in dataset a user names)
+_SINGLE_STEP: dict[str, tuple[Any, str]] = {
+    "math": (lambda spec, params: _math_items(spec, params.data.seed), "game24"),
+    "code": (lambda spec, params: _code_items(spec), "humaneval"),
+}
