@@ -49,6 +49,13 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _via(v: object) -> str:
+    """How many correct answers a vocabulary rewrite wrote (the runner's count, a number or {k, n})."""
+    if isinstance(v, dict):
+        return f"{v.get('k', v.get('correct'))} of {v.get('n', v.get('of'))}"
+    return str(v)
+
+
 def _gain(g: dict) -> str:
     return f"{g['mean']:+.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}] n={g['n']}"
 
@@ -154,9 +161,17 @@ def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: s
         ev = out / arm / "eval_evolution"
         before, after, react = (em_by_qid(cell_file(ev, x)) for x in ("pf_before", "pf", "react"))
         finals[arm] = after
-        for name, cell in (("react", react), ("pf before", before), ("pf after", after)):
+        metrics = _json(ev / "metrics.json").get("generated", {})
+        for name, label, cell in (("react", "react", react), ("pf before", "pf_before", before), ("pf after", "pf", after)):
             if cell:
-                REPORT.line(f"  test EM {name}: {sum(cell.values()):.0f}/{len(cell)}")
+                via = (metrics.get(label) or {}).get("correct_via_vocabulary_rewrite")
+                REPORT.line(f"  test EM {name}: {sum(cell.values()):.0f}/{len(cell)}"
+                            + (f" ({_via(via)} written by a vocabulary rewrite)" if via else ""))
+        ceiling = (metrics.get("pf") or {}).get("extractor_ceiling") or {}
+        if ceiling:
+            groups = "; ".join(f"{g} {c['em_k']}/{c['n']}" for g, c in (ceiling.get("by_template") or {}).items())
+            REPORT.line(f"  extractor ceiling ({ceiling.get('source')} on each question's gold support): "
+                        f"{ceiling.get('em_k')}/{ceiling.get('n')}" + (f" ({groups})" if groups else ""))
         if before and after:
             g = paired_gain(before, after, hops, seen)
             REPORT.line(f"  pf after - before (paired): {_gain(g)}; {_groups(g)}")
