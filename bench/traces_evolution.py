@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--questions", type=int, default=100, help="benchmark-v2 questions (35 %% train, 15 %% val, 50 %% test)")
+    ap.add_argument("--seed", type=int, default=None, help="data.seed: another generated benchmark (default: params.yaml's)")
     ap.add_argument("--filtering", default=None, help="evolve --filtering for both arms (default: params.yaml's, "
                     "full: Phase D, the review and the val gate)")
     ap.add_argument("--report-only", action="store_true", help="report on the runs already in --out")
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.filtering:
         REPORT.section = f"{SECTION}, filtering {a.filtering}"
+    if a.seed is not None:
+        REPORT.section += f", data seed {a.seed}"
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -86,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             sec, k = key.split(".", 1)
             p[sec][k] = value
     p["data"].update(version=2, n_questions=a.questions)
+    if a.seed is not None:
+        p["data"]["seed"] = a.seed
     p["evolve"].update(max_candidates=2)
     p["train"]["enabled"] = False
     params = out / "params.yaml"
