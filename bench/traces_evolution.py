@@ -74,8 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--filtering", default=None, help="evolve --filtering for both arms (default: params.yaml's, "
                     "full: Phase D, the review and the val gate)")
     ap.add_argument("--report-only", action="store_true", help="report on the runs already in --out")
+    ap.add_argument("--over-seeds", type=Path, nargs="+", default=None, metavar="DIR",
+                    help="report the finished runs of these folders (one per data seed) together, paired per "
+                    "question over all of them (--out is then only where nothing is written)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    if a.over_seeds:
+        REPORT.section = f"{SECTION}, filtering {a.filtering or 'full'}, over data seeds"
+        _over_seeds(a.over_seeds)
+        if not a.no_write:
+            REPORT.write()
+        return 0
     if a.filtering:
         REPORT.section = f"{SECTION}, filtering {a.filtering}"
     if a.seed is not None:
@@ -127,6 +136,52 @@ def _data_and_traces(out: Path, params: Path, wall: dict[str, float]) -> None:
     wall["traces"] = _run(HASP + ["eval", "--variants", "pf", "--split", "train", "--data", str(out / "data"),
                                   "--out", str(out / "traces"), "--params", str(params), "--no-progress"],
                           out / "traces.log")
+
+
+def _test_groups(out: Path) -> tuple[dict[str, int], dict[str, bool], int]:
+    """(hops, template seen, n) of the test questions of the run in ``out``."""
+    from hasp.config import load_params
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+
+    ds = load_eval_dataset(parse_dataset_spec("generated"), load_params(out / "params.yaml"), split="test",
+                           data_dir=out / "data")
+    return ({str(q.id): int(getattr(q, "hops", 0) or 0) for q in ds.questions}, dict(ds.template_seen),
+            len(ds.questions))
+
+
+def _over_seeds(dirs: list[Path]) -> None:
+    """Every run folder's arms, and the gains paired per (seed, question) over all of them."""
+    cells: dict[str, dict[str, dict[str, float]]] = {}
+    hops_all: dict[str, int] = {}
+    seen_all: dict[str, bool] = {}
+    for d in dirs:
+        p = yaml.safe_load((d / "params.yaml").read_text())
+        seed = p["data"]["seed"]
+        hops, seen, n = _test_groups(d)
+        hops_all.update({f"{seed}:{q}": h for q, h in hops.items()})
+        seen_all.update({f"{seed}:{q}": s for q, s in seen.items()})
+        parts = []
+        for arm in ("gold", "no_gold"):
+            ep, ev = d / arm / "epoch_0", d / arm / "eval_evolution"
+            ad, va, vb = (_json(ep / f"summary_{x}.json") for x in ("admit", "val_after", "val_baseline"))
+            for label in ("pf_before", "pf"):
+                cells.setdefault(f"{arm}/{label}", {}).update(
+                    {f"{seed}:{q}": v for q, v in em_by_qid(cell_file(ev, label)).items()})
+            after = em_by_qid(cell_file(ev, "pf"))
+            parts.append(f"{arm}: admitted {ad.get('admitted')}, val EM {vb.get('em', 0):.3f} -> {va.get('em', 0):.3f}, "
+                         f"test pf {sum(after.values()):.0f}/{len(after)}")
+        ceiling = (_json(d / "gold" / "eval_evolution" / "metrics.json").get("generated", {}).get("pf") or {}).get(
+            "extractor_ceiling") or {}
+        REPORT.line(f"data seed {seed} ({d}): test n={n}; " + "; ".join(parts)
+                    + f"; extractor ceiling {ceiling.get('em_k')}/{ceiling.get('n')}")
+    for arm in ("gold", "no_gold"):
+        before, after = cells.get(f"{arm}/pf_before", {}), cells.get(f"{arm}/pf", {})
+        if before and after:
+            g = paired_gain(before, after, hops_all, seen_all)
+            REPORT.line(f"{arm}: pf after - before, paired over seeds x questions: {_gain(g)}; {_groups(g)}")
+    if cells.get("gold/pf") and cells.get("no_gold/pf"):
+        g = paired_gain(cells["gold/pf"], cells["no_gold/pf"], hops_all, seen_all)
+        REPORT.line(f"no-gold after - gold after, paired over seeds x questions: {_gain(g)}; {_groups(g)}")
 
 
 def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: str | None,
