@@ -49,6 +49,13 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def _via(v: object) -> str:
+    """How many correct answers a vocabulary rewrite wrote (the runner's count, a number or {k, n})."""
+    if isinstance(v, dict):
+        return f"{v.get('k', v.get('correct'))} of {v.get('n', v.get('of'))}"
+    return str(v)
+
+
 def _gain(g: dict) -> str:
     return f"{g['mean']:+.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}] n={g['n']}"
 
@@ -63,13 +70,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--questions", type=int, default=100, help="benchmark-v2 questions (35 %% train, 15 %% val, 50 %% test)")
+    ap.add_argument("--seed", type=int, default=None, help="data.seed: another generated benchmark (default: params.yaml's)")
     ap.add_argument("--filtering", default=None, help="evolve --filtering for both arms (default: params.yaml's, "
                     "full: Phase D, the review and the val gate)")
     ap.add_argument("--report-only", action="store_true", help="report on the runs already in --out")
+    ap.add_argument("--over-seeds", type=Path, nargs="+", default=None, metavar="DIR",
+                    help="report the finished runs of these folders (one per data seed) together, paired per "
+                    "question over all of them (--out is then only where nothing is written)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
+    if a.over_seeds:
+        REPORT.section = f"{SECTION}, filtering {a.filtering or 'full'}, over data seeds"
+        _over_seeds(a.over_seeds)
+        if not a.no_write:
+            REPORT.write()
+        return 0
     if a.filtering:
         REPORT.section = f"{SECTION}, filtering {a.filtering}"
+    if a.seed is not None:
+        REPORT.section += f", data seed {a.seed}"
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -79,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             sec, k = key.split(".", 1)
             p[sec][k] = value
     p["data"].update(version=2, n_questions=a.questions)
+    if a.seed is not None:
+        p["data"]["seed"] = a.seed
     p["evolve"].update(max_candidates=2)
     p["train"]["enabled"] = False
     params = out / "params.yaml"
@@ -115,6 +136,52 @@ def _data_and_traces(out: Path, params: Path, wall: dict[str, float]) -> None:
     wall["traces"] = _run(HASP + ["eval", "--variants", "pf", "--split", "train", "--data", str(out / "data"),
                                   "--out", str(out / "traces"), "--params", str(params), "--no-progress"],
                           out / "traces.log")
+
+
+def _test_groups(out: Path) -> tuple[dict[str, int], dict[str, bool], int]:
+    """(hops, template seen, n) of the test questions of the run in ``out``."""
+    from hasp.config import load_params
+    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
+
+    ds = load_eval_dataset(parse_dataset_spec("generated"), load_params(out / "params.yaml"), split="test",
+                           data_dir=out / "data")
+    return ({str(q.id): int(getattr(q, "hops", 0) or 0) for q in ds.questions}, dict(ds.template_seen),
+            len(ds.questions))
+
+
+def _over_seeds(dirs: list[Path]) -> None:
+    """Every run folder's arms, and the gains paired per (seed, question) over all of them."""
+    cells: dict[str, dict[str, dict[str, float]]] = {}
+    hops_all: dict[str, int] = {}
+    seen_all: dict[str, bool] = {}
+    for d in dirs:
+        p = yaml.safe_load((d / "params.yaml").read_text())
+        seed = p["data"]["seed"]
+        hops, seen, n = _test_groups(d)
+        hops_all.update({f"{seed}:{q}": h for q, h in hops.items()})
+        seen_all.update({f"{seed}:{q}": s for q, s in seen.items()})
+        parts = []
+        for arm in ("gold", "no_gold"):
+            ep, ev = d / arm / "epoch_0", d / arm / "eval_evolution"
+            ad, va, vb = (_json(ep / f"summary_{x}.json") for x in ("admit", "val_after", "val_baseline"))
+            for label in ("pf_before", "pf"):
+                cells.setdefault(f"{arm}/{label}", {}).update(
+                    {f"{seed}:{q}": v for q, v in em_by_qid(cell_file(ev, label)).items()})
+            after = em_by_qid(cell_file(ev, "pf"))
+            parts.append(f"{arm}: admitted {ad.get('admitted')}, val EM {vb.get('em', 0):.3f} -> {va.get('em', 0):.3f}, "
+                         f"test pf {sum(after.values()):.0f}/{len(after)}")
+        ceiling = (_json(d / "gold" / "eval_evolution" / "metrics.json").get("generated", {}).get("pf") or {}).get(
+            "extractor_ceiling") or {}
+        REPORT.line(f"data seed {seed} ({d}): test n={n}; " + "; ".join(parts)
+                    + f"; extractor ceiling {ceiling.get('em_k')}/{ceiling.get('n')}")
+    for arm in ("gold", "no_gold"):
+        before, after = cells.get(f"{arm}/pf_before", {}), cells.get(f"{arm}/pf", {})
+        if before and after:
+            g = paired_gain(before, after, hops_all, seen_all)
+            REPORT.line(f"{arm}: pf after - before, paired over seeds x questions: {_gain(g)}; {_groups(g)}")
+    if cells.get("gold/pf") and cells.get("no_gold/pf"):
+        g = paired_gain(cells["gold/pf"], cells["no_gold/pf"], hops_all, seen_all)
+        REPORT.line(f"no-gold after - gold after, paired over seeds x questions: {_gain(g)}; {_groups(g)}")
 
 
 def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: str | None,
@@ -154,9 +221,17 @@ def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: s
         ev = out / arm / "eval_evolution"
         before, after, react = (em_by_qid(cell_file(ev, x)) for x in ("pf_before", "pf", "react"))
         finals[arm] = after
-        for name, cell in (("react", react), ("pf before", before), ("pf after", after)):
+        metrics = _json(ev / "metrics.json").get("generated", {})
+        for name, label, cell in (("react", "react", react), ("pf before", "pf_before", before), ("pf after", "pf", after)):
             if cell:
-                REPORT.line(f"  test EM {name}: {sum(cell.values()):.0f}/{len(cell)}")
+                via = (metrics.get(label) or {}).get("correct_via_vocabulary_rewrite")
+                REPORT.line(f"  test EM {name}: {sum(cell.values()):.0f}/{len(cell)}"
+                            + (f" ({_via(via)} written by a vocabulary rewrite)" if via else ""))
+        ceiling = (metrics.get("pf") or {}).get("extractor_ceiling") or {}
+        if ceiling:
+            groups = "; ".join(f"{g} {c['em_k']}/{c['n']}" for g, c in (ceiling.get("by_template") or {}).items())
+            REPORT.line(f"  extractor ceiling ({ceiling.get('source')} on each question's gold support): "
+                        f"{ceiling.get('em_k')}/{ceiling.get('n')}" + (f" ({groups})" if groups else ""))
         if before and after:
             g = paired_gain(before, after, hops, seen)
             REPORT.line(f"  pf after - before (paired): {_gain(g)}; {_groups(g)}")

@@ -185,13 +185,34 @@ def test_teacher_verdict_is_asked_for_under_the_json_schema():
     assert set(REVIEW_SCHEMA["required"]) == set(props)
 
 
+def test_a_verdict_that_reviews_nothing_is_not_the_models_review():
+    """What the embedded Gemma-270M teacher wrote under the schema: the prompt's example word for word,
+    then (with no example) the numbers 1 to 5 and a feedback of ': '. Neither is a review."""
+    from hasp.prompts import prompt
+
+    example = prompt("hasp.evolve", "review", "example")
+    counting = json_verdict(1, 2, 3, 4, 5, "ACCEPT", ": ")
+    teacher = StructuredTeacherDouble(example, counting)
+    r = review_candidate(cand(), 1.0, make_cluster(), teacher)
+    assert r.reviewer == "heuristic" and len(teacher.calls) == 2
+    assert "attempt 1: not a review: it repeats the prompt's example verdict" in r.fallback_reason
+    assert "attempt 2: JSON verdict scores outside [0, 1]: q_trigger=2" in r.fallback_reason
+    assert "not a review of this candidate" in teacher.seen[1][-1]["content"]
+    blank = StructuredTeacherDouble(json_verdict(feedback=": "), json_verdict(feedback="3, 4"))
+    r = review_candidate(cand(), 1.0, make_cluster(), blank)
+    assert r.reviewer == "heuristic" and "its feedback ':' holds no word" in r.fallback_reason
+    # a short real verdict is still the model's
+    r = review_candidate(cand(), 1.0, make_cluster(), StructuredTeacherDouble(json_verdict(feedback="fine")))
+    assert r.reviewer == "llm"
+
+
 def test_unparseable_json_verdict_is_retried_then_falls_back_recorded(caplog):
     teacher = StructuredTeacherDouble('{"q_concept": 0.9, "q_trigger": ', '{"q_concept": 0.9, "decision": "ACCEPT"}')
     r = review_candidate(cand(), 1.0, make_cluster(), teacher)
     assert len(teacher.calls) == 2 and all(c["json_schema"] == REVIEW_SCHEMA for c in teacher.calls)
     assert "JSON" in teacher.seen[1][-1]["content"] and teacher.seen[1][-2]["role"] == "assistant"
     assert r.reviewer == "heuristic" and r.decided_by == "threshold"
-    assert r.fallback_reason.startswith("teacher verdict unparseable")
+    assert r.fallback_reason.startswith("teacher verdict unusable")
     assert "attempt 1: invalid JSON" in r.fallback_reason
     assert "attempt 2: JSON verdict lacks scores: trigger, intervene, exec, val" in r.fallback_reason
     assert r.reasons[0] == r.fallback_reason and "teacher" not in r.feedback
@@ -328,7 +349,7 @@ def test_coherent_description_keeps_its_score():
     assert not [x for x in r.reasons if "description" in x or "capped" in x]
 
 
-def test_a_description_that_says_only_half_loses_some_concept_credit():
+def test_a_description_that_says_only_half_is_capped_below_admission():
     cl = make_cluster(n=6)
     full = heuristic_review(with_description(SKILL_MD.split("description: ")[1].split("\n")[0], cluster=cl), 1.0, cl)
     # names the failure (snippets) but no action the skill watches or takes, nor its kind of repair
@@ -336,7 +357,8 @@ def test_a_description_that_says_only_half_loses_some_concept_credit():
                             1.0, cl)
     assert "description does not say what the skill does" in half.reasons
     assert not any("does not name the failure" in x for x in half.reasons)
-    assert half.q_concept < full.q_concept and not any("capped" in x for x in half.reasons)
+    assert half.q_concept < full.q_concept and any("capped" in x for x in half.reasons)
+    assert half.q_skill < admission_bar(False) and half.decision == "REVISE"
 
 
 def _traj(qid: str, actions: list[tuple[str, str]]) -> Trajectory:

@@ -348,7 +348,9 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     q = [r["q_skill"] for r in out]
     return {"reviewed": len(out), "review_accept": sum(1 for r in out if r["decision"] == "ACCEPT"),
             "q_skill_mean": sum(q) / len(q) if q else 0.0, "q_skill_min": min(q, default=0.0),
-            "q_skill_max": max(q, default=0.0), "reviewer": sorted({r["reviewer"] for r in out})}
+            "q_skill_max": max(q, default=0.0), "reviewer": sorted({r["reviewer"] for r in out}),
+            # asked a teacher but its verdict was unusable or it was down: the heuristic decided, counted
+            "teacher_fallbacks": sum(1 for r in out if r.get("fallback_reason"))}
 
 
 # ----------------------------------------------------------------------------- val gate

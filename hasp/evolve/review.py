@@ -20,7 +20,7 @@ function is given (the schema defaults when none is).
 The teacher is asked for its verdict as a JSON object under ``REVIEW_SCHEMA`` when its client takes a
 ``json_schema`` keyword (``LLMClient.chat``, which encodes it for the endpoint's dialect), else as seven
 lines. A reply that parses as neither is retried, then the heuristic reviewer decides; that Review's
-``fallback_reason`` (also its first reason) says why ("teacher verdict unparseable (...)").
+``fallback_reason`` (also its first reason) says why ("teacher verdict unusable (...)").
 
 ``Q_exec`` in the composite is always the Phase-D score (measured by running the
 code) rather than the teacher's opinion of executability; the teacher's own value
@@ -34,7 +34,7 @@ Heuristic reviewer (no teacher), deterministic, from the code's AST and the clus
   must name the failure (a content word of the cluster's category or abstraction) and what the
   skill does (a word for an action it watches or produces, its kind of repair, or a ctx field its
   trigger reads); words meet when equal or one is a prefix of the other (4+ letters). Each miss
-  halves the description's credit and is a reason; a description that says neither caps Q_skill
+  halves the description's credit and is a reason; a description that misses either caps Q_skill
   just under the lowest accept/admission bar (``unreadable_cap``): the code cannot be checked
   against a text that does not say what it is for, however well the code scores.
 * trigger: ``should_activate`` is not constant, reads known step-context fields or the
@@ -457,8 +457,8 @@ def description_findings(desc: str, cluster: Cluster, f: CodeFacts) -> list[str]
 
 def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
                       trigger_hit_rate: float | None) -> tuple[dict[str, float], list[str], str | None, bool]:
-    """(scores, reasons, veto, unreadable): ``unreadable`` when the description names neither the
-    failure nor what the skill does."""
+    """(scores, reasons, veto, unreadable): ``unreadable`` when the description does not name both the
+    failure and what the skill does."""
     reasons: list[str] = []
     veto: str | None = None
     notes = " ".join(candidate.notes)
@@ -478,7 +478,7 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
         reasons.append("no authored description")
     unsaid = description_findings(desc, cluster, f)
     reasons += unsaid
-    unreadable = len(unsaid) == 2
+    unreadable = bool(unsaid)  # a description must name both the failure and what the skill does
     desc_ok *= 1.0 - 0.5 * len(unsaid)
     concept = 0.35 * support + 0.25 * nov + 0.25 * desc_ok + 0.15 * body_ok
     if not cluster.is_new_category and not refine:
@@ -632,7 +632,8 @@ def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: floa
         "", "## Intervention", "```python", (f.intervene_src or "(missing)")[:1500], "```",
         "", "## SKILL.md", candidate.skill_md[:2000],
         "", "## Full code", "```python", (code or "(none)")[:4000], "```",
-        "", render("hasp.evolve", "review", "format_json" if json_verdict else "format"),
+        "", render("hasp.evolve", "review", "format_json", example=prompt("hasp.evolve", "review", "example"))
+        if json_verdict else render("hasp.evolve", "review", "format"),
     ])
     return [{"role": "system", "content": _review_system()}, {"role": "user", "content": user}]
 
@@ -691,24 +692,51 @@ def _json_object(text: str) -> tuple[dict[str, Any] | None, str]:
 
 
 def _json_verdict(obj: dict[str, Any]) -> tuple[dict[str, float] | None, str | None, str, str]:
+    """The JSON verdict's scores, decision and feedback. Its scores are read as ``REVIEW_SCHEMA`` states
+    them, in [0, 1]: a 3 there is no score on another scale but a reply that ignored the schema."""
     scores: dict[str, float] = {}
+    out_of_range: list[str] = []
     for name, value in obj.items():
         key = _KEYS.get(str(name).lower().removeprefix("q_").removeprefix("q"))
         if key is None or key in scores or isinstance(value, bool):
             continue
         try:
-            v = _norm_score(str(float(value)), None)
+            v = float(value)
         except (TypeError, ValueError):
             continue
-        if v is not None and v >= 0:
+        if 0.0 <= v <= 1.0:
             scores[key] = round(v, 4)
+        else:
+            out_of_range.append(f"q_{key}={value}")
     d = str(obj.get("decision") or "").strip().upper()
     decision = d if d in DECISIONS else None
     feedback = str(obj.get("feedback") or "").strip()[:1000]
+    if out_of_range:
+        return None, decision, feedback, f"JSON verdict scores outside [0, 1]: {', '.join(out_of_range)}"
     missing = [k for k in _DIMENSIONS if k not in scores]
     if missing:
         return None, decision, feedback, f"JSON verdict lacks scores: {', '.join(missing)}"
     return scores, decision, feedback, ""
+
+
+@lru_cache(maxsize=1)
+def _example_verdict() -> tuple[dict[str, float], str]:
+    """The scores and feedback of the prompt's example verdict (``review.yaml``'s ``example``)."""
+    scores, _, feedback, _ = _json_verdict(json_load(prompt("hasp.evolve", "review", "example")))
+    return scores or {}, feedback
+
+
+def not_a_review(scores: dict[str, float], feedback: str) -> str:
+    """Why a verdict that parses is still not a review of the candidate (empty: it is one). Why: a small
+    teacher under the schema writes well-formed replies that say nothing: the prompt's example copied
+    word for word, or feedback without a sentence. Counting such a reply as the model's review would
+    report a review that never happened, so it is retried and then left to the heuristic."""
+    ex_scores, ex_feedback = _example_verdict()
+    if feedback.strip().lower() == ex_feedback.strip().lower() or scores == ex_scores:
+        return "it repeats the prompt's example verdict"
+    if not re.search(r"[^\W\d_]{2,}", feedback):
+        return f"its feedback {feedback.strip()[:40]!r} holds no word"
+    return ""
 
 
 def parse_review_reply(text: str) -> tuple[dict[str, float] | None, str | None, str, str]:
@@ -771,6 +799,13 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
             continue
         answered = True
         scores, decision, feedback, problem = parse_review_reply(raw)
+        empty = not_a_review(scores, feedback) if scores is not None else ""
+        if empty:
+            scores, problem = None, f"not a review: {empty}"
+            problems.append(f"attempt {attempt + 1}: {problem}")
+            msgs = [*msgs, {"role": "assistant", "content": raw[:2000]},
+                    {"role": "user", "content": render("hasp.evolve", "review", "retry_own", problem=empty)}]
+            continue
         if scores is not None:
             llm_scores = dict(scores)
             scores = {**scores, "exec": _clip(exec_report_q_exec)}
@@ -783,7 +818,7 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
         problems.append(f"attempt {attempt + 1}: {problem}")
         msgs = [*msgs, {"role": "assistant", "content": raw[:2000]},
                 {"role": "user", "content": prompt("hasp.evolve", "review", "retry_json" if constrained else "retry")}]
-    what = "teacher verdict unparseable" if answered else "teacher unavailable"
+    what = "teacher verdict unusable" if answered else "teacher unavailable"
     reason = f"{what} ({'; '.join(problems)}); heuristic reviewer used"
     log.warning("%s: %s", candidate.skill_id, reason)
     rv = heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
