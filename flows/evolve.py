@@ -186,7 +186,8 @@ def layout(out: Path, data_dir: Path, ep_dir: Path, library: Path, evolved: Path
 STALE_IF_SKIPPED = {s.name: epoch_outs(s.phase) for s in EPOCH_STEPS if s.optional and s.phase}
 #: what each phase leaves in the epoch folder: removed when the budget stops the epoch before the phase, so
 #: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
-PHASE_OUTPUTS = {"validate": (art.VALIDATION,), "review": (art.REVIEWS,),
+PHASE_OUTPUTS = {"analyse": (art.FAILURES, art.SUMMARIES, art.CLUSTERS), "propose": (art.CANDIDATES,),
+                 "validate": (art.VALIDATION,), "review": (art.REVIEWS,),
                  "val_baseline": (art.VAL_BASELINE,), "gate": (art.GATE, art.ANCHORS, art.VAL_RUNS, art.ANCHOR_RUNS),
                  "admit": (art.ADMISSION, art.LIBRARY), "val_after": (art.VAL_AFTER,), "frontier": (art.CARRY,),
                  "build_data": (art.SFT, art.DPO, art.SFT_SKILL, art.DPO_SKILL, art.SKILL_RECORDS,
