@@ -207,8 +207,10 @@ def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: s
         admitted[arm] = ad.get("admitted")
         REPORT.line(f"{arm}: traces read {tr.get('n_read')} (bad {tr.get('n_bad')}, with gold {tr.get('n_with_gold')}); "
                     f"failures {an.get('failed')} by {an.get('failure_source')}; proposals {pr.get('proposed')} for "
-                    f"{pr.get('asked')} clusters; review accepted {rv.get('review_accept')} of {rv.get('reviewed')}; val gate "
-                    f"passed {gt.get('val_pass')} of {gt.get('val_runs')}; admitted {ad.get('admitted')}")
+                    f"{pr.get('asked')} clusters; review accepted {rv.get('review_accept')} of {rv.get('reviewed')}"
+                    f"{'' if (filtering or p['evolve']['filtering']) in ('teacher', 'full') else ' (not a gate here)'}; "
+                    + (f"val gate passed {gt.get('val_pass')} of {gt.get('val_runs')}" if gt.get("val_runs") is not None
+                       else "no val gate") + f"; admitted {ad.get('admitted')}")
         per = (an.get("signals") or {}).get("per_signal") or {}
         fired = {k: v for k, v in per.items() if v.get("flagged")}
         labelled = (an.get("signals") or {}).get("n_labelled") or 0
