@@ -71,6 +71,8 @@ def epoch_story(epoch_dir: Path, eval_metrics: dict[str, Any] | None = None, eva
             r = rev[sid]
             lines.append(f"      review: {r.get('decision')} Q_skill {float(r.get('q_skill', 0)):.3f} "
                          f"({r.get('reviewer')}; trigger hit rate {r.get('trigger_hit_rate')})")
+            if r.get("fallback_reason"):  # a teacher was asked but its verdict was not a review, or it was down
+                lines.append(f"      {truncate(r['fallback_reason'], 200)}")
         if sid in gate:
             g = gate[sid]
             n = int(g.get("n") or 0)
