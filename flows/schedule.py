@@ -43,6 +43,8 @@ def flow_parameters(a: argparse.Namespace, base: Path | None = None) -> dict[str
     except ParamsError as e:
         raise DeployError(str(e)) from None
     if getattr(a, "traces", None):
+        if not ((base or Path.cwd()) / a.traces).exists():
+            raise DeployError(f"--traces {a.traces}: no such file or folder (where the agent logs its traces)")
         if a.epochs != 1:
             raise DeployError("--traces runs one epoch per batch of traces: leave --epochs at 1")
         return {"traces": a.traces, "library": a.library, "params_path": a.params, "out_root": a.out,

@@ -257,6 +257,15 @@ def test_deploy_refuses_a_missing_pool_in_one_line(stack, monkeypatch, capsys):
         "`prefect work-pool create no-such-pool --type process`"]
 
 
+def test_a_nightly_deployment_over_missing_traces_is_one_line(monkeypatch, capsys, tmp_path):
+    api = f"http://127.0.0.1:{free_port()}/api"  # refused before any server is asked
+    assert deploy_error(api, ["--pool", POOL, "--traces", str(tmp_path / "nowhere")], monkeypatch, capsys) == [
+        f"error: --traces {tmp_path / 'nowhere'}: no such file or folder (where the agent logs its traces)"]
+    (tmp_path / "logs").mkdir()
+    assert deploy_error(api, ["--pool", POOL, "--traces", str(tmp_path / "logs"), "--epochs", "2"], monkeypatch,
+                        capsys) == ["error: --traces runs one epoch per batch of traces: leave --epochs at 1"]
+
+
 def test_deploy_without_a_server_is_one_line(monkeypatch, capsys):
     api = f"http://127.0.0.1:{free_port()}/api"
     assert deploy_error(api, ["--pool", POOL], monkeypatch, capsys) == [
