@@ -337,9 +337,17 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return stopped(line, "val_baseline")
     if "gate" in run_phases:
         k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key)
-        ph["gate"] = _phase(pipe, STEP["gate"].label, phases.gate, (ep_dir / art.GATE,),
-            k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=policy, teacher=teacher,
-            executor=clients.executor, meter=meter)
+
+        def gate(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
+            guard = ledger.guard(meter) if limited(p.evolve.budget) else None
+            task = phases.gate.with_options(refresh_cache=refresh or _fresh(ep_dir / art.GATE))
+            return pipe.run(name, settle(task), k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=policy,
+                            teacher=teacher, executor=clients.executor, meter=meter, guard=guard), guard
+
+        ph["gate"], gate_guard = gate(STEP["gate"].label, refresh=False)
+        if ph["gate"].get("budget_stop") and (gate_guard is None or gate_guard.hit is None):
+            # the cache served a gate an earlier run's budget cut: this run's budget decides anew
+            ph["gate"], gate_guard = gate(f"{STEP['gate'].label} (re-run: an earlier budget cut it)", refresh=True)
         line = reached("gate")
 
     k = cache_key("admit", p, lay, epoch)

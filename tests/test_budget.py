@@ -302,3 +302,30 @@ def test_a_dvc_stage_reads_the_earlier_stages_spend_and_refuses_to_start_past_th
     assert (spend["tokens"], spend["calls"]) == (0, 0) and spend["wall_s"] >= 0
     budget = json.loads((ed / "summary_budget.json").read_text())
     assert budget["stopped"] is None and list(budget["phases"]) == ["rollout", "analyse", "validate"]
+
+
+def test_a_calls_budget_stops_the_val_gate_between_candidates(flow_env):
+    """The val gate asks the budget before each candidate: the ones left once it is reached are refused
+    with a reason, the summary says how many were gated, and the epoch stops after admission."""
+    work, doubles = flow_env
+    ed = work / "outputs_gate" / "epoch_0"
+    full = _run(work, out="outputs_gate", summarizer=False)
+    assert full["stopped"] is None
+    gate = json.loads((ed / "gate.json").read_text())
+    assert len(gate) >= 2, "the doubles' epoch sends at least two candidates to the val gate"
+    phases = json.loads((ed / "summary_budget.json").read_text())["phases"]
+    before_gate = sum(phases[n]["calls"] for n in ("rollout", "analyse", "propose", "validate", "review",
+                                                    "val_baseline") if n in phases)
+    (ed / "gate.json").unlink()  # the gate runs again (its output is missing), now under a budget
+    res = _run(work, out="outputs_gate", summarizer=False, budget={"max_calls": before_gate + 1})
+    cut = json.loads((ed / "gate.json").read_text())
+    not_run = [g for g in cut if (g.get("error") or "").startswith("not run: the epoch's budget")]
+    assert len(cut) == len(gate) and len(not_run) == len(gate) - 1  # the first candidate ran, the rest did not
+    summary = json.loads((ed / "summary_gate.json").read_text())
+    assert summary["budget_stop"].startswith(f"evolve.budget.max_calls {before_gate + 1} reached during the val gate")
+    assert summary["budget_stop"].endswith(f"1 of {len(gate)} candidates gated, the others refused")
+    assert res["stopped"] == summary["budget_stop"]
+    decisions = {d["skill_id"]: d for d in json.loads((ed / "admission.json").read_text())}
+    for g in not_run:  # admission ran on the gate's evidence: an ungated candidate is refused, saying why
+        assert not decisions[g["skill_id"]]["admitted"]
+        assert "not run: the epoch's budget" in decisions[g["skill_id"]]["reason"]

@@ -388,12 +388,14 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
 
 
 def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, Any],
-         run_val: Any, run_anchors: Any = None) -> dict[str, Any]:
+         run_val: Any, run_anchors: Any = None, guard: Any = None) -> dict[str, Any]:
     """The gates that run the policy, for the candidates every cheap gate passed. Val gate: each runs
     on the val split with the library plus itself; ``baseline`` is the shared library-alone val
     summary (gate.json). Anchors (``evolve.anchors``, ``hasp.evolve.anchors``): the candidates the val
     gate passed (all of them when it is off) answer the pinned questions, against one library-alone
-    run (anchors.json). ``run_anchors`` is ``anchor_runner``'s function."""
+    run (anchors.json). ``run_anchors`` is ``anchor_runner``'s function. ``guard``
+    (``hasp.evolve.budget.Guard``) is asked before each candidate's val run: the ones left when the
+    epoch's budget is reached are refused, and the summary's ``budget_stop`` says so."""
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
 
     gates = active_gates(params.evolve)
@@ -403,13 +405,20 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
     results = []
     if "val" in gates:
         results = run_val_gate(items, library_in, run_val, baseline, lam=params.evolve.r_skill_lambda,
-                               workdir=epoch_dir, rule=params.evolve.val_rule)
+                               workdir=epoch_dir, rule=params.evolve.val_rule,
+                               stop=guard.reached if guard is not None else None)
     write_json([r.to_dict() for r in results], epoch_dir / art.GATE)
     summary: dict[str, Any] = {"val_runs": len(results), "val_pass": sum(1 for r in results if val_passed(r)),
                                "base_em": baseline.get("em"), "base_f1": baseline.get("f1"),
                                "delta_em": {r.skill_id: r.delta_em for r in results},
                                "r_skill": {r.skill_id: r.r_skill for r in results},
                                "sandbox_weaker": sorted({w for r in results for w in r.weaker})}
+    if guard is not None and guard.hit is not None:
+        from hasp.evolve.budget import stop_line
+
+        gated = sum(1 for r in results if not (r.error or "").startswith("not run"))
+        summary["budget_stop"] = (f"{stop_line(guard.hit, 'during the val gate')}; {gated} of {len(results)} "
+                                  "candidates gated, the others refused")
     if "anchors" in gates:
         passed = {r.skill_id for r in results if val_passed(r)}
         keep = [it for it in items if "val" not in gates or it[0].skill_id in passed]

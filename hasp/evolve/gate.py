@@ -317,20 +317,29 @@ def static_exec_report(code: str, skill_id: str | None) -> dict[str, Any]:
 
 def run_val_gate(items: Sequence[tuple[Candidate, Cluster, Review]], library_root: Path,
                  run_val: Callable[[Path, str], dict[str, Any]], baseline: dict[str, Any], *,
-                 lam: float = 0.5, workdir: Path | None = None, rule: str = "gain") -> list[ValResult]:
+                 lam: float = 0.5, workdir: Path | None = None, rule: str = "gain",
+                 stop: Callable[[], Any] | None = None) -> list[ValResult]:
     """Val-split check of each candidate against the shared ``baseline`` summary.
 
     ``run_val(library_dir, label)`` runs the PF agent on the val split and returns a
     rollout summary with ``em``/``f1``/``n`` (``hasp.evolve.epoch.rollout``). Each
     candidate gets a temporary copy of ``library_root`` with only that candidate added
     under ``generated/`` (so it loads through ``SandboxedPF``). A failure of one run is
-    recorded on its result, never raised.
+    recorded on its result, never raised. ``stop()`` is asked before each candidate (the epoch's
+    budget, ``hasp.evolve.budget.Guard.reached``): once it says yes, the candidates left get a result
+    saying they were not run, which the gate refuses.
     """
     out = []
     base_em, base_f1 = float(baseline["em"]), float(baseline["f1"])
+    cut = False
     for cand, cluster, review in items:
         q = review.q_skill if review.decided_by != "not_reviewed" else None
         res = ValResult(skill_id=cand.skill_id, base_em=base_em, base_f1=base_f1, q_skill=q, rule=rule)
+        cut = cut or (stop is not None and bool(stop()))
+        if cut:
+            res.error = "not run: the epoch's budget (evolve.budget) was reached"
+            out.append(res)
+            continue
         try:
             with with_candidate(library_root, cand, cluster, review, workdir) as lib:
                 m = run_val(lib, f"val+{cand.skill_id}")
