@@ -29,3 +29,30 @@ def test_the_sage_pool_of_the_training_throughput_bench_builds_chain_rewards(tmp
     assert {r["position"] for r in records} == {0, 1}
     assert all(isinstance(r["reward"], float) for r in records)
     assert any(r["reward"] >= 2.0 for r in records)  # a solved first task whose skill the second used
+
+
+def _bench_scripts() -> list[Path]:
+    return sorted(p for p in (ROOT / "bench").glob("*.py") if p.name != "results.py")
+
+
+import pytest  # noqa: E402 - the parametrized smoke test below
+
+
+@pytest.mark.parametrize("script", _bench_scripts(), ids=lambda p: p.stem)
+def test_every_bench_script_imports_and_parses_its_arguments(script, capsys, monkeypatch):
+    """Each bench script loads (its imports of hasp are current) and its ``--help`` parses: a renamed
+    module or function a script imports fails here, not when someone next runs the benchmark."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import inspect
+
+    monkeypatch.setattr(sys, "argv", [str(script), "--help"])
+    takes_argv = bool(inspect.signature(module.main).parameters)
+    with pytest.raises(SystemExit) as e:
+        module.main(["--help"]) if takes_argv else module.main()
+    assert e.value.code == 0
+    assert "usage:" in capsys.readouterr().out
