@@ -122,7 +122,7 @@ def flow_env(tmp_path_factory, prefect_harness):
     mp.undo()
 
 
-def _run(work: Path, out: str = "outputs", **evolve):
+def _run(work: Path, out: str = "outputs", epochs: int = 2, **evolve):
     from hasp.flows.evolve import evolve_flow
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -133,7 +133,7 @@ def _run(work: Path, out: str = "outputs", **evolve):
     params["train"].update(enabled=False)
     params["tracking"]["experiment"] = "hasp-budget-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    return evolve_flow(epochs=2, params_path=str(work / "params.yaml"), out_root=str(work / out),
+    return evolve_flow(epochs=epochs, params_path=str(work / "params.yaml"), out_root=str(work / out),
                        library=str(work / "skills" / "search"))
 
 
@@ -309,7 +309,7 @@ def test_a_calls_budget_stops_the_val_gate_between_candidates(flow_env):
     with a reason, the summary says how many were gated, and the epoch stops after admission."""
     work, doubles = flow_env
     ed = work / "outputs_gate" / "epoch_0"
-    full = _run(work, out="outputs_gate", summarizer=False)
+    full = _run(work, out="outputs_gate", epochs=1, summarizer=False)
     assert full["stopped"] is None
     gate = json.loads((ed / "gate.json").read_text())
     assert len(gate) >= 2, "the doubles' epoch sends at least two candidates to the val gate"
@@ -317,7 +317,7 @@ def test_a_calls_budget_stops_the_val_gate_between_candidates(flow_env):
     before_gate = sum(phases[n]["calls"] for n in ("rollout", "analyse", "propose", "validate", "review",
                                                     "val_baseline") if n in phases)
     (ed / "gate.json").unlink()  # the gate runs again (its output is missing), now under a budget
-    res = _run(work, out="outputs_gate", summarizer=False, budget={"max_calls": before_gate + 1})
+    res = _run(work, out="outputs_gate", epochs=1, summarizer=False, budget={"max_calls": before_gate + 1})
     cut = json.loads((ed / "gate.json").read_text())
     not_run = [g for g in cut if (g.get("error") or "").startswith("not run: the epoch's budget")]
     assert len(cut) == len(gate) and len(not_run) == len(gate) - 1  # the first candidate ran, the rest did not
