@@ -287,7 +287,9 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         return stopped(line, "rollout")
 
     summarizer = teacher or student  # the paper asks the teacher; without one, the student
-    summ_id = (teacher_id if clients.teacher is not None else model_id) if p.evolve.summarizer else None
+    # the model that summarises failures or judges traces is part of what Phase B's output depends on
+    asks_model = p.evolve.summarizer or p.evolve.traces.judge
+    summ_id = (teacher_id if clients.teacher is not None else model_id) if asks_model else None
     k = cache_key("analyse", p, lay, summ_id, epoch)
     ph["analyse"] = _phase(pipe, STEP["analyse"].label, phases.analyse, (ep_dir / art.CLUSTERS,),
         k, ep_dir / art.ROLLOUT, lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch, meter=meter)

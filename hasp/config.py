@@ -384,6 +384,10 @@ class TracesParams(_Strict):
                                "final_without_evidence", "parse_failure", "pf_override_undone", "tool_error",
                                "no_answer"], description="label-free failure signals Phase B uses for "
                                "trajectories without gold answers")
+    judge: bool = Field(False, description="ask a model (the teacher, else the student) whether each trace's "
+                        "answer is supported by what the agent saw; UNSUPPORTED is the failure signal 'judge' "
+                        "where a trace has no gold (hasp.evolve.trace_judge)")
+    judge_max_chars: int = Field(1500, ge=100, description="characters of a trace's observations the judge sees")
 
     @field_validator("tool_actions")
     @classmethod

@@ -430,3 +430,44 @@ def test_the_dvc_rollout_stage_reads_the_traces_named_in_params(tmp_path):
     assert [t.qid for t in read_trajectories(tmp_path / "epoch_0" / "rollout.jsonl")] == ["c1", "c2"]
     s = json.loads((tmp_path / "epoch_0" / "summary_rollout.json").read_text())
     assert s["traces"]["n_read"] == 2 and s["spend"]["calls"] == 0
+
+
+class _JudgeDouble:
+    """A judge endpoint double: its replies in turn (an exception is raised)."""
+
+    def __init__(self, replies):
+        self.replies, self.seen = list(replies), []
+
+    def chat(self, messages, **kw):
+        from doubles import ReplyDouble
+
+        self.seen.append(messages)
+        r = self.replies.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return ReplyDouble(r, 5, 1)
+
+
+def test_the_trace_judge_is_a_signal_for_traces_without_gold_and_is_measured_on_those_with_it():
+    from hasp.evolve.trace_judge import judge_traces
+
+    cfg = TracesParams(judge=True)
+    no_gold = [scripted_traj(q, [("SEARCH", "Ana"), ("READ", "d1"), ("FINAL", "Lisbon")], answers=(),
+                             prediction="Lisbon") for q in ("n1", "n2", "n3")]
+    gold = [scripted_traj("g1", [("SEARCH", "Ana"), ("READ", "d1"), ("FINAL", "x")], em=1.0, prediction="x"),
+            scripted_traj("g0", [("SEARCH", "Ana"), ("READ", "d1"), ("FINAL", "y")], em=0.0, prediction="y")]
+    silent = scripted_traj("n4", [("SEARCH", "Ana")], answers=())  # no answer: the judge is not asked
+    judge = _JudgeDouble(["UNSUPPORTED", "Supported.", "maybe?", "SUPPORTED", "UNSUPPORTED"])
+    judged = judge_traces([*no_gold, silent, *gold], judge)
+    assert len(judge.seen) == 5 and "Final answer: Lisbon" in judge.seen[0][-1]["content"]
+    assert "step 1: text 1" in judge.seen[0][-1]["content"]  # what the agent saw
+    assert judged.summary() == {"asked": 5, "unsupported": 2, "errors": 1,
+                                "first_error": "n3: unparseable judge reply 'maybe?'"}
+    found = failure_set([*no_gold, *gold], cfg, judged.signals)
+    assert {t.qid for t in found.failed} >= {"n1", "g0"} and "n2" not in {t.qid for t in found.failed}
+    prec = signal_precision([*no_gold, *gold], cfg, found.signals)["per_signal"]["judge"]
+    assert prec == {"flagged": 1, "failed": 1, "precision": 1.0, "recall": 1.0}  # g0 judged unsupported, EM 0
+    patterns = signal_patterns(found.failed, found.signals)
+    assert any(p.category == "trace_judge" and p.qid == "n1" for p in patterns)
+    down = judge_traces(no_gold[:1], _JudgeDouble([TimeoutError("slow")]))
+    assert down.errors == 1 and not down.signals and "TimeoutError" in down.first_error

@@ -259,7 +259,7 @@ def evolve_rollout(epoch_dir: EpochDir, library: Library, data: Path = Path("out
 
 @evolve_app.command("analyse")
 def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = None) -> None:
-    """Phase B: failure detection (+ LLM summarizer: teacher, else the student) and clustering."""
+    """Phase B: failure detection (+ LLM summarizer and trace judge: teacher, else the student) and clustering."""
     import contextlib
 
     from hasp.evolve.epoch import analyse
@@ -272,7 +272,7 @@ def evolve_analyse(epoch_dir: EpochDir, library: Library, params: ParamsOpt = No
     def run(meter: Any, ledger: Any) -> dict[str, Any]:
         with contextlib.ExitStack() as stack:
             model = None
-            if p.evolve.summarizer and p.evolve.mode == "full":
+            if (p.evolve.summarizer and p.evolve.mode == "full") or p.evolve.traces.judge:
                 model = teacher_client(p.teacher, p.llm) or stack.enter_context(policy_client(
                     p.llm, port=p.llm.port + 2, max_tokens=p.evolve.summarizer_max_tokens,
                     temperature=p.evolve.summarizer_temperature))

@@ -138,7 +138,14 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     trajs = read_trajectories(rollout_path)
     # EM 0 where gold answers exist, the label-free signals where none do (logged traces); an endpoint
     # failure is not the agent's
-    found = failure_set(trajs, e.traces)
+    judged = None
+    if e.traces.judge and summarizer is not None:
+        from hasp.evolve.trace_judge import judge_traces
+
+        judged = judge_traces(trajs, summarizer, max_chars=e.traces.judge_max_chars)
+    elif e.traces.judge:
+        log.warning("evolve.traces.judge is on but no model is there to judge (no teacher, no student)")
+    found = failure_set(trajs, e.traces, judged.signals if judged else None)
     failed = found.failed
     if e.mode == "lite" and len(failed) > e.lite_failures:
         failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
@@ -164,7 +171,8 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     write_json(clusters_to_json(clusters), out_dir / art.CLUSTERS)
     return {"failed": sum(1 for t in trajs if t.em == 0 and t.answers) + found.label_free,
             "analysed": len(failed), "mode": e.mode, "failure_source": found.summary(),
-            "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals)},
+            "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals),
+                        **({"judge": judged.summary()} if judged else {})},
             "patterns": len(patterns), "pattern_categories": dict(Counter(p.category for p in patterns)),
             "summarizer_used": bool(e.mode == "full" and e.summarizer and summarizer is not None),
             **llm.summary(),

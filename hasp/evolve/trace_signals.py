@@ -188,12 +188,14 @@ class FailureSet:
         return {"gold": self.gold, "label_free": self.label_free}
 
 
-def failure_set(trajs: Iterable[Trajectory], cfg: TracesParams) -> FailureSet:
+def failure_set(trajs: Iterable[Trajectory], cfg: TracesParams,
+                extra: dict[str, list[TraceSignal]] | None = None) -> FailureSet:
     """The failed trajectories Phase B analyses: EM 0 where gold answers exist, any fired signal where
-    none do. Episodes that ended in an endpoint error are the infrastructure's, not the agent's."""
+    none do. Episodes that ended in an endpoint error are the infrastructure's, not the agent's.
+    ``extra`` adds signals found elsewhere (the judge's, ``hasp.evolve.trace_judge``) by qid."""
     out = FailureSet()
     for t in trajs:
-        fired = detect_signals(t, cfg)
+        fired = detect_signals(t, cfg) + list((extra or {}).get(t.qid, []))
         out.signals[t.qid] = fired
         if t.terminated == "error":
             continue
@@ -216,7 +218,8 @@ def signal_precision(trajs: Sequence[Trajectory], cfg: TracesParams,
     fired = fired if fired is not None else {t.qid: detect_signals(t, cfg) for t in labelled}
     failures = sum(1 for t in labelled if t.em == 0)
     out: dict[str, Any] = {"n_labelled": len(labelled), "gold_failures": failures, "per_signal": {}}
-    for kind in [*cfg.signals, "any"]:
+    kinds = [*cfg.signals, *sorted({x.kind for xs in fired.values() for x in xs} - set(cfg.signals))]
+    for kind in [*kinds, "any"]:
         flagged = [t for t in labelled if (fired.get(t.qid) if kind == "any" else
                                            any(x.kind == kind for x in fired.get(t.qid, [])))]
         hit = sum(1 for t in flagged if t.em == 0)
@@ -265,6 +268,10 @@ _TEMPLATES: dict[str, tuple[str, str, str]] = {
         "The episode ends without an answer: the steps or the time ran out.",
         "step_count approaches max_steps and no FINAL was given.",
         "When the steps run low, push toward FINAL with the best answer found so far."),
+    "judge": (
+        "The agent gives an answer that nothing it searched or read states.",
+        "A FINAL whose argument appears in none of the observations shown so far.",
+        "Before FINAL, read a result that names the answer, or answer with a span of what was read."),
 }
 
 
