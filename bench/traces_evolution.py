@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         p["data"]["seed"] = a.seed
     p["evolve"].update(max_candidates=2)
     p["train"]["enabled"] = False
+    from hasp.llm.server import free_port
+
+    # ports of their own: a test suite or a user's server on the default ports is left alone
+    p["llm"]["port"], p["teacher"]["port"] = free_port(), free_port()
     params = out / "params.yaml"
     arms = {"gold": "--gold", "no_gold": "--no-gold"}
     wall: dict[str, float] = {}

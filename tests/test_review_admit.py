@@ -349,7 +349,7 @@ def test_coherent_description_keeps_its_score():
     assert not [x for x in r.reasons if "description" in x or "capped" in x]
 
 
-def test_a_description_that_says_only_half_is_capped_below_admission():
+def test_a_description_that_says_only_half_loses_some_concept_credit():
     cl = make_cluster(n=6)
     full = heuristic_review(with_description(SKILL_MD.split("description: ")[1].split("\n")[0], cluster=cl), 1.0, cl)
     # names the failure (snippets) but no action the skill watches or takes, nor its kind of repair
@@ -357,8 +357,7 @@ def test_a_description_that_says_only_half_is_capped_below_admission():
                             1.0, cl)
     assert "description does not say what the skill does" in half.reasons
     assert not any("does not name the failure" in x for x in half.reasons)
-    assert half.q_concept < full.q_concept and any("capped" in x for x in half.reasons)
-    assert half.q_skill < admission_bar(False) and half.decision == "REVISE"
+    assert half.q_concept < full.q_concept and not any("capped" in x for x in half.reasons)
 
 
 def _traj(qid: str, actions: list[tuple[str, str]]) -> Trajectory:

@@ -43,15 +43,15 @@ def sh(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, ok: bool = True) -
     return r
 
 
-def tiny_params(work: Path, base_url: str) -> Path:
-    """The flow tests' tiny epoch, its model calls going to the endpoint double."""
+def tiny_params(work: Path, base_url: str, experiment: str = EXPERIMENT) -> Path:
+    """The flow tests' tiny epoch, its model calls going to the endpoint double, logged to ``experiment``."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"].update(n_questions=10)
     params["agent"].update(max_steps=3)
     params["llm"].update(base_url=base_url, model="double-model", max_concurrency=2)
     params["evolve"].update(max_candidates=2, min_cluster_size=2)
     params["train"].update(enabled=False)
-    params["tracking"]["experiment"] = EXPERIMENT
+    params["tracking"]["experiment"] = experiment
     path = work / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
@@ -166,7 +166,7 @@ def test_the_nightly_deployment_reads_each_batch_of_traces_once(stack, deployed_
     shutil.copytree(ROOT / "hasp" / "skills" / "search", served, ignore=shutil.ignore_patterns("__pycache__"))
     (traces / "agent.jsonl").write_text("".join(logged[:half]))
     with OpenAIEndpointDouble(reply=lambda body: "Thought: done\nAction: FINAL[Paris]") as ep:
-        params = tiny_params(work, ep.base_url)
+        params = tiny_params(work, ep.base_url, experiment=f"{EXPERIMENT}-nightly")  # apart from the evolution's run
         out = sh([PY, "-m", "hasp.flows.deploy", "--pool", POOL, "--name", "nightly-traces", "--cron", "0 3 * * *",
                   "--mode", "lite", "--filtering", "full", "--params", str(params), "--out", str(nightly),
                   "--library", str(served), "--traces", str(traces),

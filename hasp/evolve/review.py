@@ -34,7 +34,7 @@ Heuristic reviewer (no teacher), deterministic, from the code's AST and the clus
   must name the failure (a content word of the cluster's category or abstraction) and what the
   skill does (a word for an action it watches or produces, its kind of repair, or a ctx field its
   trigger reads); words meet when equal or one is a prefix of the other (4+ letters). Each miss
-  halves the description's credit and is a reason; a description that misses either caps Q_skill
+  halves the description's credit and is a reason; a description that says neither caps Q_skill
   just under the lowest accept/admission bar (``unreadable_cap``): the code cannot be checked
   against a text that does not say what it is for, however well the code scores.
 * trigger: ``should_activate`` is not constant, reads known step-context fields or the
@@ -457,8 +457,8 @@ def description_findings(desc: str, cluster: Cluster, f: CodeFacts) -> list[str]
 
 def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
                       trigger_hit_rate: float | None) -> tuple[dict[str, float], list[str], str | None, bool]:
-    """(scores, reasons, veto, unreadable): ``unreadable`` when the description does not name both the
-    failure and what the skill does."""
+    """(scores, reasons, veto, unreadable): ``unreadable`` when the description names neither the
+    failure nor what the skill does."""
     reasons: list[str] = []
     veto: str | None = None
     notes = " ".join(candidate.notes)
@@ -478,7 +478,7 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
         reasons.append("no authored description")
     unsaid = description_findings(desc, cluster, f)
     reasons += unsaid
-    unreadable = bool(unsaid)  # a description must name both the failure and what the skill does
+    unreadable = len(unsaid) == 2
     desc_ok *= 1.0 - 0.5 * len(unsaid)
     concept = 0.35 * support + 0.25 * nov + 0.25 * desc_ok + 0.15 * body_ok
     if not cluster.is_new_category and not refine:
