@@ -156,6 +156,7 @@ def _test_groups(out: Path) -> tuple[dict[str, int], dict[str, bool], int]:
 def _over_seeds(dirs: list[Path]) -> None:
     """Every run folder's arms, and the gains paired per (seed, question) over all of them."""
     cells: dict[str, dict[str, dict[str, float]]] = {}
+    per_seed: dict[str, list[float]] = {}
     hops_all: dict[str, int] = {}
     seen_all: dict[str, bool] = {}
     for d in dirs:
@@ -171,9 +172,13 @@ def _over_seeds(dirs: list[Path]) -> None:
             for label in ("pf_before", "pf"):
                 cells.setdefault(f"{arm}/{label}", {}).update(
                     {f"{seed}:{q}": v for q, v in em_by_qid(cell_file(ev, label)).items()})
-            after = em_by_qid(cell_file(ev, "pf"))
+            after, before = em_by_qid(cell_file(ev, "pf")), em_by_qid(cell_file(ev, "pf_before"))
+            gain = _gain(paired_gain(before, after)) if before and after else "-"
+            per_seed.setdefault(arm, []).append(sum(after.values()) / max(1, len(after))
+                                                - sum(before.values()) / max(1, len(before)))
             parts.append(f"{arm}: admitted {ad.get('admitted')}, val EM {vb.get('em', 0):.3f} -> {va.get('em', 0):.3f}, "
-                         f"test pf {sum(after.values()):.0f}/{len(after)}")
+                         f"test pf {sum(before.values()):.0f}/{len(before)} -> {sum(after.values()):.0f}/{len(after)}, "
+                         f"paired {gain}")
         ceiling = (_json(d / "gold" / "eval_evolution" / "metrics.json").get("generated", {}).get("pf") or {}).get(
             "extractor_ceiling") or {}
         REPORT.line(f"data seed {seed} ({d}): test n={n}; " + "; ".join(parts)
@@ -183,6 +188,11 @@ def _over_seeds(dirs: list[Path]) -> None:
         if before and after:
             g = paired_gain(before, after, hops_all, seen_all)
             REPORT.line(f"{arm}: pf after - before, paired over seeds x questions: {_gain(g)}; {_groups(g)}")
+            gains = per_seed.get(arm, [])
+            if len(gains) > 1:
+                REPORT.line(f"  per seed: {', '.join(f'{x:+.3f}' for x in gains)} (mean {sum(gains) / len(gains):+.3f}); "
+                            "the interval above is over questions pooled across seeds, so it does not hold how "
+                            "much the gain depends on which skills a seed's student proposed")
     if cells.get("gold/pf") and cells.get("no_gold/pf"):
         g = paired_gain(cells["gold/pf"], cells["no_gold/pf"], hops_all, seen_all)
         REPORT.line(f"no-gold after - gold after, paired over seeds x questions: {_gain(g)}; {_groups(g)}")
