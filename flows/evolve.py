@@ -31,7 +31,7 @@ from hasp import artifacts as art
 from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
 from hasp.evolve.epoch import history_before
-from hasp.evolve.gate import epoch_phases, static_exec
+from hasp.evolve.gate import active_gates, epoch_phases, static_exec
 from hasp.evolve.phase_graph import (EPOCH_STEPS, STEP, cache_key, epoch_code_paths, epoch_order, epoch_outs,
                                     repo_root)
 from hasp.fingerprint import content_hash, key_of, module_closure, source_key
@@ -108,7 +108,7 @@ def _val_phase(pipe: Pipeline, name: str, key: str, p: Params, data_dir: Path, l
 
 
 #: scratch folders a phase removes when it ends; a killed run leaves them behind
-SCRATCH = ("valgate-*", "anchors-*")
+SCRATCH = ("valgate-*", "anchors-*", "judge-*")
 
 
 def sweep_scratch(ep_dir: Path) -> int:
@@ -188,7 +188,8 @@ STALE_IF_SKIPPED = {s.name: epoch_outs(s.phase) for s in EPOCH_STEPS if s.option
 #: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
 PHASE_OUTPUTS = {"analyse": (art.FAILURES, art.SUMMARIES, art.CLUSTERS), "propose": (art.CANDIDATES,),
                  "validate": (art.VALIDATION,), "review": (art.REVIEWS,),
-                 "val_baseline": (art.VAL_BASELINE,), "gate": (art.GATE, art.ANCHORS, art.VAL_RUNS, art.ANCHOR_RUNS),
+                 "val_baseline": (art.VAL_BASELINE,),
+                 "gate": (art.GATE, art.ANCHORS, art.JUDGE_GATE, art.VAL_RUNS, art.ANCHOR_RUNS, art.JUDGE_RUNS),
                  "admit": (art.ADMISSION, art.LIBRARY), "val_after": (art.VAL_AFTER,), "frontier": (art.CARRY,),
                  "build_data": (art.SFT, art.DPO, art.SFT_SKILL, art.DPO_SKILL, art.SKILL_RECORDS,
                                 art.DATA_SUMMARY)}
@@ -277,10 +278,11 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
 
         k = cache_key("rollout", p, lay, "traces", source_key(p.evolve.traces.source))
         ph["rollout"] = _phase(pipe, f"{STEP['rollout'].label} (from traces)", phases.rollout_from_traces,
-                               (ep_dir / art.ROLLOUT,), k, p, ep_dir / art.ROLLOUT)
+                               (ep_dir / art.ROLLOUT, ep_dir / art.HELDOUT), k, p, ep_dir / art.ROLLOUT)
     else:
         k = cache_key("rollout", p, lay, model_id)
-        ph["rollout"] = _phase(pipe, STEP["rollout"].label, phases.rollout, (ep_dir / art.ROLLOUT,),
+        ph["rollout"] = _phase(pipe, STEP["rollout"].label, phases.rollout,
+            (ep_dir / art.ROLLOUT, ep_dir / art.HELDOUT),
             k, p, data_dir, lib_in, ep_dir / art.ROLLOUT, policy=policy, teacher=teacher,
             executor=clients.executor, meter=meter)
     if line := reached("rollout"):
@@ -338,7 +340,11 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     if line and last_gate != "val_baseline":
         return stopped(line, "val_baseline")
     if "gate" in run_phases:
-        k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key)
+        # the judge gate's held-out questions come from Phase A's traces, and the judge is a model of its own
+        judge_key = ((content_hash(ep_dir / art.HELDOUT), teacher_id if clients.teacher is not None else model_id)
+                     if "judge" in active_gates(p.evolve) else None)
+        k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key,
+                      judge_key)
 
         def gate(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
             guard = ledger.guard(meter) if limited(p.evolve.budget) else None

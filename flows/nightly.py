@@ -8,6 +8,9 @@ with a changelog entry naming the traces, gates and anchors that justified it. T
 past the batch, so the next night reads only what came after. A night with no new trace line does
 nothing but say so; an epoch the budget stopped neither releases nor moves the watermark (the batch is
 read again, with what came after it, next time). ``hasp skills rollback LIBRARY`` undoes a release.
+One run at a time per library: a run holds the library's lock (``release.lock``) from the watermark read
+to the watermark write, and a second one refuses to start with one line; a nightly deployment also runs
+its flow runs one at a time (``hasp.flows.schedule.schedule_kwargs``).
 
 Deploy it on a schedule with ``python -m hasp.flows.deploy --traces DIR --library SERVED ...``.
 """
@@ -35,7 +38,7 @@ def _evidence(res: dict[str, Any], batch: Any, traces: str, run_dir: Path) -> di
                        "read": {k: v for k, v in ((ph.get("rollout") or {}).get("traces") or {}).items()
                                 if k in ("n_read", "n_bad", "n_with_gold", "bad_by_reason")}},
             "admitted": ph["admit"].get("admitted_ids", ph["admit"].get("admitted")),
-            "gate": {k: gate.get(k) for k in ("val_runs", "val_pass", "base_em", "anchors") if k in gate},
+            "gate": {k: gate.get(k) for k in ("val_runs", "val_pass", "base_em", "anchors", "judge") if k in gate},
             "review": {k: (ph.get("review") or {}).get(k) for k in ("reviewed", "review_accept")}}
 
 
@@ -46,6 +49,12 @@ def nightly_flow(traces: str, library: str, params_path: str | None = "params.ya
     """One night: the traces of ``traces`` after the watermark of ``library``, one epoch on them, a
     release of ``library`` when skills were admitted (see the module doc)."""
     lib = Path(library)
+    with release.lock(lib, "this nightly run"):  # a second run over the same library refuses to start
+        return _night(traces, lib, params_path, out_root, mode, filtering, traces_gold, publish)
+
+
+def _night(traces: str, lib: Path, params_path: str | None, out_root: str, mode: str | None,
+           filtering: str | None, traces_gold: bool | None, publish: bool) -> dict[str, Any]:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     run_dir = Path(out_root) / f"run-{stamp}-{str(flow_run.id or 'local')[:8]}"
     batch = new_batch(traces, release.watermark(lib), run_dir / "traces")

@@ -61,12 +61,17 @@ def entrypoint(a: argparse.Namespace) -> tuple[str, str]:
 
 
 def schedule_kwargs(a: argparse.Namespace) -> dict[str, Any]:
-    """``cron=`` alone, or a ``CronSchedule`` when a time zone is given (Prefect takes either)."""
+    """``cron=`` alone, or a ``CronSchedule`` when a time zone is given (Prefect takes either). A nightly
+    deployment (``--traces``) also runs one flow run at a time: a run scheduled while the last one still
+    works waits for it (Prefect's deployment concurrency limit, strategy ENQUEUE), so it starts from the
+    watermark the last run left. The served library's own lock (``hasp.evolve.release.lock``) covers runs
+    started outside this deployment."""
+    limit = {"concurrency_limit": 1} if getattr(a, "traces", None) else {}
     if not a.timezone:
-        return {"cron": a.cron}
+        return {"cron": a.cron, **limit}
     from prefect.client.schemas.schedules import CronSchedule
 
-    return {"schedule": CronSchedule(cron=a.cron, timezone=a.timezone)}
+    return {"schedule": CronSchedule(cron=a.cron, timezone=a.timezone), **limit}
 
 
 def require_server() -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "ROLLOUT", "TRACES_SUMMARY", "FAILURES", "SUMMARIES", "CLUSTERS", "CANDIDATES", "VALIDATION", "REVIEWS",
-    "VAL_BASELINE", "GATE", "ANCHORS", "VAL_RUNS", "ANCHOR_RUNS", "LIBRARY", "ADMISSION", "VAL_AFTER", "CARRY",
+    "HELDOUT", "VAL_BASELINE", "GATE", "ANCHORS", "JUDGE_GATE", "VAL_RUNS", "ANCHOR_RUNS", "JUDGE_RUNS", "LIBRARY", "ADMISSION", "VAL_AFTER", "CARRY",
     "SFT", "DPO", "SFT_SKILL", "DPO_SKILL", "SKILL_RECORDS", "DATA_SUMMARY", "MLFLOW_RUN_ID", "BUDGET",
     "SUMMARY_GLOB", "FILES", "summary_file", "summary_phase",
 ]
@@ -22,6 +22,8 @@ __all__ = [
 # Phase A: the policy's (or the logged traces') trajectories on the train split
 ROLLOUT = "rollout.jsonl"
 TRACES_SUMMARY = "traces_summary.json"  # Phase A from logged traces: rows read, bad rows by reason
+# Phase A from logged traces: the questions held out of Phases B-H for the judge gate (empty otherwise)
+HELDOUT = "heldout.jsonl"
 # Phase B: the detected failure patterns, the LLM's summaries of them, the clusters Phase C proposes for
 FAILURES = "failures.json"
 SUMMARIES = "summaries.json"
@@ -38,6 +40,9 @@ GATE = "gate.json"
 ANCHORS = "anchors.json"
 VAL_RUNS = "val_runs"  # a folder
 ANCHOR_RUNS = "anchor_runs"  # a folder
+# the judge gate: each candidate's judged answers to the held-out trace questions, and their runs
+JUDGE_GATE = "judge_gate.json"
+JUDGE_RUNS = "judge_runs"  # a folder
 # Phase F: the evolved library (a folder) and every admission decision
 LIBRARY = "library"
 ADMISSION = "admission.json"
@@ -61,8 +66,8 @@ _SUMMARY_PREFIX, _SUMMARY_SUFFIX = "summary_", ".json"
 SUMMARY_GLOB = f"{_SUMMARY_PREFIX}*{_SUMMARY_SUFFIX}"
 
 #: every file (not folder) name above: what the literal-name test looks for outside this module
-FILES: tuple[str, ...] = (ROLLOUT, TRACES_SUMMARY, FAILURES, SUMMARIES, CLUSTERS, CANDIDATES, VALIDATION,
-                          REVIEWS, VAL_BASELINE, GATE, ANCHORS, ADMISSION, VAL_AFTER, CARRY, SFT, DPO, SFT_SKILL,
+FILES: tuple[str, ...] = (ROLLOUT, TRACES_SUMMARY, HELDOUT, FAILURES, SUMMARIES, CLUSTERS, CANDIDATES, VALIDATION,
+                          REVIEWS, VAL_BASELINE, GATE, ANCHORS, JUDGE_GATE, ADMISSION, VAL_AFTER, CARRY, SFT, DPO, SFT_SKILL,
                           DPO_SKILL, SKILL_RECORDS, DATA_SUMMARY, MLFLOW_RUN_ID)
 
 

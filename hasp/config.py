@@ -388,6 +388,12 @@ class TracesParams(_Strict):
                         "answer is supported by what the agent saw; UNSUPPORTED is the failure signal 'judge' "
                         "where a trace has no gold (hasp.evolve.trace_judge)")
     judge_max_chars: int = Field(1500, ge=100, description="characters of a trace's observations the judge sees")
+    holdout: float = Field(0.0, ge=0, lt=1, description="share of the traces' questions Phase A holds out of "
+                           "Phases B-H for the judge gate: every candidate the other gates passed answers them, "
+                           "the judge reads each answer, and a candidate under which fewer answers are supported "
+                           "is refused (hasp.evolve.judge_gate); 0 = no judge gate")
+    holdout_max: int = Field(40, ge=1, description="at most this many held-out questions (each candidate's "
+                             "judge gate runs the agent on every one of them)")
 
     @field_validator("tool_actions")
     @classmethod

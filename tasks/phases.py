@@ -132,11 +132,8 @@ def val_rollout(cache_key: str, params: Params, data_dir: Path, library: Path, o
 def gate(cache_key: str, epoch_dir: Path, library: Path, params: Params, data_dir: Path,
          baseline: dict[str, Any], *, policy: Any, teacher: Any = None, executor: Any = None,
          meter: Any = None, guard: Any = None) -> dict[str, Any]:
-    run_val = ep.val_runner(params, data_dir, epoch_dir / art.VAL_RUNS, policy=policy, teacher=teacher,
-                            executor=executor)
-    run_anchors = ep.anchor_runner(params, data_dir, epoch_dir / art.ANCHOR_RUNS, policy=policy, teacher=teacher,
-                                   executor=executor)
-    s = metered_phase(meter, lambda: ep.gate(epoch_dir, library, params, baseline, run_val, run_anchors, guard),
+    runs = ep.gate_runners(params, data_dir, epoch_dir, policy=policy, teacher=teacher, executor=executor)
+    s = metered_phase(meter, lambda: ep.gate(epoch_dir, library, params, baseline, guard=guard, **runs),
                       params.evolve.budget)
     return _uncached_if_failed("E2-val-gate", s)
 

@@ -443,6 +443,29 @@ class AnchorRunnerDouble:
         return {"n": len(self.ids), "em": sum(ems.values()) / len(self.ids)}, ems
 
 
+class JudgeRunnerDouble:
+    """The judge gate's run (``run(library, label) -> (summary, {qid: judged score}, judge counts)``):
+    every held-out answer is judged supported except those in ``unsupported``; a library holding the
+    generated skill ``sid`` also loses ``breaks[sid]`` and gains ``fixes[sid]``; ``unjudged`` questions
+    get no verdict. Records which skill (None for the library alone) each run had."""
+
+    def __init__(self, ids, *, unsupported=(), breaks=None, fixes=None, unjudged=()):
+        self.ids, self.unsupported, self.unjudged = list(ids), set(unsupported), set(unjudged)
+        self.breaks, self.fixes = breaks or {}, fixes or {}
+        self.calls: list[str | None] = []
+
+    def __call__(self, library: Path, label: str):
+        gen_dir = library / "generated"
+        gen = [d.name.rsplit("-v", 1)[0].replace("-", "_") for d in gen_dir.iterdir()] if gen_dir.is_dir() else []
+        assert len(gen) <= 1, gen  # the library alone, or it plus exactly one candidate
+        sid = gen[0] if gen else None
+        self.calls.append(sid)
+        bad = (self.unsupported | self.breaks.get(sid or "", set())) - self.fixes.get(sid or "", set())
+        scores = {i: 0.0 if i in bad else 1.0 for i in self.ids if i not in self.unjudged}
+        return ({"n": len(self.ids)}, scores,
+                {"asked": len(self.ids), "unsupported": len(bad), "errors": len(self.unjudged)})
+
+
 # ----------------------------------------------------------------------------- HTTP endpoints
 class OpenAIEndpointDouble:
     """Answers ``POST /v1/chat/completions`` on 127.0.0.1, following a script of faults.

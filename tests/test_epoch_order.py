@@ -78,7 +78,7 @@ def test_files_removed_for_a_skipped_or_unreached_step_cover_what_the_graph_says
     from hasp.flows.evolve import PHASE_OUTPUTS, STALE_IF_SKIPPED
 
     assert STALE_IF_SKIPPED == {"validate": (art.VALIDATION,), "review": (art.REVIEWS,),
-                                "gate": (art.GATE, art.ANCHORS)}
+                                "gate": (art.GATE, art.ANCHORS, art.JUDGE_GATE)}
     for name, files in PHASE_OUTPUTS.items():
         step = STEP[name]
         if step.phase is not None:

@@ -71,3 +71,8 @@ def test_two_nights_read_two_batches_and_release_what_they_admit(env):
     assert live == (3 if second["released"] else 2) and second["version"] == live
     back = release.rollback(lib, to=1)
     assert back.previous == live and set(back.removed) == added
+    # a run started while another process changes the library refuses at once, with the lock's path
+    with release.lock(lib, "the test's holder"):
+        with pytest.raises(release.ReleaseError, match="another process is changing"):
+            _night(work, "full")
+    assert release.live_version(lib) == 1

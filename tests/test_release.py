@@ -91,3 +91,54 @@ def test_the_cli_publishes_logs_and_rolls_back(served, tmp_path):
     bad.write_text("[1]")
     r = cli.invoke(app, ["skills", "publish", str(lib), "--from", str(evolved), "--evidence", str(bad)])
     assert r.exit_code == 2 and "must hold a JSON object" in r.output
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from hasp.evolve.release import lock
+with lock(Path(sys.argv[1]), "the holder"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_one_process_at_a_time_changes_a_served_library_and_a_killed_holder_leaves_no_lock(served, tmp_path):
+    import subprocess
+    import sys
+
+    lib, evolved = served
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lib)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(release.ReleaseError) as e:
+            with release.lock(lib, "a second nightly run"):
+                pass
+        assert str(lib / ".hasp" / "lock") in str(e.value) and "a second nightly run waits" in str(e.value)
+        r = CliRunner().invoke(app, ["skills", "rollback", str(lib)])
+        assert r.exit_code == 2 and "another process is changing" in r.output
+        r = CliRunner().invoke(app, ["skills", "publish", str(lib), "--from", str(evolved)])
+        assert r.exit_code == 2 and release.live_version(lib) is None  # nothing was released
+    finally:
+        holder.kill()  # SIGKILL: no clean-up ran; the OS lock goes with the process
+        holder.wait()
+    with release.lock(lib):
+        pass
+    r = CliRunner().invoke(app, ["skills", "publish", str(lib), "--from", str(evolved)])
+    assert r.exit_code == 0 and release.live_version(lib) == 2
+    with pytest.raises(release.ReleaseError, match="not a skill library folder"):
+        with release.lock(tmp_path / "nowhere"):
+            pass
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_nightly_deployment_runs_one_flow_run_at_a_time():
+    import argparse
+
+    from hasp.flows.schedule import add_arguments, schedule_kwargs
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    assert schedule_kwargs(ap.parse_args(["--traces", "logs"]))["concurrency_limit"] == 1
+    assert "concurrency_limit" not in schedule_kwargs(ap.parse_args([]))
+    assert schedule_kwargs(ap.parse_args(["--traces", "logs", "--timezone", "Europe/Berlin"]))["concurrency_limit"] == 1

@@ -160,12 +160,13 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
          library: Annotated[Path, typer.Option("--library")],
          data: Annotated[Path, typer.Option("--data")] = Path("outputs/data"),
          params: ParamsOpt = None) -> None:
-    """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off), and the
-    pinned anchors of evolve.anchors (writes anchors.json)."""
+    """Val gate: val EM with library+candidate vs library alone (writes gate.json; [] when off), the
+    pinned anchors of evolve.anchors (writes anchors.json) and the judge on the held-out trace questions
+    of evolve.traces.holdout (writes judge_gate.json)."""
     from hasp.agent.remote import episode_executor
     from hasp.evolve.epoch import gate as gate_phase
     from hasp.atomic import write_json
-    from hasp.evolve.epoch import anchor_runner, rollout, val_runner
+    from hasp.evolve.epoch import gate_runners, rollout
     from hasp.evolve.gate import active_gates, epoch_phases
     from hasp.llm.endpoints import policy_client, teacher_client
 
@@ -173,6 +174,7 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
     if "gate" not in epoch_phases(p.evolve):
         write_json([], epoch_dir / art.GATE)
         write_json([], epoch_dir / art.ANCHORS)
+        write_json([], epoch_dir / art.JUDGE_GATE)
         summary: dict = {"skipped": f"val gate off (mode {p.evolve.mode}, filtering {p.evolve.filtering}, "
                                     f"val_gate {p.evolve.val_gate})"}
     else:
@@ -185,16 +187,13 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
             teacher = metered(teacher_client(p.teacher, p.llm), meter)
             with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
                 pol = metered(pol, meter)
-                run_anchors = anchor_runner(p, data, epoch_dir / art.ANCHOR_RUNS, policy=pol, teacher=teacher,
-                                            executor=ex)
                 base = {}
                 if "val" in active_gates(p.evolve):
                     base = rollout(p, data, library, "val", epoch_dir / art.VAL_BASELINE, policy=pol,
                                    variant="pf", teacher=teacher, limit=p.evolve.val_limit or None,
                                    label="val_baseline", executor=ex)
                 return gate_phase(epoch_dir, library, p, base,
-                                  val_runner(p, data, epoch_dir / art.VAL_RUNS, policy=pol, teacher=teacher,
-                                             executor=ex), run_anchors)
+                                  **gate_runners(p, data, epoch_dir, policy=pol, teacher=teacher, executor=ex))
         budgeted(epoch_dir, "gate", p, run)
         return
     write_json(summary, epoch_dir / art.summary_file("gate"))

@@ -31,7 +31,7 @@ def publish(library: LibArg,
                 "--evidence", help="A JSON object recorded in the changelog entry (what justified it).")] = None,
             ) -> None:
     """Release --from as the next version of LIBRARY (its current content becomes v1 on the first release)."""
-    from hasp.evolve.release import ReleaseError
+    from hasp.evolve.release import ReleaseError, lock
     from hasp.evolve.release import publish as do_publish
 
     ev = {}
@@ -43,7 +43,8 @@ def publish(library: LibArg,
         if not isinstance(ev, dict):
             _fail(f"{evidence}: must hold a JSON object")
     try:
-        e = do_publish(library, source, {"source": str(source), **ev})
+        with lock(library, "hasp skills publish"):
+            e = do_publish(library, source, {"source": str(source), **ev})
     except ReleaseError as err:
         _fail(str(err))
     typer.echo(f"{library}: v{e.version} live (from v{e.previous}); added {e.added or '-'}, changed "
@@ -87,11 +88,12 @@ def rollback(library: LibArg,
              to: Annotated[Optional[int], typer.Option("--to", help="Release to restore (default: the one "
                                                        "the live version was made from).")] = None) -> None:
     """Make an earlier release of LIBRARY live again (recorded in the changelog)."""
-    from hasp.evolve.release import ReleaseError
+    from hasp.evolve.release import ReleaseError, lock
     from hasp.evolve.release import rollback as do_rollback
 
     try:
-        e = do_rollback(library, to)
+        with lock(library, "hasp skills rollback"):
+            e = do_rollback(library, to)
     except ReleaseError as err:
         _fail(str(err))
     typer.echo(f"{library}: v{e.version} live again (was v{e.previous})")

@@ -98,8 +98,12 @@ def phase_a_rollout(params: Params, data_dir: Path, library_root: Path, out_path
     With ``evolve.prefilter`` a cheap pass (plain ReAct: no skills, no teacher, the shortest
     prompts) runs first and only the questions it gets wrong go through the PF-aware rollout, so
     the expensive pass is spent where Phase B will look. ``rollout.jsonl`` then holds those
-    trajectories only; the cheap pass is kept beside it as ``prefilter.jsonl``.
+    trajectories only; the cheap pass is kept beside it as ``prefilter.jsonl``. No question is held out
+    for the judge gate (only logged traces have one): ``heldout.jsonl`` is written empty.
     """
+    from hasp.evolve.heldout import write_heldout
+
+    write_heldout([], out_path.with_name(art.HELDOUT))
     if not params.evolve.prefilter:
         return rollout(params, data_dir, library_root, "train", out_path, policy=policy, variant="pf", teacher=teacher,
                        executor=executor)
@@ -373,6 +377,7 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
     from hasp.evolve.anchors import AnchorResult
     from hasp.evolve.cluster import Cluster, clusters_from_json
     from hasp.evolve.gate import Evidence, ValResult
+    from hasp.evolve.judge_gate import JudgeGateResult
     from hasp.evolve.propose import Candidate
     from hasp.evolve.review import Review
 
@@ -382,6 +387,7 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
     reviews = {r["skill_id"]: Review.from_dict(r) for r in _load_list(epoch_dir / art.REVIEWS)}
     vals = {r["skill_id"]: ValResult.from_dict(r) for r in _load_list(epoch_dir / art.GATE)}
     anchors = {r["skill_id"]: AnchorResult.from_dict(r) for r in _load_list(epoch_dir / art.ANCHORS)}
+    judged = {r["skill_id"]: JudgeGateResult.from_dict(r) for r in _load_list(epoch_dir / art.JUDGE_GATE)}
     lib_ids = frozenset(active_ids(library_in))
     out = []
     for i, c in enumerate(cands):
@@ -391,17 +397,20 @@ def _evidence(epoch_dir: Path, library_in: Path, sandbox: SandboxParams | None =
         out.append(Evidence(candidate=c, cluster=cluster, exec_report=reports.get(c.skill_id),
                             review=reviews.get(c.skill_id), val=vals.get(c.skill_id), library_ids=lib_ids,
                             earlier_ids=tuple(x.skill_id for x in cands[:i]), sandbox=sandbox,
-                            evolve=evolve, anchors=anchors.get(c.skill_id)))
+                            evolve=evolve, anchors=anchors.get(c.skill_id), judge=judged.get(c.skill_id)))
     return out
 
 
 def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, Any],
-         run_val: Any, run_anchors: Any = None, guard: Any = None) -> dict[str, Any]:
+         run_val: Any, run_anchors: Any = None, guard: Any = None, run_judge: Any = None) -> dict[str, Any]:
     """The gates that run the policy, for the candidates every cheap gate passed. Val gate: each runs
     on the val split with the library plus itself; ``baseline`` is the shared library-alone val
     summary (gate.json). Anchors (``evolve.anchors``, ``hasp.evolve.anchors``): the candidates the val
     gate passed (all of them when it is off) answer the pinned questions, against one library-alone
-    run (anchors.json). ``run_anchors`` is ``anchor_runner``'s function. ``guard``
+    run (anchors.json). ``run_anchors`` is ``anchor_runner``'s function. The judge gate
+    (``evolve.traces.holdout``, ``hasp.evolve.judge_gate``): the candidates the val and anchor gates
+    passed answer the held-out trace questions, judged against one library-alone run (judge_gate.json);
+    ``run_judge`` is ``judge_runner``'s function. ``guard``
     (``hasp.evolve.budget.Guard``) is asked before each candidate's val run: the ones left when the
     epoch's budget is reached are refused, and the summary's ``budget_stop`` says so."""
     from hasp.evolve.gate import active_gates, placeholder_review, pre_val_gates, refusals, run_val_gate, val_passed
@@ -427,21 +436,59 @@ def gate(epoch_dir: Path, library_in: Path, params: Params, baseline: dict[str, 
         gated = sum(1 for r in results if not (r.error or "").startswith("not run"))
         summary["budget_stop"] = (f"{stop_line(guard.hit, 'during the val gate')}; {gated} of {len(results)} "
                                   "candidates gated, the others refused")
+    passed = {r.skill_id for r in results if val_passed(r)}
+    keep = [it for it in items if "val" not in gates or it[0].skill_id in passed]
     if "anchors" in gates:
-        passed = {r.skill_id for r in results if val_passed(r)}
-        keep = [it for it in items if "val" not in gates or it[0].skill_id in passed]
         summary["anchors"] = anchor_gate(epoch_dir, library_in, params, keep, run_anchors)
+        refused = set(summary["anchors"]["refused"])
+        keep = [it for it in keep if it[0].skill_id not in refused]
     else:
         write_json([], epoch_dir / art.ANCHORS)
+    if "judge" in gates:
+        summary["judge"] = judge_gate(epoch_dir, library_in, keep, run_judge)
+    else:
+        write_json([], epoch_dir / art.JUDGE_GATE)
     broken = [r for r in results if r.failed_calls]
     if broken:  # the endpoint failed val episodes: say so, and let the orchestrator retry the phase
         summary.update(failure=f"{len(broken)} val runs had failed episodes: endpoint error",
                        failed_calls=sum(r.failed_calls for r in broken), first_error=broken[0].error[:300])
-    elif summary.get("anchors", {}).get("failed_calls"):
-        a = summary["anchors"]
-        summary.update(failure=f"{a['failed_calls']} anchor episodes failed: endpoint error",
-                       failed_calls=a["failed_calls"], first_error=a.get("first_error", "")[:300])
+    else:
+        for name, what in (("anchors", "anchor"), ("judge", "held-out")):
+            g = summary.get(name) or {}
+            if g.get("failed_calls"):
+                summary.update(failure=f"{g['failed_calls']} {what} episodes failed: endpoint error",
+                               failed_calls=g["failed_calls"], first_error=g.get("first_error", "")[:300])
+                break
     return summary
+
+
+def judge_gate(epoch_dir: Path, library_in: Path, items: list[Any], run_judge: Any) -> dict[str, Any]:
+    """The judge gate of ``items`` (candidate, cluster, review) on the epoch's held-out trace questions:
+    one library-alone run, one run per candidate; writes judge_gate.json and returns its summary."""
+    from hasp.evolve.heldout import load_heldout
+    from hasp.evolve.judge_gate import run_judge_gate
+
+    ids = [q.id for q in load_heldout(epoch_dir / art.HELDOUT)]
+    out: dict[str, Any] = {"held_out": len(ids), "runs": 0, "refused": {}, "checks": {}}
+    if not items or not ids or run_judge is None:
+        write_json([], epoch_dir / art.JUDGE_GATE)
+        if items:  # every candidate is refused by the judge gate's missing result, said once here
+            out["note"] = ("no held-out question (Phase A held none out)" if not ids
+                           else "no judge runner was given")
+        return out
+    base_summary, before, base_counts = run_judge(library_in, "judge_baseline")
+    results = run_judge_gate(items, library_in, run_judge, before, ids, workdir=epoch_dir)
+    write_json([r.to_dict() for r in results], epoch_dir / art.JUDGE_GATE)
+    failed = int(base_summary.get("failed_calls") or 0) + sum(r.failed_calls for r in results)
+    out.update(runs=len(results), supported_before=int(sum(before.get(i, 0.0) for i in ids)),
+               judged_before=sum(1 for i in ids if i in before), judge_before=base_counts,
+               refused={r.skill_id: r.refusal() for r in results if r.refusal()},
+               checks={r.skill_id: {"n": r.n, "supported_after": r.supported_after, "delta": r.delta,
+                                    "unjudged": r.unjudged, "error": r.error} for r in results})
+    if failed:
+        out.update(failed_calls=failed, first_error=next((r.error for r in results if r.error), "")
+                   or str(base_summary.get("first_error", "")))
+    return out
 
 
 def anchor_gate(epoch_dir: Path, library_in: Path, params: Params, items: list[Any], run_anchors: Any) -> dict[str, Any]:
@@ -493,6 +540,39 @@ def anchor_runner(params: Params, data_dir: Path, out_dir: Path, *, policy: Poli
                           label=label, executor=executor, items=anchors)
         return summary, {t.qid: float(t.em) for t in read_trajectories(out) if t.terminated != "error"}
     return run_anchors
+
+
+def judge_runner(params: Params, data_dir: Path, epoch_dir: Path, *, policy: Policy, teacher: Teacher | None = None,
+                 judge: Any = None, executor: EpisodeExecutor | None = None) -> Any:
+    """``run_judge(library, label) -> (summary, {qid: judged score}, judge counts)`` for the judge gate:
+    the PF agent on the epoch's held-out trace questions, then ``judge`` (the teacher, else the policy
+    model) on each answer (None when the judge gate is off)."""
+    from hasp.evolve.gate import active_gates
+    from hasp.evolve.heldout import load_heldout
+    from hasp.evolve.judge_gate import judged_answers
+
+    if "judge" not in active_gates(params.evolve):
+        return None
+    heldout = load_heldout(epoch_dir / art.HELDOUT)
+    judge = judge if judge is not None else teacher if teacher is not None else policy
+    out_dir = epoch_dir / art.JUDGE_RUNS
+
+    def run_judge(library: Path, label: str) -> tuple[dict[str, Any], dict[str, float], dict[str, Any]]:
+        out = out_dir / f"{label.replace('+', '__')}.jsonl"
+        summary = rollout(params, data_dir, library, "heldout", out, policy=policy, variant="pf", teacher=teacher,
+                          label=label, executor=executor, items=heldout)
+        scores, counts = judged_answers(read_trajectories(out), judge, max_chars=params.evolve.traces.judge_max_chars)
+        return summary, scores, counts
+    return run_judge
+
+
+def gate_runners(params: Params, data_dir: Path, epoch_dir: Path, *, policy: Policy, teacher: Teacher | None = None,
+                 executor: EpisodeExecutor | None = None) -> dict[str, Any]:
+    """The runs ``gate`` makes, by its keyword names: ``run_val``, ``run_anchors``, ``run_judge``."""
+    kw = {"policy": policy, "teacher": teacher, "executor": executor}
+    return {"run_val": val_runner(params, data_dir, epoch_dir / art.VAL_RUNS, **kw),
+            "run_anchors": anchor_runner(params, data_dir, epoch_dir / art.ANCHOR_RUNS, **kw),
+            "run_judge": judge_runner(params, data_dir, epoch_dir, **kw)}
 
 
 # ----------------------------------------------------------------------------- Phase F

@@ -115,6 +115,7 @@ class Evidence:
     sandbox: SandboxParams | None = None  # the sandbox a gate that runs the code uses (None: defaults)
     evolve: EvolveParams | None = None  # the review bars the teacher gate applies (None: defaults)
     anchors: Any = None  # hasp.evolve.anchors.AnchorResult of the anchors gate (None: not run)
+    judge: Any = None  # hasp.evolve.judge_gate.JudgeGateResult of the judge gate (None: not run)
 
 
 GateFn = Callable[[Evidence], list[str]]
@@ -185,6 +186,12 @@ def _anchors(ev: Evidence) -> list[str]:
     return ev.anchors.refusal()
 
 
+def _judge(ev: Evidence) -> list[str]:
+    if ev.judge is None:
+        return ["no judge-gate check"]
+    return ev.judge.refusal()
+
+
 def val_passed(v: ValResult) -> bool:
     """Whether a val result passes its rule (the same test ``refusals`` applies)."""
     return not v.error and v.delta_em is not None and (v.delta_em > 0 or (v.delta_em == 0 and v.rule == "no_drop"))
@@ -223,9 +230,10 @@ def _new_id(ev: Evidence) -> list[str]:
 
 
 GATES: dict[str, GateFn] = {"parse": _parse, "exec": _exec, "teacher": _teacher, "val": _val, "new_id": _new_id,
-                              "loadable": _loadable, "sandbox_exec": _sandbox_exec, "anchors": _anchors}
+                              "loadable": _loadable, "sandbox_exec": _sandbox_exec, "anchors": _anchors,
+                              "judge": _judge}
 #: the gates that run the policy on questions (after every cheap gate passed)
-RUN_GATES = ("val", "anchors")
+RUN_GATES = ("val", "anchors", "judge")
 FILTERING: dict[str, tuple[str, ...]] = {
     "none": ("parse",),
     "exec": ("parse", "exec"),
@@ -236,10 +244,17 @@ LITE_GATES: tuple[str, ...] = ("parse", "loadable", "sandbox_exec", "new_id")
 
 
 def active_gates(evolve: Any) -> tuple[str, ...]:
-    """The gate names for ``params.evolve`` (mode, filtering, val_gate, anchors)."""
+    """The gate names for ``params.evolve`` (mode, filtering, val_gate, anchors, the traces' holdout).
+    The anchors and the judge gate (``hasp.evolve.judge_gate``) run in every mode and filtering: both
+    guard a library that learns without gold, which a lite epoch does too."""
     gates = LITE_GATES if evolve.mode == "lite" else FILTERING[evolve.filtering]
     gates = tuple(g for g in gates if g != "val" or evolve.val_gate)
-    return gates + ("anchors",) if getattr(evolve, "anchors", None) else gates
+    if getattr(evolve, "anchors", None):
+        gates += ("anchors",)
+    traces = getattr(evolve, "traces", None)
+    if traces is not None and traces.source and traces.holdout > 0:
+        gates += ("judge",)
+    return gates
 
 
 def pre_val_gates(gates: Sequence[str]) -> tuple[str, ...]:

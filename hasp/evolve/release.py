@@ -23,6 +23,8 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,6 +57,33 @@ class Entry:
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+
+
+LOCK = "lock"
+
+
+@contextmanager
+def lock(lib: Path, who: str = "a release") -> Iterator[None]:
+    """Hold the served library's lock (``<library>/.hasp/lock``) for the block, or raise ``ReleaseError``
+    at once when another process holds it. Why: two nightly runs (or a run and a rollback) over the same
+    library would read the same watermark and race each other's release. The lock is an OS file lock
+    (``filelock``): it goes with the process that held it, so a killed run never leaves a stale one."""
+    from filelock import FileLock, Timeout
+
+    if not Path(lib).is_dir():
+        raise ReleaseError(f"{lib}: not a skill library folder")
+    path = _state_dir(lib) / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    held = FileLock(str(path), timeout=0)
+    try:
+        held.acquire()
+    except Timeout:
+        raise ReleaseError(f"{path}: another process is changing {lib} (a nightly run, publish or rollback); "
+                           f"{who} waits for it to finish: run it again then") from None
+    try:
+        yield
+    finally:
+        held.release()
 
 
 def _now() -> str:

@@ -29,9 +29,11 @@ KIND = "judge"
 
 @dataclass
 class TraceJudging:
-    """What the judge said: ``signals`` (qid -> the ``judge`` signal of an UNSUPPORTED answer) and counts."""
+    """What the judge said: ``signals`` (qid -> the ``judge`` signal of an UNSUPPORTED answer), every
+    usable verdict, and counts."""
 
     signals: dict[str, list[TraceSignal]] = field(default_factory=dict)
+    verdicts: dict[str, bool] = field(default_factory=dict)  # qid -> SUPPORTED, for every usable verdict
     asked: int = 0
     unsupported: int = 0
     errors: int = 0
@@ -78,6 +80,7 @@ def judge_traces(trajs: Iterable[Trajectory], judge: Any, *, max_chars: int = 15
             out.errors += 1
             out.first_error = out.first_error or f"{t.qid}: {problem}"
             continue
+        out.verdicts[t.qid] = verdict
         if not verdict:
             out.unsupported += 1
             out.signals[t.qid] = [TraceSignal(KIND, t.qid, -1, "the judge found the answer unsupported by "

@@ -478,18 +478,26 @@ def _feedback(action: Action, content: str, msg: dict[str, Any]) -> dict[str, An
 
 # ----------------------------------------------------------------------------- Phase A from traces
 def import_traces(source: Path | str, out_dir: Path, cfg: TracesParams) -> dict[str, Any]:
-    """Read ``source`` and write ``out_dir/rollout.jsonl`` (Phase A's format) and
+    """Read ``source`` and write ``out_dir/rollout.jsonl`` (Phase A's format), ``out_dir/heldout.jsonl``
+    (the questions ``evolve.traces.holdout`` keeps for the judge gate, ``hasp.evolve.judge_gate``) and
     ``out_dir/traces_summary.json``; returns the summary."""
     from hasp.agent.rollout import write_trajectories
     from hasp.atomic import write_json
     from hasp.eval.summary import summarize_rollout
 
+    from hasp.evolve.heldout import split_heldout, write_heldout
+
     read = read_traces(source, cfg)
     out_dir = Path(out_dir)
-    write_trajectories(read.trajs, out_dir / art.ROLLOUT)
-    summary = {**summarize_rollout(read.trajs), "variant": "traces", "source": str(source), "gold": cfg.gold,
+    trajs, heldout = split_heldout(read.trajs, cfg.holdout, cfg.holdout_max)
+    write_trajectories(trajs, out_dir / art.ROLLOUT)
+    write_heldout(heldout, out_dir / art.HELDOUT)
+    summary = {**summarize_rollout(trajs), "variant": "traces", "source": str(source), "gold": cfg.gold,
                "traces": read.summary()}
-    scored = [t for t in read.trajs if any(a.strip() for a in t.answers) and t.terminated != "error"]
+    if cfg.holdout > 0:
+        summary["heldout"] = {"questions": len(heldout), "trajectories": len(read.trajs) - len(trajs),
+                              "share": cfg.holdout, "max": cfg.holdout_max}
+    scored = [t for t in trajs if any(a.strip() for a in t.answers) and t.terminated != "error"]
     summary.pop("em"), summary.pop("f1")  # scores only where gold answers say what is right
     # tokens the logged run spent, not this one: kept apart so the epoch's budget does not count them
     summary["logged_tokens"] = {k: summary.pop(k) for k in ("prompt_tokens", "completion_tokens")}
