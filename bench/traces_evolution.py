@@ -11,6 +11,11 @@ held-out template), plus the two arms' final agents against each other. Every st
 runs. Greedy decoding: one run is one sample, the intervals are over questions, not seeds.
 
     HASP_BENCH_NOTE='what else ran' python bench/traces_evolution.py --out /work/runs/traces_evo [--questions 100] [--no-write]
+        [--arms gold no_gold no_gold_judge] [--holdout 0.3]
+
+The ``no_gold_judge`` arm evolves without gold and gates on the judge instead (``evolve.traces.holdout``:
+a share of the traces' questions held out of the epoch, answered with and without each candidate, the
+judge reading every answer; ``hasp.evolve.judge_gate``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from hasp.eval.paired import cell_file, em_by_qid, paired_gain  # noqa: E402
 from results import Report  # noqa: E402 - bench/ is the script directory
 
 SECTION = "Evolution from logged traces, with and without gold answers"
+#: arm -> the gold flag of `hasp evolve run --from-traces`; no_gold_judge also gets the judge gate
+ARMS = {"gold": "--gold", "no_gold": "--no-gold", "no_gold_judge": "--no-gold"}
 REPORT = Report(SECTION)
 HASP = [sys.executable, "-m", "hasp.cli"]
 
@@ -77,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--over-seeds", type=Path, nargs="+", default=None, metavar="DIR",
                     help="report the finished runs of these folders (one per data seed) together, paired per "
                     "question over all of them (--out is then only where nothing is written)")
+    ap.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=["gold", "no_gold"],
+                    help="no_gold_judge: no gold, and the judge gate on --holdout of the traces' questions")
+    ap.add_argument("--holdout", type=float, default=0.3, help="evolve.traces.holdout of the no_gold_judge arm")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     if a.over_seeds:
@@ -107,12 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     # ports of their own: a test suite or a user's server on the default ports is left alone
     p["llm"]["port"], p["teacher"]["port"] = free_port(), free_port()
     params = out / "params.yaml"
-    arms = {"gold": "--gold", "no_gold": "--no-gold"}
+    arms = {arm: ARMS[arm] for arm in a.arms}
+    if "no_gold_judge" in arms:
+        REPORT.section += f", judge gate on {a.holdout:.0%} held out"
     wall: dict[str, float] = {}
     if a.report_only:
         p = yaml.safe_load(params.read_text())
     else:
         params.write_text(yaml.safe_dump(p))
+        judged = {**p, "evolve": {**p["evolve"], "traces": {**p["evolve"]["traces"], "holdout": a.holdout}}}
+        (out / "params_no_gold_judge.yaml").write_text(yaml.safe_dump(judged))
         _runs(out, params, arms, a.filtering, wall)
     _report(out, params, p, arms, a.filtering, wall)
     if not a.no_write:
@@ -130,7 +144,8 @@ def _runs(out: Path, params: Path, arms: dict[str, str], filtering: str | None, 
         if (out / arm / "eval_evolution" / "metrics.json").exists():
             REPORT.line(f"{arm}: reused from {out / arm}")
             continue
-        wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(params),
+        arm_params = out / f"params_{arm}.yaml" if (out / f"params_{arm}.yaml").exists() else params
+        wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(arm_params),
                                  "--out", str(out / arm), "--final-eval",
                                  *(["--filtering", filtering] if filtering else [])], out / f"{arm}.log")
 
@@ -223,8 +238,22 @@ def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: s
                     f"failures {an.get('failed')} by {an.get('failure_source')}; proposals {pr.get('proposed')} for "
                     f"{pr.get('asked')} clusters; review accepted {rv.get('review_accept')} of {rv.get('reviewed')}"
                     f"{'' if (filtering or p['evolve']['filtering']) in ('teacher', 'full') else ' (not a gate here)'}; "
-                    + (f"val gate passed {gt.get('val_pass')} of {gt.get('val_runs')}" if gt.get("val_runs") is not None
-                       else "no val gate") + f"; admitted {ad.get('admitted')}")
+                    + (f"val gate passed {gt.get('val_pass')} of {gt.get('val_runs')}" if gt.get("val_runs") else
+                       "no val gate") + f"; admitted {ad.get('admitted')}")
+        jg = gt.get("judge")
+        if jg:
+            held = _json(ep / "summary_rollout.json").get("heldout") or {}
+            REPORT.line(f"  judge gate: {jg.get('held_out')} held-out questions ({held.get('trajectories')} traces "
+                        f"left out of Phases B-H); library alone {jg.get('supported_before')} of "
+                        f"{jg.get('judged_before')} judged answers supported; {jg.get('runs')} candidates checked, "
+                        f"{len(jg.get('refused') or {})} refused")
+            for sid, c in sorted((jg.get("checks") or {}).items()):
+                d = c.get("delta") or {}
+                ci = d.get("ci95") or [0, 0]
+                REPORT.line(f"    {sid}: supported after {c.get('supported_after')} of n={c.get('n')}, paired "
+                            f"{d.get('mean', 0):+.3f} [{ci[0]:+.2f}, {ci[1]:+.2f}], unjudged {c.get('unjudged')}"
+                            + (f", error {c['error'][:80]}" if c.get("error") else "")
+                            + (" - refused" if sid in (jg.get("refused") or {}) else ""))
         per = (an.get("signals") or {}).get("per_signal") or {}
         fired = {k: v for k, v in per.items() if v.get("flagged")}
         labelled = (an.get("signals") or {}).get("n_labelled") or 0
@@ -251,12 +280,17 @@ def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: s
         if before and after:
             g = paired_gain(before, after, hops, seen)
             REPORT.line(f"  pf after - before (paired): {_gain(g)}; {_groups(g)}")
-    if all(finals.values()):
+    if finals.get("gold") and finals.get("no_gold"):
         g = paired_gain(finals["gold"], finals["no_gold"], hops, seen)
         REPORT.line(f"no-gold after - gold after (paired): {_gain(g)}; {_groups(g)}")
         if not any(admitted.values()):
             REPORT.line("  both arms admitted nothing and end with the same library: this difference is the engine's "
                         "(greedy replies on 4 llama.cpp slots depend on what decodes beside them), not evolution's")
+
+
+    if finals.get("no_gold") and finals.get("no_gold_judge"):
+        g = paired_gain(finals["no_gold"], finals["no_gold_judge"], hops, seen)
+        REPORT.line(f"no-gold with the judge gate after - no-gold after (paired): {_gain(g)}; {_groups(g)}")
 
 
 if __name__ == "__main__":
