@@ -119,3 +119,17 @@ def test_the_embedded_judge_gives_a_verdict_or_a_counted_error(teacher: object) 
 
     v = judge_answer(teacher, "What is the capital of France?", ["Paris"], "Paris", max_tokens=8)
     assert v.prompt_tokens > 0 and (v.correct is not None or v.error.startswith("unparseable judge reply"))
+
+
+def test_the_embedded_teacher_judges_logged_traces_or_counts_what_it_could_not(teacher: object) -> None:
+    from traj_builders import scripted_traj
+
+    from hasp.evolve.trace_judge import judge_traces
+
+    trajs = [scripted_traj("t1", [("SEARCH", "capital France"), ("FINAL", "Paris")], question="What is the "
+                           "capital of France?", answers=(), prediction="Paris"),
+             scripted_traj("t2", [("FINAL", "Berlin")], question="Who wrote Hamlet?", answers=(), prediction="Berlin")]
+    judged = judge_traces(trajs, teacher)
+    assert judged.asked == 2 and len(judged.verdicts) + judged.errors == 2
+    assert judged.unsupported == sum(1 for v in judged.verdicts.values() if not v)
+    assert all(isinstance(v, bool) for v in judged.verdicts.values())

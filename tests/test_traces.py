@@ -317,6 +317,31 @@ def test_hasp_evolve_import_traces_writes_the_rollout_and_the_summary(tmp_path):
     assert main(["evolve", "import-traces", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")]) == 2
 
 
+def test_import_traces_with_the_judge_reports_its_precision_against_gold(tmp_path, capsys):
+    """--judge asks the teacher endpoint (here a double that finds every answer but 'x' supported) about
+    each answered trace and reports the judge beside the label-free signals."""
+    from doubles import OpenAIEndpointDouble
+
+    from hasp.cli import main
+
+    rows = [scripted_traj("g1", [("SEARCH", "a"), ("FINAL", "x")], prediction="x").to_dict(),
+            scripted_traj("g2", [("SEARCH", "a"), ("FINAL", "Ana")], prediction="Ana", em=1.0).to_dict(),
+            scripted_traj("g3", [("SEARCH", "a"), ("FINAL", "y")], prediction="y").to_dict()]
+    _write(tmp_path / "in" / "eval.jsonl", rows)
+    verdict = (lambda body: "UNSUPPORTED" if "Final answer: x" in body["messages"][-1]["content"] else "SUPPORTED")
+    with OpenAIEndpointDouble(reply=verdict) as judge:
+        params = yaml.safe_load((ROOT / "params.yaml").read_text())
+        params["teacher"].update(base_url=judge.base_url, model="judge-double")
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+        assert main(["evolve", "import-traces", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--judge",
+                     "--params", str(tmp_path / "params.yaml")]) == 0
+    s = json.loads((tmp_path / "out" / "traces_summary.json").read_text())["signals"]
+    assert s["judge"] == {"asked": 3, "unsupported": 1, "errors": 0}
+    assert s["per_signal"]["judge"] == {"flagged": 1, "failed": 1, "precision": 1.0, "recall": 0.5}
+    assert "judge: 3 asked, 1 unsupported, 0 unusable; against gold (EM 0): 1 flagged, precision 1.0, recall 0.5" \
+        in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- the flow
 
 def test_evolve_run_from_traces_runs_phases_b_to_h_on_the_logged_traces(tmp_path, prefect_harness):

@@ -112,31 +112,60 @@ def import_traces(source: Annotated[str, typer.Argument(help="File or folder of 
                                                                   "traces_summary.json.")],
                   gold: Annotated[Optional[bool], typer.Option(
                       "--gold/--no-gold", help="Keep the traces' gold answers (default: evolve.traces.gold).")] = None,
+                  judge: Annotated[Optional[bool], typer.Option(
+                      "--judge/--no-judge", help="Also ask the judge (the teacher, else the policy model) about "
+                      "every answered trace, and report its precision against gold beside the signals' "
+                      "(default: evolve.traces.judge).")] = None,
                   params: ParamsOpt = None) -> None:
     """Read logged traces into Phase A's rollout.jsonl (plus traces_summary.json: rows read, bad rows by
-    reason, rows with gold) and report the label-free failure signals; no model runs."""
+    reason, rows with gold) and report the label-free failure signals; no model runs unless --judge."""
     from hasp.agent.rollout import read_trajectories
     from hasp.atomic import write_json
     from hasp.evolve.trace_signals import failure_set, signal_counts, signal_precision
     from hasp.evolve.traces import import_traces as run_import
 
-    p = params_or_exit(params, {"evolve.traces.gold": gold} if gold is not None else None)
+    overrides = {k: v for k, v in (("evolve.traces.gold", gold), ("evolve.traces.judge", judge)) if v is not None}
+    p = params_or_exit(params, overrides or None)
     p = p.model_copy(update={"evolve": p.evolve.model_copy(update={"traces": p.evolve.traces.model_copy(
         update={"source": str(source)})})})
     traces_or_exit(p)
     summary = run_import(source, out, p.evolve.traces)
     trajs = read_trajectories(out / art.ROLLOUT)
-    found = failure_set(trajs, p.evolve.traces)
+    judged = _judge_traces(p, trajs) if p.evolve.traces.judge else None
+    found = failure_set(trajs, p.evolve.traces, judged.signals if judged else None)
     summary["signals"] = {"failure_source": found.summary(), "fired": signal_counts(found),
-                          **signal_precision(trajs, p.evolve.traces, found.signals)}
+                          **signal_precision(trajs, p.evolve.traces, found.signals),
+                          **({"judge": judged.summary()} if judged else {})}
     write_json(summary, out / art.TRACES_SUMMARY)
     t = summary["traces"]
     typer.echo(f"read {t['n_read']} trajectories ({t['n_with_gold']} with gold), {t['n_bad']} bad rows"
                + (f" ({', '.join(f'{v} {k}' for k, v in t['bad_by_reason'].items())})" if t["n_bad"] else "")
                + f"; failures: {found.gold} by gold, {found.label_free} by label-free signals")
+    if judged is not None:
+        j = summary["signals"].get("per_signal", {}).get("judge") or {}
+        typer.echo(f"judge: {judged.asked} asked, {judged.unsupported} unsupported, {judged.errors} unusable"
+                   + (f"; against gold (EM 0): {j['flagged']} flagged, precision {j['precision']}, recall {j['recall']}"
+                      if j.get("flagged") else ""))
     typer.echo(f"wrote {out / art.ROLLOUT} and {out / art.TRACES_SUMMARY}")
     if not t["n_read"]:
         raise typer.Exit(1)
+
+
+def _judge_traces(p: object, trajs: list) -> object:
+    """The trace judge over ``trajs`` with the teacher, else a policy-model server started for it."""
+    from contextlib import nullcontext
+
+    from hasp.evolve.trace_judge import judge_traces
+    from hasp.llm.endpoints import policy_client, teacher_client
+
+    teacher = teacher_client(p.teacher, p.llm)
+    try:
+        with (nullcontext(teacher) if teacher is not None else policy_client(p.llm, max_tokens=8)) as judge:
+            return judge_traces(trajs, judge, max_chars=p.evolve.traces.judge_max_chars)
+    finally:
+        closer = getattr(teacher, "close", None)
+        if callable(closer):
+            closer()
 
 
 def prefect_env() -> None:
