@@ -423,6 +423,14 @@ class ValRunnerDouble:
         return {"em": self.em_with[gen[0]], "f1": self.em_with[gen[0]] + 0.1, "n": 10}
 
 
+def gated_candidate(library: Path) -> str | None:
+    """The skill id of the one generated candidate a gate's library copy holds (None: the library alone)."""
+    gen_dir = library / "generated"
+    gen = [d.name.rsplit("-v", 1)[0].replace("-", "_") for d in gen_dir.iterdir()] if gen_dir.is_dir() else []
+    assert len(gen) <= 1, gen  # the library alone, or it plus exactly one candidate
+    return gen[0] if gen else None
+
+
 class AnchorRunnerDouble:
     """The anchors run of the gate (``run(library, label) -> (summary, {anchor id: EM})``): every anchor
     passes except those in ``fail``, and a library holding the generated skill ``sid`` also fails
@@ -433,10 +441,7 @@ class AnchorRunnerDouble:
         self.calls: list[str | None] = []
 
     def __call__(self, library: Path, label: str):
-        gen_dir = library / "generated"
-        gen = [d.name.rsplit("-v", 1)[0].replace("-", "_") for d in gen_dir.iterdir()] if gen_dir.is_dir() else []
-        assert len(gen) <= 1, gen  # the library alone, or it plus exactly one candidate
-        sid = gen[0] if gen else None
+        sid = gated_candidate(library)
         self.calls.append(sid)
         bad = self.fail | self.breaks.get(sid or "", set())
         ems = {i: 0.0 if i in bad else 1.0 for i in self.ids}
@@ -455,10 +460,7 @@ class JudgeRunnerDouble:
         self.calls: list[str | None] = []
 
     def __call__(self, library: Path, label: str):
-        gen_dir = library / "generated"
-        gen = [d.name.rsplit("-v", 1)[0].replace("-", "_") for d in gen_dir.iterdir()] if gen_dir.is_dir() else []
-        assert len(gen) <= 1, gen  # the library alone, or it plus exactly one candidate
-        sid = gen[0] if gen else None
+        sid = gated_candidate(library)
         self.calls.append(sid)
         bad = (self.unsupported | self.breaks.get(sid or "", set())) - self.fixes.get(sid or "", set())
         scores = {i: 0.0 if i in bad else 1.0 for i in self.ids if i not in self.unjudged}

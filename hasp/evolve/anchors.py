@@ -15,7 +15,6 @@ field: a pin that cannot be read must stop the gate, never be skipped.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,8 +23,6 @@ from typing import Any
 from hasp.domains.jsonl import json_file_objects
 from hasp.domains.search.generator import BenchmarkFormatError, QAItem, load_questions
 from hasp.stats import paired_difference
-
-log = logging.getLogger(__name__)
 
 #: anchor ids a refusal names before it says "and N more"
 NAMED = 10
@@ -106,22 +103,15 @@ def run_anchor_gate(items: Sequence[tuple[Any, Any, Any]], library_root: Path, r
                     before: Mapping[str, float], ids: Sequence[str], *,
                     workdir: Path | None = None) -> list[AnchorResult]:
     """The anchors of each candidate (``(candidate, cluster, review)``) against ``before`` (the library
-    alone). Each runs on a copy of the library with only that candidate added (``gate.with_candidate``);
-    a failed run is recorded on its result (which then refuses), never raised."""
-    from hasp.evolve.gate import with_candidate
+    alone), each on a copy of the library with only that candidate added (``gate.check_each``); a failed
+    run is recorded on its result (which then refuses), never raised."""
+    from hasp.evolve.gate import check_each
 
-    out = []
-    for cand, cluster, review in items:
-        res = AnchorResult(skill_id=cand.skill_id, n=len(ids))
-        try:
-            with with_candidate(library_root, cand, cluster, review, workdir, "anchors") as lib:
-                summary, after = run(lib, f"anchors+{cand.skill_id}")
-            res = compare(cand.skill_id, before, after, ids)
-            res.failed_calls = int(summary.get("failed_calls") or 0)
-            if res.failed_calls:  # an outage is not a measurement
-                raise RuntimeError(summary.get("failure") or f"{res.failed_calls} anchor episodes failed")
-        except Exception as e:  # noqa: BLE001 - recorded; the anchors gate then refuses this candidate
-            log.warning("anchors for %s failed: %s", cand.skill_id, e)
-            res.error = f"{type(e).__name__}: {e}"
-        out.append(res)
-    return out
+    def check(cand: Any, lib: Path) -> AnchorResult:
+        summary, after = run(lib, f"anchors+{cand.skill_id}")
+        res = compare(cand.skill_id, before, after, ids)
+        res.failed_calls = int(summary.get("failed_calls") or 0)
+        return res
+
+    return check_each(items, library_root, "anchors", workdir, check,
+                      lambda cand: AnchorResult(skill_id=cand.skill_id, n=len(ids)))

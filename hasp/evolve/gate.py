@@ -392,3 +392,27 @@ def with_candidate(library_root: Path, cand: Candidate, cluster: Cluster, review
         yield lib
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_each(items: Sequence[tuple[Candidate, Cluster, Review]], library_root: Path, kind: str,
+               workdir: Path | None, check: Callable[[Candidate, Path], Any], empty: Callable[[Candidate], Any],
+               ) -> list[Any]:
+    """``check(candidate, library)`` of each ``(candidate, cluster, review)`` on a library copy holding
+    only that candidate (``with_candidate``): the per-candidate loop of the anchors and judge gates. A
+    result with ``failed_calls`` (the endpoint failed episodes: an outage, not a measurement) gets an
+    ``error``; a check that raises gives ``empty(candidate)`` with the error. Either way the gate then
+    refuses that candidate, and the others are still checked."""
+    out = []
+    for cand, cluster, review in items:
+        try:
+            with with_candidate(library_root, cand, cluster, review, workdir, kind) as lib:
+                res = check(cand, lib)
+            if res.failed_calls and not res.error:
+                res.error = f"RuntimeError: {res.failed_calls} {kind} episodes failed: endpoint error"
+        except Exception as e:  # noqa: BLE001 - recorded; the gate then refuses this candidate
+            res = empty(cand)
+            res.error = f"{type(e).__name__}: {e}"
+        if res.error:
+            log.warning("%s gate for %s failed: %s", kind, cand.skill_id, res.error)
+        out.append(res)
+    return out

@@ -18,7 +18,6 @@ A judge is a noisy reader, not gold: the gate refuses a drop, it never admits on
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,8 +25,6 @@ from typing import Any
 
 from hasp.records import Trajectory
 from hasp.stats import paired_difference
-
-log = logging.getLogger(__name__)
 
 
 def judged_answers(trajs: Sequence[Trajectory], judge: Any, *, max_chars: int) -> tuple[dict[str, float], dict[str, Any]]:
@@ -104,23 +101,15 @@ def run_judge_gate(items: Sequence[tuple[Any, Any, Any]], library_root: Path, ru
                    before: Mapping[str, float], ids: Sequence[str], *,
                    workdir: Path | None = None) -> list[JudgeGateResult]:
     """The judge gate of each candidate (``(candidate, cluster, review)``) against ``before`` (the
-    library alone). Each runs on a copy of the library with only that candidate added
-    (``gate.with_candidate``); a failed run is recorded on its result (which then refuses), never raised."""
-    from hasp.evolve.gate import with_candidate
+    library alone), each on a copy of the library with only that candidate added (``gate.check_each``);
+    a failed run is recorded on its result (which then refuses), never raised."""
+    from hasp.evolve.gate import check_each
 
-    out = []
-    for cand, cluster, review in items:
-        res = JudgeGateResult(skill_id=cand.skill_id, held_out=len(ids))
-        try:
-            with with_candidate(library_root, cand, cluster, review, workdir, "judge") as lib:
-                summary, after, counts = run(lib, f"judge+{cand.skill_id}")
-            res = compare(cand.skill_id, before, after, ids)
-            res.judge = counts
-            res.failed_calls = int(summary.get("failed_calls") or 0)
-            if res.failed_calls:  # an outage is not a measurement
-                raise RuntimeError(summary.get("failure") or f"{res.failed_calls} held-out episodes failed")
-        except Exception as e:  # noqa: BLE001 - recorded; the judge gate then refuses this candidate
-            log.warning("judge gate for %s failed: %s", cand.skill_id, e)
-            res.error = f"{type(e).__name__}: {e}"
-        out.append(res)
-    return out
+    def check(cand: Any, lib: Path) -> JudgeGateResult:
+        summary, after, counts = run(lib, f"judge+{cand.skill_id}")
+        res = compare(cand.skill_id, before, after, ids)
+        res.judge, res.failed_calls = counts, int(summary.get("failed_calls") or 0)
+        return res
+
+    return check_each(items, library_root, "judge", workdir, check,
+                      lambda cand: JudgeGateResult(skill_id=cand.skill_id, held_out=len(ids)))
