@@ -27,7 +27,7 @@ def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"].update(n_questions=8)  # 3 train, 1 val, 4 test questions: every phase runs, none for long
-    params["agent"].update(max_steps=4, max_tokens=48)
+    params["agent"].update(max_steps=2, max_tokens=48)  # two steps and the answer turn: PFs fire, episodes stay short
     params["llm"].update(port=free_port_pair())
     # one failure summary and one proposal exercise Phases B-E's model paths; each costs seconds on 2 cores
     params["evolve"].update(max_candidates=1, proposal_max_tokens=160, min_cluster_size=2,

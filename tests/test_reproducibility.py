@@ -25,7 +25,7 @@ TIMING = {"wall_s_sum", "wall_s"}
 
 def _small(repo: Path) -> None:
     p = yaml.safe_load((repo / "params.yaml").read_text())
-    p["data"]["n_questions"] = 10  # a handful of train questions: the rollout split
+    p["data"]["n_questions"] = 6  # two train questions: the rollout split
     p["agent"]["max_steps"] = 3  # each episode still searches, reads and answers under the PFs
     p["llm"]["port"] = free_port_pair()
     p["llm"]["max_concurrency"] = 1
