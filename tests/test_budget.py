@@ -15,6 +15,8 @@ import pytest
 import yaml
 from doubles import ReplyDouble, ScriptedPolicyDouble, ScriptedTeacherDouble, StudentDouble, flow_with_doubles
 
+from test_evolve_modes import epoch_files  # noqa: F401 - a fixture
+
 from hasp.config import ParamsError, load_params
 from hasp.evolve.budget import Guard, Meter, MeteredClient, Spend, metered
 from hasp.records import Trajectory
@@ -329,3 +331,30 @@ def test_a_calls_budget_stops_the_val_gate_between_candidates(flow_env):
     for g in not_run:  # admission ran on the gate's evidence: an ungated candidate is refused, saying why
         assert not decisions[g["skill_id"]]["admitted"]
         assert "not run: the epoch's budget" in decisions[g["skill_id"]]["reason"]
+
+
+def test_the_dvc_gate_stage_asks_the_budget_before_each_candidate(epoch_files):  # noqa: F811
+    """``hasp evolve gate`` (the DVC stage) guards the val gate as the flow does: a budget the val
+    baseline already spends leaves every candidate ungated and refused, with the stop line."""
+    from doubles import OpenAIEndpointDouble
+    from test_evolve_modes import _second_good
+
+    from hasp.cli import main
+    from hasp.domains.search.prepare import prepare_data
+
+    tmp_path, lib, ed = epoch_files
+    _second_good(ed)
+    prepare_data(load_params(ROOT / "params.yaml", {"data.n_questions": 10}), tmp_path / "data")
+    with OpenAIEndpointDouble(reply=lambda body: "Thought: done.\nAction: FINAL[Telvik]") as ep:
+        params = yaml.safe_load((ROOT / "params.yaml").read_text())
+        params["data"].update(n_questions=10)
+        params["llm"].update(base_url=ep.base_url, model="gate-double", max_concurrency=1)
+        params["evolve"].update(filtering="full", budget={"max_calls": 1})
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+        assert main(["evolve", "gate", "--epoch-dir", str(ed), "--library", str(lib), "--data", str(tmp_path / "data"),
+                     "--params", str(tmp_path / "params.yaml")]) in (0, None)
+    gate = json.loads((ed / "gate.json").read_text())
+    assert len(gate) == 2 and all((g["error"] or "").startswith("not run: the epoch's budget") for g in gate)
+    summary = json.loads((ed / "summary_gate.json").read_text())
+    assert summary["budget_stop"].startswith("evolve.budget.max_calls 1 reached during the val gate")
+    assert summary["budget_stop"].endswith("0 of 2 candidates gated, the others refused")

@@ -208,7 +208,7 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
                                     f"val_gate {p.evolve.val_gate})"}
     else:
         from hasp.cli.budget import budgeted
-        from hasp.evolve.budget import metered
+        from hasp.evolve.budget import limited, metered
 
         anchors_or_exit(p)
 
@@ -216,12 +216,15 @@ def gate(epoch_dir: Annotated[Path, typer.Option("--epoch-dir")],
             teacher = metered(teacher_client(p.teacher, p.llm), meter)
             with policy_client(p.llm, max_tokens=p.agent.max_tokens) as pol, episode_executor(p.runner) as ex:
                 pol = metered(pol, meter)
+                # the same guard as the flow's, asked before each candidate's val run; made before the
+                # baseline run, which this stage makes itself (the flow's is a phase of its own)
+                guard = ledger.guard(meter) if limited(p.evolve.budget) else None
                 base = {}
                 if "val" in active_gates(p.evolve):
                     base = rollout(p, data, library, "val", epoch_dir / art.VAL_BASELINE, policy=pol,
                                    variant="pf", teacher=teacher, limit=p.evolve.val_limit or None,
                                    label="val_baseline", executor=ex)
-                return gate_phase(epoch_dir, library, p, base,
+                return gate_phase(epoch_dir, library, p, base, guard=guard,
                                   **gate_runners(p, data, epoch_dir, policy=pol, teacher=teacher, executor=ex))
         budgeted(epoch_dir, "gate", p, run)
         return
