@@ -142,3 +142,13 @@ def test_a_nightly_deployment_runs_one_flow_run_at_a_time():
     assert schedule_kwargs(ap.parse_args(["--traces", "logs"]))["concurrency_limit"] == 1
     assert "concurrency_limit" not in schedule_kwargs(ap.parse_args([]))
     assert schedule_kwargs(ap.parse_args(["--traces", "logs", "--timezone", "Europe/Berlin"]))["concurrency_limit"] == 1
+
+
+def test_state_without_its_changelog_is_said_once_and_publishing_goes_on(served, caplog):
+    lib, evolved = served
+    release.init(lib)
+    (lib / ".hasp" / "changelog.jsonl").unlink()
+    with caplog.at_level("WARNING", logger="hasp.evolve.release"):
+        entry = release.publish(lib, evolved)
+    assert entry.version == 2 and release.live_version(lib) == 2
+    assert [r.getMessage() for r in caplog.records if "without a changelog" in r.getMessage()] != []

@@ -194,7 +194,13 @@ def init(lib: Path, evidence: dict[str, Any] | None = None) -> Entry:
     if not lib.is_dir():
         raise ReleaseError(f"{lib}: no such library folder")
     if _read_state(lib):
-        return changelog(lib)[0] if changelog(lib) else Entry(live_version(lib) or 1, "init", _now(), None)
+        entries = changelog(lib)
+        if entries:
+            return entries[0]
+        log.warning("%s: release state without a changelog (%s missing or empty): the history of earlier "
+                    "versions is lost; the next entries start from v%d", lib, _state_dir(lib) / CHANGELOG,
+                    live_version(lib) or 1)
+        return Entry(live_version(lib) or 1, "init", _now(), None, evidence={"note": "changelog missing"})
     snapshot(lib, _release_dir(lib, 1))
     entry = Entry(1, "init", _now(), None, added=sorted(_skills(lib)), evidence=evidence or {})
     _append(lib, entry)
