@@ -38,3 +38,22 @@ def test_a_watermark_of_another_source_reads_the_new_one_whole(tmp_path):
     b.write_text('{"y": 1}\n{"y": 2}\n')
     mark = new_batch(a, None, tmp_path / "ba").mark
     assert new_batch(b, mark, tmp_path / "bb").n_lines == 2
+
+
+def test_a_mark_counts_bytes_and_a_mark_of_lines_and_hash_alone_still_reads_on(tmp_path):
+    from hasp.evolve.trace_batches import TAIL, _prefix_hash
+
+    log = tmp_path / "a.jsonl"
+    rows = [f'{{"i": {i}, "pad": "{"x" * 300}"}}\n' for i in range(40)]  # past TAIL bytes
+    log.write_text("".join(rows[:30]))
+    mark = new_batch(log, None, tmp_path / "b1").mark
+    entry = mark["files"]["a.jsonl"]
+    assert entry["lines"] == 30 and entry["bytes"] == log.stat().st_size > TAIL
+    log.write_text("".join(rows))
+    assert new_batch(log, mark, tmp_path / "b2").files == {"a.jsonl": 10}
+    # a watermark kept as (lines, hash of them) is checked that way, then kept with bytes
+    old = {"source": str(log), "files": {"a.jsonl": {"lines": 30, "hash": _prefix_hash(
+        [r.encode() for r in rows[:30]])}}}
+    again = new_batch(log, old, tmp_path / "b3")
+    assert again.files == {"a.jsonl": 10} and not again.reread
+    assert again.mark["files"]["a.jsonl"]["bytes"] == log.stat().st_size

@@ -3,8 +3,8 @@
 Why: an agent in service keeps appending episodes to its logs (``hasp eval`` folders, journals, chat
 logs), and a nightly evolution run should learn from what happened since the last run, not from
 everything again. The watermark (kept with the served library, ``hasp.evolve.release``) records, per
-trace file, how many lines were read and a hash of them; the next batch is the lines after that
-point and every new file. A file whose read part changed (rotated, rewritten) is read again from its
+trace file, how many lines and bytes were read and a hash of the last bytes before that point; the
+next batch is the lines after it and every new file, read without reading the old part again. A file whose read part changed (rotated, rewritten) is read again from its
 start, with a logged line, since its old lines no longer say what was read. The batch is written as
 plain files under the run's folder, so Phase A reads it like any trace folder and its cache key is
 its content.
@@ -32,11 +32,51 @@ class Batch:
     reread: list[str]  # files read again from their start (their read part changed)
 
 
+#: bytes before the watermark whose hash checks that the part already read is unchanged
+TAIL = 4096
+
+
 def _prefix_hash(lines: list[bytes]) -> str:
     h = hashlib.sha256()
     for line in lines:
         h.update(line)
     return h.hexdigest()[:16]
+
+
+def _tail_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _read_after(path: Path, before: dict[str, Any] | None) -> tuple[int, list[bytes], bool]:
+    """``(lines before, whole new lines, reread)`` of ``path`` after the watermark entry ``before``.
+
+    Only the bytes after the mark are read (plus the ``TAIL`` bytes before it, whose hash must match):
+    a log that grows by a day's episodes costs a day's read, not the whole file's. An entry written
+    before byte marks existed is checked by its lines' hash instead. A file whose read part changed
+    is read again from its start (``reread``)."""
+    size = path.stat().st_size
+    if before and "bytes" in before:
+        off = int(before["bytes"])
+        with path.open("rb") as f:
+            lo = max(0, off - TAIL)
+            f.seek(lo)
+            head = f.read(off - lo) if off <= size else b""
+            if off <= size and _tail_hash(head) == before.get("tail"):
+                return int(before.get("lines", 0)), _whole(f.read()), False
+    elif before:
+        lines = _whole(path.read_bytes())
+        n = int(before.get("lines", 0))
+        if n <= len(lines) and _prefix_hash(lines[:n]) == before.get("hash"):
+            return n, lines[n:], False
+    else:
+        return 0, _whole(path.read_bytes()), False
+    return 0, _whole(path.read_bytes()), True
+
+
+def _whole(data: bytes) -> list[bytes]:
+    """The complete lines of ``data``: a last line still being written (no newline yet) waits."""
+    lines = data.splitlines(keepends=True)
+    return lines[:-1] if lines and not lines[-1].endswith(b"\n") else lines
 
 
 def _files(source: Path) -> list[Path]:
@@ -62,22 +102,19 @@ def new_batch(source: Path | str, mark: dict[str, Any] | None, dest: Path) -> Ba
     total = 0
     for path in _files(source):
         rel = path.name if source.is_file() else str(path.relative_to(source))
-        data = path.read_bytes()
-        lines = data.splitlines(keepends=True)
-        if lines and not lines[-1].endswith(b"\n"):
-            lines = lines[:-1]  # still being written
         before = seen.get(rel)
-        start = 0
-        if before:
-            n = int(before.get("lines", 0))
-            if n <= len(lines) and _prefix_hash(lines[:n]) == before.get("hash"):
-                start = n
-            else:
-                reread.append(rel)
-                log.warning("%s: its first %d lines changed since the last run (rotated or rewritten): "
-                            "reading it again from the start", path, n)
-        fresh = lines[start:]
-        new_mark[rel] = {"lines": len(lines), "hash": _prefix_hash(lines)}
+        n_before, fresh, again = _read_after(path, before)
+        if again:
+            reread.append(rel)
+            log.warning("%s: its first %s lines changed since the last run (rotated or rewritten): "
+                        "reading it again from the start", path, before.get("lines"))
+        off = (int(before["bytes"]) if before and "bytes" in before and not again else 0) + sum(map(len, fresh))
+        if before and "bytes" not in before and not again:  # an older mark: count the bytes once
+            off = sum(map(len, _whole(path.read_bytes())[:n_before + len(fresh)]))
+        with path.open("rb") as f:
+            f.seek(max(0, off - TAIL))
+            tail = f.read(off - max(0, off - TAIL))
+        new_mark[rel] = {"lines": n_before + len(fresh), "bytes": off, "tail": _tail_hash(tail)}
         if fresh:
             out = dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
