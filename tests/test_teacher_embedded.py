@@ -114,14 +114,14 @@ def test_opd_targets_come_from_the_embedded_teacher_or_are_counted_unreadable(te
     assert by_source.get("pf", 0) == stats["teacher_unreadable"]  # a reply without an action keeps the PF's
 
 
-def test_the_embedded_judge_gives_a_verdict_or_a_counted_error(teacher: object) -> None:
+def test_the_embedded_judge_gives_a_verdict_in_one_of_two_words(teacher: object) -> None:
     from hasp.episode.judge import judge_answer
 
     v = judge_answer(teacher, "What is the capital of France?", ["Paris"], "Paris", max_tokens=8)
-    assert v.prompt_tokens > 0 and (v.correct is not None or v.error.startswith("unparseable judge reply"))
+    assert v.prompt_tokens > 0 and v.correct is not None and not v.error, v  # constrained to the two words
 
 
-def test_the_embedded_teacher_judges_logged_traces_or_counts_what_it_could_not(teacher: object) -> None:
+def test_the_embedded_teacher_judges_logged_traces_in_one_of_two_words(teacher: object) -> None:
     from traj_builders import scripted_traj
 
     from hasp.evolve.trace_judge import judge_traces
@@ -130,6 +130,7 @@ def test_the_embedded_teacher_judges_logged_traces_or_counts_what_it_could_not(t
                            "capital of France?", answers=(), prediction="Paris"),
              scripted_traj("t2", [("FINAL", "Berlin")], question="Who wrote Hamlet?", answers=(), prediction="Berlin")]
     judged = judge_traces(trajs, teacher)
-    assert judged.asked == 2 and len(judged.verdicts) + judged.errors == 2
+    # the verdict is constrained to the two words: the base model cannot continue the prompt instead
+    assert judged.asked == 2 and len(judged.verdicts) == 2 and judged.errors == 0, judged.summary()
     assert judged.unsupported == sum(1 for v in judged.verdicts.values() if not v)
     assert all(isinstance(v, bool) for v in judged.verdicts.values())

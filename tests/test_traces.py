@@ -467,6 +467,7 @@ class _JudgeDouble:
         from doubles import ReplyDouble
 
         self.seen.append(messages)
+        self.kw = kw
         r = self.replies.pop(0)
         if isinstance(r, Exception):
             raise r
@@ -485,6 +486,7 @@ def test_the_trace_judge_is_a_signal_for_traces_without_gold_and_is_measured_on_
     judge = _JudgeDouble(["UNSUPPORTED", "Supported.", "maybe?", "SUPPORTED", "UNSUPPORTED"])
     judged = judge_traces([*no_gold, silent, *gold], judge)
     assert len(judge.seen) == 5 and "Final answer: Lisbon" in judge.seen[0][-1]["content"]
+    assert judge.kw["grammar"] == 'root ::= "SUPPORTED" | "UNSUPPORTED"\n'  # one of the two words, where taken
     assert "step 1: text 1" in judge.seen[0][-1]["content"]  # what the agent saw
     assert judged.summary() == {"asked": 5, "unsupported": 2, "errors": 1,
                                 "first_error": "n3: unparseable judge reply 'maybe?'"}

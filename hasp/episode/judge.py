@@ -4,7 +4,8 @@ EM misses paraphrases ("the US" vs "United States"), which is why the paper repo
 score next to it. Parsing is strict on purpose: a reply that is not exactly one of the two words
 (after trimming whitespace, quotes, asterisks and a final period) is a *judge error*. Judge errors
 are counted and left out of the accuracy denominator; they are never read as "wrong", because
-that would turn a flaky endpoint into a worse-looking agent.
+that would turn a flaky endpoint into a worse-looking agent. Where the judge's endpoint takes a
+grammar the reply is constrained to the two words, so a base model cannot continue the prompt instead.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hasp.llm.gbnf import one_of
 from hasp.pf.teacher import teacher_reply
 from hasp.prompts import prompt, render
 
 log = logging.getLogger(__name__)
+#: the only replies a constrained judge can give (where its endpoint takes a grammar, as llama.cpp does)
+VERDICT_GRAMMAR = one_of(("CORRECT", "INCORRECT"))
+
 
 @dataclass(frozen=True)
 class JudgeVerdict:
@@ -52,7 +57,8 @@ def judge_answer(judge: Any, question: str, answers: list[str], prediction: str,
     if not prediction.strip():
         return JudgeVerdict(False, error="", raw="(no answer: not sent to the judge)")
     try:
-        reply = teacher_reply(judge, judge_messages(question, answers, prediction), max_tokens=max_tokens)
+        reply = teacher_reply(judge, judge_messages(question, answers, prediction), max_tokens=max_tokens,
+                              grammar=VERDICT_GRAMMAR)
     except Exception as e:  # noqa: BLE001 - a failed judge call is counted as judge_error, the eval goes on
         log.warning("judge call failed: %s: %s", type(e).__name__, e)
         return JudgeVerdict(None, error=f"{type(e).__name__}: {e}"[:300])

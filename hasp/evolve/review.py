@@ -768,11 +768,9 @@ def parse_review_reply(text: str) -> tuple[dict[str, float] | None, str | None, 
 def takes_json_schema(model: Any) -> bool:
     """Does ``model.chat`` take a ``json_schema`` keyword (``LLMClient`` and the clients wrapping it)?
     The client encodes it for its endpoint's dialect and answers without it, counted, when refused."""
-    try:
-        params = inspect.signature(model.chat).parameters.values()
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return any(p.name == "json_schema" or p.kind is p.VAR_KEYWORD for p in params)
+    from hasp.pf.teacher import takes_keyword
+
+    return takes_keyword(model, "json_schema")
 
 
 def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, teacher: ChatModel, *,

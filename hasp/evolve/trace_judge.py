@@ -3,7 +3,8 @@
 Why: the label-free signals (``hasp.evolve.trace_signals``) see how an episode went wrong (loops,
 repeats, no evidence), not whether an answer given after a tidy search is right. Where a trace has
 no gold answer, a model (the teacher, or any endpoint) is asked whether the observations state the
-answer; an UNSUPPORTED verdict is the failure signal ``judge``. Parsing is strict, as for the
+answer; an UNSUPPORTED verdict is the failure signal ``judge``. Where the judge's endpoint takes a
+grammar (llama.cpp, vLLM) the reply is constrained to the two words. Parsing is strict, as for the
 evaluation's judge (``hasp.episode.judge``): a reply that is not one of the two words is a judge
 error, counted and never read as either verdict. With ``evolve.traces.judge`` on, the traces that do
 carry gold are judged too, so the judge's precision and recall against EM 0 are measured beside the
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hasp.evolve.trace_signals import TraceSignal
+from hasp.llm.gbnf import one_of
 from hasp.pf.teacher import teacher_reply
 from hasp.prompts import prompt, render
 from hasp.records import Trajectory
@@ -25,6 +27,9 @@ from hasp.records import Trajectory
 log = logging.getLogger(__name__)
 
 KIND = "judge"
+#: the only replies a constrained judge can give (where its endpoint takes a grammar): an embedded base
+#: model asked in free text continues the prompt instead of answering
+VERDICT_GRAMMAR = one_of(("SUPPORTED", "UNSUPPORTED"))
 
 
 @dataclass
@@ -71,7 +76,7 @@ def judge_traces(trajs: Iterable[Trajectory], judge: Any, *, max_chars: int = 15
                                                    evidence=evidence_of(t, max_chars), answer=t.prediction)}]
         out.asked += 1
         try:
-            reply = teacher_reply(judge, msgs, max_tokens=max_tokens)
+            reply = teacher_reply(judge, msgs, max_tokens=max_tokens, grammar=VERDICT_GRAMMAR)
             verdict = parse_support(reply.text)
             problem = "" if verdict is not None else f"unparseable judge reply {str(reply.text)[:60]!r}"
         except Exception as e:  # noqa: BLE001 - a failed judge call is counted, the analysis goes on

@@ -21,6 +21,11 @@ def literal(text: str) -> str:
     return '"' + "".join(_LITERAL_ESCAPES.get(c, c) for c in text) + '"'
 
 
+def one_of(words: Iterable[str]) -> str:
+    """A grammar whose only replies are ``words`` (a verdict word, exactly)."""
+    return rules({"root": " | ".join(literal(w) for w in words)})
+
+
 def char_class(chars: Iterable[str], *, negated: bool = False) -> str:
     """A character class of ``chars`` (``negated``: every character but them), in a stable order."""
     body = "".join(_CLASS_ESCAPES.get(c, c) for c in sorted(set(chars)))

@@ -16,6 +16,8 @@ The ``Teacher`` protocol, and three layers of calls, each used where its failure
 
 from __future__ import annotations
 
+import inspect
+
 import logging
 import re
 from dataclasses import dataclass
@@ -40,20 +42,35 @@ class TeacherReply:
     completion_tokens: int = 0
 
 
-def _send(teacher: Any, messages: list[dict[str, str]], max_tokens: int, temperature: float) -> tuple[Any, int, int]:
+def takes_keyword(model: Any, name: str) -> bool:
+    """Does ``model.chat`` take the keyword ``name`` (``LLMClient``'s ``grammar`` / ``json_schema``, and
+    the clients wrapping it with ``**kw``)? The client encodes a constraint for its endpoint's dialect and
+    answers without it, counted, where the endpoint cannot take it."""
+    try:
+        params = inspect.signature(model.chat).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _send(teacher: Any, messages: list[dict[str, str]], max_tokens: int, temperature: float,
+          grammar: str | None = None) -> tuple[Any, int, int]:
     """The reply's text as the teacher returned it, and its token counts (0 without ``chat``)."""
     chat = getattr(teacher, "chat", None)
     if callable(chat):
-        r = chat(messages, max_tokens=max_tokens, temperature=temperature)
+        kw = {"grammar": grammar} if grammar is not None and takes_keyword(teacher, "grammar") else {}
+        r = chat(messages, max_tokens=max_tokens, temperature=temperature, **kw)
         return (getattr(r, "text", None), int(getattr(r, "prompt_tokens", 0) or 0),
                 int(getattr(r, "completion_tokens", 0) or 0))
     return teacher.generate(messages, max_tokens=max_tokens, temperature=temperature), 0, 0
 
 
 def teacher_reply(teacher: Any, messages: list[dict[str, str]], *, max_tokens: int,
-                  temperature: float = 0.0) -> TeacherReply:
-    """Send ``messages``; exceptions of the teacher propagate (callers decide the fallback)."""
-    text, prompt_tokens, completion_tokens = _send(teacher, messages, max_tokens, temperature)
+                  temperature: float = 0.0, grammar: str | None = None) -> TeacherReply:
+    """Send ``messages``; exceptions of the teacher propagate (callers decide the fallback). ``grammar``
+    (GBNF) constrains the reply where the teacher's client takes one (``takes_keyword``): a verdict that
+    must be one word then is one, even from a base model that would otherwise continue the prompt."""
+    text, prompt_tokens, completion_tokens = _send(teacher, messages, max_tokens, temperature, grammar)
     return TeacherReply(str(text or ""), prompt_tokens, completion_tokens)
 
 
