@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", choices=tuple(ARMS), default=["gold", "no_gold"],
                     help="no_gold_judge: no gold, and the judge gate on --holdout of the traces' questions")
     ap.add_argument("--holdout", type=float, default=0.3, help="evolve.traces.holdout of the no_gold_judge arm")
+    ap.add_argument("--no-final-eval", action="store_true", help="stop each arm after its epoch (gates and "
+                    "admissions only, no test EM)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     if a.over_seeds:
@@ -127,26 +129,27 @@ def main(argv: list[str] | None = None) -> int:
         params.write_text(yaml.safe_dump(p))
         judged = {**p, "evolve": {**p["evolve"], "traces": {**p["evolve"]["traces"], "holdout": a.holdout}}}
         (out / "params_no_gold_judge.yaml").write_text(yaml.safe_dump(judged))
-        _runs(out, params, arms, a.filtering, wall)
+        _runs(out, params, arms, a.filtering, wall, final_eval=not a.no_final_eval)
     _report(out, params, p, arms, a.filtering, wall)
     if not a.no_write:
         REPORT.write()
     return 0
 
 
-def _runs(out: Path, params: Path, arms: dict[str, str], filtering: str | None, wall: dict[str, float]) -> None:
+def _runs(out: Path, params: Path, arms: dict[str, str], filtering: str | None, wall: dict[str, float],
+          final_eval: bool = True) -> None:
     """The user's commands: the data, the logged traces (the PF agent on the train split), two evolutions."""
     if (out / "traces" / "metrics.json").exists():  # a folder of an earlier run: its data and traces are reused
         REPORT.line(f"data and traces reused from {out} (an earlier run's)")
     else:
         _data_and_traces(out, params, wall)
     for arm, flag in arms.items():
-        if (out / arm / "eval_evolution" / "metrics.json").exists():
+        if (out / arm / ("eval_evolution/metrics.json" if final_eval else "epoch_0/summary_admit.json")).exists():
             REPORT.line(f"{arm}: reused from {out / arm}")
             continue
         arm_params = out / f"params_{arm}.yaml" if (out / f"params_{arm}.yaml").exists() else params
         wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(arm_params),
-                                 "--out", str(out / arm), "--final-eval",
+                                 "--out", str(out / arm), *(["--final-eval"] if final_eval else []),
                                  *(["--filtering", filtering] if filtering else [])], out / f"{arm}.log")
 
 
