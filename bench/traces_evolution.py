@@ -250,11 +250,18 @@ def _report(out: Path, params: Path, p: dict, arms: dict[str, str], filtering: s
                         f"left out of Phases B-H); library alone {jg.get('supported_before')} of "
                         f"{jg.get('judged_before')} judged answers supported; {jg.get('runs')} candidates checked, "
                         f"{len(jg.get('refused') or {})} refused")
+            jb = jg.get("judge_before") or {}
+            if jb:
+                REPORT.line(f"  the judge on the library alone's answers: {jb.get('asked')} asked, "
+                            f"{jb.get('unsupported')} unsupported, {jb.get('errors')} unusable"
+                            + (f" (first: {jb['first_error'][:90]})" if jb.get("first_error") else ""))
             for sid, c in sorted((jg.get("checks") or {}).items()):
                 d = c.get("delta") or {}
                 ci = d.get("ci95") or [0, 0]
-                REPORT.line(f"    {sid}: supported after {c.get('supported_after')} of n={c.get('n')}, paired "
-                            f"{d.get('mean', 0):+.3f} [{ci[0]:+.2f}, {ci[1]:+.2f}], unjudged {c.get('unjudged')}"
+                paired = (f"paired {d.get('mean', 0):+.3f} [{ci[0]:+.2f}, {ci[1]:+.2f}]" if c.get("n")
+                          else "no question judged in both runs")
+                REPORT.line(f"    {sid}: supported after {c.get('supported_after')} of n={c.get('n')}, {paired}, "
+                            f"unjudged {c.get('unjudged')}"
                             + (f", error {c['error'][:80]}" if c.get("error") else "")
                             + (" - refused" if sid in (jg.get("refused") or {}) else ""))
         per = (an.get("signals") or {}).get("per_signal") or {}
