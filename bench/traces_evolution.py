@@ -149,7 +149,7 @@ def _runs(out: Path, params: Path, arms: dict[str, str], filtering: str | None, 
             continue
         arm_params = out / f"params_{arm}.yaml" if (out / f"params_{arm}.yaml").exists() else params
         wall[arm] = _run(HASP + ["evolve", "run", "--from-traces", str(out / "traces"), flag, "--params", str(arm_params),
-                                 "--out", str(out / arm), *(["--final-eval"] if final_eval else []),
+                                 "--out", str(out / arm), "--final-eval" if final_eval else "--no-final-eval",
                                  *(["--filtering", filtering] if filtering else [])], out / f"{arm}.log")
 
 
