@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--holdout", type=float, default=0.3, help="evolve.traces.holdout of the no_gold_judge arm")
     ap.add_argument("--no-final-eval", action="store_true", help="stop each arm after its epoch (gates and "
                     "admissions only, no test EM)")
+    ap.add_argument("--label", default=None, help="appended to the section name (a run of the same arms "
+                    "under other code, so both sections stay)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     if a.over_seeds:
@@ -122,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     arms = {arm: ARMS[arm] for arm in a.arms}
     if "no_gold_judge" in arms:
         REPORT.section += f", judge gate on {a.holdout:.0%} held out"
+    if a.label:
+        REPORT.section += f", {a.label}"
     wall: dict[str, float] = {}
     if a.report_only:
         p = yaml.safe_load(params.read_text())
