@@ -327,7 +327,7 @@ def test_dvc_push_then_pull_into_a_fresh_clone(tmp_path):
     sh(dvc + ["remote", "add", "-d", "local", str(remote)], env, repo)
     sh(dvc + ["repro", "prepare"], env, repo)
     (repo / "outputs" / "epoch_0").mkdir()
-    for name in ("candidates", "validation", "reviews", "gate", "anchors", "clusters"):
+    for name in ("candidates", "validation", "reviews", "gate", "anchors", "judge_gate", "clusters"):
         (repo / "outputs" / "epoch_0" / f"{name}.json").write_text("[]\n")
     sh(dvc + ["repro", "--single-item", "admit"], env, repo)
     library = sorted(p.relative_to(repo) for p in (repo / "outputs" / "epoch_0" / "library").rglob("*") if p.is_file())
