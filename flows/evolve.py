@@ -30,7 +30,7 @@ from prefect.runtime import flow_run
 from hasp import artifacts as art
 from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
-from hasp.evolve.epoch import history_before
+from hasp.evolve.epoch import epoch_actions, history_before
 from hasp.evolve.gate import active_gates, epoch_phases, static_exec
 from hasp.evolve.phase_graph import (EPOCH_STEPS, STEP, cache_key, epoch_code_paths, epoch_order, epoch_outs,
                                     repo_root)
@@ -318,7 +318,7 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
         k = cache_key("validate", p, lay)
         ph["validate"] = _phase(pipe, STEP["validate"].label, phases.validate, (ep_dir / art.VALIDATION,),
             k, ep_dir / art.CANDIDATES, ep_dir / art.VALIDATION, static=static_exec(p.evolve),
-            sandbox=p.sandbox)
+            sandbox=p.sandbox, action_types=epoch_actions(p))
         if line := reached("validate"):
             return stopped(line, "validate")
 

@@ -414,6 +414,14 @@ class TracesParams(_Strict):
 
 
 class EvolveParams(_Strict):
+    domain: str = Field(
+        "search", min_length=1,
+        description="the task an epoch evolves: search (the generated benchmark's split files), math, code, or a "
+                    "user task (pkg.module:attr, or a name an installed package registers); math, code and user "
+                    "tasks split their items into train/val/test by data.n_questions and data.fractions")
+    dataset: str = Field(
+        "", description="the items of a math, code or user-task epoch: a dataset name or file as `hasp eval "
+                        "--dataset` takes (empty: game24, humaneval, the task's own items); unused by search")
     min_cluster_size: int = Field(3, ge=1)
     max_candidates: int = Field(5, ge=0)
     proposal_temperature: float = Field(0.7, ge=0)

@@ -101,8 +101,9 @@ def propose(cache_key: str, clusters_path: Path, library: Path, params: Params, 
 
 @task(name="D-validate", **_opts)
 def validate(cache_key: str, candidates_path: Path, out_path: Path, *, static: bool = False,
-             sandbox: Any = None) -> dict[str, Any]:
-    return metered_phase(None, lambda: ep.validate(candidates_path, out_path, static=static, sandbox=sandbox))
+             sandbox: Any = None, action_types: tuple[str, ...] = ("SEARCH", "READ", "FINAL")) -> dict[str, Any]:
+    return metered_phase(None, lambda: ep.validate(candidates_path, out_path, static=static, sandbox=sandbox,
+                                                   action_types=action_types))
 
 
 @task(name="E-review", **_opts)

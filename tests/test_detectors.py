@@ -9,6 +9,8 @@ import pytest
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
 from hasp.evolve.detectors import (
     DETECTORS,
+    DETECTOR_SETS,
+    SEARCH_DETECTORS,
     FailurePattern,
     detect_failures,
     detector,
@@ -176,7 +178,7 @@ def test_detect_failures_survives_a_broken_detector(caplog):
         raise RuntimeError("boom")
 
     try:
-        pats = detect_failures([make(CASES["premature_final"])])
+        pats = detect_failures([make(CASES["premature_final"])], [*SEARCH_DETECTORS, "test_broken_rule"])
         assert "premature_final" in {p.category for p in pats}
         assert "test_broken_rule" in caplog.text
     finally:
@@ -198,3 +200,17 @@ def test_replay_contexts_rebuilds_step_state():
     assert "born in Telvik" in ctx_final["all_read_contents"]
     assert ctx_final["action_history"][0] == "SEARCH[Brightwell Labs founder]"
     assert ctxs[0][0]["step_count"] == 0 and not ctxs[0][0]["has_read"]
+
+
+def test_task_neutral_rules_read_any_task_and_search_keeps_its_own():
+    answer = DETECTOR_SETS["answer"]
+    wrong = make([st(0, "FINAL", "17")], answers=["24"])
+    unanswered = make([st(0, "CONVERT", "3 miles to km", "4.828 km", {})], answers=["4.828"])
+    right = make([st(0, "FINAL", "24")], answers=["24"], em=1.0)
+    cats = lambda t: {p.category for p in run_detectors(t, answer)}  # noqa: E731
+    assert "wrong_answer" in cats(wrong) and "no_final_answer" not in cats(wrong)
+    assert "no_final_answer" in cats(unanswered) and "wrong_answer" not in cats(unanswered)
+    assert not {"wrong_answer", "no_final_answer"} & cats(right)
+    # a single-step answer is not a search episode: the search rules (premature_final ...) are not in the set
+    assert not {"premature_final", "no_read_before_final"} & set(answer)
+    assert "wrong_answer" not in SEARCH_DETECTORS and fired(wrong) & {"premature_final"}

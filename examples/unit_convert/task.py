@@ -45,9 +45,26 @@ def within_one_percent(prediction: str, answers: list[str]) -> float:
     return float(abs(g - a) <= 0.01 * max(abs(a), 1e-9))
 
 
+#: the unit words a generated question uses, by unit
+_WORDS = {"km": "km", "mi": "miles", "m": "m", "ft": "feet", "in": "inches", "cm": "cm", "yd": "yards", "mm": "mm"}
+_PHRASINGS = ("How many {dst} is {v} {src}?", "Convert {v} {src} to {dst}.", "What is {v} {src} in {dst}?")
+
+
+def _generated() -> list[tuple[str, float, str, str]]:
+    """42 more questions (7 values x 6 unit pairs, phrasings in turn): enough items to split for an epoch."""
+    pairs = [("km", "mi"), ("m", "ft"), ("in", "cm"), ("yd", "m"), ("ft", "in"), ("cm", "mm")]
+    out = []
+    for i, v in enumerate((1.5, 7, 12, 25, 40, 120, 250)):
+        for j, (src, dst) in enumerate(pairs):
+            text = _PHRASINGS[(i + j) % len(_PHRASINGS)].format(v=v, src=_WORDS[src], dst=_WORDS[dst])
+            out.append((text, v, src, dst))
+    return out
+
+
 QUESTIONS = [("How many km is 3 miles?", 3, "mile", "km"), ("How many feet are 2 m?", 2, "m", "ft"),
              ("Convert 10 inches to cm.", 10, "in", "cm"), ("How many yards is 50 m?", 50, "m", "yd"),
-             ("What is 5 km in miles?", 5, "km", "mi"), ("How many mm are 4 inches?", 4, "in", "mm")]
+             ("What is 5 km in miles?", 5, "km", "mi"), ("How many mm are 4 inches?", 4, "in", "mm"),
+             *_generated()]
 
 
 def items() -> list[dict]:
@@ -57,8 +74,10 @@ def items() -> list[dict]:
 
 def tool_ceiling(rows: list) -> list[float]:
     """The score of the tool applied to the question's own number and units (what a perfect caller gets)."""
+    by_text = {q: (v, s, d) for q, v, s, d in QUESTIONS}
     out = []
-    for row, (_, v, s, d) in zip(rows, QUESTIONS):
+    for row in rows:
+        v, s, d = by_text[row.question]
         out.append(within_one_percent(convert(f"{v} {s} to {d}"), row.answers))
     return out
 

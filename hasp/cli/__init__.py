@@ -304,12 +304,13 @@ def evolve_propose(epoch_dir: EpochDir, library: Library, params: ParamsOpt = No
 @evolve_app.command("validate")
 def evolve_validate(epoch_dir: EpochDir, params: ParamsOpt = None) -> None:
     """Phase D: executable validation in the sandbox (static reading under filtering=teacher)."""
-    from hasp.evolve.epoch import validate
+    from hasp.evolve.epoch import epoch_actions, validate
     from hasp.evolve.gate import static_exec
 
     p = _params(params)
     _budgeted(epoch_dir, "validate", p, lambda meter, ledger: validate(
-        epoch_dir / art.CANDIDATES, epoch_dir / art.VALIDATION, static=static_exec(p.evolve), sandbox=p.sandbox))
+        epoch_dir / art.CANDIDATES, epoch_dir / art.VALIDATION, static=static_exec(p.evolve), sandbox=p.sandbox,
+        action_types=epoch_actions(p)))
 
 
 @evolve_app.command("review")

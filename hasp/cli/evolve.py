@@ -33,7 +33,9 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
             help="none | exec | teacher | full (default: evolve.filtering)")] = None,
         params: ParamsOpt = None,
         out: Annotated[Path, typer.Option("--out", help="Output root (epoch_<i>/ folders).")] = Path("outputs"),
-        library: Annotated[Path, typer.Option("--library", help="Starting library.")] = seed_library("search"),
+        library: Annotated[Optional[Path], typer.Option(
+            "--library", help="Starting library (default: the seed skills of --domain, or your task's "
+                              "Task.library).")] = None,
         start_epoch: Annotated[int, typer.Option("--start-epoch", min=0,
                                                  help="Continue after epoch N-1 (reads its carry.json).")] = 0,
         final_eval: Annotated[bool, typer.Option("--final-eval/--no-final-eval",
@@ -47,13 +49,28 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
         gold: Annotated[Optional[bool], typer.Option(
             "--gold/--no-gold", help="Score the traces against their gold answers, or drop them and find "
                                      "failures with the label-free signals only (evolve.traces.gold).")] = None,
+        domain: Annotated[Optional[str], typer.Option(
+            "--domain", help="The task to evolve: search, math, code, or your own (pkg.module:attr, or a name an "
+                             "installed package registers) (evolve.domain). Pass its skill folder as --library.")] = None,
+        dataset: Annotated[Optional[str], typer.Option(
+            "--dataset", help="Items of a math, code or user-task epoch, as `hasp eval --dataset` takes them "
+                              "(evolve.dataset; default: game24, humaneval, the task's own items).")] = None,
         ) -> None:
     """Run N evolution epochs as one Prefect flow (cached per task; one MLflow run, step = epoch)."""
     traces = from_traces
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
                                    ("evolve.val_gate", val_gate), ("evolve.traces.source", traces),
-                                   ("evolve.traces.gold", gold)) if v is not None}
+                                   ("evolve.traces.gold", gold), ("evolve.domain", domain),
+                                   ("evolve.dataset", dataset)) if v is not None}
     p = params_or_exit(params, overrides)  # fail here, with the key named, before Prefect starts
+    task_or_exit(p, out)
+    if library is None:
+        from hasp.evolve.epoch_task import default_library
+
+        library = default_library(p)
+        if library is None:
+            typer.echo(f"error: task {p.evolve.domain} declares no Task.library; pass --library FOLDER", err=True)
+            raise typer.Exit(2)
     anchors_or_exit(p)
     traces_or_exit(p)
     found = params_path(params)
@@ -81,7 +98,8 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     typer.echo(f"final library {res['library']}; MLflow run {res['run_id']}")
 
 
-def _one_line_or_exit(check: Any, value: object, error: type[Exception]) -> None:
+def _one_line_or_exit(check: Any, value: object,
+                      error: type[Exception] | tuple[type[Exception], ...]) -> None:
     """``check(value)`` when ``value`` is set; its ``error`` is one error line and exit code 2."""
     if not value:
         return
@@ -90,6 +108,26 @@ def _one_line_or_exit(check: Any, value: object, error: type[Exception]) -> None
     except error as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+
+
+def task_or_exit(p: object, out: Path) -> None:
+    """A task that cannot be loaded, or a pool too small to split, is one error line and exit code 2."""
+    from hasp.eval.datasets import DatasetSpecError
+    from hasp.episode.task import TaskError
+    from hasp.evolve.epoch_task import epoch_task, too_small
+
+    def check(params: object) -> None:
+        task = epoch_task(params, out / "data")  # type: ignore[arg-type]
+        if (why := too_small(task)) is not None:
+            raise TaskError(why)
+        e = params.evolve  # type: ignore[attr-defined]
+        single_step = task.pool is not None and task.pool.task is None  # math, code: items are not questions
+        for key, value in (("evolve.anchors", e.anchors), ("evolve.traces.source", e.traces.source)):
+            if value and single_step:
+                raise TaskError(f"{key}: pinned anchors and logged traces are question/answer rows; a {task.name} "
+                                "epoch reads its own items (unset it, or evolve search or a task of your own)")
+
+    _one_line_or_exit(check, p, (TaskError, DatasetSpecError))
 
 
 def anchors_or_exit(p: object) -> None:

@@ -28,6 +28,12 @@ class Domain(Protocol):
     judged: bool
     vocabulary: bool
     graded_programs: bool
+    #: the actions its agent proposes (what a PF is asked about in Phase D and what the proposer is told)
+    action_types: tuple[str, ...]
+    #: the actions as the proposer's prompt shows them (``SEARCH[query]``)
+    action_forms: tuple[str, ...]
+    #: which Phase B detector set reads its failed episodes (``hasp.evolve.detectors.DETECTOR_SETS``)
+    detectors: str
 
     def identity(self, item: Any) -> tuple[str, str, list[str]]: ...
     def check(self, variant: Variant) -> None: ...
@@ -52,6 +58,9 @@ class SearchDomain:
     judged: ClassVar[bool] = True
     vocabulary: ClassVar[bool] = True
     graded_programs: ClassVar[bool] = False
+    action_types: ClassVar[tuple[str, ...]] = ("SEARCH", "READ", "FINAL")
+    action_forms: ClassVar[tuple[str, ...]] = ("SEARCH[query]", "READ[doc_id]", "FINAL[answer]")
+    detectors: ClassVar[str] = "search"
 
     def items(self, split: str, limit: int | None = None) -> list[Any]:
         """The questions of ``split`` in the data folder."""
@@ -113,6 +122,9 @@ class _SingleStep:
     judged: ClassVar[bool] = False
     vocabulary: ClassVar[bool] = False
     graded_programs: ClassVar[bool] = False
+    action_types: ClassVar[tuple[str, ...]] = ("FINAL",)
+    action_forms: ClassVar[tuple[str, ...]] = ("FINAL[answer]",)
+    detectors: ClassVar[str] = "answer"
 
     def check(self, variant: Variant) -> None:
         if variant.teacher_postprocess:
@@ -159,6 +171,7 @@ class CodeDomain(_SingleStep):
     timeout_s: float = 10.0
     name: ClassVar[str] = "code"
     graded_programs: ClassVar[bool] = True
+    action_forms: ClassVar[tuple[str, ...]] = ("FINAL[program]",)
 
     def identity(self, item: Any) -> tuple[str, str, list[str]]:
         return str(item.task_id), str(item.prompt), list(getattr(item, "answers", []) or [])

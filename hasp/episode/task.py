@@ -174,6 +174,7 @@ class TaskDomain:
     judged: ClassVar[bool] = False
     vocabulary: ClassVar[bool] = False  # a task reports its own ceiling (``Task.ceiling``)
     graded_programs: ClassVar[bool] = False
+    detectors: ClassVar[str] = "answer"
 
     @property
     def name(self) -> str:
@@ -182,6 +183,10 @@ class TaskDomain:
     @property
     def action_types(self) -> tuple[str, ...]:
         return (*(t.name for t in self.task.tools), "FINAL")
+
+    @property
+    def action_forms(self) -> tuple[str, ...]:
+        return (*(f"{t.name}[{t.argument}]" for t in self.task.tools), "FINAL[answer]")
 
     def identity(self, item: Any) -> tuple[str, str, list[str]]:
         return str(item.id), str(item.question), list(item.answers)

@@ -260,6 +260,13 @@ def load_single_step_dataset(domain: str, text: str, params: Params, *, limit: i
     return EvalDataset(spec, NO_SPLIT, items[:limit] if limit else items, None, len(items), 0, domain=domain)
 
 
+def default_dataset(domain: str) -> str:
+    """The dataset a single-step domain reads when none is named (math ``game24``, code ``humaneval``)."""
+    if domain not in _SINGLE_STEP:
+        raise DatasetSpecError(f"domain {domain!r} has no default dataset (math and code have one)")
+    return _SINGLE_STEP[domain][1]
+
+
 def task_dataset(task: Any, path: Path | None = None, limit: int | None = None) -> EvalDataset:
     """A user task's items (``task.items``, or the plain question rows of ``path``), cut to ``limit``."""
     from hasp.episode.task import Item, TaskError, task_items

@@ -235,13 +235,15 @@ def _entry(candidate: Candidate, review: Review, cluster: Cluster, *, epoch: int
 def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: int, cluster: Cluster,
           max_library_size: int = MAX_LIBRARY_SIZE, record: bool = True, refusals: list[str] | None = None,
           accept_reason: str | None = None, extra: dict[str, Any] | None = None,
-          evolve: EvolveParams = DEFAULT_BARS) -> AdmissionResult:
+          evolve: EvolveParams = DEFAULT_BARS, domain: str | None = None) -> AdmissionResult:
     """Admit ``candidate`` as ``generated/<name>-v<N>/`` if the gates and the cap allow it.
 
     ``refusals`` are the reasons of the caller's gate table (``hasp.evolve.gate``); when
     None the default rule ``review_refusals`` applies. Structural checks always apply.
     ``extra`` (e.g. val-gate deltas, r_skill, filtering mode) is stored in the history entry.
     ``evolve`` holds the new-/same-group bars the default rule applies and the entry records.
+    ``domain`` (the library's: search, math, code or a user task's name) is written into the admitted
+    skill's ``hasp.yaml``, so ``hasp skills validate`` asks it about that domain's actions.
     Every call (admitted or not) is appended to ``library_history.json`` unless
     ``record=False``. Filesystem errors propagate after the temp folder is removed.
     """
@@ -265,7 +267,7 @@ def admit(library_root: Path, candidate: Candidate, review: Review, *, epoch: in
         version = next_version(root, candidate.skill_id)
         final = gen / version_name(candidate.skill_id, version)
         spec = parse_skill_md(candidate.skill_md, "<candidate SKILL.md>").model_copy(
-            update={"version": version, "name": final.name})
+            update={"version": version, "name": final.name, **({"domain": domain} if domain else {})})
         rel = str(final.relative_to(root))
         reasons = [accept_reason or f"accepted by {review.reviewer} reviewer ({review.decided_by}), "
                    f"Q_skill {review.q_skill:.3f} >= bar {bar:.2f}"]

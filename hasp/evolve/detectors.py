@@ -42,7 +42,7 @@ from hasp.textutil import content_tokens, jaccard, tokens
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "FailurePattern", "DETECTORS", "detector", "detect_failures", "run_detectors",
+    "FailurePattern", "DETECTORS", "DETECTOR_SETS", "SEARCH_DETECTORS", "detector", "detect_failures", "run_detectors",
     "tokens", "content_tokens", "jaccard", "replay_contexts", "tool_observation",
     "read_texts", "final_action",
 ]
@@ -163,6 +163,16 @@ _TEMPLATES: dict[str, tuple[str, str, str]] = {
         "The correct answer appears in a search result or a read document, but the agent never gives it as its final answer.",
         "A search result or read document contains the answer, and the agent keeps searching or reading, runs out of steps, or answers something else.",
         "When the last observation answers the question, rewrite the next action to FINAL with the answer span from that observation."),
+    # task-neutral rules: what any task's failed episode shows without knowing its tools
+    "wrong_answer": (
+        "The agent gives a final answer that the task's scorer does not accept.",
+        "A FINAL whose answer matches none of the expected answers.",
+        "Before FINAL, check the answer against what the question asks (its numbers, units, form), or rewrite "
+        "it to the form the task expects."),
+    "no_final_answer": (
+        "The episode ends without a final answer.",
+        "No FINAL action before the step budget ran out or the episode stopped.",
+        "When the step budget is nearly spent, rewrite the next action to FINAL with the best answer so far."),
 }
 
 
@@ -645,15 +655,49 @@ def answer_seen_not_given(traj: Trajectory) -> FailurePattern | None:
     return None
 
 
+#: the rules above read search episodes (queries, hits, reads); what Phase B runs on the search task
+SEARCH_DETECTORS: tuple[str, ...] = tuple(DETECTORS)
+
+
+# --------------------------------------------------------------------------- task-neutral rules
+
+@detector("wrong_answer")
+def wrong_answer(traj: Trajectory) -> FailurePattern | None:
+    """A failed episode that gave a FINAL answer: the task's scorer refused it (EM 0)."""
+    fa = final_action(traj)
+    if fa is None or traj.em:
+        return None
+    steps = [s.index for s, a in _acted(traj) if a.type == "FINAL"]
+    return _pattern("wrong_answer", traj, final_step=steps[-1] if steps else None, answer=shorten(fa.arg, 120),
+                    gold=list(traj.answers)[:3])
+
+
+@detector("no_final_answer")
+def no_final_answer(traj: Trajectory) -> FailurePattern | None:
+    """A failed episode without any executed FINAL (the budget ran out, or no reply parsed)."""
+    if final_action(traj) is not None or traj.em:
+        return None
+    return _pattern("no_final_answer", traj, terminated=traj.terminated, steps=len(traj.steps))
+
+
+#: which detectors read a domain's failed episodes (``Domain.detectors`` names the set): search episodes
+#: get the search rules; single-step and user tasks get the rules that need no tool of their own
+DETECTOR_SETS: dict[str, tuple[str, ...]] = {
+    "search": SEARCH_DETECTORS,
+    "answer": ("wrong_answer", "no_final_answer", "format_mismatch", "partial_answer",
+               "repeated_unparseable_output", "pf_override_harmful"),
+}
+
+
 # --------------------------------------------------------------------------- entry points
 
 def run_detectors(traj: Trajectory, names: Iterable[str] | None = None) -> list[FailurePattern]:
-    """All registered (or the named) detectors on one trajectory, regardless of its EM.
+    """The search detectors (or the named ones) on one trajectory, regardless of its EM.
 
     A detector that raises is logged and skipped: one odd trajectory must not stop Phase B.
     """
     out = []
-    for name in (list(names) if names is not None else list(DETECTORS)):
+    for name in (list(names) if names is not None else list(SEARCH_DETECTORS)):
         fn = DETECTORS[name]
         try:
             p = fn(traj)

@@ -30,6 +30,7 @@ from hasp.agent.rollout import read_trajectories, write_trajectories
 from hasp.agent.variants import get_variant
 from hasp.config import Params, SandboxParams
 from hasp.episode.spec import pipeline_variant
+from hasp.evolve.epoch_task import domain_name
 from hasp.eval.summary import summarize_rollout
 from hasp.pf.base import Teacher
 from hasp.pf.library import load_library
@@ -60,15 +61,16 @@ def rollout(params: Params, data_dir: Path, library_root: Path | None, split: st
     Episodes run on threads here, or through ``executor`` (``runner.kind``) in worker processes
     that rebuild the same episode function from its ``EpisodeSpec``.
     """
-    from hasp.episode.domains import SearchDomain
     from hasp.episode.spec import episode_spec, run_episodes
+    from hasp.evolve.epoch_task import epoch_task
 
-    domain = SearchDomain(data_dir=Path(data_dir))
+    task = epoch_task(params, data_dir)
+    domain = task.domain
     spec = episode_spec(params, domain, variant, label=label, library=library_root, teacher=teacher, pipeline=True)
-    items = list(items) if items is not None else domain.items(split, limit)
+    items = list(items) if items is not None else task.items(split, limit)
     if qids is not None:
         keep = set(qids)
-        items = [it for it in items if it.id in keep]
+        items = [it for it in items if domain.identity(it)[0] in keep]
     lib = load_library(library_root, domain.name, sandbox=params.sandbox) if library_root is not None else None
     try:
         trajs = [r.traj for r in run_episodes(spec, items, policy=policy, teacher=teacher, library=lib,
@@ -134,11 +136,14 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     import random
 
     from hasp.evolve.cluster import cluster_patterns, clusters_to_json, existing_from_library
-    from hasp.evolve.detectors import DETECTORS, detect_failures
+    from hasp.evolve.detectors import DETECTOR_SETS, detect_failures
+    from hasp.evolve.epoch_task import epoch_task
     from hasp.evolve.summarize import SummaryOutcome, summarize_failures
     from hasp.evolve.trace_signals import failure_set, signal_counts, signal_patterns, signal_precision
 
     e = params.evolve
+    detector_set = epoch_task(params, Path(".")).domain.detectors  # the domain, not its data, is asked here
+    detectors = DETECTOR_SETS[detector_set]
     trajs = read_trajectories(rollout_path)
     # EM 0 where gold answers exist, the label-free signals where none do (logged traces); an endpoint
     # failure is not the agent's
@@ -153,15 +158,15 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     failed = found.failed
     if e.mode == "lite" and len(failed) > e.lite_failures:
         failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
-    patterns = detect_failures(failed) + signal_patterns(failed, found.signals)
+    patterns = detect_failures(failed, detectors) + signal_patterns(failed, found.signals)
     llm = SummaryOutcome()
     if e.mode == "full" and e.summarizer and summarizer is not None:
-        llm = summarize_failures(failed, summarizer, known_categories=sorted(DETECTORS),
+        llm = summarize_failures(failed, summarizer, known_categories=sorted(detectors),
                                  temperature=e.summarizer_temperature, max_tokens=e.summarizer_max_tokens,
                                  retries=e.summarizer_retries, max_concurrency=params.llm.in_flight,
                                  limit=e.summarizer_max_failures)
         patterns = patterns + llm.patterns
-    lib = load_library(library_root, "search", sandbox=params.sandbox)
+    lib = load_library(library_root, domain_name(params), sandbox=params.sandbox)
     try:
         existing = existing_from_library(lib)
     finally:
@@ -174,7 +179,8 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     write_json(llm.to_dict(), out_dir / art.SUMMARIES)
     write_json(clusters_to_json(clusters), out_dir / art.CLUSTERS)
     return {"failed": sum(1 for t in trajs if t.em == 0 and t.answers) + found.label_free,
-            "analysed": len(failed), "mode": e.mode, "failure_source": found.summary(),
+            "analysed": len(failed), "mode": e.mode, "detectors": detector_set,
+            "failure_source": found.summary(),
             "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals),
                         **({"judge": judged.summary()} if judged else {})},
             "patterns": len(patterns), "pattern_categories": dict(Counter(p.category for p in patterns)),
@@ -209,14 +215,21 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     from hasp.llm.structured import constrains_json, dialect_of
 
     clusters = clusters_from_json(read_json(clusters_path))
-    lib = load_library(library_root, "search", sandbox=params.sandbox)
+    lib = load_library(library_root, domain_name(params), sandbox=params.sandbox)
     ids = lib.ids
     declared = {s.skill_id: s.spec for s in lib.skills if s.spec.pf is not None}  # revisable by declaration
     lib.close()
+    from hasp.evolve.epoch_task import epoch_task
+
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
+    domain = epoch_task(params, Path(".")).domain
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
     fmt = choose_format(e.proposal_format, history)
+    format_note = None
+    if fmt == "declarative" and not domain.vocabulary:  # the declared-PF vocabulary speaks of search steps
+        fmt, format_note = "code", f"domain {domain.name} has no declared-PF vocabulary: code proposals only"
+        log.info(format_note)
     per = e.proposals_per_cluster if fmt == "declarative" else 1
     stop = guard.reached if guard is not None else None
     with Progress("C propose", min(cap, len(clusters)) * per, unit="proposals") as bar:
@@ -237,7 +250,8 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
             # the student answers all clusters in one batch: the heartbeat shows the time spent until it returns
             cands = propose_candidates(clusters, student, existing_skill_ids=ids, history=history, epoch=epoch,
                                        max_candidates=cap, temperature=e.proposal_temperature,
-                                       max_tokens=e.proposal_max_tokens, seed=epoch, stop=stop)
+                                       max_tokens=e.proposal_max_tokens, seed=epoch, stop=stop,
+                                       action_forms=tuple(domain.action_forms))
             bar.advance(len(cands))
     write_json([c.to_dict() for c in cands], out_path)
     failed = [c for c in cands if c.parse_error.startswith(LLM_CALL_FAILED)]
@@ -251,7 +265,9 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
         from hasp.evolve.budget import stop_line
 
         summary["budget_stop"] = stop_line(guard.hit, "during phase C propose", (proposed, cap))
-    return {**summary, "proposed": proposed, "asked": cap, "format": fmt,
+    if format_note:
+        summary["format_note"] = format_note
+    return {**summary, "proposed": proposed, "asked": cap, "format": fmt, "domain": domain.name,
             "with_code": sum(1 for c in cands if c.code.strip()), "declared": sum(1 for c in cands if c.declared),
             "parse_errors": refused,
             **shortfall(cap, len(clusters), {c.cluster_category for c in cands}, len(failed), refused, guard)}
@@ -273,14 +289,16 @@ def shortfall(asked: int, clusters: int, answered: set[str], failed: int, refuse
 
 # ----------------------------------------------------------------------------- Phase D
 def validate(candidates_path: Path, out_path: Path, *, static: bool = False,
-             sandbox: SandboxParams | None = None) -> dict[str, Any]:
+             sandbox: SandboxParams | None = None,
+             action_types: tuple[str, ...] = ("SEARCH", "READ", "FINAL")) -> dict[str, Any]:
     """Phase D: syntax, policy, interface, sandboxed executions on the mock regimes and on steps
     replayed from the epoch's rollout (the candidate's cluster and recent others), return types.
     ``sandbox`` is the params section the candidates run under (schema defaults when None); a
     report made in the weaker mode says which layers were missing (``weaker``).
 
     ``static=True`` (filtering ``teacher``: executable validation is ablated) reads the
-    code without running it, so Phase E still gets an executability estimate."""
+    code without running it, so Phase E still gets an executability estimate. ``action_types`` are the
+    epoch's task's actions (``epoch_actions``): the mock regimes ask the candidate about each."""
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.declarative import validate_declared
     from hasp.evolve.gate import static_exec_report
@@ -301,13 +319,21 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False,
             else:
                 ctxs, args = phase_d_contexts(trajs, qids.get(c.cluster_category, ()))
                 reports.append({"skill_id": c.skill_id, **validate_candidate(
-                    c.code, c.skill_id, contexts=ctxs, args=args, sandbox=sandbox).to_dict()})
+                    c.code, c.skill_id, contexts=ctxs, args=args, sandbox=sandbox,
+                    action_types=tuple(action_types)).to_dict()})
             bar.advance()
     write_json(reports, out_path)
     weaker = sorted({w for r in reports for w in r.get("weaker") or ()})
     return {"validated": len(reports), "static": static, "exec_pass": sum(1 for r in reports if r["passed"]),
             "q_exec_mean": (sum(r["q_exec"] for r in reports) / len(reports)) if reports else 0.0,
             "sandbox_weaker": weaker}
+
+
+def epoch_actions(params: Params) -> tuple[str, ...]:
+    """The actions of the epoch's task (``evolve.domain``), as Phase D asks a candidate about them."""
+    from hasp.evolve.epoch_task import epoch_task
+
+    return tuple(epoch_task(params, Path(".")).domain.action_types)
 
 
 # ----------------------------------------------------------------------------- Phase E
@@ -327,7 +353,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     reports = {r["skill_id"]: r for r in read_json(validation_path)}
     clusters = {c.category: c for c in clusters_from_json(read_json(clusters_path))}
     trajs = read_trajectories(rollout_path)
-    lib = load_library(library_root, "search", sandbox=params.sandbox)
+    lib = load_library(library_root, domain_name(params), sandbox=params.sandbox)
     ids = lib.ids
     lib.close()
     out = []
@@ -617,7 +643,8 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
                                                 params.evolve.r_skill_lambda)}
         res = admit(library_out, ev.candidate, review, epoch=epoch, cluster=ev.cluster,
                     max_library_size=params.evolve.max_library_size, refusals=why,
-                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra, evolve=params.evolve)
+                    accept_reason=f"passed gates {'+'.join(gates)}", extra=extra, evolve=params.evolve,
+                    domain=domain_name(params))
         results.append({"skill_id": res.skill_id, "admitted": res.admitted, "version": res.version,
                         "reason": res.reason, **extra})
         if history is not None:
@@ -626,7 +653,7 @@ def admit_phase(candidates_path: Path, reviews_path: Path | None, clusters_path:
         write_json([], library_out / "library_history.json")  # an epoch with no candidates still has a history
     snapshot(library_out, library_out / "snapshots" / f"epoch_{epoch}")
     write_json(results, epoch_dir / art.ADMISSION)
-    lib = load_library(library_out, "search", sandbox=params.sandbox)
+    lib = load_library(library_out, domain_name(params), sandbox=params.sandbox)
     size = len(lib.skills)
     lib.close()
     return {"admitted": sum(r["admitted"] for r in results), "decisions": results, "library_size": size,
@@ -802,18 +829,18 @@ def train(sft_path: Path, params: Params, out_dir: Path, *, model_dir: Path | No
 def evaluate(params: Params, data_dir: Path, library_root: Path, out_dir: Path, *, policy: Any,
              trained_policy: Any | None, teacher: Any = None, split: str = "test",
              library_before: Path | None = None, executor: EpisodeExecutor | None = None) -> dict[str, Any]:
-    """Baseline ReAct vs PF agent vs trained PF agent on the generated benchmark's ``split``
-    (same library, same data), through the evaluation runner every ``hasp eval`` uses. With
+    """Baseline ReAct vs PF agent vs trained PF agent on the epoch task's ``split`` (the generated
+    benchmark's for search; same library, same data), through the evaluation runner every ``hasp eval`` uses. With
     ``library_before`` (the epoch's input library) the PF agent also runs with it, labelled
     ``<pf>_before``, so the epoch's effect on the same questions is in the table.
 
     Labels say what ran: ``pf_teacher`` / ``trained_pf_teacher`` when a teacher is configured.
     Writes the runner's files under ``out_dir`` and returns ``{label: summary}``."""
-    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
     from hasp.eval.runner import Arm, run_eval
+    from hasp.evolve.epoch_task import epoch_task
     from hasp.pf.library import library_hash
 
-    ds = load_eval_dataset(parse_dataset_spec("generated"), params, split=split, data_dir=data_dir)
+    ds = epoch_task(params, data_dir).dataset(params, data_dir, split)
     arms = epoch_arms(teacher, trained_policy, params)
     pf = get_variant(pipeline_variant("pf", teacher, params))
     before = f"{pf.name}_before"

@@ -49,9 +49,14 @@ EPOCH_FILE = "hasp/evolve/epoch.py"
 #: the policy's rollout: the one episode recipe (its closure holds the agent loop, the harness, the
 #: parser, the environments and the domains), the search task, the library and the skills it loads
 ROLLOUT_MODULES = ("hasp.episode.spec", "hasp.episode.domains", "hasp.agent.rollout", "hasp.agent.variants",
-                   "hasp.domains.search.task", "hasp.pf.library", "hasp.eval.summary", *SKILL_RUNTIME)
-#: what a policy episode reads: the agent, the harness, the sandbox and every model endpoint
-EPISODE_PARAMS = ("agent", "harness", "sandbox", "llm", "teacher")
+                   "hasp.domains.search.task", "hasp.pf.library", "hasp.eval.summary", "hasp.evolve.epoch_task",
+                   *SKILL_RUNTIME)
+#: which task an epoch evolves: every phase that loads its library or asks about its actions reads it
+DOMAIN_PARAMS = ("evolve.domain",)
+#: which items a split holds: the task, its dataset, and how a pool without split files is split
+TASK_PARAMS = (*DOMAIN_PARAMS, "evolve.dataset", "data.seed", "data.n_questions", "data.fractions")
+#: what a policy episode reads: the agent, the harness, the sandbox, every model endpoint and the task
+EPISODE_PARAMS = ("agent", "harness", "sandbox", "llm", "teacher", *TASK_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -86,31 +91,32 @@ PHASES: tuple[Phase, ...] = (
           ("{data}/corpus.jsonl", "{data}/train.jsonl", "{library}"),
           cmd="hasp evolve rollout --epoch-dir {epoch} --library {library} --data {data}",
           outs=_epoch(art.ROLLOUT, art.HELDOUT), metrics=_epoch(art.summary_file("rollout"))),
-    Phase("analyse", ("hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.summarize", "hasp.pf.library",
+    Phase("analyse", ("hasp.evolve.epoch_task", "hasp.evolve.detectors", "hasp.evolve.cluster", "hasp.evolve.summarize", "hasp.pf.library",
                       "hasp.evolve.trace_signals"),
           ("evolve.mode", "evolve.lite_failures", "evolve.min_cluster_size", "evolve.summarizer", "evolve.traces",
            "evolve.summarizer_temperature", "evolve.summarizer_max_tokens", "evolve.summarizer_retries",
-           "evolve.summarizer_max_failures", "llm", "teacher", "sandbox"),
+           "evolve.summarizer_max_failures", "llm", "teacher", "sandbox", *DOMAIN_PARAMS),
           (*_epoch(art.ROLLOUT), "{library}"),
           cmd="hasp evolve analyse --epoch-dir {epoch} --library {library}",
           outs=_epoch(art.FAILURES, art.SUMMARIES, art.CLUSTERS), metrics=_epoch(art.summary_file("analyse"))),
-    Phase("propose", ("hasp.evolve.propose", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.agent.replay",
+    Phase("propose", ("hasp.evolve.epoch_task", "hasp.evolve.propose", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.agent.replay",
                       "hasp.llm.structured", "hasp.pf.library"),
           ("evolve.mode", "evolve.max_candidates", "evolve.lite_max_candidates", "evolve.proposal_format",
            "evolve.proposals_per_cluster", "evolve.structured_output", "evolve.proposal_temperature",
-           "evolve.proposal_max_tokens", "evolve.declarative_max_tokens", "agent.max_steps", "llm", "sandbox"),
+           "evolve.proposal_max_tokens", "evolve.declarative_max_tokens", "agent.max_steps", "llm", "sandbox",
+           *DOMAIN_PARAMS),
           (*_epoch(art.CLUSTERS, art.ROLLOUT), "{library}"),
           cmd="hasp evolve propose --epoch-dir {epoch} --library {library}",
           outs=_epoch(art.CANDIDATES), metrics=_epoch(art.summary_file("propose"))),
-    Phase("validate", ("hasp.evolve.validate", "hasp.evolve.declarative", "hasp.evolve.gate", "hasp.evolve.propose",
+    Phase("validate", ("hasp.evolve.epoch_task", "hasp.evolve.validate", "hasp.evolve.declarative", "hasp.evolve.gate", "hasp.evolve.propose",
                        "hasp.evolve.cluster", "hasp.pf.sandboxed", "hasp.pf.sandbox_driver", "hasp.sandbox.child"),
-          ("evolve.mode", "evolve.filtering", "evolve.val_gate", "sandbox"),
+          ("evolve.mode", "evolve.filtering", "evolve.val_gate", "sandbox", *DOMAIN_PARAMS),
           _epoch(art.CANDIDATES, art.ROLLOUT, art.CLUSTERS),
           cmd="hasp evolve validate --epoch-dir {epoch}",
           outs=_epoch(art.VALIDATION), metrics=_epoch(art.summary_file("validate"))),
-    Phase("review", ("hasp.evolve.review", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.pf.sandboxed",
+    Phase("review", ("hasp.evolve.epoch_task", "hasp.evolve.review", "hasp.evolve.declarative", "hasp.evolve.cluster", "hasp.pf.sandboxed",
                      "hasp.pf.library", "hasp.llm.endpoints"),
-          ("sandbox", "teacher", "llm"),
+          ("sandbox", "teacher", "llm", *DOMAIN_PARAMS),
           (*_epoch(art.CANDIDATES, art.VALIDATION, art.CLUSTERS, art.ROLLOUT), "{library}"),
           cmd="hasp evolve review --epoch-dir {epoch} --library {library}",
           outs=_epoch(art.REVIEWS), metrics=_epoch(art.summary_file("review"))),
@@ -127,10 +133,10 @@ PHASES: tuple[Phase, ...] = (
            *_epoch(art.CANDIDATES, art.VALIDATION, art.REVIEWS, art.CLUSTERS, art.HELDOUT), "{library}"),
           cmd="hasp evolve gate --epoch-dir {epoch} --library {library} --data {data}",
           outs=_epoch(art.GATE, art.ANCHORS, art.JUDGE_GATE), metrics=_epoch(art.summary_file("gate"))),
-    Phase("admit", ("hasp.evolve.admit", "hasp.evolve.gate", "hasp.evolve.propose", "hasp.evolve.review",
+    Phase("admit", ("hasp.evolve.epoch_task", "hasp.evolve.admit", "hasp.evolve.gate", "hasp.evolve.propose", "hasp.evolve.review",
                     "hasp.evolve.cluster", "hasp.evolve.anchors", "hasp.evolve.judge_gate", "hasp.pf.library"),
           ("evolve.mode", "evolve.filtering", "evolve.val_gate", "evolve.r_skill_lambda", "evolve.max_library_size",
-           "evolve.anchors", "evolve.traces", "sandbox"),
+           "evolve.anchors", "evolve.traces", "sandbox", *DOMAIN_PARAMS),
           (*_epoch(art.CANDIDATES, art.VALIDATION, art.REVIEWS, art.GATE, art.ANCHORS, art.JUDGE_GATE,
                    art.CLUSTERS), "{library}"),
           cmd="hasp evolve admit --epoch-dir {epoch} --library {library}",
@@ -255,6 +261,10 @@ def cache_key(name: str, params: Any, layout: Mapping[str, Path | str], *extras:
     earlier proposal feedback ...)."""
     ph = BY_NAME[name]
     inputs = [content_hash(resolve(i, layout)) for i in ph.inputs]
+    if set(DOMAIN_PARAMS) & set(ph.params):  # a user task's own code is code this phase runs
+        from hasp.evolve.epoch_task import task_code_key
+
+        extras = (*extras, task_code_key(params))
     return key_of(name, code_key(ph), json.dumps(params_values(params, ph.params), sort_keys=True), inputs, *extras)
 
 

@@ -87,10 +87,23 @@ def _p(key: str, **fields: object) -> str:
     return render("hasp.evolve", "propose", key, **fields) if fields else prompt("hasp.evolve", "propose", key)
 
 
-@lru_cache(maxsize=1)
-def proposer_system() -> str:
-    """The proposer's system prompt: the PF interface as the runtime enforces it, then the example."""
-    return _p("system", intervention_kwargs=", ".join(INTERVENTION_KWARGS),
+#: the search agent's actions as the prompt shows them (the default task)
+SEARCH_FORMS = ("SEARCH[query]", "READ[doc_id]", "FINAL[answer]")
+
+
+def _either(words: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    words = list(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+@lru_cache(maxsize=8)
+def proposer_system(action_forms: tuple[str, ...] = SEARCH_FORMS) -> str:
+    """The proposer's system prompt: the PF interface as the runtime enforces it (the task's actions,
+    ``action_forms`` such as ``SEARCH[query]``), then the example."""
+    names = [f.split("[", 1)[0] for f in action_forms]
+    return _p("system", action_forms=_either(action_forms), action_names=_either([f'"{n}"' for n in names]),
+              intervention_kwargs=", ".join(INTERVENTION_KWARGS),
               allowed_modules=", ".join(sorted(ALLOWED_MODULES - {"__future__"})),
               ctx_keys="; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS),
               example_md=_p("example_md"), example_code=_p("example_code"))
@@ -222,8 +235,10 @@ def _evidence_lines(cluster: Cluster, n: int = 2) -> list[str]:
 
 def build_proposer_messages(cluster: Cluster, existing_skill_ids: Sequence[str],
                             history: FeedbackHistory | Iterable[FeedbackEntry] | None = None, *,
-                            history_limit: int = 8) -> list[dict[str, str]]:
-    """System + user messages asking the student for one skill that fixes ``cluster``."""
+                            history_limit: int = 8,
+                            action_forms: tuple[str, ...] = SEARCH_FORMS) -> list[dict[str, str]]:
+    """System + user messages asking the student for one skill that fixes ``cluster`` (for an agent whose
+    actions are ``action_forms``)."""
     if history is not None and not isinstance(history, FeedbackHistory):
         history = FeedbackHistory(None, history)
     existing = list(existing_skill_ids)
@@ -249,7 +264,8 @@ def build_proposer_messages(cluster: Cluster, existing_skill_ids: Sequence[str],
     if hist:
         parts.append(_p("user_history_note"))
     parts += ["", _p("user_skill_id", skill_id=sid), _p("user_reply")]
-    return [{"role": "system", "content": proposer_system()}, {"role": "user", "content": "\n".join(parts)}]
+    return [{"role": "system", "content": proposer_system(tuple(action_forms))},
+            {"role": "user", "content": "\n".join(parts)}]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -469,7 +485,8 @@ def _candidate(reply: str, cluster: Cluster, existing_skill_ids: Sequence[str], 
 def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, existing_skill_ids: Sequence[str],
                        history: FeedbackHistory | None = None, epoch: int = 0, max_candidates: int = 5,
                        temperature: float = 0.7, max_tokens: int = 700, seed: int | None = None,
-                       stop: Callable[[], bool] | None = None) -> list[Candidate]:
+                       stop: Callable[[], bool] | None = None,
+                       action_forms: tuple[str, ...] = SEARCH_FORMS) -> list[Candidate]:
     """One candidate per cluster for the first ``max_candidates`` clusters (already ranked).
 
     Uses ``student.map_chat`` when present (batched, concurrent), else ``chat`` one by one.
@@ -481,7 +498,7 @@ def propose_candidates(clusters: Sequence[Cluster], student: ChatModel, *, exist
     chosen = list(clusters)[: max(0, max_candidates)]
     if not chosen:
         return []
-    convs = [build_proposer_messages(c, existing_skill_ids, history) for c in chosen]
+    convs = [build_proposer_messages(c, existing_skill_ids, history, action_forms=action_forms) for c in chosen]
     kw = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed}
     replies: list[Any] = []
     batch = getattr(student, "map_chat", None)

@@ -1,0 +1,111 @@
+"""Evolution over any task: the epoch's phase functions run math, code and a user's task as they run search.
+
+``evolve.domain`` names the task; a pool without split files is split by a hash of item ids. The epoch
+below runs Phase A (real agent loop, scripted policy double), B (the task-neutral detectors), C (the
+student double, told the task's own actions), D (the candidate asked about the task's actions), E, F
+(the admitted skill carries the task's domain) and the evaluation over the same split rules.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from doubles import ScriptedPolicyDouble, StudentDouble
+
+from hasp import artifacts as art
+from hasp.atomic import read_json
+from hasp.config import Params
+from hasp.evolve import epoch as ep
+from hasp.evolve.epoch_task import domain_name, epoch_task
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "unit_convert"
+
+
+def _params(**evolve) -> Params:
+    return Params.model_validate({"data": {"n_questions": 20}, "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "policy"},
+                                  "evolve": {"mode": "lite", "filtering": "exec", **evolve}})
+
+
+def test_a_pool_without_split_files_is_split_by_item_hash(tmp_path):
+    p = _params(domain="math")
+    task = epoch_task(p, tmp_path)
+    splits = {s: task.items(s) for s in ("train", "val", "test")}
+    ids = {s: [task.domain.identity(it)[0] for it in items] for s, items in splits.items()}
+    assert [len(ids[s]) for s in ("train", "val", "test")] == [7, 3, 10]  # 20 x (0.35, 0.15, 0.5)
+    assert not (set(ids["train"]) & set(ids["val"])) and not (set(ids["train"]) & set(ids["test"]))
+    assert task.items("train", limit=2) == splits["train"][:2]
+    other_seed = epoch_task(Params.model_validate({"data": {"n_questions": 20, "seed": 8},
+                                                   "evolve": {"domain": "math"}}), tmp_path)
+    assert [other_seed.domain.identity(it)[0] for it in other_seed.items("train")] != ids["train"]
+    assert epoch_task(p, tmp_path).items("train") == splits["train"]  # same on every call
+    assert task.dataset(p, tmp_path, "test").questions == splits["test"]
+    assert domain_name(p) == "math" and task.domain.detectors == "answer"
+    with pytest.raises(ValueError, match="split 'seed'"):
+        task.items("seed")
+
+
+def test_an_unknown_task_is_one_error_line(tmp_path):
+    from hasp.episode.task import TaskError
+
+    with pytest.raises(TaskError, match="no_such_task"):
+        epoch_task(_params(domain="no_such_task"), tmp_path)
+
+
+def test_the_search_task_keeps_its_split_files(tmp_path):
+    p = _params()
+    task = epoch_task(p, tmp_path)
+    assert task.pool is None and task.name == "search" and task.domain.detectors == "search"
+
+
+def test_one_epoch_of_a_user_task_runs_phases_a_to_f_and_the_evaluation(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    p = _params(domain="task:unit_task", max_candidates=1, lite_max_candidates=1)
+    lib = tmp_path / "lib"
+    shutil.copytree(EXAMPLE / "skills", lib)
+    ep_dir = tmp_path / "epoch_0"
+    ep_dir.mkdir()
+    # every answer is wrong: Phase B has failures to read; the policy never calls CONVERT
+    policy = ScriptedPolicyDouble(default="Thought: guess.\nAction: FINAL[1]")
+    a = ep.phase_a_rollout(p, tmp_path / "no-data", lib, ep_dir / art.ROLLOUT, policy=policy)
+    train = epoch_task(p, tmp_path).items("train")
+    assert a["n"] == len(train) == 7 and a["em"] == 0.0
+    assert "CONVERT[" in policy.seen[0][0]["content"]  # the task's own prompt, not the search agent's
+
+    b = ep.analyse(ep_dir / art.ROLLOUT, lib, p, ep_dir, epoch=0)
+    assert b["detectors"] == "answer" and b["pattern_categories"].get("wrong_answer") == 7
+    assert not {"premature_final", "no_read_before_final"} & set(b["pattern_categories"])
+
+    student = StudentDouble()
+    seen: list = []
+    chat = student.chat
+    student.chat = lambda messages, **kw: (seen.append(messages), chat(messages, **kw))[1]  # type: ignore[method-assign]
+    c = ep.propose(ep_dir / art.CLUSTERS, lib, p, ep_dir / art.CANDIDATES, student=student, epoch=0)
+    assert c["proposed"] == 1 and c["domain"] == "unit_convert"
+    system = seen[0][0]["content"]
+    assert "CONVERT[number unit to unit] or FINAL[answer]" in system and "READ[doc_id]" not in system
+
+    d = ep.validate(ep_dir / art.CANDIDATES, ep_dir / art.VALIDATION, action_types=ep.epoch_actions(p))
+    assert d["validated"] == 1 and ep.epoch_actions(p) == ("CONVERT", "FINAL")
+    ep.review(ep_dir / art.CANDIDATES, ep_dir / art.VALIDATION, ep_dir / art.CLUSTERS, ep_dir / art.ROLLOUT, lib, p,
+              ep_dir / art.REVIEWS)
+    from hasp.evolve.heldout import write_heldout
+
+    write_heldout([], ep_dir / art.HELDOUT)
+    f = ep.admit_phase(ep_dir / art.CANDIDATES, ep_dir / art.REVIEWS, ep_dir / art.CLUSTERS, lib,
+                       ep_dir / art.LIBRARY, p, epoch=0)
+    # exec filtering admits the candidate that passed Phase D; its skill says which task it is for
+    assert [r["admitted"] for r in f["decisions"]] == [True] and f["library_size"] == 2
+    folder = next((ep_dir / art.LIBRARY / "generated").iterdir())
+    assert "domain: unit_convert" in (folder / "hasp.yaml").read_text()
+
+    metrics = ep.evaluate(p, tmp_path / "no-data", ep_dir / art.LIBRARY, tmp_path / "eval", policy=policy,
+                          trained_policy=None)
+    test = epoch_task(p, tmp_path).items("test")
+    assert metrics["react"]["n"] == len(test) == 10
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["unit_convert"]["react"]["n"] == 10
+    asked = {c["action"] for c in read_json(ep_dir / art.VALIDATION)[0]["calls"]}
+    assert asked == {"CONVERT", "FINAL"}  # Phase D asked the candidate about the task's actions only
