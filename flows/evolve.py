@@ -463,10 +463,12 @@ def _train_and_evaluate(p: Params, out: Path, data_dir: Path, lib: Path, carry: 
 def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None = None,
                 params_path: str | None = "params.yaml", out_root: str = "outputs", library: str = str(seed_library("search")),
                 start_epoch: int = 0, final_eval: bool = True, val_gate: bool | None = None,
-                traces: str | None = None, traces_gold: bool | None = None) -> dict[str, Any]:
+                traces: str | None = None, traces_gold: bool | None = None, domain: str | None = None,
+                dataset: str | None = None) -> dict[str, Any]:
     """``epochs`` evolution epochs from ``start_epoch``; ``mode``/``filtering``/``val_gate`` override
-    params.yaml, and ``traces``/``traces_gold`` override ``evolve.traces.source``/``gold`` (Phase A
-    reads those logged traces instead of rolling out, ``hasp.evolve.traces``).
+    params.yaml, ``traces``/``traces_gold`` override ``evolve.traces.source``/``gold`` (Phase A
+    reads those logged traces instead of rolling out, ``hasp.evolve.traces``), and ``domain``/``dataset``
+    ``evolve.domain``/``evolve.dataset`` (the task evolved, ``hasp.evolve.epoch_task``).
 
     Epoch ``i`` starts from the library named in ``epoch_<i-1>/carry.json`` (the previous
     epoch's library, or the restored best snapshot after a rollback); the first epoch of a
@@ -477,7 +479,8 @@ def evolve_flow(epochs: int = 1, mode: str | None = None, filtering: str | None 
 
     overrides = {k: v for k, v in (("evolve.mode", mode), ("evolve.filtering", filtering),
                                    ("evolve.val_gate", val_gate), ("evolve.traces.source", traces),
-                                   ("evolve.traces.gold", traces_gold)) if v is not None}
+                                   ("evolve.traces.gold", traces_gold), ("evolve.domain", domain),
+                                   ("evolve.dataset", dataset)) if v is not None}
     p = load_params(params_path, overrides)
     out = Path(out_root)
     data_dir = out / "data"

@@ -462,6 +462,26 @@ def test_cli_run_passes_mode_filtering_and_val_gate_to_the_flow(monkeypatch, cap
     assert (seen["epochs"], seen["mode"], seen["filtering"], seen["val_gate"], seen["out_root"]) == (
         3, "lite", "exec", False, "o")
     assert "MLflow run r1" in capsys.readouterr().out
+    # another task: its name and items reach the flow, and the library defaults to that task's seeds
+    assert main(["evolve", "run", "--domain", "math", "--dataset", "game24", "--params", str(ROOT / "params.yaml"),
+                 "--out", "o"]) == 0
+    assert (seen["domain"], seen["dataset"]) == ("math", "game24")
+    assert Path(seen["library"]).name == "math" and (Path(seen["library"]) / "arithmetic-slip").is_dir()
+
+
+def test_cli_run_refuses_a_task_it_cannot_evolve_in_one_line(tmp_path, monkeypatch, capsys):
+    import hasp.flows.evolve as fe
+    from hasp.cli import main
+
+    monkeypatch.setattr(fe, "evolve_flow", lambda **kw: pytest.fail("the flow must not start"))
+    assert main(["evolve", "run", "--domain", "no_such_task", "--out", str(tmp_path)]) == 2
+    assert "'no_such_task'" in capsys.readouterr().err
+    anchors = tmp_path / "anchors.jsonl"
+    anchors.write_text('{"id": "a1", "question": "q?", "answers": ["a"]}\n')
+    params = tmp_path / "p.yaml"
+    params.write_text(f"evolve:\n  anchors: {anchors}\n")
+    assert main(["evolve", "run", "--domain", "math", "--params", str(params), "--out", str(tmp_path)]) == 2
+    assert "evolve.anchors: pinned anchors and logged traces are question/answer rows" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- Phase A prefilter

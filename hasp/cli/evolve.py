@@ -81,7 +81,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
     with owned_prefect_server():  # ends with this process, even on SIGKILL
         res = evolve_flow(epochs=epochs, mode=mode, filtering=filtering, params_path=str(found) if found else None,
                           out_root=str(out), library=str(library), start_epoch=start_epoch, final_eval=final_eval,
-                          val_gate=val_gate, traces=traces, traces_gold=gold)
+                          val_gate=val_gate, traces=traces, traces_gold=gold, domain=domain, dataset=dataset)
     for i, ph in enumerate(res["epochs"], start=start_epoch):
         budget = ph.get("budget") or {}
         if budget.get("stopped"):
