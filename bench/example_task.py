@@ -1,8 +1,8 @@
 """The example user task (``examples/unit_convert``) evaluated as a user would, with the embedded model.
 
 Why: the task API's claim is that a user's own tool, scorer and PF run through the same harness; this
-puts a number on what the example's one PF does for the embedded SmolLM2 on its six questions
-(ReAct against the PF agent, paired per question), beside the task's own ceiling (its tool applied
+puts a number on what the example's one PF does for the embedded SmolLM2 on its six hand-written
+questions (the first six of its items; the other 42 are generated so an epoch has items to split) (ReAct against the PF agent, paired per question), beside the task's own ceiling (its tool applied
 to each question's numbers). Greedy decoding (``agent.temperature: 0``): a run is one deterministic
 sample, so the interval is over questions, not seeds.
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         os.chdir(d)  # the run's mlflow.db and outputs stay out of the checkout
         try:
-            m = h.evaluate(unit_task, ["react", "pf"], out="out", params=None)["unit_convert"]
+            m = h.evaluate(unit_task, ["react", "pf"], out="out", params=None, limit=6)["unit_convert"]
             em = {v: {json.loads(x)["qid"]: float(json.loads(x)["em"])
                       for x in (Path(d) / "out" / "unit_convert" / f"{v}.jsonl").read_text().splitlines()
                       if x.strip()}
