@@ -109,3 +109,17 @@ def test_one_epoch_of_a_user_task_runs_phases_a_to_f_and_the_evaluation(tmp_path
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["unit_convert"]["react"]["n"] == 10
     asked = {c["action"] for c in read_json(ep_dir / art.VALIDATION)[0]["calls"]}
     assert asked == {"CONVERT", "FINAL"}  # Phase D asked the candidate about the task's actions only
+
+
+def test_a_rollout_of_a_task_whose_gold_is_not_an_answer_string_fails_by_its_score():
+    """Code items are graded by their tests: no answer strings, yet every rolled-out episode has its EM."""
+    from hasp.config import TracesParams
+    from hasp.evolve.trace_signals import failure_set
+    from hasp.records import Trajectory
+
+    trajs = [Trajectory(qid=f"HumanEval/{i}", question="def f(x):", answers=[], variant="pf", steps=[],
+                        prediction="return x", em=float(i == 0), terminated="final") for i in range(3)]
+    rolled = failure_set(trajs, TracesParams(), scored=True)
+    assert (rolled.gold, rolled.label_free, [t.qid for t in rolled.failed]) == (2, 0, ["HumanEval/1", "HumanEval/2"])
+    logged = failure_set(trajs, TracesParams())  # logged traces without gold: only the label-free signals count
+    assert logged.gold == 0

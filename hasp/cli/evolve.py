@@ -51,7 +51,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
                                      "failures with the label-free signals only (evolve.traces.gold).")] = None,
         domain: Annotated[Optional[str], typer.Option(
             "--domain", help="The task to evolve: search, math, code, or your own (pkg.module:attr, or a name an "
-                             "installed package registers) (evolve.domain). Pass its skill folder as --library.")] = None,
+                             "installed package registers) (evolve.domain).")] = None,
         dataset: Annotated[Optional[str], typer.Option(
             "--dataset", help="Items of a math, code or user-task epoch, as `hasp eval --dataset` takes them "
                               "(evolve.dataset; default: game24, humaneval, the task's own items).")] = None,

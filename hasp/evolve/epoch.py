@@ -154,7 +154,8 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
         judged = judge_traces(trajs, summarizer, max_chars=e.traces.judge_max_chars)
     elif e.traces.judge:
         log.warning("evolve.traces.judge is on but no model is there to judge (no teacher, no student)")
-    found = failure_set(trajs, e.traces, judged.signals if judged else None)
+    scored = not e.traces.source  # Phase A rolled out and scored every episode (code: by the item's tests)
+    found = failure_set(trajs, e.traces, judged.signals if judged else None, scored=scored)
     failed = found.failed
     if e.mode == "lite" and len(failed) > e.lite_failures:
         failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
@@ -178,10 +179,10 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     write_json([p.to_dict() for p in patterns], out_dir / art.FAILURES)
     write_json(llm.to_dict(), out_dir / art.SUMMARIES)
     write_json(clusters_to_json(clusters), out_dir / art.CLUSTERS)
-    return {"failed": sum(1 for t in trajs if t.em == 0 and t.answers) + found.label_free,
+    return {"failed": found.gold + found.label_free,
             "analysed": len(failed), "mode": e.mode, "detectors": detector_set,
             "failure_source": found.summary(),
-            "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals),
+            "signals": {"fired": signal_counts(found), **signal_precision(trajs, e.traces, found.signals, scored=scored),
                         **({"judge": judged.summary()} if judged else {})},
             "patterns": len(patterns), "pattern_categories": dict(Counter(p.category for p in patterns)),
             "summarizer_used": bool(e.mode == "full" and e.summarizer and summarizer is not None),

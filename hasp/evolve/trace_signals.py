@@ -189,17 +189,19 @@ class FailureSet:
 
 
 def failure_set(trajs: Iterable[Trajectory], cfg: TracesParams,
-                extra: dict[str, list[TraceSignal]] | None = None) -> FailureSet:
+                extra: dict[str, list[TraceSignal]] | None = None, *, scored: bool = False) -> FailureSet:
     """The failed trajectories Phase B analyses: EM 0 where gold answers exist, any fired signal where
     none do. Episodes that ended in an endpoint error are the infrastructure's, not the agent's.
-    ``extra`` adds signals found elsewhere (the judge's, ``hasp.evolve.trace_judge``) by qid."""
+    ``extra`` adds signals found elsewhere (the judge's, ``hasp.evolve.trace_judge``) by qid.
+    ``scored``: every trajectory was scored by its task as it ran (a rollout, not logged traces), so its
+    EM is gold even where the task's gold is not an answer string (code: the item's tests)."""
     out = FailureSet()
     for t in trajs:
         fired = detect_signals(t, cfg) + list((extra or {}).get(t.qid, []))
         out.signals[t.qid] = fired
         if t.terminated == "error":
             continue
-        if has_gold(t):
+        if scored or has_gold(t):
             if t.em == 0:
                 out.failed.append(t)
                 out.gold += 1
@@ -210,11 +212,11 @@ def failure_set(trajs: Iterable[Trajectory], cfg: TracesParams,
 
 
 def signal_precision(trajs: Sequence[Trajectory], cfg: TracesParams,
-                     fired: dict[str, list[TraceSignal]] | None = None) -> dict[str, Any]:
+                     fired: dict[str, list[TraceSignal]] | None = None, *, scored: bool = False) -> dict[str, Any]:
     """Each signal against gold failure (EM 0) on the trajectories with gold answers: how many it flags,
     how many of those failed (``precision``) and the share of all failures it flags (``recall``);
     ``any`` is the union of the signals. Precision is None when a signal flagged nothing."""
-    labelled = [t for t in trajs if has_gold(t) and t.terminated != "error"]
+    labelled = [t for t in trajs if (scored or has_gold(t)) and t.terminated != "error"]
     fired = fired if fired is not None else {t.qid: detect_signals(t, cfg) for t in labelled}
     failures = sum(1 for t in labelled if t.em == 0)
     out: dict[str, Any] = {"n_labelled": len(labelled), "gold_failures": failures, "per_signal": {}}
