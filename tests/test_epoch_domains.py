@@ -114,7 +114,7 @@ def test_one_epoch_of_a_user_task_runs_phases_a_to_f_and_the_evaluation(tmp_path
 def test_a_rollout_of_a_task_whose_gold_is_not_an_answer_string_fails_by_its_score():
     """Code items are graded by their tests: no answer strings, yet every rolled-out episode has its EM."""
     from hasp.config import TracesParams
-    from hasp.evolve.trace_signals import failure_set
+    from hasp.evolve.trace_signals import TraceSignal, failure_set, signal_patterns
     from hasp.records import Trajectory
 
     trajs = [Trajectory(qid=f"HumanEval/{i}", question="def f(x):", answers=[], variant="pf", steps=[],
@@ -123,3 +123,6 @@ def test_a_rollout_of_a_task_whose_gold_is_not_an_answer_string_fails_by_its_sco
     assert (rolled.gold, rolled.label_free, [t.qid for t in rolled.failed]) == (2, 0, ["HumanEval/1", "HumanEval/2"])
     logged = failure_set(trajs, TracesParams())  # logged traces without gold: only the label-free signals count
     assert logged.gold == 0
+    fired = {t.qid: [TraceSignal("final_without_evidence", t.qid, -1, "answered at once")] for t in trajs}
+    assert signal_patterns(rolled.failed, fired, scored=True) == []  # a scored failure is read by the detectors
+    assert {p.category for p in signal_patterns(trajs, fired)} == {"trace_final_without_evidence"}

@@ -159,7 +159,7 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     failed = found.failed
     if e.mode == "lite" and len(failed) > e.lite_failures:
         failed = sorted(random.Random(f"lite-{epoch}").sample(failed, e.lite_failures), key=lambda t: t.qid)
-    patterns = detect_failures(failed, detectors) + signal_patterns(failed, found.signals)
+    patterns = detect_failures(failed, detectors) + signal_patterns(failed, found.signals, scored=scored)
     llm = SummaryOutcome()
     if e.mode == "full" and e.summarizer and summarizer is not None:
         llm = summarize_failures(failed, summarizer, known_categories=sorted(detectors),

@@ -277,12 +277,14 @@ _TEMPLATES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def signal_patterns(trajs: Iterable[Trajectory], fired: dict[str, list[TraceSignal]]) -> list[FailurePattern]:
+def signal_patterns(trajs: Iterable[Trajectory], fired: dict[str, list[TraceSignal]], *,
+                    scored: bool = False) -> list[FailurePattern]:
     """One pattern per fired signal of each label-free failure (category ``trace_<kind>``, source
-    ``trace_signal``), with the step it fired on as its failing step."""
+    ``trace_signal``), with the step it fired on as its failing step; none where ``scored`` (every
+    failure is a gold one, see ``failure_set``)."""
     out = []
     for t in trajs:
-        if has_gold(t):
+        if scored or has_gold(t):
             continue
         pos = {s.index: i for i, s in enumerate(t.steps)}
         for x in fired.get(t.qid, []):
