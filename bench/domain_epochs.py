@@ -75,13 +75,17 @@ def main(argv: list[str] | None = None) -> int:
                                            "out"], cwd=work, stdout=log, stderr=subprocess.STDOUT,
                                    env={**os.environ, "HASP_LLM_THREADS": "2"})
             wall = time.monotonic() - t0
+            (work / "wall_s.txt").write_text(f"{wall:.0f}\n")
             if r.returncode != 0:
                 REPORT.line(f"{name}: `hasp evolve run` failed ({r.returncode}); see {work / 'run.log'}")
                 continue
+        elif (work / "wall_s.txt").exists():  # an earlier run of this folder: its own wall time
+            wall = float((work / "wall_s.txt").read_text())
         rows.append(_row(name, work / "out", wall))
     REPORT.line(f"{a.questions} items per task (data.n_questions; fractions train/val/test "
                 f"{p['data']['fractions']}), evolve.mode lite, filtering exec, 2 proposals asked, training off, "
-                "embedded default policy and student")
+                "embedded default policy and student; 'D ok' is '-' where lite mode runs no Phase D (its compile "
+                "check is part of admission); wall: the whole `hasp evolve run`, evaluation included")
     REPORT.line("")
     REPORT.line(f"{'task':13s} {'failed':>6s} {'patterns (category: n)':40s} {'prop':>4s} {'D ok':>4s} {'adm':>3s} "
                 f"{'react':>6s} {'pf seed':>7s} {'pf evolved':>10s}  evolved - seed (paired)   evolved - react (paired)"
