@@ -142,7 +142,8 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     from hasp.evolve.trace_signals import failure_set, signal_counts, signal_patterns, signal_precision
 
     e = params.evolve
-    detector_set = epoch_task(params, Path(".")).domain.detectors  # the domain, not its data, is asked here
+    task = epoch_task(params, Path("."))  # the domain, not its data, is asked here
+    detector_set = task.domain.detectors
     detectors = DETECTOR_SETS[detector_set]
     trajs = read_trajectories(rollout_path)
     # EM 0 where gold answers exist, the label-free signals where none do (logged traces); an endpoint
@@ -154,7 +155,9 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
         judged = judge_traces(trajs, summarizer, max_chars=e.traces.judge_max_chars)
     elif e.traces.judge:
         log.warning("evolve.traces.judge is on but no model is there to judge (no teacher, no student)")
-    scored = not e.traces.source  # Phase A rolled out and scored every episode (code: by the item's tests)
+    # math and code items are graded without answer strings (code: by the item's tests): a rollout of them
+    # scored every episode; other trajectories without gold are logged traces, read by the label-free signals
+    scored = not e.traces.source and task.pool is not None and task.pool.task is None
     found = failure_set(trajs, e.traces, judged.signals if judged else None, scored=scored)
     failed = found.failed
     if e.mode == "lite" and len(failed) > e.lite_failures:
