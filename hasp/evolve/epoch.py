@@ -142,7 +142,7 @@ def analyse(rollout_path: Path, library_root: Path, params: Params, out_dir: Pat
     from hasp.evolve.trace_signals import failure_set, signal_counts, signal_patterns, signal_precision
 
     e = params.evolve
-    task = epoch_task(params, Path("."))  # the domain, not its data, is asked here
+    task = epoch_task(params, Path("."))  # the domain and whether its pool is a built-in one; no items read
     detector_set = task.domain.detectors
     detectors = DETECTOR_SETS[detector_set]
     trajs = read_trajectories(rollout_path)
@@ -223,11 +223,11 @@ def propose(clusters_path: Path, library_root: Path, params: Params, out_path: P
     ids = lib.ids
     declared = {s.skill_id: s.spec for s in lib.skills if s.spec.pf is not None}  # revisable by declaration
     lib.close()
-    from hasp.evolve.epoch_task import epoch_task
+    from hasp.evolve.epoch_task import epoch_domain
 
     history = history_before(history_path, epoch) if history_path else None
     e = params.evolve
-    domain = epoch_task(params, Path(".")).domain
+    domain = epoch_domain(params)
     cap = e.lite_max_candidates if e.mode == "lite" else e.max_candidates
     fmt = choose_format(e.proposal_format, history)
     format_note = None
@@ -335,9 +335,9 @@ def validate(candidates_path: Path, out_path: Path, *, static: bool = False,
 
 def epoch_actions(params: Params) -> tuple[str, ...]:
     """The actions of the epoch's task (``evolve.domain``), as Phase D asks a candidate about them."""
-    from hasp.evolve.epoch_task import epoch_task
+    from hasp.evolve.epoch_task import epoch_domain
 
-    return tuple(epoch_task(params, Path(".")).domain.action_types)
+    return tuple(epoch_domain(params).action_types)
 
 
 # ----------------------------------------------------------------------------- Phase E

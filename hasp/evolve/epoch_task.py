@@ -21,7 +21,7 @@ from typing import Any
 from hasp.config import Params
 from hasp.episode.domains import BUILT_IN, Domain, domain_named
 
-__all__ = ["EpochTask", "epoch_task", "domain_name", "task_code_key", "too_small", "default_library", "SPLITS"]
+__all__ = ["EpochTask", "epoch_task", "domain_name", "task_code_key", "too_small", "default_library", "epoch_domain", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -102,6 +102,11 @@ def epoch_task(params: Params, data_dir: Path) -> EpochTask:
     name, source = params.evolve.domain, params.evolve.dataset.strip()
     return _epoch_task(name, source, params.data.seed, params.data.n_questions, tuple(params.data.fractions),
                        str(data_dir), params)
+
+
+def epoch_domain(params: Params) -> Domain:
+    """The epoch's domain alone (its traits: detectors, actions, vocabulary), for phases that read no items."""
+    return epoch_task(params, Path(".")).domain
 
 
 def domain_name(params: Params) -> str:
