@@ -65,6 +65,14 @@ class GoldPoolPolicyDouble:
         return ReplyDouble(f"Thought: I can answer.\nAction: FINAL[{answer}]", 0, 0)
 
 
+def search_task(data: Path) -> Any:
+    """The benchmark's task: search over the prepared data folder (its split files)."""
+    from hasp.episode.domains import SearchDomain
+    from hasp.evolve.epoch_task import EpochTask
+
+    return EpochTask(SearchDomain(data_dir=data))
+
+
 def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
     """Data folder, trajectory pool and the sft/dpo rows files under ``work``; returns their counts."""
     from hasp.domains.search.prepare import prepare_data
@@ -73,9 +81,9 @@ def build_pool(p: Params, work: Path, library: Path) -> dict[str, Any]:
 
     data = work / "data"
     prepare_data(p, data)
-    questions = training_questions(data)
+    questions = training_questions(search_task(data))
     policy = GoldPoolPolicyDouble(questions)
-    sampler = PFRolloutSampler(p, data, library, rollout=p.train.rollout,
+    sampler = PFRolloutSampler(p, search_task(data).domain, library, rollout=p.train.rollout,
                                policy_for=lambda _: contextlib.nullcontext(policy))
     asked = [q for q in questions for _ in range(p.train.rollout.k)]
     trajs = sampler(asked, work / "pool-policy")
@@ -175,7 +183,7 @@ def run_worker(recipe: str, params: Path, model: Path, work: Path, steps: int) -
     p = load_params(params)
     pool = [Trajectory.from_dict(d) for d in read_jsonl(work / "pool.jsonl")]
     rows = work / ("dpo.jsonl" if recipe == "dpo" else "sft.jsonl")
-    questions: list[Any] = training_questions(work / "data")
+    questions: list[Any] = training_questions(search_task(work / "data"))
     if recipe in ("grpo", "sage"):
         pool, questions = policy_gradient_pool(pool, recipe, questions)
     summary = run_recipe(p, model=model, out_dir=work / recipe, train=bench_train(p, recipe, steps), rows=rows,
@@ -227,13 +235,13 @@ def sample_figures(p: Params, work: Path, library: Path, model: Path, n_question
                    endpoint: str | None, endpoint_model: str | None) -> list[dict[str, Any]]:
     from hasp.train.sampler import PFRolloutSampler, training_questions
 
-    questions = training_questions(work / "data")[:n_questions]
+    questions = training_questions(search_task(work / "data"))[:n_questions]
     asked = [q for q in questions for _ in range(p.train.rollout.k)]
     out = []
     with sampling_policy(p, model, endpoint, endpoint_model) as client:
         for conc in (1, p.llm.max_concurrency):
             pc = p.model_copy(update={"llm": p.llm.model_copy(update={"max_concurrency": conc})})
-            sampler = PFRolloutSampler(pc, work / "data", library, rollout=p.train.rollout,
+            sampler = PFRolloutSampler(pc, search_task(work / "data").domain, library, rollout=p.train.rollout,
                                        policy_for=lambda _: contextlib.nullcontext(client))
             t0 = time.perf_counter()
             trajs = sampler(asked, model)
@@ -255,9 +263,9 @@ def sage_sample_figures(p: Params, work: Path, library: Path, model: Path, n_cha
     from hasp.train.sage_sampler import SageSampler
     from hasp.train.sampler import training_questions
 
-    chains = training_chains(training_questions(work / "data"), p.data.seed)[:n_chains]
+    chains = training_chains(training_questions(search_task(work / "data")), p.data.seed)[:n_chains]
     with sampling_policy(p, model, endpoint, endpoint_model) as client:
-        sampler = SageSampler(p, work / "data", library, train=p.train, work_dir=work / "sage-chains",
+        sampler = SageSampler(p, search_task(work / "data").domain, library, train=p.train, work_dir=work / "sage-chains",
                               grower=chain_grower(p, gold=True),
                               policy_for=lambda _: contextlib.nullcontext(client))
         t0 = time.perf_counter()

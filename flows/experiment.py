@@ -45,7 +45,7 @@ from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
 from hasp.eval.paired import START_LIBRARY, add_grid_gains
 from hasp.eval.journal import evaluation_code_key
 from hasp.eval.summary import hop_counts
-from hasp.evolve.phase_graph import cache_key
+from hasp.evolve.phase_graph import cache_key, task_key
 from hasp.fingerprint import content_hash, key_of, module_closure
 from hasp.pf.library import library_hash
 from hasp.progress import Pipeline, phase_result
@@ -160,7 +160,7 @@ def run_experiment(name: str, p: Params, *, out: Path, data: Path, library: Path
     replaced = {k: list(v) for k, v in replaced_knobs(p.train, t).items()}
     closed = preset.loop.kind == "closed"
     e_dir = out / name
-    agent_h = p.section_hash("agent", "llm", "harness", "sandbox")
+    agent_h = key_of(p.section_hash("agent", "llm", "harness", "sandbox"), task_key(p))  # and the task
     ckpt, ckpt_id, lib = base, base_id, library
     done: list[dict[str, Any]] = []
     for i in range(preset.loop.phases):
@@ -298,7 +298,7 @@ def experiment_flow(presets: list[str], params_path: str | None = "params.yaml",
         data_h = content_hash(data)
         prov = provenance(params=p, data_dir=data, library=lib, model=served_model(p.llm, base))
         k = key_of(evaluation_code_key(), data_h, content_hash(lib), p.section_hash("agent", "llm", "harness", "sandbox"),
-                   base_id, teacher_id)
+                   task_key(p), base_id, teacher_id)
         untrained = _phase(pipe, "evaluate untrained", texp.evaluate_arms, (out / "eval_untrained" / "metrics.json",),
                            k, p, data, lib, out / "eval_untrained", policy=clients.policy(base),
                            executor=clients.executor,

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-exec python -m pytest -q "$@"
+# two pytest-xdist workers, one per core of a 2-core machine; HASP_TEST_WORKERS=0 runs them in this process
+exec python -m pytest -q -n "${HASP_TEST_WORKERS:-2}" "$@"

@@ -47,8 +47,11 @@ def train_phase(cache_key: str, params: Params, train: TrainParams, model: Path,
 
     kw: dict[str, Any] = {}
     if train.recipe in SAMPLING_RECIPES:
+        from hasp.evolve.epoch_task import epoch_task
+
         assert data_dir is not None
-        kw = recipe_inputs(params, train, data_dir, library, out_dir=out_dir, grower=chain_grower(params, gold=True),
+        kw = recipe_inputs(params, train, epoch_task(params, data_dir), library, out_dir=out_dir,
+                           grower=chain_grower(params, gold=True),
                            policy_for=sampler_policy, teacher=teacher, executor=executor)
     try:
         summary = run_recipe(params, model=model, out_dir=out_dir, train=train, rows=rows, inputs_key=cache_key, **kw)
@@ -73,13 +76,13 @@ def evaluate_arms(cache_key: str, params: Params, data_dir: Path, library: Path,
     and with them (the PF agent, with the teacher when one is configured), through the one evaluation
     runner: ``{label: summary}``; failed episodes are counted in each summary's ``n_failed`` (a cell
     where all failed raises)."""
-    from hasp.eval.datasets import load_eval_dataset, parse_dataset_spec
     from hasp.eval.runner import Arm, run_eval
     from hasp.agent.variants import get_variant
     from hasp.episode.spec import pipeline_variant
+    from hasp.evolve.epoch_task import epoch_task
 
     t0 = time.perf_counter()
-    ds = load_eval_dataset(parse_dataset_spec("generated"), params, split="test", data_dir=data_dir)
+    ds = epoch_task(params, data_dir).dataset(params, data_dir, "test")  # evolve.domain's test split
     pf = get_variant(pipeline_variant("pf", teacher, params))
     arms = [Arm(react_label, get_variant("react"), policy)] if react_label else []
     arms.append(Arm(pf_label, pf, policy))

@@ -25,6 +25,7 @@ from hasp.train.inputs import recipe_inputs
 from hasp.train.rounds import RecipeError
 from hasp.train.sage_sampler import SageSampler
 from hasp.train.sampler import training_questions
+from traj_builders import search_task
 
 SEED = Path(__file__).resolve().parents[1] / "hasp" / "skills" / "search"
 SEARCHING = "Thought: look again\nAction: SEARCH[who founded it]"
@@ -51,8 +52,8 @@ def _records(trajs: list[Trajectory]) -> list[dict]:
 def test_the_sage_sampler_and_hasp_evolve_sage_write_one_record_format(data: Path, tmp_path: Path) -> None:
     p = _params()
     policy = ScriptedPolicyDouble(default=SEARCHING)
-    chain = training_chains(training_questions(data), p.data.seed)[0]
-    sampler = SageSampler(p, data, SEED, train=p.train, work_dir=tmp_path / "chains",
+    chain = training_chains(training_questions(search_task(data)), p.data.seed)[0]
+    sampler = SageSampler(p, search_task(data).domain, SEED, train=p.train, work_dir=tmp_path / "chains",
                           grower=chain_grower(p, gold=True), policy_for=lambda _: contextlib.nullcontext(policy))
     sampled = _records(sampler([Seeded(chain, 7)], tmp_path / "ckpt"))
     seeds = {kw.get("seed") for kw in policy.calls}
@@ -106,6 +107,6 @@ def test_a_chain_grows_after_every_task_but_its_last(grow_after: str, grown: lis
 def test_recipe_inputs_of_sage_need_the_growing_step(data: Path, tmp_path: Path) -> None:
     p = _params()
     with pytest.raises(RecipeError, match="proposes skills along each chain"):
-        recipe_inputs(p, p.train, data, SEED, out_dir=tmp_path)
-    got = recipe_inputs(p, p.train, data, SEED, out_dir=tmp_path, grower=chain_grower(p, gold=True))
+        recipe_inputs(p, p.train, search_task(data), SEED, out_dir=tmp_path)
+    got = recipe_inputs(p, p.train, search_task(data), SEED, out_dir=tmp_path, grower=chain_grower(p, gold=True))
     assert isinstance(got["sample"], SageSampler) and got["questions"]

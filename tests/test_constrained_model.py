@@ -97,13 +97,13 @@ def test_every_constrained_step_of_real_episodes_parses(llamacpp: LLMClient) -> 
                            variant="pf", scorer=score)
 
     try:
-        trajs = run_many(bench.questions[:6], episode, concurrency=2, progress=False)
+        trajs = run_many(bench.questions[:4], episode, concurrency=2, progress=False)
     finally:
         lib.close()
     steps = [s for t in trajs for s in t.steps]
     assert [(s.raw_output, s.parse_error) for s in steps if s.parse_error] == []
     assert all(t.terminated in ("final", "budget_final") for t in trajs), [t.terminated for t in trajs]
-    assert len(steps) >= 14, len(steps)
+    assert len(steps) >= 9, len(steps)  # more than two steps an episode
     grammars = (action_grammar(max_tokens=64), action_grammar(("FINAL",), 64))
     assert all(any(accepts(g, s.raw_output) for g in grammars) for s in steps)
     used = llamacpp.usage

@@ -26,7 +26,8 @@ def epoch_env(tmp_path_factory, monkeypatch_module, prefect_harness):
     work = tmp_path_factory.mktemp("epoch")
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["data"].update(n_questions=8)  # 3 train, 1 val, 4 test questions: every phase runs, none for long
+    # 3 train, 1 val, 2 test questions: every phase runs, none for long
+    params["data"].update(n_questions=6, fractions=[0.5, 0.17, 0.33])
     params["agent"].update(max_steps=2, max_tokens=48)  # two steps and the answer turn: PFs fire, episodes stay short
     params["llm"].update(port=free_port_pair())
     # one failure summary and one proposal exercise Phases B-E's model paths; each costs seconds on 2 cores

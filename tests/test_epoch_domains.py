@@ -126,3 +126,35 @@ def test_a_rollout_of_a_task_whose_gold_is_not_an_answer_string_fails_by_its_sco
     fired = {t.qid: [TraceSignal("final_without_evidence", t.qid, -1, "answered at once")] for t in trajs}
     assert signal_patterns(rolled.failed, fired, scored=True) == []  # a scored failure is read by the detectors
     assert {p.category for p in signal_patterns(trajs, fired)} == {"trace_final_without_evidence"}
+
+
+def test_rs_grpo_and_sage_sample_a_user_task_from_its_training_split(tmp_path, monkeypatch):
+    """The training samplers take the epoch's task: the user task's own prompt, items and scorer."""
+    import contextlib
+
+    from hasp.config import TrainParams
+    from hasp.evolve.chain_skill import chain_grower
+    from hasp.train.inputs import recipe_inputs
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    p = _params(domain="task:unit_task").model_copy(update={"data": Params().data.model_copy(update={"n_questions": 48})})
+    task = epoch_task(p, tmp_path)
+    train = task.items("train")  # 17 of the 48: same-phrasing questions among them make SAGE's chains
+    first_id, first_q, first_gold = task.domain.identity(train[0])
+    policy = ScriptedPolicyDouble(default=f"Thought: known.\nAction: FINAL[{first_gold[0]}]")
+    policy_for = lambda _: contextlib.nullcontext(policy)  # noqa: E731
+    for recipe in ("rs", "grpo"):
+        kw = recipe_inputs(p, TrainParams(recipe=recipe), task, EXAMPLE / "skills", out_dir=tmp_path / recipe,
+                           policy_for=policy_for)
+        assert kw["questions"] == train
+        trajs = kw["sample"](train, tmp_path / "ckpt")
+        assert [t.qid for t in trajs] == [task.domain.identity(it)[0] for it in train]
+        assert {t.qid: t.em for t in trajs}[first_id] == 1.0  # scored by the task's scorer
+        assert "CONVERT[" in policy.seen[-1][0]["content"]  # the task's prompt, not the search agent's
+    kw = recipe_inputs(p, TrainParams(recipe="sage"), task, EXAMPLE / "skills", out_dir=tmp_path / "sage",
+                       grower=chain_grower(p, gold=True), policy_for=policy_for)
+    chains = kw["questions"]
+    assert chains and all(len(c.items) == 2 for c in chains)
+    assert {i for c in chains for i in c.id.split("+")} <= {task.domain.identity(it)[0] for it in train}
+    trajs = kw["sample"](chains[:1], tmp_path / "ckpt")  # the policy double is its own (useless) student
+    assert [t.qid for t in trajs] == chains[0].id.split("+") and all(t.terminated != "error" for t in trajs)

@@ -4,7 +4,7 @@ used from an empty folder with only the installed `hasp` command and the user's 
 The fresh venv sees this checkout's dependencies through a path file (nothing is downloaded), but
 not the checkout: `hasp` is the wheel's, its seed skills are the wheel's package data, and the
 checkout's `skills`, `params.yaml` and `flows/` are nowhere on its path. One test drives the whole
-first hour (one model server start per command): the seeds on a 5-question plain dataset, a user
+first hour (one model server start per command): the seeds on a 3-question plain dataset (5 documents), a user
 library whose code PF and declared PF fire under the default params, the example task through the CLI
 and the Python API, and `hasp show` over the results.
 """
@@ -24,8 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-QUESTIONS = [("Where was Ana Morro born?", "Telvik"), ("Who founded Brightwell Labs?", "Ana Morro"),
-             ("What colour is the flag of Verzi?", "green"), ("In which year was Holor Textiles founded?", "1958"),
+QUESTIONS = [("Where was Ana Morro born?", "Telvik"), ("What colour is the flag of Verzi?", "green"),
              ("Which river flows through Sonddeth?", "Amber")]
 CORPUS = [("d1", "Ana Morro", "Ana Morro was born in Telvik in 1961. She founded Brightwell Labs."),
           ("d2", "Brightwell Labs", "Brightwell Labs is a company founded by Ana Morro in 1990."),
@@ -119,8 +118,8 @@ def test_a_users_first_hour_from_an_empty_folder_with_the_installed_wheel(instal
     r = _hasp(installed, work, "eval", "--dataset", "mine", "--variants", "react,pf", "--out", "seeds",
               "--no-progress")
     seeds = json.loads((work / "seeds" / "metrics.json").read_text())["qa-mine"]
-    assert seeds["react"]["n"] == seeds["pf"]["n"] == 5 and seeds["pf"]["library_size"] >= 20
-    assert seeds["pf"]["pf_selected_episodes"] == 5, r.stderr
+    assert seeds["react"]["n"] == seeds["pf"]["n"] == len(QUESTIONS) and seeds["pf"]["library_size"] >= 20
+    assert seeds["pf"]["pf_selected_episodes"] == len(QUESTIONS), r.stderr
 
     lib = work / "mylib"
     (_skill(lib, "answer-note", "answer_note", "When the agent answers, a note asks it to check the answer.")

@@ -228,17 +228,18 @@ def test_the_train_command_keys_its_rounds_on_the_training_questions_and_the_lib
 
     from hasp.cli.train import _sampling_inputs
     from hasp.config import Params
+    from traj_builders import search_task
 
     root = Path(__file__).resolve().parents[1]
     lib = tmp_path / "lib"
     shutil.copytree(root / "hasp" / "skills" / "search", lib, ignore=shutil.ignore_patterns("__pycache__"))
     data = tmp_path / "data"
-    write_jsonl([{"id": "q1", "question": "a?", "answers": ["b"]}], data / "train.jsonl")
+    write_jsonl([{"id": "q1", "question": "a?", "answers": ["b"], "hops": 1, "support": []}], data / "train.jsonl")
     p = Params()
-    key = _sampling_inputs(p, data, lib)
-    assert key == _sampling_inputs(p, data, lib)
+    key = _sampling_inputs(p, search_task(data), lib)
+    assert key == _sampling_inputs(p, search_task(data), lib)
     (next(lib.rglob("SKILL.md"))).write_text("changed", encoding="utf-8")
-    assert _sampling_inputs(p, data, lib) != key
-    changed_lib = _sampling_inputs(p, data, lib)
-    write_jsonl([{"id": "q2", "question": "c?", "answers": ["d"]}], data / "train.jsonl")
-    assert _sampling_inputs(p, data, lib) != changed_lib
+    assert _sampling_inputs(p, search_task(data), lib) != key
+    changed_lib = _sampling_inputs(p, search_task(data), lib)
+    write_jsonl([{"id": "q2", "question": "c?", "answers": ["d"], "hops": 1, "support": []}], data / "train.jsonl")
+    assert _sampling_inputs(p, search_task(data), lib) != changed_lib

@@ -13,6 +13,7 @@ from hasp.config import Params, RolloutParams
 from hasp.domains.search.prepare import prepare_data
 from hasp.train.rounds import RecipeError
 from hasp.train.sampler import PFRolloutSampler, training_questions
+from traj_builders import search_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +38,8 @@ def test_samples_every_asked_question_under_the_rollout_budgets(data: Path, tmp_
 
     rollout = RolloutParams(k=2, temperature=0.9, top_p=0.95, max_steps=4, max_search_calls=2)
     p = Params.model_validate({"agent": {"max_steps": 9, "max_search_calls": 9}, "llm": {"max_concurrency": 2}})
-    sampler = PFRolloutSampler(p, data, lib, rollout=rollout, policy_for=policy_for)
-    qs = training_questions(data)
+    sampler = PFRolloutSampler(p, search_task(data).domain, lib, rollout=rollout, policy_for=policy_for)
+    qs = training_questions(search_task(data))
     trajs = sampler([q for q in qs for _ in range(2)], tmp_path / "ckpt")
     assert asked == [tmp_path / "ckpt"] and len(trajs) == 2 * len(qs)
     assert [t.qid for t in trajs] == [q.id for q in qs for _ in range(2)]
@@ -58,12 +59,12 @@ def test_samples_every_asked_question_under_the_rollout_budgets(data: Path, tmp_
 
 def test_teacher_snippets_without_a_teacher_is_refused(data: Path) -> None:
     with pytest.raises(RecipeError, match="^train.rollout.teacher_snippets needs a teacher"):
-        PFRolloutSampler(Params(), data, None, rollout=RolloutParams(teacher_snippets=True))
+        PFRolloutSampler(Params(), search_task(data).domain, None, rollout=RolloutParams(teacher_snippets=True))
 
 
 def test_missing_train_split_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match=r"train.jsonl: no such file; prepare the data first"):
-        training_questions(tmp_path)
+        training_questions(search_task(tmp_path))
 
 
 def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, tmp_path: Path, caplog) -> None:
@@ -74,7 +75,7 @@ def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, t
 
     from doubles import AnsweringPolicyDouble
 
-    qs = training_questions(data)
+    qs = training_questions(search_task(data))
     gold = {q.question: q.answers[0] for q in qs}
     p = Params.model_validate({"llm": {"max_concurrency": 2}})
 
@@ -83,7 +84,7 @@ def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, t
         def policy_for(model_dir: Path):
             yield policy
 
-        return PFRolloutSampler(p, data, None, rollout=RolloutParams(k=1), policy_for=policy_for)
+        return PFRolloutSampler(p, search_task(data).domain, None, rollout=RolloutParams(k=1), policy_for=policy_for)
 
     sampler = sampler_with(AnsweringPolicyDouble(gold, correct=set(gold), fail={qs[0].question}))
     with caplog.at_level(logging.WARNING, logger="hasp.train.sampler"):
@@ -99,14 +100,14 @@ def test_an_episode_whose_endpoint_gave_up_is_left_out_and_counted(data: Path, t
 def test_a_seeded_sample_sends_its_seed_with_every_request(data: Path) -> None:
     from hasp.episode.seeding import Seeded
 
-    qs = training_questions(data)[:2]
+    qs = training_questions(search_task(data))[:2]
     policy = ScriptedPolicyDouble(default="Thought: look again\nAction: SEARCH[who founded it]")
 
     @contextlib.contextmanager
     def policy_for(model_dir: Path):
         yield policy
 
-    sampler = PFRolloutSampler(Params(), data, None, rollout=RolloutParams(k=1, temperature=0.9),
+    sampler = PFRolloutSampler(Params(), search_task(data).domain, None, rollout=RolloutParams(k=1, temperature=0.9),
                                policy_for=policy_for)
     trajs = sampler([Seeded(qs[0], 11), Seeded(qs[1], 12), Seeded(qs[0], 13)], Path("ckpt"))
     assert [t.qid for t in trajs] == [qs[0].id, qs[1].id, qs[0].id]  # the items, unwrapped
@@ -125,7 +126,7 @@ def test_rounds_ask_each_sample_with_a_seed_of_its_own_and_the_same_seeds_again(
     from hasp.episode.seeding import Seeded, sampling_seed
     from hasp.train.rounds import round_questions
 
-    qs = training_questions(data)[:3]
+    qs = training_questions(search_task(data))[:3]
     train = TrainParams.model_validate({"seed": 7, "rollout": {"k": 2}})
     asked = []
     for i in (0, 1):  # what run_rounds asks for in rounds 0 and 1

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from doubles import ReadThenAnswerPolicyDouble, ScriptedTeacherDouble
-from traj_builders import timeless
+from traj_builders import timeless, search_task
 
 from hasp.agent.rollout import read_trajectories
 from hasp.config import Params, RolloutParams
@@ -69,9 +69,9 @@ def _runs(tmp: Path) -> dict[str, list[dict[str, Any]]]:
     def served(model_dir: Path):
         yield policy
 
-    sampler = PFRolloutSampler(params, data, SEED, rollout=RolloutParams(max_steps=3, max_search_calls=2),
+    sampler = PFRolloutSampler(params, search_task(data).domain, SEED, rollout=RolloutParams(max_steps=3, max_search_calls=2),
                                policy_for=served, teacher=teacher)
-    out["sampler"] = [t.to_dict() for t in sampler(training_questions(data)[:4], tmp / "ckpt")]
+    out["sampler"] = [t.to_dict() for t in sampler(training_questions(search_task(data))[:4], tmp / "ckpt")]
     return {k: timeless(v) for k, v in out.items()}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from doubles import KillOnceSpecDouble, OpenAIEndpointDouble, ReadThenAnswerReplyDouble, SlowBuildSpecDouble
-from traj_builders import timeless
+from traj_builders import timeless, search_task
 
 from hasp.config import Params, ParamsError, RunnerParams, load_params
 from hasp.llm.client import LLMClient, LLMConfig
@@ -78,10 +78,10 @@ def test_dask_runner_gives_the_threaded_trajectories_of_the_training_sampler(wor
         with LLMClient(cfg) as client:
             yield client
 
-    questions = [q for q in training_questions(data) for _ in range(2)]  # k = 2
+    questions = [q for q in training_questions(search_task(data)) for _ in range(2)]  # k = 2
     runs = {}
     for kind, ex in (("threads", None), ("dask", executor)):
-        sampler = PFRolloutSampler(params, data, ROOT / "hasp" / "skills" / "search", rollout=RolloutParams(),
+        sampler = PFRolloutSampler(params, search_task(data).domain, ROOT / "hasp" / "skills" / "search", rollout=RolloutParams(),
                                    policy_for=served, executor=ex)
         runs[kind] = [timeless(t.to_dict()) for t in sampler(questions, Path("ckpt"))]
     assert len(runs["dask"]) == len(questions) and runs["dask"] == runs["threads"]

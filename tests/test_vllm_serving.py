@@ -16,6 +16,7 @@ from doubles import VLLMEndpointDouble, vllm_console_script_double
 from hasp.config import Params, ParamsError, RolloutParams, VLLMParams, load_params
 from hasp.llm.adapters import AdapterError, adapter_name, resolve_checkpoint
 from hasp.llm.vllm_server import ServeError, VLLMServer, attach, ensure_vllm
+from traj_builders import search_task
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_VLLM = importlib.util.find_spec("vllm") is None
@@ -190,8 +191,8 @@ def test_sampler_on_vllm_serves_the_adapter_not_the_merged_folder(tmp_path: Path
     with VLLMEndpointDouble(str(base)) as ep:
         p = Params.model_validate({"llm": {"backend": "vllm", "base_url": ep.base_url, "model": str(base),
                                            "max_concurrency": 2}})
-        sampler = PFRolloutSampler(p, data, None, rollout=rollout)
-        qs = training_questions(data)[:2]
+        sampler = PFRolloutSampler(p, search_task(data).domain, None, rollout=rollout)
+        qs = training_questions(search_task(data))[:2]
         trajs = sampler(qs, merged)
     name = resolve_checkpoint(merged).name
     assert len(trajs) == 2 and name is not None

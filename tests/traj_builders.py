@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hasp.records import Action, AuditEvent, StepRecord, Trajectory
@@ -29,3 +30,11 @@ def timeless(d: Any) -> Any:
     if isinstance(d, list):
         return [timeless(v) for v in d]
     return d
+
+
+def search_task(data: Path) -> Any:
+    """The search task over a prepared data folder, as the samplers take a task (its split files)."""
+    from hasp.episode.domains import SearchDomain
+    from hasp.evolve.epoch_task import EpochTask
+
+    return EpochTask(SearchDomain(data_dir=Path(data)))

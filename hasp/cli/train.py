@@ -28,7 +28,9 @@ ModelOpt = Annotated[Optional[str], typer.Option(
                     "(default: the embedded SmolLM2-135M-Instruct).")]
 PresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", help="E1..E6 or E1_cpu..E6_cpu (default: train.preset); must be of this recipe.")]
-DataOpt = Annotated[Path, typer.Option("--data", help="Prepared data folder (its train split is sampled).")]
+DataOpt = Annotated[Path, typer.Option("--data", help=(
+    "Prepared data folder of the search task (its train split is sampled); a math, code or user task "
+    "(evolve.domain) samples its own items' training split instead."))]
 LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library the sampling agent runs with.")]
 TrackOpt = Annotated[bool, typer.Option(
     "--track/--no-track", help="Log the training as one MLflow run (knobs, curves, metrics, adapter).")]
@@ -93,15 +95,16 @@ def _train_section(p: Any, recipe: str, preset: str | None) -> Any:
                                     for er in e.errors())) from None
 
 
-def _sampling_inputs(p: Any, data: Path, library: Path) -> str:
-    """What the sampler reads besides the train knobs (training questions, skills, agent settings):
-    a finished round in ``--out`` made from other inputs is run again, not reused."""
+def _sampling_inputs(p: Any, task: Any, library: Path) -> str:
+    """What the sampler reads besides the train knobs (the task's training items and code, skills,
+    agent settings): a finished round in ``--out`` made from other inputs is run again, not reused."""
     import hashlib
 
+    from hasp.evolve.epoch_task import task_code_key
     from hasp.pf.library import library_hash
-
-    train_split = data / "train.jsonl"
-    h = hashlib.sha256(train_split.read_bytes() if train_split.is_file() else b"<no train split>")
+    items = [task.domain.identity(it) for it in task.items("train")]  # read already by recipe_inputs
+    h = hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode())
+    h.update(task_code_key(p).encode())
     h.update(library_hash(library).encode())
     h.update(p.section_hash("agent", "llm", "harness", "sandbox", "teacher").encode())
     return h.hexdigest()[:32]
@@ -123,12 +126,15 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
             from hasp.agent.remote import episode_executor
             from hasp.llm.endpoints import teacher_client
 
+            from hasp.evolve.epoch_task import epoch_task
+
             assert data is not None and library is not None
+            task = epoch_task(p, data)  # evolve.domain's items: search's split files, or a task's pool
             teacher = teacher_client(p.teacher, p.llm)
             executor = stack.enter_context(episode_executor(p.runner))
-            kw = {**recipe_inputs(p, t, data, library, out_dir=out, grower=chain_grower(p, gold=True),
+            kw = {**recipe_inputs(p, t, task, library, out_dir=out, grower=chain_grower(p, gold=True),
                                   teacher=teacher, executor=executor),
-                  "inputs_key": _sampling_inputs(p, data, library)}
+                  "inputs_key": _sampling_inputs(p, task, library)}
         if rows is not None:  # Phase H's rows file: train.objective picks what to train on from its folder
             from hasp.train.objective import rows_for
 

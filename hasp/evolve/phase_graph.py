@@ -268,6 +268,14 @@ def cache_key(name: str, params: Any, layout: Mapping[str, Path | str], *extras:
     return key_of(name, code_key(ph), json.dumps(params_values(params, ph.params), sort_keys=True), inputs, *extras)
 
 
+def task_key(params: Any) -> str:
+    """Which task and items a run outside the phase graph reads (an experiment's training sampler and
+    its evaluation): the ``TASK_PARAMS`` values and the code of a user task."""
+    from hasp.evolve.epoch_task import task_code_key
+
+    return key_of(json.dumps(params_values(params, TASK_PARAMS), sort_keys=True), task_code_key(params))
+
+
 def epoch_code_paths() -> list[str]:
     """Every code path of the epoch's phases (what a run-level code key covers)."""
     return sorted({p for ph in PHASES if ph.name not in ("track", "experiment") for p in code_paths(ph)})

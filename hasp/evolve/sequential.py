@@ -116,18 +116,18 @@ def sequential_rollout(chains: Sequence[Sequence[Any]], *, base_library: Path, w
     trajs: list[Trajectory] = []
     refusals: list[str] = []
     for c, chain in enumerate(chains):
-        for item, t in zip(chain, run_chain(str(c), chain, base_library=base_library,
-                                            chain_dir=work_dir / f"chain_{c:03d}", run_task=run_task, grow=grow,
-                                            grow_after="failed", bonus=bonus, on_task=on_task)):
-            base = plain.get(item.id) if plain else None
+        for t in run_chain(str(c), chain, base_library=base_library, chain_dir=work_dir / f"chain_{c:03d}",
+                           run_task=run_task, grow=grow, grow_after="failed", bonus=bonus, on_task=on_task):
+            qid = t.traj.qid
+            base = plain.get(qid) if plain else None
             tasks.append(ComparedTask(
-                chain=c, position=t.position, qid=item.id, em=float(t.traj.em), created=t.created,
+                chain=c, position=t.position, qid=qid, em=float(t.traj.em), created=t.created,
                 used_from=t.used_positions, used_skills=t.used_skills, reward=t.reward, steps=len(t.traj.steps),
                 completion_tokens=t.traj.completion_tokens,
                 plain_em=float(base.em) if base is not None else None,
                 plain_steps=len(base.steps) if base is not None else None,
                 plain_completion_tokens=base.completion_tokens if base is not None else None))
-            refusals += [f"chain {c} task {t.position} ({item.id}): {w}"
+            refusals += [f"chain {c} task {t.position} ({qid}): {w}"
                          for w in (t.growth.refusals if t.growth is not None else [])]
             trajs.append(t.traj)
     return SequentialResult(tasks=tasks, refusals=refusals), trajs
@@ -141,14 +141,15 @@ def sage_run(params: Any, data_dir: Path, library: Path, out_dir: Path, *, polic
     ``sequential.json``, ``sequential.jsonl`` (trajectories with their reward) and ``plain.jsonl``."""
     from hasp.agent.rollout import write_trajectories
     from hasp.atomic import write_json
-    from hasp.episode.domains import SearchDomain
     from hasp.episode.spec import episode_spec, run_episodes
     from hasp.evolve.chain_skill import chain_grower
+    from hasp.evolve.epoch_task import epoch_task
     from hasp.pf.library import load_library
     from hasp.progress import Progress
 
-    domain = SearchDomain(data_dir=Path(data_dir))
-    chains = build_chains(domain.items(split, limit), chain_length, seed=params.data.seed)
+    task = epoch_task(params, Path(data_dir))  # evolve.domain's items: search's split files or a task's pool
+    domain = task.domain
+    chains = build_chains(task.items(split, limit), chain_length, seed=params.data.seed, identity=domain.identity)
     items = [it for chain in chains for it in chain]
     spec, index = episode_spec(params, domain, "pf"), domain.open(params)
 

@@ -55,20 +55,30 @@ def template_key(question: str) -> str:
     return head + _NUMBER.sub("N", _NAME.sub("X", rest))
 
 
-def build_chains(items: Sequence[Any], length: int, seed: int = 0, key: Callable[[Any], str] | None = None
-                 ) -> list[list[Any]]:
-    """Chains of ``length`` items sharing ``key`` (default: the question template), shuffled with
-    ``seed`` inside each group; leftovers shorter than two tasks are dropped (nothing to carry)."""
+#: an item's ``(id, question, gold answers)``: a domain's ``identity`` (``hasp.episode.domains``)
+Identity = Callable[[Any], tuple[str, str, list[str]]]
+
+
+def _search_identity(item: Any) -> tuple[str, str, list[str]]:
+    return str(item.id), str(item.question), list(getattr(item, "answers", []))
+
+
+def build_chains(items: Sequence[Any], length: int, seed: int = 0, key: Callable[[Any], str] | None = None, *,
+                 identity: Identity | None = None) -> list[list[Any]]:
+    """Chains of ``length`` items sharing ``key`` (default: the template of the question ``identity``
+    reads, a domain's own, so any task's items chain), shuffled with ``seed`` inside each group;
+    leftovers shorter than two tasks are dropped (nothing to carry)."""
     if length < 2:
         raise ValueError("a chain needs at least two tasks")
-    key = key or (lambda it: template_key(it.question))
+    ident = identity or _search_identity
+    key = key or (lambda it: template_key(ident(it)[1]))
     groups: dict[str, list[Any]] = defaultdict(list)
     for it in items:
         groups[key(it)].append(it)
     rng = random.Random(seed)
     chains = []
     for k in sorted(groups):
-        g = sorted(groups[k], key=lambda it: it.id)
+        g = sorted(groups[k], key=lambda it: ident(it)[0])
         rng.shuffle(g)
         chains += [g[i:i + length] for i in range(0, len(g), length) if len(g[i:i + length]) >= 2]
     return chains
@@ -82,9 +92,11 @@ class Chain:
     items: tuple[Any, ...]
 
 
-def training_chains(items: Sequence[Any], seed: int) -> list[Chain]:
-    """Chains of two same-template questions, as the SAGE recipe samples them."""
-    return [Chain(id="+".join(str(it.id) for it in c), items=tuple(c)) for c in build_chains(items, 2, seed=seed)]
+def training_chains(items: Sequence[Any], seed: int, identity: Identity | None = None) -> list[Chain]:
+    """Chains of two same-template questions, as the SAGE recipe samples them (``identity``: the task's)."""
+    ident = identity or _search_identity
+    return [Chain(id="+".join(ident(it)[0] for it in c), items=tuple(c))
+            for c in build_chains(items, 2, seed=seed, identity=ident)]
 
 
 @dataclass

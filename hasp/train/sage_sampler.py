@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hasp.config import Params, TrainParams
+from hasp.episode.domains import Domain
 from hasp.episode.seeding import unseeded
 from hasp.records import Trajectory
 from hasp.train.chains import Chain, Grow, Grower, run_chain, run_in_chain
@@ -28,10 +29,10 @@ class SageSampler:
     ``harness.postprocess[SAGE_KEY]`` (the format: ``hasp.train.chains``). Each task's outcome reward is
     ``train.sage``'s (``outcome_reward``), the maker's bonus rule ``train.sage.bonus``."""
 
-    def __init__(self, params: Params, data_dir: Path, library: Path, *, train: TrainParams, work_dir: Path,
+    def __init__(self, params: Params, domain: Domain, library: Path, *, train: TrainParams, work_dir: Path,
                  grower: Grower, policy_for: PolicyFor | None = None) -> None:
         self.params, self.train, self.cfg, self.library = params, train, train.sage, Path(library)
-        self.spec = sample_spec(params, train.rollout, Path(data_dir), self.library, None)
+        self.spec = sample_spec(params, train.rollout, domain, self.library, None)
         self.index = self.spec.domain.open(params)
         self.grower = grower
         self.policy_for = policy_for or served_policy(params, train.rollout)

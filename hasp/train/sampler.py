@@ -2,7 +2,7 @@
 
 ``run_rounds`` asks ``sample(questions, model_dir)`` for trajectories of the checkpoint a round starts
 from. Here that is: serve ``model_dir`` as a sampling policy (``train.rollout``'s temperature and
-top-p), then run the search agent with PFs active on every asked question (each question arrives k
+top-p), then run the task's agent with PFs active on every asked question (each question arrives k
 times) under the rollout's budgets — step, SEARCH and READ caps — and, when configured, in
 teacher-snippet mode (App. D.4). The same episode runner as Phase A and evaluation is used, so a
 training trajectory renders into the prompts the policy sees at test time.
@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Protocol
 
 from hasp.agent.loop import Policy
 from hasp.agent.remote import EpisodeExecutor
 from hasp.config import Params, RolloutParams
-from hasp.episode.domains import SearchDomain
+from hasp.episode.domains import Domain
 from hasp.episode.spec import EpisodeSpec, episode_spec, run_episodes
 from hasp.pf.library import load_library
 from hasp.records import Trajectory
@@ -57,30 +57,43 @@ def served_policy(params: Params, rollout: RolloutParams, *, port: int | None = 
     return open_policy
 
 
-def training_questions(data_dir: Path, split: str = "train") -> list[Any]:
-    """The questions RS and OPD sample on (the generated benchmark's train split)."""
-    path = Path(data_dir) / f"{split}.jsonl"
-    if not path.is_file():
-        raise RecipeError(f"{path}: no such file; prepare the data first (hasp data prepare --out {data_dir})")
-    return SearchDomain(data_dir=Path(data_dir)).items(split)
+class TaskSplits(Protocol):
+    """What a sampler reads of a task: its domain and the items of a split. The caller builds it (the
+    epoch's task, ``hasp.evolve.epoch_task.EpochTask``: search's split files, or a math, code or user
+    task's pool split by hash), so RS, OPD, GRPO and SAGE sample any task the way evolution runs it."""
+
+    domain: Domain
+
+    def items(self, split: str, limit: int | None = None) -> list[Any]: ...
 
 
-def sample_spec(params: Params, rollout: RolloutParams, data_dir: Path, library: Path | None,
+def training_questions(task: TaskSplits, split: str = "train") -> list[Any]:
+    """The items RS, OPD, GRPO and SAGE sample on: the task's training split."""
+    try:
+        items = task.items(split)
+    except FileNotFoundError as e:
+        raise RecipeError(f"{e.filename}: no such file; prepare the data first (hasp data prepare)") from None
+    if not items:
+        raise RecipeError(f"{task.domain.name}: the {split} split has no items to sample on")
+    return items
+
+
+def sample_spec(params: Params, rollout: RolloutParams, domain: Domain, library: Path | None,
                 teacher: Any, variant: str = "pf") -> EpisodeSpec:
     """The PF agent (``pf_teacher`` with a teacher), or ``variant`` (``react``: no skills), under the
     rollout's budgets and sampling, in teacher-snippet mode when the rollout asks for it."""
-    return episode_spec(params, SearchDomain(data_dir=Path(data_dir)), variant, label=LABEL, library=library,
-                        teacher=teacher, pipeline=True, rollout=rollout, snippets=rollout.teacher_snippets)
+    return episode_spec(params, domain, variant, label=LABEL, library=library, teacher=teacher, pipeline=True,
+                        rollout=rollout, snippets=rollout.teacher_snippets)
 
 
 class PFRolloutSampler:
-    """``sample(questions, model_dir) -> trajectories`` over a prepared data folder and a skill library.
+    """``sample(questions, model_dir) -> trajectories`` of a task's domain with a skill library.
 
     ``teacher`` (an LLM client) makes the agent ``pf_teacher`` and supplies snippets when
     ``rollout.teacher_snippets`` is on; snippets without a teacher are refused before any server starts.
     ``calls`` records (model folder, questions, trajectories) per call, for the run's summary."""
 
-    def __init__(self, params: Params, data_dir: Path, library: Path | None, *, rollout: RolloutParams,
+    def __init__(self, params: Params, domain: Domain, library: Path | None, *, rollout: RolloutParams,
                  policy_for: PolicyFor | None = None, teacher: Any = None,
                  executor: EpisodeExecutor | None = None, variant: str = "pf") -> None:
         if rollout.teacher_snippets and teacher is None:
@@ -88,7 +101,7 @@ class PFRolloutSampler:
                               "teacher.base_url and teacher.model, or train.rollout.teacher_snippets: false")
         self.params, self.rollout, self.teacher, self.executor = params, rollout, teacher, executor
         self.library = Path(library) if library is not None else None
-        self.spec = sample_spec(params, rollout, Path(data_dir), self.library, teacher, variant)
+        self.spec = sample_spec(params, rollout, domain, self.library, teacher, variant)
         self.index = self.spec.domain.open(params) if executor is None else None
         self.policy_for = policy_for or served_policy(params, rollout)
         self.calls: list[dict[str, Any]] = []
