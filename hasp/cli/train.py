@@ -21,7 +21,6 @@ from hasp import artifacts as art
 from hasp.console import safe
 
 from hasp.cli.params import ParamsOpt, params_or_exit
-from hasp.seeds import seed_library
 
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="Model to train: a local HF folder or a hub name in the local cache "
@@ -31,7 +30,9 @@ PresetOpt = Annotated[Optional[str], typer.Option(
 DataOpt = Annotated[Path, typer.Option("--data", help=(
     "Prepared data folder of the search task (its train split is sampled); a math, code or user task "
     "(evolve.domain) samples its own items' training split instead."))]
-LibraryOpt = Annotated[Path, typer.Option("--library", help="Skill library the sampling agent runs with.")]
+LibraryOpt = Annotated[Optional[Path], typer.Option("--library", help=(
+    "Skill library the sampling agent runs with (default: the seed skills of evolve.domain, or a user "
+    "task's Task.library)."))]
 TrackOpt = Annotated[bool, typer.Option(
     "--track/--no-track", help="Log the training as one MLflow run (knobs, curves, metrics, adapter).")]
 
@@ -116,6 +117,7 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
     ``library``; prints the summary and the MLflow run id."""
     from hasp.evolve.chain_skill import chain_grower
     from hasp.train.inputs import SAMPLING_RECIPES, recipe_inputs
+    from hasp.train.rounds import RecipeError
     from hasp.train.run import run_recipe
 
     p = params_or_exit(params)
@@ -126,9 +128,12 @@ def _train(recipe: str, model: Optional[str], out: Path, params: Path, preset: O
             from hasp.agent.remote import episode_executor
             from hasp.llm.endpoints import teacher_client
 
-            from hasp.evolve.epoch_task import epoch_task
+            from hasp.evolve.epoch_task import default_library, epoch_task
 
-            assert data is not None and library is not None
+            assert data is not None
+            library = library if library is not None else default_library(p)
+            if library is None:
+                raise RecipeError(f"evolve.domain {p.evolve.domain}: the task declares no library; pass --library")
             task = epoch_task(p, data)  # evolve.domain's items: search's split files, or a task's pool
             teacher = teacher_client(p.teacher, p.llm)
             executor = stack.enter_context(episode_executor(p.runner))
@@ -155,7 +160,7 @@ def sft(model: ModelOpt = None,
     _train("sft", model, out, params, preset, track, rows=data)
 
 
-def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
+def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = None,
        out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_rs"), params: ParamsOpt = None,
        preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """Rejection sampling: sample k per training question (PFs active), filter, SFT; repeat from the new
@@ -163,7 +168,7 @@ def rs(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: Li
     _train("rs", model, out, params, preset, track, data=data, library=library)
 
 
-def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
+def opd(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = None,
         out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_opd"),
         params: ParamsOpt = None, preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """On-policy distillation: train on the PF (or teacher) corrections at the states the checkpoint visits."""
@@ -181,7 +186,7 @@ def dpo(model: ModelOpt = None,
     _train("dpo", model, out, params, preset, track, rows=rows)
 
 
-def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
+def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = None,
          out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_grpo"), params: ParamsOpt = None,
          preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """GRPO: G episodes per training question, advantage = reward - group mean, one on-policy update on the
@@ -189,7 +194,7 @@ def grpo(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: 
     _train("grpo", model, out, params, preset, track, data=data, library=library)
 
 
-def sage(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = seed_library("search"),
+def sage(model: ModelOpt = None, data: DataOpt = Path("outputs/data"), library: LibraryOpt = None,
          out: Annotated[Path, typer.Option("--out")] = Path("outputs/train_sage"), params: ParamsOpt = None,
          preset: PresetOpt = None, track: TrackOpt = True) -> None:
     """SAGE: GRPO over chains of two same-template questions with sequential rollout (task 1, the policy's own
