@@ -131,7 +131,7 @@ def _run(work: Path, out: str = "outputs", epochs: int = 2, **evolve):
     params["data"].update(n_questions=8)
     params["agent"].update(max_steps=3)
     params["llm"].update(base_url="http://127.0.0.1:9/v1", model="budget-double-model", max_concurrency=2)
-    params["evolve"].update(max_candidates=6, min_cluster_size=1, proposal_format="code", **evolve)
+    params["evolve"].update({"max_candidates": 6, "min_cluster_size": 1, "proposal_format": "code", **evolve})
     params["train"].update(enabled=False)
     params["tracking"]["experiment"] = "hasp-budget-test"
     (work / "params.yaml").write_text(yaml.safe_dump(params))
@@ -249,8 +249,9 @@ def test_the_flow_checks_pinned_anchors_with_the_val_gate_off(flow_env):
     rows = [{"id": f"pin{i}", "question": f"Who founded company number {i}?", "answers": ["Nobody Known"],
              "hops": 1, "support": []} for i in range(3)]
     (work / "anchors.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = _run(work, out="outputs_anchors", val_gate=False, anchors=str(work / "anchors.jsonl"))
-    assert res["stopped"] is None and len(res["epochs"]) == 2
+    res = _run(work, out="outputs_anchors", epochs=1, val_gate=False, anchors=str(work / "anchors.jsonl"),
+               max_candidates=2)  # two candidates, each checked on the pins
+    assert res["stopped"] is None and len(res["epochs"]) == 1
     ed = work / "outputs_anchors" / "epoch_0"
     g = json.loads((ed / "summary_gate.json").read_text())
     assert g["val_runs"] == 0 and g["anchors"]["n"] == 3 and g["anchors"]["passes_before"] == 3
