@@ -60,10 +60,7 @@ Identity = Callable[[Any], tuple[str, str, list[str]]]
 
 
 def _search_identity(item: Any) -> tuple[str, str, list[str]]:
-    """The search task's own ``identity`` (the default: a caller that names no task chains questions)."""
-    from hasp.episode.domains import SearchDomain
-
-    return SearchDomain().identity(item)
+    return str(item.id), str(item.question), list(getattr(item, "answers", []))
 
 
 def build_chains(items: Sequence[Any], length: int, seed: int = 0, key: Callable[[Any], str] | None = None, *,
