@@ -60,6 +60,8 @@ Identity = Callable[[Any], tuple[str, str, list[str]]]
 
 
 def _search_identity(item: Any) -> tuple[str, str, list[str]]:
+    """A search item's identity, read here rather than from ``SearchDomain``: importing the episode domains
+    would put the agent loop into the code key of every phase that trains (SFT runs no episode)."""
     return str(item.id), str(item.question), list(getattr(item, "answers", []))
 
 
