@@ -168,3 +168,20 @@ def test_track_stage_writes_what_dvc_plots_show_draws(dvc_repo, monkeypatch):
     traces = mlflow.search_traces(run_id=run_id, return_type="list")
     assert sorted(t.info.tags["hasp.qid"] for t in traces) == ["q1", "q2"]
     assert {t.info.tags["hasp.phase"] for t in traces} == {"rollout"}
+
+
+def test_the_committed_dvc_lock_records_the_committed_code_and_params(dvc_repo):
+    """Every stage in the committed ``dvc.lock`` was run on the code, params and command committed beside it:
+    ``dvc status`` finds no changed dependency, parameter or command (outputs are not committed; only
+    their absence shows). The lock holds the data stage; the model stages are a user's run."""
+    import json
+
+    shutil.copy(ROOT / "dvc.lock", dvc_repo / "dvc.lock")
+    locked = yaml.safe_load((dvc_repo / "dvc.lock").read_text(encoding="utf-8"))["stages"]
+    assert "prepare" in locked
+    status = json.loads(run(DVC + ["status", "--json", *locked], dvc_repo) or "{}")
+    changed = {stage: [k for entry in entries if isinstance(entry, dict) for k in entry if k != "changed outs"]
+               for stage, entries in status.items()}
+    changed = {stage: keys for stage, keys in changed.items() if keys}
+    assert not changed, (f"dvc.lock is stale for {changed}: run `dvc repro {' '.join(changed)}` and commit "
+                         f"dvc.lock ({status})")
