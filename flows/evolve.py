@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,27 +212,176 @@ def _drop_outputs(ep_dir: Path, names: list[str]) -> None:
                 path.unlink(missing_ok=True)
 
 
+@dataclass
+class _Epoch:
+    """One epoch's run state, with one method per step of ``EPOCH_STEPS`` (named as the step): ``run_epoch``
+    calls them in the graph's order. Each returns the step's summary; the budget is ``run_epoch``'s."""
+
+    p: Params
+    out: Path
+    data_dir: Path
+    lib_in: Path
+    ep_dir: Path
+    epoch: int
+    clients: Clients
+    keys: RunKeys
+    pipe: Pipeline
+    meter: Any
+    ledger: Any
+    seed_frontier: bool
+    anchors_key: str | None
+    policy: Any = None
+    student: Any = None
+    teacher: Any = None
+    ph: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def history(self) -> Path:
+        return self.out / "proposal_history.jsonl"
+
+    @property
+    def evolved(self) -> Path:
+        return self.ep_dir / art.LIBRARY
+
+    @property
+    def lay(self) -> dict[str, Path]:
+        return layout(self.out, self.data_dir, self.ep_dir, self.lib_in)
+
+    def _label(self, name: str, rerun: str | None = None) -> str:
+        return STEP[name].label + (f" (re-run: {rerun})" if rerun else "")
+
+    def _guarded(self, name: str, task: Any, output: Path, key: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """A phase the budget may cut mid-way (Phase C between proposals, the val gate between candidates).
+        When the cache served a summary an earlier run's budget cut, this run's budget decides anew."""
+        from hasp.evolve.budget import limited
+
+        def once(refresh: bool) -> tuple[dict[str, Any], Any]:
+            guard = self.ledger.guard(self.meter) if limited(self.p.evolve.budget) else None
+            call = settle(task.with_options(refresh_cache=refresh or _fresh(output)))
+            label = self._label(name, "an earlier budget cut it" if refresh else None)
+            return self.pipe.run(label, call, key, *args, guard=guard, **kwargs), guard
+
+        summary, guard = once(refresh=False)
+        if summary.get("budget_stop") and (guard is None or guard.hit is None):
+            summary, guard = once(refresh=True)
+        return summary
+
+    def rollout(self) -> dict[str, Any]:
+        ep, p = self.ep_dir, self.p
+        if p.evolve.traces.source:  # Phase A reads logged traces: keyed on their content, no model runs
+            from hasp.evolve.traces import source_key
+
+            k = cache_key("rollout", p, self.lay, "traces", source_key(p.evolve.traces.source))
+            return _phase(self.pipe, f"{STEP['rollout'].label} (from traces)", phases.rollout_from_traces,
+                          (ep / art.ROLLOUT, ep / art.HELDOUT), k, p, ep / art.ROLLOUT)
+        k = cache_key("rollout", p, self.lay, self.keys.model_id)
+        return _phase(self.pipe, STEP["rollout"].label, phases.rollout, (ep / art.ROLLOUT, ep / art.HELDOUT),
+                      k, p, self.data_dir, self.lib_in, ep / art.ROLLOUT, policy=self.policy, teacher=self.teacher,
+                      executor=self.clients.executor, meter=self.meter)
+
+    def analyse(self) -> dict[str, Any]:
+        p = self.p
+        summarizer = self.teacher or self.student  # the paper asks the teacher; without one, the student
+        # the model that summarises failures or judges traces is part of what Phase B's output depends on
+        asks_model = p.evolve.summarizer or p.evolve.traces.judge
+        summ_id = ((self.keys.teacher_id if self.clients.teacher is not None else self.keys.model_id)
+                   if asks_model else None)
+        k = cache_key("analyse", p, self.lay, summ_id, self.epoch)
+        return _phase(self.pipe, STEP["analyse"].label, phases.analyse, (self.ep_dir / art.CLUSTERS,),
+                      k, self.ep_dir / art.ROLLOUT, self.lib_in, p, self.ep_dir, summarizer=summarizer,
+                      epoch=self.epoch, meter=self.meter)
+
+    def propose(self) -> dict[str, Any]:
+        earlier = [asdict(x) for x in history_before(self.history, self.epoch).entries]
+        k = cache_key("propose", self.p, self.lay, self.keys.model_id, earlier, self.epoch)
+        ep = self.ep_dir
+        summary = self._guarded("propose", phases.propose, ep / art.CANDIDATES, k, ep / art.CLUSTERS, self.lib_in,
+                                self.p, ep / art.CANDIDATES, student=self.student, epoch=self.epoch,
+                                history_path=self.history, meter=self.meter)
+        self.clients.release_student()  # free its memory before the next model-heavy phases
+        return summary
+
+    def validate(self) -> dict[str, Any]:
+        ep, p = self.ep_dir, self.p
+        return _phase(self.pipe, STEP["validate"].label, phases.validate, (ep / art.VALIDATION,),
+                      cache_key("validate", p, self.lay), ep / art.CANDIDATES, ep / art.VALIDATION,
+                      static=static_exec(p.evolve), sandbox=p.sandbox, action_types=epoch_actions(p))
+
+    def review(self) -> dict[str, Any]:
+        return _phase(self.pipe, STEP["review"].label, phases.review, (self.ep_dir / art.REVIEWS,),
+                      cache_key("review", self.p, self.lay), self.ep_dir, self.lib_in, self.p, teacher=self.teacher,
+                      meter=self.meter)
+
+    def _val(self, name: str, library: Path, out_name: str) -> dict[str, Any]:
+        k = cache_key("val_rollout", self.p, self.lay, self.keys.model_id, library_hash(library))
+        return _val_phase(self.pipe, STEP[name].label, k, self.p, self.data_dir, library, self.ep_dir / out_name,
+                          policy=self.policy, teacher=self.teacher, label=name, executor=self.clients.executor,
+                          meter=self.meter)
+
+    def val_baseline(self) -> dict[str, Any]:
+        # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's seed
+        # member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
+        # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
+        return self._val("val_baseline", self.lib_in, art.VAL_BASELINE)
+
+    def gate(self) -> dict[str, Any]:
+        p, ep, base = self.p, self.ep_dir, self.ph["val_baseline"]
+        # the judge gate's held-out questions come from Phase A's traces, and the judge is a model of its own
+        judge_key = ((content_hash(ep / art.HELDOUT),
+                      self.keys.teacher_id if self.clients.teacher is not None else self.keys.model_id)
+                     if "judge" in active_gates(p.evolve) else None)
+        k = cache_key("gate", p, self.lay, self.keys.model_id, base["em"], base["f1"], self.anchors_key, judge_key)
+        return self._guarded("gate", phases.gate, ep / art.GATE, k, ep, self.lib_in, p, self.data_dir, base,
+                             policy=self.policy, teacher=self.teacher, executor=self.clients.executor,
+                             meter=self.meter)
+
+    def admit(self) -> dict[str, Any]:
+        ep = self.ep_dir
+        return _phase(self.pipe, STEP["admit"].label, phases.admit, (self.evolved / "library_history.json",
+                      ep / art.ADMISSION), cache_key("admit", self.p, self.lay, self.epoch), ep, self.lib_in, self.p,
+                      epoch=self.epoch, history_path=self.history)
+
+    def val_after(self) -> dict[str, Any]:
+        return self._val("val_after", self.evolved, art.VAL_AFTER)
+
+    def frontier(self) -> dict[str, Any]:
+        seed = (self.lib_in, self.ph["val_baseline"]) if self.seed_frontier else None
+        return self.pipe.run(STEP["frontier"].label, phases.frontier, self.out, self.epoch, self.evolved,
+                             self.ph["val_after"], self.p, seed=seed)
+
+    def build_data(self) -> dict[str, Any]:
+        ep = self.ep_dir
+        earlier = [content_hash(f) for f in sorted(self.out.glob(f"epoch_*/{art.SKILL_RECORDS}"))
+                   if f.parent.name != ep.name and int(f.parent.name.split("_")[1]) < self.epoch]
+        return _phase(self.pipe, STEP["build_data"].label, phases.build_data, (ep / art.SFT,),
+                      cache_key("build_data", self.p, self.lay, earlier), ep / art.ROLLOUT, self.p, ep)
+
+
+_UNRUN = [s.name for s in EPOCH_STEPS if not callable(getattr(_Epoch, s.name, None))]
+if _UNRUN:  # a step the graph declares that the flow cannot run
+    raise RuntimeError(f"flows.evolve: no runner for epoch step(s) {_UNRUN}")
+
+
 def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, clients: Clients, keys: RunKeys,
               *, seed_frontier: bool, pipe: Pipeline | None = None) -> tuple[dict[str, Any], Path]:
-    """Phases A–H of one epoch plus the val gate and the frontier; returns (summaries, carry library).
+    """Phases A–H of one epoch plus the val gate and the frontier, one step of ``EPOCH_STEPS`` after the
+    other; returns (summaries, carry library).
 
     Which of D / E / val gate run comes from ``hasp.evolve.gate.epoch_phases``; files of a
     phase that does not run are removed so an earlier run's results cannot leak into admission.
 
     Every model call goes through a client metered for this epoch (``hasp.evolve.budget``); each phase's
     summary carries its ``spend``, ``summary_budget.json`` the epoch's, and ``evolve.budget`` is checked
-    after every phase and between Phase C's proposals. When a limit is reached the epoch stops there with
-    one warning line (``summaries["budget"]["stopped"]``): the finished phases stay, the later ones do not
+    after every step and between Phase C's proposals. When a limit is reached the epoch stops there with
+    one warning line (``summaries["budget"]["stopped"]``): the finished steps stay, the later ones do not
     run (their files of an earlier run are removed), and the library is the input library, unless the stop
     came after the last gate, when admission (which calls no model) still runs."""
     from hasp.evolve.anchors import load_anchors
-    from hasp.evolve.budget import PHASE_LABELS, Ledger, Meter, limited, metered, stop_line
+    from hasp.evolve.budget import PHASE_LABELS, Ledger, Meter, metered, stop_line
 
     ep_dir = out / f"epoch_{epoch}"
     ep_dir.mkdir(parents=True, exist_ok=True)
-    history = out / "proposal_history.jsonl"
     pipe = pipe or Pipeline(f"epoch {epoch}", epoch_phase_count(p))
-    model_id, teacher_id = keys.model_id, keys.teacher_id
     run_phases = epoch_phases(p.evolve)
     for phase, names in STALE_IF_SKIPPED.items():
         if phase not in run_phases:
@@ -243,16 +392,16 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
     if p.evolve.anchors:  # a pin that cannot be read stops the run here, not inside the gate
         load_anchors(p.evolve.anchors)
         anchors_key = content_hash(Path(p.evolve.anchors))
-    lay = layout(out, data_dir, ep_dir, lib_in)
-    ph: dict[str, Any] = {}
     meter = Meter()
-    policy, student, teacher = (metered(c, meter) for c in (clients.policy, clients.student, clients.teacher))
-    ledger = Ledger(p.evolve.budget)
+    run = _Epoch(p, out, data_dir, lib_in, ep_dir, epoch, clients, keys, pipe, meter, Ledger(p.evolve.budget),
+                 seed_frontier, anchors_key,
+                 *(metered(c, meter) for c in (clients.policy, clients.student, clients.teacher)))
+    ph, ledger = run.ph, run.ledger
     order = epoch_order(run_phases)
     last_gate = "gate" if "gate" in run_phases else "val_baseline"
 
     def reached(name: str) -> str | None:
-        """The stop line when the budget is reached after phase ``name`` (None: go on)."""
+        """The stop line when the budget is reached after step ``name`` (None: go on)."""
         ledger.add(name, ph[name])
         own = (ph[name] or {}).get("budget_stop")
         hit = ledger.reached()
@@ -271,121 +420,27 @@ def run_epoch(p: Params, out: Path, data_dir: Path, lib_in: Path, epoch: int, cl
                         **_proposal_count(ph)}
         for name, summary in ph.items():
             phases_write_summary(ep_dir, name, summary)
-        return ph, (ep_dir / art.LIBRARY if admitted else lib_in)
+        return ph, (run.evolved if admitted else lib_in)
 
-    if p.evolve.traces.source:  # Phase A reads logged traces: keyed on their content, no model runs
-        from hasp.evolve.traces import source_key
-
-        k = cache_key("rollout", p, lay, "traces", source_key(p.evolve.traces.source))
-        ph["rollout"] = _phase(pipe, f"{STEP['rollout'].label} (from traces)", phases.rollout_from_traces,
-                               (ep_dir / art.ROLLOUT, ep_dir / art.HELDOUT), k, p, ep_dir / art.ROLLOUT)
-    else:
-        k = cache_key("rollout", p, lay, model_id)
-        ph["rollout"] = _phase(pipe, STEP["rollout"].label, phases.rollout,
-            (ep_dir / art.ROLLOUT, ep_dir / art.HELDOUT),
-            k, p, data_dir, lib_in, ep_dir / art.ROLLOUT, policy=policy, teacher=teacher,
-            executor=clients.executor, meter=meter)
-    if line := reached("rollout"):
-        return stopped(line, "rollout")
-
-    summarizer = teacher or student  # the paper asks the teacher; without one, the student
-    # the model that summarises failures or judges traces is part of what Phase B's output depends on
-    asks_model = p.evolve.summarizer or p.evolve.traces.judge
-    summ_id = (teacher_id if clients.teacher is not None else model_id) if asks_model else None
-    k = cache_key("analyse", p, lay, summ_id, epoch)
-    ph["analyse"] = _phase(pipe, STEP["analyse"].label, phases.analyse, (ep_dir / art.CLUSTERS,),
-        k, ep_dir / art.ROLLOUT, lib_in, p, ep_dir, summarizer=summarizer, epoch=epoch, meter=meter)
-    if line := reached("analyse"):
-        return stopped(line, "analyse")
-
-    k = cache_key("propose", p, lay, model_id, [asdict(x) for x in history_before(history, epoch).entries], epoch)
-
-    def propose(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
-        guard = ledger.guard(meter) if limited(p.evolve.budget) else None
-        task = phases.propose.with_options(refresh_cache=refresh or _fresh(ep_dir / art.CANDIDATES))
-        return pipe.run(name, settle(task), k, ep_dir / art.CLUSTERS, lib_in, p, ep_dir / art.CANDIDATES,
-                        student=student, epoch=epoch, history_path=history, meter=meter, guard=guard), guard
-
-    ph["propose"], guard = propose(STEP["propose"].label, refresh=False)
-    if ph["propose"].get("budget_stop") and (guard is None or guard.hit is None):
-        # the cache served a phase an earlier run's budget cut: this run's budget decides anew
-        ph["propose"], guard = propose(f"{STEP['propose'].label} (re-run: an earlier budget cut it)", refresh=True)
-    clients.release_student()  # free its memory before the next model-heavy phases
-    if line := reached("propose"):
-        return stopped(line, "propose")
-
-    if "validate" in run_phases:
-        k = cache_key("validate", p, lay)
-        ph["validate"] = _phase(pipe, STEP["validate"].label, phases.validate, (ep_dir / art.VALIDATION,),
-            k, ep_dir / art.CANDIDATES, ep_dir / art.VALIDATION, static=static_exec(p.evolve),
-            sandbox=p.sandbox, action_types=epoch_actions(p))
-        if line := reached("validate"):
-            return stopped(line, "validate")
-
-    if "review" in run_phases:
-        k = cache_key("review", p, lay)
-        ph["review"] = _phase(pipe, STEP["review"].label, phases.review, (ep_dir / art.REVIEWS,),
-            k, ep_dir, lib_in, p, teacher=teacher, meter=meter)
-        if line := reached("review"):
-            return stopped(line, "review")
-
-    # One library-alone val run per epoch, shared by every candidate's gate and by the frontier's
-    # seed member. Keyed on the skills only (SKILL.md, hasp.yaml, pf.py; not history or snapshots): it is the
-    # previous epoch's "val_after" run, and an epoch that admits nothing reuses it as its own.
-    k = cache_key("val_rollout", p, lay, model_id, library_hash(lib_in))
-    ph["val_baseline"] = _val_phase(pipe, STEP["val_baseline"].label, k, p, data_dir, lib_in, ep_dir / art.VAL_BASELINE,
-                                    policy=policy, teacher=teacher, label="val_baseline",
-                                    executor=clients.executor, meter=meter)
-    line = reached("val_baseline")
-    if line and last_gate != "val_baseline":
-        return stopped(line, "val_baseline")
-    if "gate" in run_phases:
-        # the judge gate's held-out questions come from Phase A's traces, and the judge is a model of its own
-        judge_key = ((content_hash(ep_dir / art.HELDOUT), teacher_id if clients.teacher is not None else model_id)
-                     if "judge" in active_gates(p.evolve) else None)
-        k = cache_key("gate", p, lay, model_id, ph["val_baseline"]["em"], ph["val_baseline"]["f1"], anchors_key,
-                      judge_key)
-
-        def gate(name: str, refresh: bool) -> tuple[dict[str, Any], Any]:
-            guard = ledger.guard(meter) if limited(p.evolve.budget) else None
-            task = phases.gate.with_options(refresh_cache=refresh or _fresh(ep_dir / art.GATE))
-            return pipe.run(name, settle(task), k, ep_dir, lib_in, p, data_dir, ph["val_baseline"], policy=policy,
-                            teacher=teacher, executor=clients.executor, meter=meter, guard=guard), guard
-
-        ph["gate"], gate_guard = gate(STEP["gate"].label, refresh=False)
-        if ph["gate"].get("budget_stop") and (gate_guard is None or gate_guard.hit is None):
-            # the cache served a gate an earlier run's budget cut: this run's budget decides anew
-            ph["gate"], gate_guard = gate(f"{STEP['gate'].label} (re-run: an earlier budget cut it)", refresh=True)
-        line = reached("gate")
-
-    k = cache_key("admit", p, lay, epoch)
-    ph["admit"] = _phase(pipe, STEP["admit"].label, phases.admit,
-        (ep_dir / art.LIBRARY / "library_history.json", ep_dir / art.ADMISSION),
-        k, ep_dir, lib_in, p, epoch=epoch, history_path=history)
-    evolved = ep_dir / art.LIBRARY
-    ledger.add("admit", ph["admit"])
-    if line:  # reached after the last gate: admission ran on complete evidence, nothing else runs
-        return stopped(line, last_gate)
-
-    k = cache_key("val_rollout", p, lay, model_id, library_hash(evolved))
-    ph["val_after"] = _val_phase(pipe, STEP["val_after"].label, k, p, data_dir, evolved, ep_dir / art.VAL_AFTER,
-                                 policy=policy, teacher=teacher, label="val_after",
-                                 executor=clients.executor, meter=meter)
-    ledger.add("val_after", ph["val_after"])
-    ph["frontier"] = pipe.run(STEP["frontier"].label, phases.frontier, out, epoch, evolved, ph["val_after"], p,
-                                     seed=(lib_in, ph["val_baseline"]) if seed_frontier else None)
-    carry = Path(ph["frontier"]["carry"])
-
-    earlier = [content_hash(f) for f in sorted(out.glob(f"epoch_*/{art.SKILL_RECORDS}"))
-               if f.parent.name != ep_dir.name and int(f.parent.name.split("_")[1]) < epoch]
-    k = cache_key("build_data", p, lay, earlier)
-    ph["build_data"] = _phase(pipe, STEP["build_data"].label, phases.build_data, (ep_dir / art.SFT,),
-        k, ep_dir / art.ROLLOUT, p, ep_dir)
-    ledger.add("build_data", ph["build_data"])
+    gate_at = order.index(last_gate)
+    pending: str | None = None  # the budget was reached at the last gate: admission runs, then the epoch stops
+    for i, name in enumerate(order):
+        ph[name] = getattr(run, name)()
+        if not STEP[name].metered:
+            continue
+        if i > gate_at:  # after the last gate the budget is counted, and only a stop at the gate ends the epoch
+            ledger.add(name, ph[name])
+            if pending and name == "admit":
+                return stopped(pending, last_gate)
+            continue
+        line = reached(name)
+        if line and i < gate_at:
+            return stopped(line, name)
+        pending = line
     ph["budget"] = {**ledger.to_dict(), "stopped": None, **_proposal_count(ph)}
     for name, summary in ph.items():
         phases_write_summary(ep_dir, name, summary)
-    return ph, carry
+    return ph, Path(ph["frontier"]["carry"])
 
 
 def _proposal_count(ph: dict[str, Any]) -> dict[str, Any]:
