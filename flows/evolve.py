@@ -33,7 +33,7 @@ from hasp.config import Params, load_params
 from hasp.evolve.epoch import epoch_actions, history_before
 from hasp.evolve.gate import active_gates, epoch_phases, static_exec
 from hasp.evolve.phase_graph import (EPOCH_STEPS, STEP, cache_key, epoch_code_paths, epoch_order, epoch_outs,
-                                    repo_root)
+                                    repo_root, step_outputs)
 from hasp.fingerprint import content_hash, key_of, module_closure, source_key
 from hasp.llm.endpoints import teacher_client
 from hasp.llm.endpoints import LazyPolicy
@@ -184,15 +184,8 @@ def layout(out: Path, data_dir: Path, ep_dir: Path, library: Path, evolved: Path
 
 #: what an optional step writes (the graph's outs): removed when this run does not run it
 STALE_IF_SKIPPED = {s.name: epoch_outs(s.phase) for s in EPOCH_STEPS if s.optional and s.phase}
-#: what each phase leaves in the epoch folder: removed when the budget stops the epoch before the phase, so
-#: an earlier run's later phases cannot pass for this run's (its summary_<phase>.json goes too)
-PHASE_OUTPUTS = {"analyse": (art.FAILURES, art.SUMMARIES, art.CLUSTERS), "propose": (art.CANDIDATES,),
-                 "validate": (art.VALIDATION,), "review": (art.REVIEWS,),
-                 "val_baseline": (art.VAL_BASELINE,),
-                 "gate": (art.GATE, art.ANCHORS, art.JUDGE_GATE, art.VAL_RUNS, art.ANCHOR_RUNS, art.JUDGE_RUNS),
-                 "admit": (art.ADMISSION, art.LIBRARY), "val_after": (art.VAL_AFTER,), "frontier": (art.CARRY,),
-                 "build_data": (art.SFT, art.DPO, art.SFT_SKILL, art.DPO_SKILL, art.SKILL_RECORDS,
-                                art.DATA_SUMMARY)}
+#: what each step leaves in the epoch folder (the graph's): removed when the budget stops the epoch before it
+PHASE_OUTPUTS = {s.name: step_outputs(s.name) for s in EPOCH_STEPS}
 
 
 def epoch_phase_count(p: Params) -> int:

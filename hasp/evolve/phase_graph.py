@@ -189,6 +189,7 @@ class Step:
     label: str  # how the progress lines and the budget's stop line name it
     optional: bool = False  # runs only when hasp.evolve.gate.epoch_phases lists it
     metered: bool = True  # counts in the epoch's budget ledger (the frontier calls no model)
+    writes: tuple[str, ...] = ()  # epoch-folder files of the step beyond its graph phase's outs (hasp.artifacts)
 
 
 #: the epoch's steps in the order they run, declared once
@@ -198,11 +199,11 @@ EPOCH_STEPS: tuple[Step, ...] = (
     Step("propose", "propose", "C propose"),
     Step("validate", "validate", "D validate", optional=True),
     Step("review", "review", "E review", optional=True),
-    Step("val_baseline", "val_rollout", "val baseline"),
-    Step("gate", "gate", "E2 val gate", optional=True),
+    Step("val_baseline", "val_rollout", "val baseline", writes=(art.VAL_BASELINE,)),
+    Step("gate", "gate", "E2 val gate", optional=True, writes=(art.VAL_RUNS, art.ANCHOR_RUNS, art.JUDGE_RUNS)),
     Step("admit", "admit", "F admit"),
-    Step("val_after", "val_rollout", "val after"),
-    Step("frontier", None, "frontier", metered=False),
+    Step("val_after", "val_rollout", "val after", writes=(art.VAL_AFTER,)),
+    Step("frontier", None, "frontier", metered=False, writes=(art.CARRY,)),
     Step("build_data", "build_data", "G-H build data"),
 )
 STEP: Mapping[str, Step] = {s.name: s for s in EPOCH_STEPS}
@@ -211,6 +212,16 @@ STEP: Mapping[str, Step] = {s.name: s for s in EPOCH_STEPS}
 def epoch_outs(name: str) -> tuple[str, ...]:
     """What graph phase ``name`` writes into the epoch folder, as names in it (``hasp.artifacts``)."""
     return tuple(o.removeprefix("{epoch}/") for o in BY_NAME[name].outs if o.startswith("{epoch}/"))
+
+
+def step_outputs(name: str) -> tuple[str, ...]:
+    """Everything step ``name`` leaves in the epoch folder (its phase's outs and metrics, its own files),
+    as names in it: what is removed when a run stops before the step, so an earlier run's cannot pass for it."""
+    step = STEP[name]
+    ph = BY_NAME[step.phase] if step.phase else None
+    graph = [o.removeprefix("{epoch}/") for o in ((*ph.outs, *ph.metrics) if ph else ())
+             if o.startswith("{epoch}/")]
+    return tuple(dict.fromkeys((*graph, *step.writes)))
 
 
 def epoch_order(run_phases: Collection[str]) -> tuple[str, ...]:
