@@ -106,7 +106,7 @@ def test_opd_targets_come_from_the_embedded_teacher_or_are_counted_unreadable(te
     from hasp.train.run import teacher_fn
 
     before = teacher.client().usage.requests  # type: ignore[attr-defined]
-    rows, stats = opd_rows([traj("q1", n_steps=3)], TrainParams(), reward_floor=-1.0, teacher=teacher_fn(teacher))
+    rows, stats = opd_rows([traj("q1", n_steps=2)], TrainParams(), reward_floor=-1.0, teacher=teacher_fn(teacher))
     assert rows and stats["target"] == "teacher"
     assert teacher.client().usage.requests - before == len(rows)  # type: ignore[attr-defined]
     by_source = stats["target_sources"]
