@@ -122,6 +122,22 @@ def test_copy_of_prompt_example_is_not_a_proposal():
     assert c.code == "" and "example" in c.parse_error
 
 
+@pytest.mark.parametrize("forms", [("SEARCH[query]", "READ[doc_id]", "FINAL[answer]"), ("FINAL[answer]",),
+                                   ("FINAL[program]",), ("CONVERT[quantity]", "FINAL[answer]")])
+def test_the_prompt_example_is_a_skill_that_passes_phase_d_on_the_tasks_own_actions(forms):
+    """A task without SEARCH is shown an example over its FINAL, never a SEARCH rule that cannot fire there."""
+    from hasp.evolve.validate import validate_candidate
+
+    msgs = build_proposer_messages(make_cluster(), [], action_forms=forms)
+    example = msgs[0]["content"].split("```python\n", 1)[1].split("```", 1)[0]
+    names = tuple(f.split("[", 1)[0] for f in forms)
+    assert ('"SEARCH"' in example) == ("SEARCH" in names)
+    rep = validate_candidate(example, action_types=names)
+    assert rep.passed, rep.errors
+    c = parse_proposal(f"```python\n{example}```", make_cluster())
+    assert c.code == "" and "example" in c.parse_error
+
+
 def test_prompt_states_interface_fields_library_and_history(tmp_path):
     hist = FeedbackHistory(tmp_path / "feedback.jsonl")
     hist.append(FeedbackEntry(1, "read_first_v0", "no_read_before_final", "rejected", 0.31,

@@ -79,8 +79,9 @@ _FIELD_DOC = {
 }
 INTERVENTION_KWARGS = ("type", "new_action_type", "new_action_arg", "context_text", "reason", "skill_id")
 
-# A small worked example in the prompt. If the reply's code is (nearly) this, it is not a proposal.
-_EXAMPLE_ID = "empty_result_rephrase"
+# A small worked example in the prompt, one for agents that search and one for the others (its rule must be
+# one that can fire on the task's actions). A reply whose code is (nearly) either is not a proposal.
+_EXAMPLES = {"example": "empty_result_rephrase", "answer_example": "empty_answer_note"}
 
 
 def _p(key: str, **fields: object) -> str:
@@ -102,11 +103,12 @@ def proposer_system(action_forms: tuple[str, ...] = SEARCH_FORMS) -> str:
     """The proposer's system prompt: the PF interface as the runtime enforces it (the task's actions,
     ``action_forms`` such as ``SEARCH[query]``), then the example."""
     names = [f.split("[", 1)[0] for f in action_forms]
+    example = "example" if "SEARCH" in names else "answer_example"
     return _p("system", action_forms=_either(action_forms), action_names=_either([f'"{n}"' for n in names]),
               intervention_kwargs=", ".join(INTERVENTION_KWARGS),
               allowed_modules=", ".join(sorted(ALLOWED_MODULES - {"__future__"})),
               ctx_keys="; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS),
-              example_md=_p("example_md"), example_code=_p("example_code"))
+              example_md=_p(f"{example}_md"), example_code=_p(f"{example}_code"))
 
 
 # --------------------------------------------------------------------------- feedback history
@@ -397,7 +399,8 @@ def parse_proposal(reply: str, cluster: Cluster, *, existing_skill_ids: Sequence
     code = _pick_code(blocks)
     if not code:
         errors.append("no python code block in the reply")
-    elif _norm_code(code) == _norm_code(_p("example_code")) or registered_id(code) == _EXAMPLE_ID:
+    elif any(_norm_code(code) == _norm_code(_p(f"{k}_code")) or registered_id(code) == sid
+             for k, sid in _EXAMPLES.items()):
         errors.append("the code copies the prompt's example")
         code = ""
 
