@@ -8,7 +8,8 @@ a teacher) pf_teacher, on benchmark v1 one-hop, v2 seen and held-out templates, 
 (``bench/main_table.py`` renders it), and seconds per agent step per cell.
 
 One command, resumable: each (policy, teacher) cell set is a ``hasp eval`` into its own folder under
-``--out``; a folder whose ``metrics.json`` exists is not run again.
+``--out``; a folder whose ``metrics.json`` holds every dataset and variant is not run again, and an
+interrupted one resumes from its episode journals (``hasp eval`` does, for the same code).
 
     python bench/model_ladder.py --out /tmp/ladder --limit 30
 """
@@ -77,6 +78,18 @@ def seconds_per_step(folder: Path) -> dict[str, float]:
     return out
 
 
+def finished(folder: Path, n_datasets: int, variants: list[str]) -> bool:
+    """Whether ``folder``'s evaluation holds every dataset with every variant: ``hasp eval`` rewrites
+    ``metrics.json`` after each cell, so its presence alone marks an interrupted run as done."""
+    try:
+        m = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return False
+    done = [ds for ds, cells in m.items() if isinstance(cells, dict) and all(isinstance(cells.get(v), dict)
+                                                                           for v in variants)]
+    return len(done) >= n_datasets
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder of the evaluations (resumable)")
@@ -108,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             label = pol if t == "none" else f"{pol}+{t}"
             folder = a.out / label
             variants = "react,pf" if t == "none" else "pf_teacher"
-            if not (folder / "metrics.json").is_file() and a.render_only:
+            done = finished(folder, len(datasets), variants.split(","))
+            if not done and a.render_only:
                 not_run.append(label)
                 continue
-            if not (folder / "metrics.json").is_file():
+            if not done:  # an interrupted evaluation resumes from its episode journals
                 over: dict[str, Any] = {"llm.embedded": pol, "llm.port": a.port, "tracking.experiment": "hasp-ladder"}
                 if t != "none":
                     over |= {"teacher.embedded": t, "teacher.port": a.port + 1}

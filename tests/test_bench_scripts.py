@@ -56,3 +56,24 @@ def test_every_bench_script_imports_and_parses_its_arguments(script, capsys, mon
         module.main(["--help"]) if takes_argv else module.main()
     assert e.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_the_ladder_resumes_an_evaluation_that_wrote_some_cells_only(tmp_path):
+    """``hasp eval`` rewrites metrics.json after every cell: an interrupted configuration is not done."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import model_ladder
+
+    folder = tmp_path / "smollm2-135m"
+    folder.mkdir()
+    assert not model_ladder.finished(folder, 2, ["react", "pf"])  # nothing yet
+    cells = {"n": 1, "em": 0.0}
+    (folder / "metrics.json").write_text(json.dumps({"a": {"react": cells, "pf": cells}, "b": {"react": cells},
+                                                     "provenance": {"commit": "x"}}))
+    assert not model_ladder.finished(folder, 2, ["react", "pf"])  # dataset b lacks its pf cell
+    (folder / "metrics.json").write_text(json.dumps({"a": {"react": cells, "pf": cells},
+                                                     "b": {"react": cells, "pf": cells}}))
+    assert model_ladder.finished(folder, 2, ["react", "pf"])
+    (folder / "metrics.json").write_text("{torn")
+    assert not model_ladder.finished(folder, 2, ["react", "pf"])
