@@ -224,7 +224,7 @@ def _search_sets(domain: str, texts: list[str], params: Params, *, split: str, l
 def _single_step_sets(domain: str, texts: list[str], params: Params, *, split: str, limit: int | None,
                       data_dir: Path, retriever_url: str | None) -> list[EvalDataset]:
     if not texts:
-        raise DatasetSpecError(f"--domain {domain} needs --dataset ({_SINGLE_STEP[domain][1]} or a file)")
+        raise DatasetSpecError(f"--domain {domain} needs --dataset ({_SINGLE_STEP[domain].default} or a file)")
     sets = [load_single_step_dataset(domain, t, params, limit=limit) for t in texts]
     names = [ds.name for ds in sets]
     if len(set(names)) != len(names):
@@ -250,9 +250,15 @@ def load_datasets(domain: str, texts: list[str], params: Params, *, split: str =
 
 def load_single_step_dataset(domain: str, text: str, params: Params, *, limit: int | None = None) -> EvalDataset:
     """One math or code dataset (a name or a file), cut to ``limit``."""
-    spec = _single_step_spec(domain, text.strip())
+    raw = text.strip()
+    if not raw:
+        raise DatasetSpecError(f"empty {domain} dataset spec")
+    sets = _SINGLE_STEP.get(domain)
+    if sets is None:
+        raise DatasetSpecError(f"{domain!r} is not a single-step domain ({', '.join(_SINGLE_STEP)})")
+    spec = sets.spec(raw)
     try:
-        items = _SINGLE_STEP[domain][0](spec, params)
+        items = sets.items(spec, params)
     except (OSError, ValueError) as e:
         raise DatasetSpecError(f"dataset {text!r}: {e}") from None
     if not items:
@@ -264,7 +270,7 @@ def default_dataset(domain: str) -> str:
     """The dataset a single-step domain reads when none is named (math ``game24``, code ``humaneval``)."""
     if domain not in _SINGLE_STEP:
         raise DatasetSpecError(f"domain {domain!r} has no default dataset (math and code have one)")
-    return _SINGLE_STEP[domain][1]
+    return _SINGLE_STEP[domain].default
 
 
 def task_dataset(task: Any, path: Path | None = None, limit: int | None = None) -> EvalDataset:
@@ -297,16 +303,16 @@ def items_dataset(domain: str, name: str, items: list[Any]) -> EvalDataset:
 _MATH_NAMES = ("game24", "gameof24", "game_of_24")
 
 
-def _single_step_spec(domain: str, raw: str) -> DatasetSpec:
-    if not raw:
-        raise DatasetSpecError(f"empty {domain} dataset spec")
-    if domain == "math":
-        if raw.lower() in _MATH_NAMES:
-            return DatasetSpec(raw, "game24")
-        path = Path(raw).expanduser()
-        if not path.is_file():
-            raise DatasetSpecError(f"math dataset {raw!r}: not 'game24' or an existing file")
-        return DatasetSpec(raw, path.suffix.lstrip(".").lower() or "file", path)
+def _math_spec(raw: str) -> DatasetSpec:
+    if raw.lower() in _MATH_NAMES:
+        return DatasetSpec(raw, "game24")
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise DatasetSpecError(f"math dataset {raw!r}: not 'game24' or an existing file")
+    return DatasetSpec(raw, path.suffix.lstrip(".").lower() or "file", path)
+
+
+def _code_spec(raw: str) -> DatasetSpec:
     if raw.lower() == "humaneval":
         return DatasetSpec(raw, "humaneval")
     path = Path(raw).expanduser()
@@ -337,8 +343,16 @@ def _code_items(spec: DatasetSpec) -> list[Any]:
     return load_humaneval() if spec.path is None else load_code_dataset(spec.kind, spec.path)
 
 
-#: single-step domains: (items of a dataset spec, the built-in dataset a user names)
-_SINGLE_STEP: dict[str, tuple[Any, str]] = {
-    "math": (lambda spec, params: _math_items(spec, params.data.seed), "game24"),
-    "code": (lambda spec, params: _code_items(spec), "humaneval"),
+@dataclass(frozen=True)
+class _SingleStepSets:
+    """How a single-step domain reads a ``--dataset`` value: its spec, its items, the dataset named by default."""
+
+    spec: Any  # (raw) -> DatasetSpec
+    items: Any  # (spec, params) -> items
+    default: str
+
+
+_SINGLE_STEP: dict[str, _SingleStepSets] = {
+    "math": _SingleStepSets(_math_spec, lambda spec, params: _math_items(spec, params.data.seed), "game24"),
+    "code": _SingleStepSets(_code_spec, lambda spec, params: _code_items(spec), "humaneval"),
 }
