@@ -581,3 +581,19 @@ def test_snapshot_copies_active_versions(lib_root, tmp_path):
     assert set(scan_versions(lib_root)) == {"seed_skill", "read_before_final"}
     snapshot(lib_root, dest)  # re-running an epoch replaces the snapshot
     assert {p.name for p in (lib_root / "snapshots").iterdir()} == {"epoch_2"}
+
+
+def test_the_review_is_of_the_tasks_own_actions():
+    """A rewrite into a user task's tool is a valid rewrite there (not in search), and the teacher is told
+    the task's actions, not the search agent's."""
+    from hasp.evolve.review import build_reviewer_messages, heuristic_review
+
+    code = GOOD_CODE.replace('new_action_type="READ"', 'new_action_type="CONVERT"')
+    forms = ("CONVERT[quantity]", "FINAL[answer]")
+    in_task = heuristic_review(cand(code), 1.0, make_cluster(), action_forms=forms)
+    in_search = heuristic_review(cand(code), 1.0, make_cluster())
+    assert in_task.q_intervene > in_search.q_intervene
+    system = build_reviewer_messages(cand(code), make_cluster(), 1.0, action_forms=forms)[0]["content"]
+    assert "CONVERT[quantity] and FINAL[answer]" in system and "SEARCH[query]" not in system
+    search_system = build_reviewer_messages(cand(), make_cluster(), 1.0)[0]["content"]
+    assert "SEARCH[query], READ[doc_id] and FINAL[answer]" in search_system

@@ -350,6 +350,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     from hasp.evolve.cluster import clusters_from_json
     from hasp.evolve.propose import Candidate
     from hasp.evolve.declarative import compiled_pf
+    from hasp.evolve.epoch_task import epoch_domain
     from hasp.evolve.review import review_candidate, trigger_hit_rate
     from hasp.pf.sandboxed import SandboxedPF
 
@@ -360,6 +361,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
     lib = load_library(library_root, domain_name(params), sandbox=params.sandbox)
     ids = lib.ids
     lib.close()
+    forms = tuple(epoch_domain(params).action_forms)
     out = []
     bar = Progress("E review", len(cands), unit="candidates").start()
     for c in cands:
@@ -381,7 +383,7 @@ def review(candidates_path: Path, validation_path: Path, clusters_path: Path, ro
             cluster = Cluster(category=c.cluster_category, patterns=[], support=0, novelty=0.0,
                               is_new_category=False, representative=None)
         rv = review_candidate(c, float(rep["q_exec"]), cluster, teacher, trigger_hit_rate=hit_rate,
-                              existing_skill_ids=ids, evolve=params.evolve)
+                              existing_skill_ids=ids, evolve=params.evolve, action_forms=forms)
         out.append({"skill_id": c.skill_id, "cluster": c.cluster_category, "trigger_hit_rate": hit_rate,
                     "is_new_category": cluster.is_new_category, **rv.to_dict()})
         bar.advance()

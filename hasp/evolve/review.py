@@ -72,7 +72,7 @@ from hasp.config import EvolveParams
 from hasp.records import Trajectory
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.detectors import replay_contexts
-from hasp.evolve.propose import INTERVENTION_KWARGS, STEP_CONTEXT_FIELDS, Candidate
+from hasp.evolve.propose import INTERVENTION_KWARGS, SEARCH_FORMS, STEP_CONTEXT_FIELDS, Candidate
 from hasp.pf.skill_md import SkillFormatError, parse_skill_md
 from hasp.prompts import prompt, render
 from hasp.textutil import content_tokens
@@ -158,7 +158,6 @@ def _clip(x: float) -> float:
 _IO_NAMES = {"teacher", "openai", "requests", "httpx", "urllib", "socket", "subprocess", "random", "open",
              "os", "time", "llm", "client"}
 _IO_ATTRS = {"chat", "map_chat", "generate", "completion", "completions", "urlopen", "post", "request"}
-_VALID_ACTIONS = {"SEARCH", "READ", "FINAL"}
 _FIT: dict[str, set[str]] = {
     "premature_final": {"MODIFY_ACTION", "INJECT_CONTEXT"},
     "no_read_before_final": {"MODIFY_ACTION", "INJECT_CONTEXT"},
@@ -455,8 +454,9 @@ def description_findings(desc: str, cluster: Cluster, f: CodeFacts) -> list[str]
     return out
 
 
-def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
-                      trigger_hit_rate: float | None) -> tuple[dict[str, float], list[str], str | None, bool]:
+def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float, trigger_hit_rate: float | None,
+                      action_forms: tuple[str, ...] = SEARCH_FORMS
+                      ) -> tuple[dict[str, float], list[str], str | None, bool]:
     """(scores, reasons, veto, unreadable): ``unreadable`` when the description names neither the
     failure nor what the skill does."""
     reasons: list[str] = []
@@ -526,7 +526,8 @@ def _heuristic_scores(candidate: Candidate, cluster: Cluster, q_exec: float,
                 0.75 if want is None else 1.0 if set(active) & want else 0.5)
             payload = []
             if "MODIFY_ACTION" in active:
-                nat_ok = 1.0 if set(f.iv_new_action_types) & _VALID_ACTIONS else (
+                valid = {a.split("[", 1)[0].upper() for a in action_forms}  # the task's own actions
+                nat_ok = 1.0 if set(f.iv_new_action_types) & valid else (
                     0.5 if f.iv_new_action_types else 0.0)
                 payload.append(0.6 * nat_ok + 0.4 * f.iv_has_new_arg)
             if "INJECT_CONTEXT" in active:
@@ -569,9 +570,11 @@ def unreadable_cap(evolve: EvolveParams = DEFAULT_BARS) -> float:
 
 def heuristic_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, *,
                      trigger_hit_rate: float | None = None, fallback_reason: str = "",
-                     evolve: EvolveParams = DEFAULT_BARS) -> Review:
+                     evolve: EvolveParams = DEFAULT_BARS, action_forms: tuple[str, ...] = SEARCH_FORMS) -> Review:
+    """The review without a teacher, from the candidate's code and description (``action_forms``: the
+    task's actions, the ones a rewrite may produce)."""
     scores, reasons, veto, unreadable = _heuristic_scores(candidate, cluster, exec_report_q_exec,
-                                                          trigger_hit_rate)
+                                                          trigger_hit_rate, action_forms)
     feedback = "; ".join(reasons)  # for the student: what to fix, not why the teacher was not heard
     if fallback_reason:
         reasons = [fallback_reason, *reasons]
@@ -603,16 +606,19 @@ def _decide(scores: dict[str, float], reasons: list[str], *, explicit: str | Non
 
 # --------------------------------------------------------------------------- LLM reviewer
 
-@lru_cache(maxsize=1)
-def _review_system() -> str:
-    return render("hasp.evolve", "review", "system", ctx_keys=", ".join(STEP_CONTEXT_FIELDS))
+@lru_cache(maxsize=8)
+def _review_system(action_forms: tuple[str, ...]) -> str:
+    forms = list(action_forms)
+    either = forms[0] if len(forms) == 1 else f"{', '.join(forms[:-1])} and {forms[-1]}"
+    return render("hasp.evolve", "review", "system", ctx_keys=", ".join(STEP_CONTEXT_FIELDS), action_forms=either)
 
 
 def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: float,
                             existing_skill_ids: Iterable[str] = (), *,
-                            json_verdict: bool = False) -> list[dict[str, str]]:
+                            json_verdict: bool = False,
+                            action_forms: tuple[str, ...] = SEARCH_FORMS) -> list[dict[str, str]]:
     """System + user turns; ``json_verdict`` asks for the verdict as the JSON object of
-    ``REVIEW_SCHEMA`` instead of seven lines."""
+    ``REVIEW_SCHEMA`` instead of seven lines; ``action_forms`` are the task's actions."""
     f = candidate_facts(candidate)
     code = candidate.code
     if candidate.declared:
@@ -635,7 +641,7 @@ def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: floa
         "", render("hasp.evolve", "review", "format_json", example=prompt("hasp.evolve", "review", "example"))
         if json_verdict else render("hasp.evolve", "review", "format"),
     ])
-    return [{"role": "system", "content": _review_system()}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": _review_system(tuple(action_forms))}, {"role": "user", "content": user}]
 
 
 _KEYS = {"concept": "concept", "trigger": "trigger", "intervene": "intervene", "intervention": "intervene",
@@ -775,13 +781,14 @@ def takes_json_schema(model: Any) -> bool:
 
 def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster, teacher: ChatModel, *,
                existing_skill_ids: Iterable[str] = (), trigger_hit_rate: float | None = None,
-               max_tokens: int = 400, retries: int = 1, evolve: EvolveParams = DEFAULT_BARS) -> Review:
+               max_tokens: int = 400, retries: int = 1, evolve: EvolveParams = DEFAULT_BARS,
+               action_forms: tuple[str, ...] = SEARCH_FORMS) -> Review:
     """Teacher review. When the teacher's client takes a JSON schema, the verdict is asked for under
     ``REVIEW_SCHEMA``; a reply that does not parse is retried ``retries`` times, then the heuristic
     decides and its Review says why (``fallback_reason``, first of ``reasons``)."""
     constrained = takes_json_schema(teacher)
     msgs = build_reviewer_messages(candidate, cluster, exec_report_q_exec, list(existing_skill_ids),
-                                   json_verdict=constrained)
+                                   json_verdict=constrained, action_forms=action_forms)
     kw: dict[str, Any] = {"temperature": 0.0, "max_tokens": max_tokens}
     if constrained:
         kw["json_schema"] = REVIEW_SCHEMA
@@ -820,7 +827,7 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
     reason = f"{what} ({'; '.join(problems)}); heuristic reviewer used"
     log.warning("%s: %s", candidate.skill_id, reason)
     rv = heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
-                          fallback_reason=reason, evolve=evolve)
+                          fallback_reason=reason, evolve=evolve, action_forms=action_forms)
     rv.raw_reply = raw
     return rv
 
@@ -828,14 +835,15 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
 def review_candidate(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster,
                      teacher: ChatModel | None = None, *, trigger_hit_rate: float | None = None,
                      existing_skill_ids: Iterable[str] = (), max_tokens: int = 400,
-                     evolve: EvolveParams = DEFAULT_BARS) -> Review:
+                     evolve: EvolveParams = DEFAULT_BARS, action_forms: tuple[str, ...] = SEARCH_FORMS) -> Review:
     """Phase E for one candidate under ``evolve``'s bars. See the module docstring for the decision order."""
     if exec_report_q_exec < evolve.exec_threshold or teacher is None:
         reason = "" if teacher is None else "teacher not consulted: Phase-D hard reject"
         return heuristic_review(candidate, exec_report_q_exec, cluster, trigger_hit_rate=trigger_hit_rate,
-                                fallback_reason=reason, evolve=evolve)
+                                fallback_reason=reason, evolve=evolve, action_forms=action_forms)
     return llm_review(candidate, exec_report_q_exec, cluster, teacher, existing_skill_ids=existing_skill_ids,
-                      trigger_hit_rate=trigger_hit_rate, max_tokens=max_tokens, evolve=evolve)
+                      trigger_hit_rate=trigger_hit_rate, max_tokens=max_tokens, evolve=evolve,
+                      action_forms=action_forms)
 
 
 # --------------------------------------------------------------------------- trigger replay
