@@ -116,11 +116,13 @@ def test_hard_reject_beats_teacher_accept_and_skips_the_teacher():
 
 
 def test_literal_decision_line_beats_thresholds():
-    low = review_candidate(cand(), 1.0, make_cluster(), ScriptedPolicyDouble([llm_reply(0.1, 0.1, 0.1, 0.1, 0.1, "ACCEPT")]))
+    """One band off its scores, the teacher's decision stands (a full contradiction is not a review:
+    test_a_decision_its_own_scores_contradict_is_not_a_review)."""
+    low = review_candidate(cand(), 1.0, make_cluster(), ScriptedPolicyDouble([llm_reply(0.45, 0.45, 0.45, 0.45, 0.45, "ACCEPT")]))
     assert low.reviewer == "llm" and low.decision == "ACCEPT" and low.decided_by == "explicit"
     assert low.q_skill < 0.6
-    high = review_candidate(cand(), 1.0, make_cluster(), ScriptedPolicyDouble([llm_reply(1, 1, 1, 1, 1, "REJECT")]))
-    assert high.decision == "REJECT" and high.q_skill > 0.9
+    high = review_candidate(cand(), 1.0, make_cluster(), ScriptedPolicyDouble([llm_reply(0.55, 0.55, 0.55, 0.55, 0.55, "REJECT")]))
+    assert high.reviewer == "llm" and high.decision == "REJECT" and high.q_skill > 0.6
 
 
 def test_threshold_fallback_without_decision_line():
@@ -206,6 +208,22 @@ def test_a_verdict_that_reviews_nothing_is_not_the_models_review():
     assert r.reviewer == "llm"
 
 
+def test_a_decision_its_own_scores_contradict_is_not_a_review():
+    """Gemma-270M under the schema wrote ACCEPT with scores 1, 0, 0, 0, 0: a verdict that contradicts
+    itself is retried, then left to the heuristic; a decision one band off its scores stays the model's."""
+    wrong = StructuredTeacherDouble(json_verdict(1.0, 0.0, 0.0, 0.0, 0.0, "ACCEPT", "good trigger"),
+                                    json_verdict(0.9, 0.9, 0.9, 0.9, 0.9, "REJECT", "bad trigger"))
+    r = review_candidate(cand(), 1.0, make_cluster(), wrong)
+    assert r.reviewer == "heuristic" and len(wrong.calls) == 2
+    assert "attempt 1: not a review: its decision ACCEPT contradicts its own scores (they make a REJECT)" \
+        in r.fallback_reason
+    assert "attempt 2: not a review: its decision REJECT contradicts its own scores (they make a ACCEPT)" \
+        in r.fallback_reason
+    strict = review_candidate(cand(), 1.0, make_cluster(), StructuredTeacherDouble(
+        json_verdict(0.7, 0.7, 0.7, 0.7, 0.7, "REVISE", "narrow the trigger to FINAL")))
+    assert strict.reviewer == "llm" and strict.decision == "REVISE"
+
+
 def test_unparseable_json_verdict_is_retried_then_falls_back_recorded(caplog):
     teacher = StructuredTeacherDouble('{"q_concept": 0.9, "q_trigger": ', '{"q_concept": 0.9, "decision": "ACCEPT"}')
     r = review_candidate(cand(), 1.0, make_cluster(), teacher)
@@ -255,7 +273,7 @@ def test_llm_client_sends_the_review_schema_in_the_request_body():
 
 def test_an_endpoint_refusing_the_schema_is_answered_unconstrained_and_counted():
     with ConstraintRefusingEndpointDouble(("json_schema",), message="JSON schema error: unsupported",
-                                          reply=lambda body: json_verdict(decision="REJECT")) as ep:
+                                          reply=lambda body: json_verdict(0.3, 0.3, 0.3, 0.9, 0.3, "REJECT")) as ep:
         client = _client(ep.base_url, dialect="llamacpp")
         r = review_candidate(cand(), 1.0, make_cluster(), client)
     assert "json_schema" in ep.bodies[0] and "json_schema" not in ep.bodies[1]

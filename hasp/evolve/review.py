@@ -732,14 +732,19 @@ def _example_verdict() -> tuple[dict[str, float], str]:
     return scores or {}, feedback
 
 
-def not_a_review(scores: dict[str, float], feedback: str) -> str:
+def not_a_review(scores: dict[str, float], feedback: str, decision: str | None = None) -> str:
     """Why a verdict that parses is still not a review of the candidate (empty: it is one). Why: a small
     teacher under the schema writes well-formed replies that say nothing: the prompt's example copied
-    word for word, or feedback without a sentence. Counting such a reply as the model's review would
+    word for word, feedback without a sentence, or a decision its own scores contradict (ACCEPT with
+    scores that make a REJECT, or the reverse). Counting such a reply as the model's review would
     report a review that never happened, so it is retried and then left to the heuristic."""
     ex_scores, ex_feedback = _example_verdict()
     if feedback.strip().lower() == ex_feedback.strip().lower() or scores == ex_scores:
         return "it repeats the prompt's example verdict"
+    if decision in ("ACCEPT", "REJECT") and all(k in scores for k in _DIMENSIONS):
+        own = threshold_decision(composite(*(scores[k] for k in _DIMENSIONS)))
+        if {decision, own} == {"ACCEPT", "REJECT"}:
+            return f"its decision {decision} contradicts its own scores (they make a {own})"
     if not re.search(r"[^\W\d_]{2,}", feedback):
         return f"its feedback {feedback.strip()[:40]!r} holds no word"
     return ""
@@ -804,7 +809,7 @@ def llm_review(candidate: Candidate, exec_report_q_exec: float, cluster: Cluster
             continue
         answered = True
         scores, decision, feedback, problem = parse_review_reply(raw)
-        empty = not_a_review(scores, feedback) if scores is not None else ""
+        empty = not_a_review(scores, feedback, decision) if scores is not None else ""
         if empty:
             scores, problem = None, f"not a review: {empty}"
             problems.append(f"attempt {attempt + 1}: {problem}")
