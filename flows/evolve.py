@@ -30,6 +30,7 @@ from prefect.runtime import flow_run
 from hasp import artifacts as art
 from hasp.atomic import atomic_write
 from hasp.config import Params, load_params
+from hasp.evolve.epoch_task import reads_split_files
 from hasp.evolve.epoch import epoch_actions, history_before
 from hasp.evolve.gate import active_gates, epoch_phases, static_exec
 from hasp.evolve.phase_graph import (EPOCH_STEPS, STEP, cache_key, epoch_code_paths, epoch_order, epoch_outs,
@@ -449,7 +450,14 @@ def epoch_stopped(ph: dict[str, Any]) -> str | None:
     return (ph.get("budget") or {}).get("stopped")
 
 
+def _own_items(p: Params) -> dict[str, Any]:
+    return {"skipped": f"evolve.domain {p.evolve.domain}: the epoch splits the task's own items "
+                       "(no search benchmark written)"}
+
+
 def _prepare(p: Params, data_dir: Path, pipe: Pipeline) -> dict[str, Any]:
+    if not reads_split_files(p):
+        return pipe.run("prepare data", _own_items, p)
     k = cache_key("prepare", p, {"data": data_dir})
     return _phase(pipe, "prepare data", phases.prepare_data, (data_dir / "test.jsonl",), k, p, data_dir)
 

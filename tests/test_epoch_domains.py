@@ -158,3 +158,19 @@ def test_rs_grpo_and_sage_sample_a_user_task_from_its_training_split(tmp_path, m
     assert {i for c in chains for i in c.id.split("+")} <= {task.domain.identity(it)[0] for it in train}
     trajs = kw["sample"](chains[:1], tmp_path / "ckpt")  # the policy double is its own (useless) student
     assert [t.qid for t in trajs] == chains[0].id.split("+") and all(t.terminated != "error" for t in trajs)
+
+
+def test_only_an_epoch_over_split_files_writes_the_search_benchmark(tmp_path, monkeypatch):
+    """Search reads ``hasp data prepare``'s split files; a math, code or user-task epoch splits its own
+    items, so the flow's data step says so and writes no search corpus."""
+    from hasp.evolve.epoch_task import reads_split_files
+    from hasp.flows.evolve import _prepare
+    from hasp.progress import Pipeline
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    assert reads_split_files(_params())
+    for domain in ("math", "code", "task:unit_task"):
+        p = _params(domain=domain)
+        assert not reads_split_files(p)
+        out = _prepare(p, tmp_path / "data", Pipeline("epoch 0", 1))
+        assert "the epoch splits the task's own items" in out["skipped"] and not (tmp_path / "data").exists()

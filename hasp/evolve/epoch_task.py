@@ -21,7 +21,7 @@ from typing import Any
 from hasp.config import Params
 from hasp.episode.domains import BUILT_IN, Domain, domain_named
 
-__all__ = ["EpochTask", "epoch_task", "domain_name", "task_code_key", "too_small", "default_library", "epoch_domain", "SPLITS"]
+__all__ = ["EpochTask", "epoch_task", "reads_split_files", "domain_name", "task_code_key", "too_small", "default_library", "epoch_domain", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -104,6 +104,13 @@ def epoch_task(params: Params, data_dir: Path) -> EpochTask:
                        str(data_dir), params)
 
 
+def reads_split_files(params: Params) -> bool:
+    """Whether the epoch's domain reads the split files ``hasp data prepare`` writes (search); math, code and
+    a user task split their own items, so an epoch of theirs writes no search benchmark."""
+    kind = BUILT_IN.get(params.evolve.domain)
+    return kind is not None and hasattr(kind, "items")
+
+
 def epoch_domain(params: Params) -> Domain:
     """The epoch's domain alone (its traits: detectors, actions, vocabulary), for phases that read no items."""
     return epoch_task(params, Path(".")).domain
@@ -151,7 +158,7 @@ def _epoch_task(name: str, source: str, seed: int, n_questions: int, fractions: 
         return _CACHE[key]
     split = dict(seed=seed, n_questions=n_questions, fractions=fractions)
     kind = BUILT_IN.get(name)
-    if kind is not None and hasattr(kind, "items"):  # the domain reads its own split files
+    if reads_split_files(params):
         task = EpochTask(domain_named(name, data_dir=Path(data_dir)))
     else:
         if kind is not None:
