@@ -451,8 +451,8 @@ def epoch_stopped(ph: dict[str, Any]) -> str | None:
 
 
 def _own_items(p: Params) -> dict[str, Any]:
-    return {"skipped": f"evolve.domain {p.evolve.domain}: the epoch splits the task's own items "
-                       "(no search benchmark written)"}
+    """The data step of an epoch whose task splits its own items: no search benchmark is written."""
+    return {"skipped": "the task splits its own items", "domain": p.evolve.domain}
 
 
 def _prepare(p: Params, data_dir: Path, pipe: Pipeline) -> dict[str, Any]:
