@@ -344,6 +344,17 @@ def test_incoherent_description_falls_below_both_admission_bars():
     assert r.q_trigger > 0.8 and r.q_intervene > 0.8  # the code is not what was marked down
 
 
+def test_a_possessive_s_does_not_name_the_failure():
+    """A demo proposal's description that named nothing passed at Q_skill 0.88 because "user's" gave
+    the token "s", which the failure's words held too ("the agent's action")."""
+    cl = make_cluster("pf_override_harmful", n=6)
+    text = ("The original edit of the text was made by the user. Please ensure that your edit has the same "
+            "formatting as the original text. A repair is given by the user's own words.")
+    r = heuristic_review(with_description(text, cluster=cl), 1.0, cl, trigger_hit_rate=1.0)
+    assert "description does not name the failure 'pf_override_harmful'" in r.reasons
+    assert any("capped" in x for x in r.reasons) and not passes_admission(r, is_new_category=True)
+
+
 def test_incoherent_description_of_a_declared_pf_is_marked_down_too():
     cl = make_cluster(n=6)
     decl = {"watches": ["FINAL"], "when": ["!has_read"],

@@ -413,7 +413,9 @@ _REPAIR_WORDS = {"MODIFY_ACTION": ("rewrite", "replace", "turn", "change", "redi
 
 
 def _words(text: str) -> set[str]:
-    return set(content_tokens(text)) - _GENERIC
+    """Content words of 3+ letters: a possessive's "s" or an "a" names nothing (they once let a
+    description with no word of its failure count as naming it)."""
+    return {w for w in content_tokens(text) if len(w) >= 3} - _GENERIC
 
 
 def _names(desc: set[str], vocab: set[str]) -> list[str]:
