@@ -92,10 +92,10 @@ def _p(key: str, **fields: object) -> str:
 SEARCH_FORMS = ("SEARCH[query]", "READ[doc_id]", "FINAL[answer]")
 
 
-def _either(words: Sequence[str]) -> str:
-    """``a``, ``a or b``, ``a, b or c``."""
+def word_list(words: Sequence[str], last: str = "or") -> str:
+    """``a``, ``a or b``, ``a, b or c`` (``last="and"``: ``a, b and c``)."""
     words = list(words)
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
 @lru_cache(maxsize=8)
@@ -104,7 +104,7 @@ def proposer_system(action_forms: tuple[str, ...] = SEARCH_FORMS) -> str:
     ``action_forms`` such as ``SEARCH[query]``), then the example."""
     names = [f.split("[", 1)[0] for f in action_forms]
     example = "example" if "SEARCH" in names else "answer_example"
-    return _p("system", action_forms=_either(action_forms), action_names=_either([f'"{n}"' for n in names]),
+    return _p("system", action_forms=word_list(action_forms), action_names=word_list([f'"{n}"' for n in names]),
               intervention_kwargs=", ".join(INTERVENTION_KWARGS),
               allowed_modules=", ".join(sorted(ALLOWED_MODULES - {"__future__"})),
               ctx_keys="; ".join(f"{k} ({_FIELD_DOC.get(k, 'see runtime')})" for k in STEP_CONTEXT_FIELDS),

@@ -72,7 +72,7 @@ from hasp.config import EvolveParams
 from hasp.records import Trajectory
 from hasp.evolve.cluster import Cluster
 from hasp.evolve.detectors import replay_contexts
-from hasp.evolve.propose import INTERVENTION_KWARGS, SEARCH_FORMS, STEP_CONTEXT_FIELDS, Candidate
+from hasp.evolve.propose import INTERVENTION_KWARGS, SEARCH_FORMS, STEP_CONTEXT_FIELDS, Candidate, word_list
 from hasp.pf.skill_md import SkillFormatError, parse_skill_md
 from hasp.prompts import prompt, render
 from hasp.textutil import content_tokens
@@ -610,9 +610,8 @@ def _decide(scores: dict[str, float], reasons: list[str], *, explicit: str | Non
 
 @lru_cache(maxsize=8)
 def _review_system(action_forms: tuple[str, ...]) -> str:
-    forms = list(action_forms)
-    either = forms[0] if len(forms) == 1 else f"{', '.join(forms[:-1])} and {forms[-1]}"
-    return render("hasp.evolve", "review", "system", ctx_keys=", ".join(STEP_CONTEXT_FIELDS), action_forms=either)
+    return render("hasp.evolve", "review", "system", ctx_keys=", ".join(STEP_CONTEXT_FIELDS),
+                  action_forms=word_list(action_forms, "and"))
 
 
 def build_reviewer_messages(candidate: Candidate, cluster: Cluster, exec_q: float,
