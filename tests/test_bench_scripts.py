@@ -77,3 +77,39 @@ def test_the_ladder_resumes_an_evaluation_that_wrote_some_cells_only(tmp_path):
     assert model_ladder.finished(folder, 2, ["react", "pf"])
     (folder / "metrics.json").write_text("{torn")
     assert not model_ladder.finished(folder, 2, ["react", "pf"])
+
+
+def test_the_ladder_archive_carries_a_stopped_cell_to_a_fresh_run_folder(tmp_path):
+    """A journal saved into the archive and restored into an empty run folder is resumed by a cell of
+    the same key (its episodes are not run again), and a restore never overwrites a run's own results."""
+    import json
+
+    from hasp.episode.records import EpisodeRecord
+    from hasp.eval.journal import CellJournal, journal_path
+    from hasp.records import Trajectory
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import ladder_archive
+
+    run, archive, fresh = tmp_path / "run", tmp_path / "archive", tmp_path / "fresh"
+    cfg = run / "smollm2-135m"
+    j = CellJournal(journal_path(cfg, "generated-data-v1", "pf"), "the-cell-key")
+    for i in range(3):
+        j.append(i, EpisodeRecord(Trajectory(f"q{i}", "Who?", ["x"], "pf", prediction="x", em=1.0,
+                                             terminated="final"), start_ns=i))
+    j.close()
+    (run / "data-v1").mkdir()  # generated data is rebuilt, not archived
+    (run / "data-v1" / "test.jsonl").write_text("{}\n")
+    lines = ladder_archive.save(run, archive, "abc123")
+    assert lines == ["smollm2-135m: 1 files, 3 episodes (commit abc123)"]
+    assert not (archive / "data-v1").exists()
+    part = json.loads((archive / "parts.jsonl").read_text().splitlines()[-1])
+    assert (part["commit"], part["finished"], part["episodes"]) == ("abc123", False,
+                                                                    {"generated-data-v1/pf.journal": 3})
+    assert ladder_archive.archived_commit(archive) == "abc123"
+    assert ladder_archive.restore(archive, fresh) == ["smollm2-135m: restored 1 files"]
+    resumed = CellJournal(journal_path(fresh / "smollm2-135m", "generated-data-v1", "pf"), "the-cell-key")
+    resumed.close()
+    assert sorted(resumed.done) == [0, 1, 2] and resumed.done[2].traj.qid == "q2"
+    assert ladder_archive.restore(archive, fresh) == [
+        f"smollm2-135m: left as it is ({fresh / 'smollm2-135m'} has results of its own)"]
