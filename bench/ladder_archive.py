@@ -8,7 +8,9 @@ measured them; ``restore`` puts them back into a fresh run folder before ``bench
 starts. A restored journal is resumed only by an evaluation with the same cell key (the evaluation
 code, questions, settings, library and the served weights' hash: ``hasp.eval.journal``), so the ladder
 must run from a worktree at the archived commit; under other code the cells start afresh (logged), and
-nothing of two commits is mixed in one score.
+nothing of two commits is mixed in one score. The archive is compact: each step's ``prompt_messages``
+(the whole conversation so far, re-sent at every step: most of a file's bytes, and rebuilt from the rest)
+is left out and every file is gzipped, so a restored episode's trajectory has its steps without them.
 
     python bench/ladder_archive.py restore --out /tmp/ladder --archive bench/ladder_runs/full
     python bench/ladder_archive.py save --out /tmp/ladder --archive bench/ladder_runs/full --worktree /tmp/wt
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
 import shutil
 import subprocess
@@ -31,6 +34,24 @@ PARTS = "parts.jsonl"
 def result_files(folder: Path) -> list[Path]:
     """The result files under one configuration's evaluation folder, relative to it."""
     return sorted({p.relative_to(folder) for g in RESULT_GLOBS for p in folder.rglob(g) if p.is_file()})
+
+
+def archived_files(folder: Path) -> list[Path]:
+    """The archive's files of one configuration, relative to it and without the ``.gz``."""
+    return sorted(p.relative_to(folder).with_suffix("") for p in folder.rglob("*.gz") if p.is_file())
+
+
+def compact(line: str) -> str:
+    """One jsonl row (a journal record or a trajectory) without its steps' ``prompt_messages``."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return line  # a torn last line stays torn: the journal's reader stops there, as it would have
+    traj = row.get("record", {}).get("traj") if isinstance(row.get("record"), dict) else row
+    for step in (traj.get("steps") or []) if isinstance(traj, dict) else []:
+        if isinstance(step, dict):
+            step.pop("prompt_messages", None)
+    return json.dumps(row)
 
 
 def configurations(root: Path) -> list[Path]:
@@ -60,8 +81,17 @@ def save(out: Path, archive: Path, commit: str) -> list[str]:
             shutil.rmtree(dest)  # the run folder is newer: a finished cell's journal is gone from it
         for rel in files:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(cfg / rel, dest / rel)
-        cells = {str(rel.with_suffix("")): episodes_in(cfg / rel) for rel in files if rel.suffix == ".jsonl"}
+            text = (cfg / rel).read_text(encoding="utf-8")
+            if rel.suffix == ".jsonl":
+                text = "".join(compact(line) + "\n" for line in text.splitlines() if line.strip())
+            with gzip.open(dest / f"{rel}.gz", "wt", encoding="utf-8") as f:
+                f.write(text)
+        cells: dict[str, int] = {}  # dataset/variant -> episodes (its journal's, or its finished file's)
+        for rel in files:
+            name = rel.name.removesuffix(".journal.jsonl").removesuffix(".jsonl")
+            if rel.suffix == ".jsonl" and not name.endswith(".episodes"):
+                cell = f"{rel.parent}/{name}"
+                cells[cell] = max(cells.get(cell, 0), episodes_in(cfg / rel))
         part = {"configuration": cfg.name, "commit": commit, "finished": (cfg / "metrics.json").is_file()
                 and not any(r.name.endswith(".journal.jsonl") for r in files),
                 "saved": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "episodes": cells}
@@ -79,10 +109,12 @@ def restore(archive: Path, out: Path) -> list[str]:
         if dest.is_dir() and result_files(dest):
             lines.append(f"{cfg.name}: left as it is ({dest} has results of its own)")
             continue
-        for rel in result_files(cfg):
+        files = archived_files(cfg)
+        for rel in files:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(cfg / rel, dest / rel)
-        lines.append(f"{cfg.name}: restored {len(result_files(cfg))} files")
+            with gzip.open(cfg / f"{rel}.gz", "rt", encoding="utf-8") as f:
+                (dest / rel).write_text(f.read(), encoding="utf-8")
+        lines.append(f"{cfg.name}: restored {len(files)} files")
     return lines
 
 

@@ -86,7 +86,7 @@ def test_the_ladder_archive_carries_a_stopped_cell_to_a_fresh_run_folder(tmp_pat
 
     from hasp.episode.records import EpisodeRecord
     from hasp.eval.journal import CellJournal, journal_path
-    from hasp.records import Trajectory
+    from hasp.records import StepRecord, Trajectory
 
     sys.path.insert(0, str(ROOT / "bench"))
     import ladder_archive
@@ -95,8 +95,10 @@ def test_the_ladder_archive_carries_a_stopped_cell_to_a_fresh_run_folder(tmp_pat
     cfg = run / "smollm2-135m"
     j = CellJournal(journal_path(cfg, "generated-data-v1", "pf"), "the-cell-key")
     for i in range(3):
-        j.append(i, EpisodeRecord(Trajectory(f"q{i}", "Who?", ["x"], "pf", prediction="x", em=1.0,
-                                             terminated="final"), start_ns=i))
+        traj = Trajectory(f"q{i}", "Who?", ["x"], "pf", prediction="x", em=1.0, terminated="final",
+                          steps=[StepRecord(index=1, raw_output="FINAL[x]",
+                                            prompt_messages=[{"role": "user", "content": "Who?"}])])
+        j.append(i, EpisodeRecord(traj, start_ns=i))
     j.close()
     (run / "data-v1").mkdir()  # generated data is rebuilt, not archived
     (run / "data-v1" / "test.jsonl").write_text("{}\n")
@@ -105,11 +107,13 @@ def test_the_ladder_archive_carries_a_stopped_cell_to_a_fresh_run_folder(tmp_pat
     assert not (archive / "data-v1").exists()
     part = json.loads((archive / "parts.jsonl").read_text().splitlines()[-1])
     assert (part["commit"], part["finished"], part["episodes"]) == ("abc123", False,
-                                                                    {"generated-data-v1/pf.journal": 3})
+                                                                    {"generated-data-v1/pf": 3})
     assert ladder_archive.archived_commit(archive) == "abc123"
     assert ladder_archive.restore(archive, fresh) == ["smollm2-135m: restored 1 files"]
     resumed = CellJournal(journal_path(fresh / "smollm2-135m", "generated-data-v1", "pf"), "the-cell-key")
     resumed.close()
     assert sorted(resumed.done) == [0, 1, 2] and resumed.done[2].traj.qid == "q2"
+    step = resumed.done[2].traj.steps[0]  # the archive keeps the step, not the conversation re-sent with it
+    assert step.raw_output == "FINAL[x]" and not step.prompt_messages
     assert ladder_archive.restore(archive, fresh) == [
         f"smollm2-135m: left as it is ({fresh / 'smollm2-135m'} has results of its own)"]
