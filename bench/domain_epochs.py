@@ -35,11 +35,12 @@ DOMAINS = {"search": ("search", None), "math": ("math", None), "code": ("code", 
            "unit_convert": ("task:unit_task", "unit_convert")}
 
 
-def _gain(g: dict) -> str:
+def gain_text(g: dict) -> str:
+    """A paired gain as ``+0.062 [+0.00, +0.19] n=16`` (``-`` when no question was paired)."""
     return f"{g['mean']:+.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}] n={g['n']}" if g.get("n") else "-"
 
 
-def _json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -99,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _row(name: str, out: Path, wall: float) -> str:
     ep = out / "epoch_0"
-    b, c, d, f = (_json(ep / f"summary_{s}.json") for s in ("analyse", "propose", "validate", "admit"))
-    metrics = _json(out / "eval_evolution" / "metrics.json")
+    b, c, d, f = (read_json(ep / f"summary_{s}.json") for s in ("analyse", "propose", "validate", "admit"))
+    metrics = read_json(out / "eval_evolution" / "metrics.json")
     cells = next((v for k, v in metrics.items() if isinstance(v, dict) and "react" in v), {})
     pf = next((k for k in cells if k.startswith("pf") and not k.endswith("_before")), "pf")
     before = f"{pf}_before"
@@ -109,8 +110,8 @@ def _row(name: str, out: Path, wall: float) -> str:
     score = lambda k: f"{sum(em[k].values()):.0f}/{len(em[k])}" if em[k] else "-"  # noqa: E731
     return (f"{name:13s} {b.get('failed', '-')!s:>6s} {cats[:40]:40s} {c.get('proposed', '-')!s:>4s} "
             f"{d.get('exec_pass', '-')!s:>4s} {f.get('admitted', '-')!s:>3s} {score('react'):>6s} "
-            f"{score(before):>7s} {score(pf):>10s}  {_gain(paired_gain(em[before], em[pf])):24s} "
-            f"{_gain(paired_gain(em['react'], em[pf])):24s} {wall:5.0f} s")
+            f"{score(before):>7s} {score(pf):>10s}  {gain_text(paired_gain(em[before], em[pf])):24s} "
+            f"{gain_text(paired_gain(em['react'], em[pf])):24s} {wall:5.0f} s")
 
 
 if __name__ == "__main__":

@@ -117,3 +117,22 @@ def test_the_ladder_archive_carries_a_stopped_cell_to_a_fresh_run_folder(tmp_pat
     assert step.raw_output == "FINAL[x]" and not step.prompt_messages
     assert ladder_archive.restore(archive, fresh) == [
         f"smollm2-135m: left as it is ({fresh / 'smollm2-135m'} has results of its own)"]
+
+
+def test_the_ladder_epochs_params_are_valid_settings_for_every_configuration(tmp_path):
+    """Each (policy, teacher, mode) of bench/ladder_epochs.py makes a params file the config accepts,
+    with the models and mode it names and training off."""
+    import yaml
+
+    from hasp.config import load_params
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import ladder_epochs
+
+    for policy, teacher, mode in (("smollm2-135m", "none", "lite"), ("gemma3-270m", "gemma3-270m", "full")):
+        f = tmp_path / f"{policy}-{teacher}-{mode}.yaml"
+        f.write_text(yaml.safe_dump(ladder_epochs.epoch_params(ROOT / "params.yaml", policy, teacher, mode, 60)))
+        p = load_params(f)
+        assert (p.llm.embedded, p.teacher.embedded, p.evolve.mode, p.train.enabled) == (
+            policy, None if teacher == "none" else teacher, mode, False)
+        assert p.data.n_questions == 60 and p.teacher.configured == (teacher != "none")
