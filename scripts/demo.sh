@@ -5,5 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
+# bytecode is written as modules are first imported (scripts/setup.sh compiles none): a machine that
+# forbids it would compile every import again in every process
+unset PYTHONDONTWRITEBYTECODE
 export HASP_LLM_THREADS=${HASP_LLM_THREADS:-2}  # the demo has the machine to itself
 exec hasp demo "$@"

@@ -4,5 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
+# bytecode is written as modules are first imported (scripts/setup.sh compiles none): a machine that
+# forbids it would compile every import again in every process
+unset PYTHONDONTWRITEBYTECODE
 # two pytest-xdist workers, one per core of a 2-core machine; HASP_TEST_WORKERS=0 runs them in this process
 exec python -m pytest -q -n "${HASP_TEST_WORKERS:-2}" "$@"
