@@ -136,3 +136,40 @@ def test_the_ladder_epochs_params_are_valid_settings_for_every_configuration(tmp
         assert (p.llm.embedded, p.teacher.embedded, p.evolve.mode, p.train.enabled) == (
             policy, None if teacher == "none" else teacher, mode, False)
         assert p.data.n_questions == 60 and p.teacher.configured == (teacher != "none")
+
+
+#: bench scripts that run in seconds without a model, each on its smallest setting
+QUICK_RUNS = {
+    "sandbox_overhead": ["--calls", "3", "--big-kb", "1"],
+    "phase_d": ["--rounds", "1"],
+    "humaneval_canonical": ["--limit", "2", "--workers", "1"],
+    "untrusted_text": ["--no-write"],
+    "extractor_ceiling": ["--dataset", f"hotpotqa:{ROOT.parent / 'shared' / 'data' / 'hotpotqa' / 'hotpot_dev_distractor_sample_a.jsonl'}",
+                          "--no-write"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUICK_RUNS))
+def test_a_quick_bench_script_runs_on_its_smallest_setting(name, tmp_path, monkeypatch, capsys):
+    """The script's whole path runs (not only its imports): a call with a stale signature inside it
+    fails here. Its results section goes to a temp file, never to bench/RESULTS.md."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import results
+
+    written = tmp_path / "RESULTS.md"
+    original = results.Report.write
+    monkeypatch.setattr(results.Report, "write", lambda self, path=written: original(self, written))
+    spec = importlib.util.spec_from_file_location(f"bench_run_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", [f"bench/{name}.py", *QUICK_RUNS[name]])
+    import inspect
+
+    rc = module.main(QUICK_RUNS[name]) if inspect.signature(module.main).parameters else module.main()
+    assert rc in (0, None)
+    out = capsys.readouterr().out
+    assert out.strip(), "the script printed nothing"
+    if "--no-write" not in QUICK_RUNS[name]:
+        assert written.read_text().startswith("## ")  # its section, in the temp file
