@@ -12,7 +12,9 @@
 with a nested run per cell) and returns the metrics; a built-in domain is named by a string
 (``"search"`` with ``datasets=["mine/"]``, the plain data format of ``hasp.domains.search.plain_data``).
 ``agent`` starts the configured policy (the embedded model by default) once and runs questions
-through the same episode recipe. Every call reads ``params`` like the CLI does: a path, or None for
+through the same episode recipe. A task that tools and a scorer cannot say (state across steps, its
+own step budget) subclasses ``Domain``, whose instances search, math and code are too, and is passed
+wherever a ``Task`` is. Every call reads ``params`` like the CLI does: a path, or None for
 ``./params.yaml`` when there is one, else the defaults.
 """
 
@@ -23,11 +25,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hasp.agent.tool_env import Tool
+from hasp.agent.tool_env import Tool, ToolEnvironment
+from hasp.episode.domains import Domain
 from hasp.episode.task import Item, Task, TaskError, exact_match
 from hasp.records import Trajectory
 
-__all__ = ["Item", "Task", "TaskError", "Tool", "agent", "evaluate", "exact_match"]
+__all__ = ["Domain", "Item", "Task", "TaskError", "Tool", "ToolEnvironment", "agent", "evaluate", "exact_match"]
 
 
 def _params(params: str | Path | None, overrides: dict[str, Any] | None = None) -> Any:
@@ -36,11 +39,12 @@ def _params(params: str | Path | None, overrides: dict[str, Any] | None = None) 
     return load_params(params_file(Path(params) if params is not None else None), overrides)
 
 
-def evaluate(task: Task | str, variants: Sequence[str] = ("react", "pf"), *, library: str | Path | None = None,
+def evaluate(task: Task | Domain | str, variants: Sequence[str] = ("react", "pf"), *, library: str | Path | None = None,
              datasets: Sequence[str] = (), params: str | Path | None = None, limit: int | None = None,
              out: str | Path = "outputs/evaluations", skills: Sequence[str] = (), run_name: str | None = None,
              traces: bool = False, progress: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
-    """Evaluate ``variants`` on a task (a ``Task``, or a built-in domain's name with ``datasets``);
+    """Evaluate ``variants`` on a task (a ``Task``, a ``Domain`` of the user's, or a built-in domain's name
+    with ``datasets``);
     returns ``{dataset: {variant: summary}}`` as in ``metrics.json``. ``skills`` restricts the library
     to those ids (``hasp eval --skills``)."""
     from hasp.agent.variants import get_variant
@@ -50,7 +54,7 @@ def evaluate(task: Task | str, variants: Sequence[str] = ("react", "pf"), *, lib
     from hasp.seeds import seed_library
 
     p = _params(params, {"harness.only_skills": list(skills)} if skills else None)
-    if isinstance(task, Task):
+    if isinstance(task, (Task, Domain)):
         lib = Path(library) if library is not None else (Path(task.library) if task.library is not None else None)
         sets, _ = task_inputs(task, list(variants), list(datasets), limit, lib, p)
     else:
@@ -71,7 +75,7 @@ def evaluate(task: Task | str, variants: Sequence[str] = ("react", "pf"), *, lib
 class _Agent:
     """One variant of a task's agent with a live policy; ``run(question)`` is one episode."""
 
-    def __init__(self, task: Task, spec: Any, policy: Any, lib: Any) -> None:
+    def __init__(self, task: Task | Domain, spec: Any, policy: Any, lib: Any) -> None:
         self.task, self._spec, self._policy, self._lib = task, spec, policy, lib
         self._run = spec.runner(policy=policy, library=lib)
 
@@ -85,17 +89,17 @@ class _Agent:
 
 
 @contextlib.contextmanager
-def agent(task: Task, variant: str = "pf", *, library: str | Path | None = None,
+def agent(task: Task | Domain, variant: str = "pf", *, library: str | Path | None = None,
           params: str | Path | None = None) -> Iterator[_Agent]:
     """A task's agent with the configured policy started once (stopped on exit)."""
     from hasp.episode.spec import episode_spec
-    from hasp.episode.task import TaskDomain
+    from hasp.episode.task import as_domain, check_task
     from hasp.llm.endpoints import policy_client
     from hasp.pf.library import load_library
 
-    task.check(task.name)
+    check_task(task, task.name)
     p = _params(params)
-    domain = TaskDomain(task)
+    domain = as_domain(task)
     root = Path(library) if library is not None else (Path(task.library) if task.library is not None else None)
     spec = episode_spec(p, domain, variant, library=root)
     lib = load_library(root, task.name, sandbox=p.sandbox) if root is not None else None

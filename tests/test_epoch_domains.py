@@ -174,3 +174,24 @@ def test_only_an_epoch_over_split_files_writes_the_search_benchmark(tmp_path, mo
         assert not reads_split_files(p)
         out = _prepare(p, tmp_path / "data", Pipeline("epoch 0", 1))
         assert out == {"skipped": "the task splits its own items", "domain": domain} and not (tmp_path / "data").exists()
+
+
+def test_an_epoch_of_a_user_domain_rolls_out_its_own_environment_and_keys_on_its_class_file(tmp_path):
+    """A ``hasp.api.Domain`` subclass (tests/countdown_domain.py) as ``evolve.domain``: its items are split
+    like a task's, Phase A runs its own environment and Phase B reads it with the task-neutral detectors;
+    the cache key of its phases is its class's file."""
+    from hasp.evolve.epoch_task import task_code_key
+
+    p = _params(domain="countdown_domain:COUNTDOWN")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    ep_dir = tmp_path / "epoch_0"
+    ep_dir.mkdir()
+    policy = ScriptedPolicyDouble(default="Thought: done.\nAction: FINAL[liftoff]")  # answers before ticking
+    a = ep.phase_a_rollout(p, tmp_path / "no-data", lib, ep_dir / art.ROLLOUT, policy=policy)
+    assert a["n"] == len(epoch_task(p, tmp_path).items("train")) == 7 and a["em"] == 0.0
+    assert "TICK[" in policy.seen[0][0]["content"] and "You count down." in policy.seen[0][0]["content"]
+    b = ep.analyse(ep_dir / art.ROLLOUT, lib, p, ep_dir, epoch=0)
+    assert b["detectors"] == "answer" and b["pattern_categories"].get("wrong_answer") == 7
+    assert domain_name(p) == "countdown" and ep.epoch_actions(p) == ("TICK", "FINAL")
+    assert task_code_key(p) and task_code_key(p) != task_code_key(_params(domain="math"))

@@ -307,10 +307,10 @@ def skills_validate(
     folders = list(dict.fromkeys(f for p in paths for f in skill_folders(p)))
     actions = None
     if domain is not None:
-        from hasp.episode.task import TaskDomain, TaskError, load_task
+        from hasp.episode.task import TaskError, as_domain, load_task
 
         try:
-            actions = TaskDomain(load_task(domain)).action_types
+            actions = as_domain(load_task(domain)).action_types
         except TaskError as e:
             _fail(str(e))
     reports = [check_folder(f, trusted=trusted, timeout_s=timeout, sandbox_params=sb, task_actions=actions)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from hasp.agent.loop import AgentConfig, Environment, agent_config
 from hasp.agent.react import ReactEnvironment
@@ -18,34 +18,78 @@ from hasp.agent.variants import Variant
 from hasp.config import HarnessParams, Params
 
 
-class Domain(Protocol):
-    name: str
-    prompt_skills: str  # the skills a prompt lists: "ranked" (best by mode and keywords) or "all"
+class Domain:
+    """A kind of task: what an episode needs besides the agent loop. The public task API's general form.
+
+    Search, math and code are three instances of it (``SearchDomain``, ``MathDomain``, ``CodeDomain``), and a
+    user's declared ``hasp.api.Task`` runs as one (``hasp.episode.task.TaskDomain``). A user whose task needs
+    more than tools and a scorer (state across steps, its own step budget or harness settings) subclasses it
+    and passes an instance as ``--domain pkg.module:attr``: define ``name``, ``action_types`` (ending in
+    ``FINAL``), ``environment`` (an ``Environment``, e.g. ``hasp.agent.tool_env.ToolEnvironment``, that
+    parses, executes and scores) and ``load_items`` (its rows; else ``--dataset FILE`` gives them); the
+    other members have defaults. An instance must be picklable (a module-level class), as a ``Task`` is.
+    """
+
+    name: ClassVar[str] = ""
+    #: the skills a prompt lists: "ranked" (best by mode and keywords) or "all"
+    prompt_skills: ClassVar[str] = "ranked"
     #: what an evaluation of the domain reports besides EM/F1, so the runner asks the domain, never its name:
     #: teacher snippets and the LLM judge (short web answers), the vocabulary extractor's ceiling and its
     #: rewrite share (search PFs answer through it), pass@1 and the sandbox layers of graded programs (code)
-    teacher_snippets: bool
-    judged: bool
-    vocabulary: bool
-    graded_programs: bool
+    teacher_snippets: ClassVar[bool] = False
+    judged: ClassVar[bool] = False
+    vocabulary: ClassVar[bool] = False
+    graded_programs: ClassVar[bool] = False
     #: the actions its agent proposes (what a PF is asked about in Phase D and what the proposer is told)
-    action_types: tuple[str, ...]
-    #: the actions as the proposer's prompt shows them (``SEARCH[query]``)
-    action_forms: tuple[str, ...]
+    action_types: ClassVar[tuple[str, ...]] = ("FINAL",)
     #: which Phase B detector set reads its failed episodes (``hasp.evolve.detectors.DETECTOR_SETS``)
-    detectors: str
+    detectors: ClassVar[str] = "answer"
+    #: the skill folder its PF variants start from when none is named (None: none)
+    library: ClassVar[str | Path | None] = None
+    #: optional ``ceiling(items) -> [score per item]``: what a deterministic extractor reaches, reported beside
+    #: the agent's score (a method of the subclass; None: none)
+    ceiling: ClassVar[Any] = None
 
-    def identity(self, item: Any) -> tuple[str, str, list[str]]: ...
-    def check(self, variant: Variant) -> None: ...
-    def config(self, params: Params, variant: Variant) -> AgentConfig: ...
-    def harness(self, params: Params) -> HarnessParams: ...
-    def open(self, params: Params) -> Any: ...
+    @property
+    def action_forms(self) -> tuple[str, ...]:
+        """The actions as the proposer's prompt shows them (``SEARCH[query]``)."""
+        return tuple(f"{a}[answer]" if a == "FINAL" else f"{a}[input]" for a in self.action_types)
+
+    def load_items(self) -> list[Any] | None:
+        """Every item of the domain (an epoch splits them by ``data.fractions``), or None when they come
+        from a dataset (``--dataset``; the built-ins read data folders and benchmark files)."""
+        return None
+
+    def identity(self, item: Any) -> tuple[str, str, list[str]]:
+        """(question id, question, answers) of one item."""
+        return str(item.id), str(item.question), list(item.answers)
+
+    def check(self, variant: Variant) -> None:
+        """Raise ``ValueError`` naming the variant when this domain cannot run it."""
+        if variant.teacher_postprocess:
+            raise ValueError(f"variant {variant.name} post-processes a web-search answer; for {self.name} use "
+                             "react, prompt, pf or pf_teacher")
+
+    def config(self, params: Params, variant: Variant) -> AgentConfig:
+        """The agent's settings for one variant (step budget, tokens)."""
+        return agent_config(params)
+
+    def harness(self, params: Params) -> HarnessParams:
+        """The harness settings its episodes run with."""
+        return params.harness
+
+    def open(self, params: Params) -> Any:
+        """What the domain opens once per built episode function (an index, a checked sandbox), or None."""
+        return None
+
     def environment(self, item: Any, opened: Any, *, params: Params, cfg: AgentConfig, teacher: Any,
-                    snippets: bool) -> Environment: ...
+                    snippets: bool) -> Environment:
+        """The environment of one item's episode: its prompt, parser, actions and scorer."""
+        raise NotImplementedError(f"{type(self).__name__}.environment: a domain builds each item's environment")
 
 
 @dataclass(frozen=True)
-class SearchDomain:
+class SearchDomain(Domain):
     """Multi-step search: the BM25 index of a prepared data folder (``data_dir``), or an evaluation
     dataset's retriever (``dataset``: an ``EvalDataset`` as shipped, which rebuilds its retriever from
     its files in a worker)."""
@@ -70,17 +114,8 @@ class SearchDomain:
         items = load_questions(Path(self.data_dir) / f"{split}.jsonl")
         return items[:limit] if limit else items
 
-    def identity(self, item: Any) -> tuple[str, str, list[str]]:
-        return str(item.id), str(item.question), list(item.answers)
-
     def check(self, variant: Variant) -> None:
-        pass
-
-    def config(self, params: Params, variant: Variant) -> AgentConfig:
-        return agent_config(params)
-
-    def harness(self, params: Params) -> HarnessParams:
-        return params.harness
+        pass  # every variant, the web-search answer post-processing ones included
 
     def open(self, params: Params) -> Any:
         """The retriever the tools search."""
@@ -108,7 +143,7 @@ class SearchDomain:
 
 
 @dataclass(frozen=True)
-class _SingleStep:
+class _SingleStep(Domain):
     """What math and code share: one answer, at most one PF-triggered revision, every library PF."""
 
     #: completion budget of one reply (``agent.max_tokens`` is sized for short ReAct steps)
@@ -141,9 +176,6 @@ class _SingleStep:
         """Every PF of the library on every answer: the selection lists name search skills."""
         return params.harness.model_copy(update={"pf_selection": "all", "mandatory_pfs": [], "light_pfs": [],
                                                  "decomposition_pfs": [], "entity_pfs": []})
-
-    def open(self, params: Params) -> Any:
-        return None
 
 
 @dataclass(frozen=True)

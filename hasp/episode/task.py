@@ -24,10 +24,12 @@ from typing import Any, ClassVar
 from hasp.agent.loop import AgentConfig, Environment, agent_config
 from hasp.agent.tool_env import Tool, ToolEnvironment, check_tools
 from hasp.agent.variants import Variant
+from hasp.episode.domains import Domain
 from hasp.config import HarnessParams, Params
 from hasp.records import Trajectory
 
-__all__ = ["Item", "Task", "TaskDomain", "TaskError", "exact_match", "load_task", "registered_tasks", "task_items"]
+__all__ = ["Item", "Task", "TaskDomain", "TaskError", "as_domain", "check_task", "exact_match", "load_task",
+           "registered_tasks", "task_items"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 
@@ -124,10 +126,10 @@ def registered_tasks() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=TASK_ENTRY_POINTS)}
 
 
-def load_task(ref: str) -> Task:
-    """The ``Task`` at ``pkg.module:attr`` (the current folder is importable, as for ``python -m``), or
-    the one an installed package registers as ``ref`` (``TASK_ENTRY_POINTS``); ``attr`` may be a
-    function returning one."""
+def load_task(ref: str) -> Task | Domain:
+    """The ``Task`` or user ``Domain`` at ``pkg.module:attr`` (the current folder is importable, as for
+    ``python -m``), or the one an installed package registers as ``ref`` (``TASK_ENTRY_POINTS``);
+    ``attr`` may be a function or class returning one."""
     if ":" not in ref:
         found = registered_tasks()
         if ref not in found:
@@ -151,34 +153,60 @@ def load_task(ref: str) -> Task:
     if obj is None:
         raise TaskError(f"--domain {ref!r}: {mod_name} has no attribute {attr!r}")
     task = obj
-    if callable(obj) and not isinstance(obj, Task):
+    if callable(obj) and not isinstance(obj, (Task, Domain)):
         try:
             takes_none = not any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                                  for p in inspect.signature(obj).parameters.values())
         except (TypeError, ValueError):
             takes_none = False
         task = obj() if takes_none else obj
-    if not isinstance(task, Task):
-        raise TaskError(f"--domain {ref!r}: {attr} is a {type(task).__name__}, not a hasp Task")
-    task.check(ref)
+    if not isinstance(task, (Task, Domain)):
+        raise TaskError(f"--domain {ref!r}: {attr} is a {type(task).__name__}, not a hasp Task or Domain")
+    check_task(task, ref)
     return task
 
 
+def check_task(task: Task | Domain, where: str = "task") -> None:
+    """One ``TaskError`` naming ``where`` and the attribute for a ``Task`` or a user's ``Domain`` that
+    cannot run: a domain needs a lower-case ``name`` of its own, ``action_types`` of upper-case words
+    ending in FINAL, and its own ``environment``."""
+    if isinstance(task, Task):
+        task.check(where)
+        return
+    name = getattr(task, "name", None)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise TaskError(f"{where}.name: {name!r} must be a lower-case word ({_NAME.pattern})")
+    if name in ("search", "math", "code") and type(task).__module__.split(".")[0] != "hasp":
+        raise TaskError(f"{where}.name: {name!r} is a built-in domain's name")
+    acts = task.action_types
+    from hasp.agent.parser import ACTION_NAME
+
+    if (not isinstance(acts, tuple) or not acts or acts[-1] != "FINAL"
+            or not all(isinstance(a, str) and ACTION_NAME.fullmatch(a) for a in acts) or len(set(acts)) != len(acts)):
+        raise TaskError(f"{where}.action_types: {acts!r} must be distinct upper-case action names ending in 'FINAL'")
+    if type(task).environment is Domain.environment:
+        raise TaskError(f"{where}.environment: {type(task).__name__} does not define it (each item's environment)")
+
+
+def as_domain(task: Task | Domain) -> Domain:
+    """The domain a task's episodes run in: a ``Task`` through ``TaskDomain``, a ``Domain`` as it is."""
+    return task if isinstance(task, Domain) else TaskDomain(task)
+
+
 @dataclass(frozen=True)
-class TaskDomain:
-    """A ``Task`` as a domain of the episode recipe (``hasp.episode.domains``)."""
+class TaskDomain(Domain):
+    """A ``Task`` as a domain of the episode recipe (``hasp.episode.domains``); a task reports its own
+    ceiling (``Task.ceiling``), not the vocabulary extractor's."""
 
     task: Task
-    prompt_skills: ClassVar[str] = "ranked"
-    teacher_snippets: ClassVar[bool] = False
-    judged: ClassVar[bool] = False
-    vocabulary: ClassVar[bool] = False  # a task reports its own ceiling (``Task.ceiling``)
-    graded_programs: ClassVar[bool] = False
-    detectors: ClassVar[str] = "answer"
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]
         return self.task.name
+
+    @property
+    def library(self) -> str | Path | None:  # type: ignore[override]
+        return self.task.library
 
     @property
     def action_types(self) -> tuple[str, ...]:
@@ -188,13 +216,8 @@ class TaskDomain:
     def action_forms(self) -> tuple[str, ...]:
         return (*(f"{t.name}[{t.argument}]" for t in self.task.tools), "FINAL[answer]")
 
-    def identity(self, item: Any) -> tuple[str, str, list[str]]:
-        return str(item.id), str(item.question), list(item.answers)
-
-    def check(self, variant: Variant) -> None:
-        if variant.teacher_postprocess:
-            raise ValueError(f"variant {variant.name} post-processes a web-search answer; for task "
-                             f"{self.name} use react, prompt, pf or pf_teacher")
+    def load_items(self) -> list[Any] | None:
+        return task_items(self.task, self.name) if self.task.items else None
 
     def config(self, params: Params, variant: Variant) -> AgentConfig:
         cfg = agent_config(params)
@@ -207,9 +230,6 @@ class TaskDomain:
         if "SEARCH" in self.action_types:
             return params.harness
         return params.harness.model_copy(update={"enable_skill_handlers": False})
-
-    def open(self, params: Params) -> Any:
-        return None
 
     def environment(self, item: Any, opened: Any, *, params: Params, cfg: AgentConfig, teacher: Any,
                     snippets: bool) -> Environment:

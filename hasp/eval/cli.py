@@ -131,17 +131,17 @@ def task_inputs(task: Any, names: Sequence[str], dataset: Sequence[str], limit: 
     file) and its variants; ``TaskError`` / ``ValueError`` / ``FileNotFoundError`` name what is wrong.
     The one check of the CLI and of ``hasp.api.evaluate``."""
     from hasp.agent.variants import get_variant
-    from hasp.episode.task import TaskDomain
+    from hasp.episode.task import as_domain, check_task
     from hasp.eval.datasets import task_dataset
     from hasp.eval.runner import check_teacher_needs, check_variants
 
-    task.check(task.name)
+    check_task(task, task.name)
     if len(dataset) > 1:
         raise ValueError("a task takes at most one dataset (a file of {question, answers} rows)")
     if not names:
         raise ValueError("--variants is empty")
     vs = [get_variant(v) for v in names]
-    check_variants(TaskDomain(task), vs)
+    check_variants(as_domain(task), vs)
     check_teacher_needs(vs, judge=False, snippets=False, have_teacher=p.teacher.configured)
     sets = [task_dataset(task, Path(dataset[0]) if dataset else None, limit)]
     if lib is not None and not lib.is_dir():

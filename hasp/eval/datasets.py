@@ -274,11 +274,12 @@ def default_dataset(domain: str) -> str:
 
 
 def task_dataset(task: Any, path: Path | None = None, limit: int | None = None) -> EvalDataset:
-    """A user task's items (``task.items``, or the plain question rows of ``path``), cut to ``limit``."""
-    from hasp.episode.task import Item, TaskError, task_items
+    """A user task's items (a ``Task``'s ``items``, a ``Domain``'s ``load_items()``, or the plain question
+    rows of ``path``), cut to ``limit``."""
+    from hasp.episode.task import Item, TaskError, as_domain
 
     if path is None:
-        items = task_items(task, task.name)
+        items = list(as_domain(task).load_items() or [])
         spec = DatasetSpec(task.name, task.name)
     else:
         from hasp.domains.search.datasets import LoadReport
@@ -288,7 +289,7 @@ def task_dataset(task: Any, path: Path | None = None, limit: int | None = None) 
         items = [Item(str(q.id), q.question, list(q.answers)) for q in questions]
         spec = DatasetSpec(str(path), task.name, Path(path))
     if not items:
-        raise TaskError(f"{task.name}.items: no items (give Task.items or --dataset FILE)")
+        raise TaskError(f"{task.name}.items: no items (give Task.items, Domain.load_items or --dataset FILE)")
     return EvalDataset(spec, NO_SPLIT, items[:limit] if limit else items, None, len(items), 0, domain=task.name,
                        task=task)
 

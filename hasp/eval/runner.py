@@ -105,9 +105,9 @@ def as_arms(variants: Sequence[str | Variant | Arm]) -> list[Arm]:
 def domain_of(ds: EvalDataset) -> Any:
     """The domain a dataset's episodes run in: its task's (``hasp.episode.task``) or a built-in one."""
     if ds.task is not None:
-        from hasp.episode.task import TaskDomain
+        from hasp.episode.task import as_domain
 
-        return TaskDomain(ds.task)
+        return as_domain(ds.task)
     return domain_named(ds.domain, dataset=ds.shipped())
 
 
@@ -224,10 +224,10 @@ def run_eval(params: Params, datasets: Sequence[EvalDataset], variants: Sequence
 def dataset_ceiling(ds: EvalDataset, cache: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, Any] | None:
     """The extractor ceiling of a search dataset's questions (``hasp.eval.ceiling``), once per set of
     question ids in ``cache``; a task's own ``ceiling(items)`` when it declares one; None elsewhere."""
-    if ds.task is not None and ds.task.ceiling is not None:
+    if ds.task is not None and getattr(ds.task, "ceiling", None) is not None:
         from hasp.stats import rate
 
-        key = (ds.name, *(str(q.id) for q in ds.questions))
+        key = (ds.name, *(domain_of(ds).identity(q)[0] for q in ds.questions))
         if key not in cache:
             try:
                 per_item = [float(x) for x in ds.task.ceiling(list(ds.questions))]

@@ -127,7 +127,7 @@ def domain_name(params: Params) -> str:
 
 
 def task_code_key(params: Params) -> str:
-    """The content hash of the file that declares a user task (empty for a built-in domain): a cached phase
+    """The content hash of the files that declare a user task (empty for a built-in domain): a cached phase
     of a user task's epoch goes stale when the task's code (its tools, scorer, items) changes, as it does
     for an edit to the agent loop."""
     name = params.evolve.domain
@@ -138,10 +138,15 @@ def task_code_key(params: Params) -> str:
     from hasp.episode.task import load_task
     from hasp.fingerprint import content_hash, key_of
 
+    from hasp.episode.task import Task
+
     task = load_task(name)
-    files = {inspect.getsourcefile(f) for f in (task.scorer, *(t.run for t in task.tools),
-                                                 *((task.items,) if callable(task.items) else ()))
-             if inspect.isfunction(f) or inspect.ismethod(f)}
+    if isinstance(task, Task):
+        files = {inspect.getsourcefile(f) for f in (task.scorer, *(t.run for t in task.tools),
+                                                     *((task.items,) if callable(task.items) else ()))
+                 if inspect.isfunction(f) or inspect.ismethod(f)}
+    else:  # a user's Domain: the file of its class
+        files = {inspect.getsourcefile(type(task))}
     return key_of(*(content_hash(f) for f in sorted(f for f in files if f)))
 
 
