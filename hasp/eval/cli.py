@@ -159,7 +159,7 @@ def _task_sets(task: Any, names: list[str], dataset: list[str] | None, limit: in
     except (TaskError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e)) from None
     if lib is None and any(v.use_pfs for v in vs):
-        typer.echo(f"note: task {task.name} has no skill library (Task.library or --library): PF variants run "
+        typer.echo(f"note: task {task.name} has no skill library (its library attribute or --library): PF variants run "
                    "without skills", err=True)
     return sets, vs
 
