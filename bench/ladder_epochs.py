@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from hasp.eval.paired import cell_file, em_by_qid, paired_gain  # noqa: E402
 from domain_epochs import gain_text, read_json  # noqa: E402 - bench/ is the script directory
+from model_ladder import add_configuration_args, configurations  # noqa: E402
 from results import Report  # noqa: E402
 
 HASP = [sys.executable, "-m", "hasp.cli"]
@@ -79,10 +80,7 @@ def row(label: str, mode: str, out: Path, wall: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="work folder (one sub-folder per epoch; resumable)")
-    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    ap.add_argument("--policy", action="append", default=None, help="embedded policy (repeatable; default both)")
-    ap.add_argument("--teacher", action="append", default=None,
-                    help="embedded teacher or 'none' (repeatable; default none and gemma3-270m)")
+    add_configuration_args(ap)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--questions", type=int, default=60, help="generated one-hop questions (split 25/25/50 %%)")
     ap.add_argument("--ran", action="append", default=[], help="what else ran on the machine (printed)")
@@ -90,31 +88,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     a = ap.parse_args(argv)
     report = Report(a.section)
-    policies = a.policy or ["smollm2-135m", "gemma3-270m"]
-    teachers = a.teacher or ["none", "gemma3-270m"]
     rows = []
-    for pol in policies:
-        for t in teachers:
-            label = pol if t == "none" else f"{pol}+{t}"
-            for mode in a.modes:
-                work = a.out / f"{label}-{mode}"
-                work.mkdir(parents=True, exist_ok=True)
-                wall_file = work / "wall_s.txt"
-                if not (work / "out" / "eval_evolution" / "metrics.json").exists():
-                    (work / "params.yaml").write_text(yaml.safe_dump(epoch_params(a.params, pol, t, mode,
-                                                                                  a.questions)))
-                    t0 = time.monotonic()
-                    with (work / "run.log").open("w") as log:
-                        r = subprocess.run(HASP + ["evolve", "run", "--domain", "search", "--params", "params.yaml",
-                                                   "--out", "out"], cwd=work, stdout=log, stderr=subprocess.STDOUT,
-                                           env={**os.environ, "HASP_LLM_THREADS": os.environ.get("HASP_LLM_THREADS",
-                                                                                                 "2")})
-                    wall_file.write_text(f"{time.monotonic() - t0:.0f}\n")
-                    if r.returncode != 0:
-                        report.line(f"{label} {mode}: `hasp evolve run` failed ({r.returncode}); see {work / 'run.log'}")
-                        continue
-                wall = float(wall_file.read_text()) if wall_file.exists() else 0.0
-                rows.append(row(label, mode, work / "out", wall))
+    for label, pol, t in configurations(a):
+        for mode in a.modes:
+            work = a.out / f"{label}-{mode}"
+            work.mkdir(parents=True, exist_ok=True)
+            wall_file = work / "wall_s.txt"
+            if not (work / "out" / "eval_evolution" / "metrics.json").exists():
+                (work / "params.yaml").write_text(yaml.safe_dump(epoch_params(a.params, pol, t, mode,
+                                                                              a.questions)))
+                t0 = time.monotonic()
+                with (work / "run.log").open("w") as log:
+                    r = subprocess.run(HASP + ["evolve", "run", "--domain", "search", "--params", "params.yaml",
+                                               "--out", "out"], cwd=work, stdout=log, stderr=subprocess.STDOUT,
+                                       env={**os.environ, "HASP_LLM_THREADS": os.environ.get("HASP_LLM_THREADS",
+                                                                                             "2")})
+                wall_file.write_text(f"{time.monotonic() - t0:.0f}\n")
+                if r.returncode != 0:
+                    report.line(f"{label} {mode}: `hasp evolve run` failed ({r.returncode}); see {work / 'run.log'}")
+                    continue
+            wall = float(wall_file.read_text()) if wall_file.exists() else 0.0
+            rows.append(row(label, mode, work / "out", wall))
     report.line(f"{a.questions} generated one-hop questions (train/val/test 25/25/50 %), `hasp evolve run --domain "
                 "search` per epoch with params.yaml's evolve settings but the mode, training off; the policy is "
                 "the student; the teacher, where there is one, reviews (else the heuristic: 'reviewer'); 'D ok' "

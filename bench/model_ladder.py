@@ -90,13 +90,24 @@ def finished(folder: Path, n_datasets: int, variants: list[str]) -> bool:
     return len(done) >= n_datasets
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder of the evaluations (resumable)")
+def add_configuration_args(ap: argparse.ArgumentParser) -> None:
+    """The ladder's configuration options (shared with ``bench/ladder_epochs.py``)."""
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--policy", action="append", default=None, help="embedded policy (repeatable; default both)")
     ap.add_argument("--teacher", action="append", default=None,
                     help="embedded teacher or 'none' (repeatable; default none and gemma3-270m)")
+
+
+def configurations(a: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """``(label, policy, teacher)`` of every configuration asked for, in the ladder's order."""
+    return [(pol if t == "none" else f"{pol}+{t}", pol, t) for pol in a.policy or ["smollm2-135m", "gemma3-270m"]
+            for t in a.teacher or ["none", "gemma3-270m"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder of the evaluations (resumable)")
+    add_configuration_args(ap)
     ap.add_argument("--limit", type=int, default=30, help="questions per dataset")
     ap.add_argument("--library", type=Path, default=ROOT / "hasp" / "skills" / "search")
     ap.add_argument("--port", type=int, default=8981)
@@ -108,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     policies = a.policy or ["smollm2-135m", "gemma3-270m"]
-    teachers = a.teacher or ["none", "gemma3-270m"]
+    teachers = a.teacher or ["none", "gemma3-270m"]  # as configurations() reads them, for the printed command
     a.out.mkdir(parents=True, exist_ok=True)
     v1, v2 = data_sets(a.out, a.params, a.limit)
     datasets = [f"generated:{v1}", f"generated:{v2}"] + [f"{k}:{SHARED / f}" for k, (_, f) in REAL.items()]
@@ -116,28 +127,29 @@ def main(argv: list[str] | None = None) -> int:
     evals: list[tuple[str, Path]] = []
     gains: list[tuple[str, str]] = []
     not_run: list[str] = []
-    for pol in policies:
-        for t in teachers:
-            label = pol if t == "none" else f"{pol}+{t}"
-            folder = a.out / label
-            variants = "react,pf" if t == "none" else "pf_teacher"
-            done = finished(folder, len(datasets), variants.split(","))
-            if not done and a.render_only:
-                not_run.append(label)
-                continue
-            if not done:  # an interrupted evaluation resumes from its episode journals
-                over: dict[str, Any] = {"llm.embedded": pol, "llm.port": a.port, "tracking.experiment": "hasp-ladder"}
-                if t != "none":
-                    over |= {"teacher.embedded": t, "teacher.port": a.port + 1}
-                params = write_params(a.out / f"params-{label}.yaml", a.params, over)
-                hasp("eval", "--params", str(params), "--variants", variants, "--library", str(a.library),
-                     "--limit", str(a.limit), "--out", str(folder), "--no-traces", "--no-progress",
-                     "--run-name", f"ladder {label}", *[x for d in datasets for x in ("--dataset", d)], env=env)
-            evals.append((label, folder))
-            if t == "none":
-                gains.append((f"{pol}/pf", f"{pol}/react"))
-            else:
-                gains += [(f"{label}/pf_teacher", f"{pol}/react"), (f"{label}/pf_teacher", f"{pol}/pf")]
+    for label, pol, t in configurations(a):
+        folder = a.out / label
+        variants = "react,pf" if t == "none" else "pf_teacher"
+        done = finished(folder, len(datasets), variants.split(","))
+        if not done and a.render_only:
+            not_run.append(label)
+            continue
+        if not done:  # an interrupted evaluation resumes from its episode journals
+            over: dict[str, Any] = {"llm.embedded": pol, "llm.port": a.port, "tracking.experiment": "hasp-ladder"}
+            if t != "none":
+                over |= {"teacher.embedded": t, "teacher.port": a.port + 1}
+            params = write_params(a.out / f"params-{label}.yaml", a.params, over)
+            hasp("eval", "--params", str(params), "--variants", variants, "--library", str(a.library),
+                 "--limit", str(a.limit), "--out", str(folder), "--no-traces", "--no-progress",
+                 "--run-name", f"ladder {label}", *[x for d in datasets for x in ("--dataset", d)], env=env)
+        evals.append((label, folder))
+        if t == "none":
+            gains.append((f"{pol}/pf", f"{pol}/react"))
+        else:
+            gains += [(f"{label}/pf_teacher", f"{pol}/react"), (f"{label}/pf_teacher", f"{pol}/pf")]
+    if not evals:
+        print(f"no configuration has finished its evaluation under {a.out} (not run: {', '.join(not_run)})")
+        return 1
     speed = []
     for label, folder in evals:
         speed += [f"{label}/{k} {v:.2f}" for k, v in sorted(seconds_per_step(folder).items())]

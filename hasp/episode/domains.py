@@ -97,11 +97,9 @@ class SearchDomain(Domain):
     data_dir: Path | None = None
     dataset: Any = None
     name: ClassVar[str] = "search"
-    prompt_skills: ClassVar[str] = "ranked"
     teacher_snippets: ClassVar[bool] = True
     judged: ClassVar[bool] = True
     vocabulary: ClassVar[bool] = True
-    graded_programs: ClassVar[bool] = False
     action_types: ClassVar[tuple[str, ...]] = ("SEARCH", "READ", "FINAL")
     action_forms: ClassVar[tuple[str, ...]] = ("SEARCH[query]", "READ[doc_id]", "FINAL[answer]")
     detectors: ClassVar[str] = "search"
@@ -150,21 +148,8 @@ class _SingleStep(Domain):
     max_tokens: int = 256
     #: a PF that adds hints gets the model one revision turn
     revise: bool = True
-    name: ClassVar[str] = ""
     #: every skill's summary in the prompt variant: a single-step skill is a check for every answer
     prompt_skills: ClassVar[str] = "all"
-    teacher_snippets: ClassVar[bool] = False
-    judged: ClassVar[bool] = False
-    vocabulary: ClassVar[bool] = False
-    graded_programs: ClassVar[bool] = False
-    action_types: ClassVar[tuple[str, ...]] = ("FINAL",)
-    action_forms: ClassVar[tuple[str, ...]] = ("FINAL[answer]",)
-    detectors: ClassVar[str] = "answer"
-
-    def check(self, variant: Variant) -> None:
-        if variant.teacher_postprocess:
-            raise ValueError(f"variant {variant.name} is web-search only (it post-processes a web-search FINAL); "
-                             f"for {self.name} use react, prompt, pf or pf_teacher")
 
     def config(self, params: Params, variant: Variant) -> AgentConfig:
         a = params.agent
