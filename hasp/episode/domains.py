@@ -67,8 +67,8 @@ class Domain:
     def check(self, variant: Variant) -> None:
         """Raise ``ValueError`` naming the variant when this domain cannot run it."""
         if variant.teacher_postprocess:
-            raise ValueError(f"variant {variant.name} post-processes a web-search answer; for {self.name} use "
-                             "react, prompt, pf or pf_teacher")
+            raise ValueError(f"variant {variant.name} is web-search only (it post-processes a web-search FINAL); "
+                             f"for {self.name} use react, prompt, pf or pf_teacher")
 
     def config(self, params: Params, variant: Variant) -> AgentConfig:
         """The agent's settings for one variant (step budget, tokens)."""
