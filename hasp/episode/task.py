@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from hasp.agent.loop import AgentConfig, Environment, agent_config
 from hasp.agent.tool_env import Tool, ToolEnvironment, check_tools
