@@ -416,3 +416,20 @@ def test_schema_proposals_send_the_cluster_schema_through_the_client():
 def test_constrained_proposals_turn_auto_and_json_schema_into_the_cluster_schema(setting, embedded, expected):
     assert reply_format_for(setting, embedded, constrained=True) == expected
     assert reply_format_for("auto", embedded) == ("choices" if embedded else "json")
+
+
+def test_llamacpp_gets_bounded_numbers_as_enums_and_other_dialects_the_schema_as_it_is():
+    """llama.cpp's schema grammar bounds integers only: a score in [0, 1] goes as the enum 0.0, 0.05,
+    ..., 1.0 (so a reply cannot write 3), nested schemas included; vLLM and OpenAI get the schema."""
+    from hasp.evolve.review import REVIEW_SCHEMA
+    from hasp.llm.structured import NUMBER_STEPS, bounded_numbers, encode
+
+    sent = encode("llamacpp", json_schema=REVIEW_SCHEMA).body["json_schema"]
+    q = sent["properties"]["q_concept"]
+    assert "type" not in q and len(q["enum"]) == NUMBER_STEPS + 1 and q["enum"][:3] == [0.0, 0.05, 0.1]
+    assert q["enum"][-1] == 1.0 and sent["properties"]["decision"] == REVIEW_SCHEMA["properties"]["decision"]
+    assert REVIEW_SCHEMA["properties"]["q_concept"]["type"] == "number"  # the caller's schema is not changed
+    assert encode("openai", json_schema=REVIEW_SCHEMA).response_format["json_schema"]["schema"] == REVIEW_SCHEMA
+    nested = {"type": "array", "items": {"type": "number", "minimum": 2, "maximum": 4}}
+    assert bounded_numbers(nested)["items"]["enum"][::10] == [2.0, 3.0, 4.0]
+    assert bounded_numbers({"type": "number", "minimum": 0}) == {"type": "number", "minimum": 0}

@@ -58,12 +58,38 @@ def schema_format(schema: dict[str, Any], name: str | None = None) -> dict[str, 
     return {"type": "json_schema", "json_schema": {"name": label, "schema": schema}}
 
 
+#: a bounded number becomes this many steps between its bounds (``bounded_numbers``)
+NUMBER_STEPS = 20
+
+
+def bounded_numbers(schema: Any) -> Any:
+    """``schema`` with every ``number`` that has both a ``minimum`` and a ``maximum`` turned into the
+    enum of ``NUMBER_STEPS + 1`` evenly spaced values between them (0.0, 0.05, ..., 1.0 for [0, 1]).
+
+    Why: llama.cpp's JSON-schema grammar bounds integers but not numbers, so a small model under a
+    schema asking for scores in [0, 1] still writes 3 or 5; as an enum the bounds are in the grammar
+    and a reply cannot leave them. Other dialects get the schema as it is (their engines, or the
+    caller's check, enforce it)."""
+    if isinstance(schema, list):
+        return [bounded_numbers(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded_numbers(v) for k, v in schema.items()}
+    lo, hi = out.get("minimum"), out.get("maximum")
+    if out.get("type") == "number" and isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo < hi:
+        step = (hi - lo) / NUMBER_STEPS
+        out = {k: v for k, v in out.items() if k not in ("type", "minimum", "maximum")}
+        out["enum"] = [round(lo + i * step, 6) for i in range(NUMBER_STEPS + 1)]
+    return out
+
+
 def llamacpp(grammar: str | None, json_schema: dict[str, Any] | None) -> Encoded:
-    """llama.cpp's server: ``grammar`` (GBNF) or ``json_schema`` in the body."""
+    """llama.cpp's server: ``grammar`` (GBNF) or ``json_schema`` in the body (its bounded numbers as
+    enums: ``bounded_numbers``)."""
     if grammar is not None:
         return Encoded("grammar", body={"grammar": grammar})
     if json_schema is not None:
-        return Encoded("json_schema", body={"json_schema": json_schema})
+        return Encoded("json_schema", body={"json_schema": bounded_numbers(json_schema)})
     return Encoded()
 
 
