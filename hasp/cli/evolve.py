@@ -35,7 +35,7 @@ def run(epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to r
         out: Annotated[Path, typer.Option("--out", help="Output root (epoch_<i>/ folders).")] = Path("outputs"),
         library: Annotated[Optional[Path], typer.Option(
             "--library", help="Starting library (default: the seed skills of --domain, or your task's "
-                              "Task.library).")] = None,
+                              "library attribute).")] = None,
         start_epoch: Annotated[int, typer.Option("--start-epoch", min=0,
                                                  help="Continue after epoch N-1 (reads its carry.json).")] = 0,
         final_eval: Annotated[bool, typer.Option("--final-eval/--no-final-eval",

@@ -32,7 +32,7 @@ DataOpt = Annotated[Path, typer.Option("--data", help=(
     "(evolve.domain) samples its own items' training split instead."))]
 LibraryOpt = Annotated[Optional[Path], typer.Option("--library", help=(
     "Skill library the sampling agent runs with (default: the seed skills of evolve.domain, or a user "
-    "task's Task.library)."))]
+    "task's library attribute)."))]
 TrackOpt = Annotated[bool, typer.Option(
     "--track/--no-track", help="Log the training as one MLflow run (knobs, curves, metrics, adapter).")]
 

@@ -29,7 +29,7 @@ def _fail(msg: str) -> typer.Exit:
 
 def eval_command(
     domain: Annotated[str, typer.Option(help="search | math | code, or your own task as pkg.module:attr "
-                                             "(a hasp.api.Task; the current folder is importable), or the name "
+                                             "(a hasp.api.Task or Domain; the current folder is importable), or the name "
                                              "an installed package registers it under (entry points "
                                              "'hasp.tasks').")] = "search",
     variants: Annotated[str, typer.Option(help="Comma-separated agent variants (hasp.agent.variants).")]
