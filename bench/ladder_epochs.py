@@ -67,14 +67,19 @@ def row(label: str, mode: str, out: Path, wall: float) -> str:
                                                                    "admit"))
     ev = out / "eval_evolution"
     em = {k: em_by_qid(cell_file(ev, k)) for k in ("react", "pf_before", "pf")}
+    cells = next((c for c in read_json(ev / "metrics.json").values() if isinstance(c, dict) and "pf" in c), {})
+    ceiling = (cells.get("pf") or {}).get("extractor_ceiling") or {}
+    rewrite = (cells.get("pf") or {}).get("correct_via_vocabulary_rewrite") or {}
+    ceil = f"{ceiling['em_k']}/{ceiling['n']}" if ceiling.get("n") else "-"
+    via = f"{rewrite.get('k', 0)}/{rewrite.get('n', 0)}" if rewrite else "-"
     score = lambda k: f"{sum(em[k].values()):.0f}/{len(em[k])}" if em[k] else "-"  # noqa: E731
     d_ok = d.get("exec_pass", "-") if d else "-"
     r_ok = e.get("review_accept", "-") if e else "-"
     reviewer = ",".join(e.get("reviewer") or []) if e else "-"
     return (f"{label:27s} {mode:4s} {b.get('failed', '-')!s:>6s} {c.get('proposed', '-')!s:>4s} {d_ok!s:>4s} "
             f"{r_ok!s:>4s} {reviewer[:9]:9s} {f.get('admitted', '-')!s:>3s}  {val_gain(ep):24s} {score('react'):>6s} "
-            f"{score('pf_before'):>7s} {score('pf'):>7s}  {gain_text(paired_gain(em['pf_before'], em['pf'])):24s} "
-            f"{wall:5.0f} s")
+            f"{score('pf_before'):>7s} {score('pf'):>7s} {via:>7s} {ceil:>7s}  "
+            f"{gain_text(paired_gain(em['pf_before'], em['pf'])):24s} {wall:5.0f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,13 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                 "search` per epoch with params.yaml's evolve settings but the mode, training off; the policy is "
                 "the student; the teacher, where there is one, reviews (else the heuristic: 'reviewer'); 'D ok' "
                 "is '-' where lite mode runs no Phase D; val gain: the best gated candidate's val EM over the start "
-                "library, paired; wall: the whole command, evaluation included")
+                "library, paired; 'via rw': the evolved PF agent's correct answers a vocabulary rewrite wrote, of its "
+                "correct answers; 'ceiling': the vocabulary extractor (answer_span_from_evidence) on each test "
+                "question's gold support; wall: the whole command, evaluation included")
     for r in a.ran:
         report.line(f"ran: {r}")
     report.line("")
     report.line(f"{'configuration':27s} {'mode':4s} {'failed':>6s} {'prop':>4s} {'D ok':>4s} {'rev':>4s} "
                 f"{'reviewer':9s} {'adm':>3s}  {'val gain (best, paired)':24s} {'react':>6s} {'pf seed':>7s} "
-                f"{'pf evo':>7s}  {'evolved - seed (paired)':24s}  wall")
+                f"{'pf evo':>7s} {'via rw':>7s} {'ceiling':>7s}  {'evolved - seed (paired)':24s}  wall")
     for r in rows:
         report.line(r)
     if not a.no_write:
