@@ -56,3 +56,18 @@ def test_a_user_domain_is_evaluated_with_its_own_state_across_steps(tmp_path):
     assert [s.raw_output for s in cell.records[0].traj.steps] == ["TICK[now]", "TICK[now]", "FINAL[liftoff]"]
     early = _evaluate(["FINAL[liftoff]"], tmp_path / "early")  # the same answer before the ticks: wrong
     assert early.cells[0].summary["em"] == 0.0
+
+
+def test_hasp_show_reads_an_evaluation_folder_or_one_dataset_folder_of_it(tmp_path):
+    """``hasp show OUT`` and ``hasp show OUT/<dataset>`` print the same samples (the cells' files)."""
+    from typer.testing import CliRunner
+
+    from hasp.cli import app
+
+    res = _evaluate(["TICK[now]", "TICK[now]", "FINAL[liftoff]"], tmp_path / "out")
+    assert res.cells[0].summary["em"] == 1.0
+    whole = CliRunner().invoke(app, ["show", str(tmp_path / "out")])
+    one = CliRunner().invoke(app, ["show", str(tmp_path / "out" / "countdown")])
+    assert whole.exit_code == one.exit_code == 0, one.output
+    assert "countdown/react count-0" in one.output and "FINAL[liftoff]" in one.output
+    assert one.output == whole.output

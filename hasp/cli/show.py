@@ -49,8 +49,11 @@ def _folder(target: str) -> Path:
 def _files(folder: Path, dataset: str | None, variant: str | None) -> list[Path]:
     if folder.is_file():
         return [folder]
-    files = sorted(p for p in folder.glob("*/*.jsonl") if not p.name.endswith(".episodes.jsonl")
-                   and not p.name.startswith("."))
+    def cells(pattern: str) -> list[Path]:
+        return sorted(p for p in folder.glob(pattern) if not p.name.endswith(".episodes.jsonl")
+                      and not p.name.startswith("."))
+
+    files = cells("*/*.jsonl") or cells("*.jsonl")  # an evaluation folder, or one dataset's folder of it
     return [p for p in files if (dataset is None or p.parent.name == dataset)
             and (variant is None or p.stem == variant)]
 
