@@ -227,7 +227,8 @@ def dataset_ceiling(ds: EvalDataset, cache: dict[tuple[str, ...], dict[str, Any]
     if ds.task is not None and getattr(ds.task, "ceiling", None) is not None:
         from hasp.stats import rate
 
-        key = (ds.name, *(domain_of(ds).identity(q)[0] for q in ds.questions))
+        identity = domain_of(ds).identity
+        key = (ds.name, *(identity(q)[0] for q in ds.questions))
         if key not in cache:
             try:
                 per_item = [float(x) for x in ds.task.ceiling(list(ds.questions))]

@@ -135,10 +135,8 @@ def task_code_key(params: Params) -> str:
         return ""
     import inspect
 
-    from hasp.episode.task import load_task
+    from hasp.episode.task import Task, load_task
     from hasp.fingerprint import content_hash, key_of
-
-    from hasp.episode.task import Task
 
     task = load_task(name)
     if isinstance(task, Task):
