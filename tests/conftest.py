@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fixtures_llm import real_llm  # noqa: F401  (session fixture: real model behind a local server)
+
+
+def _share_the_cores() -> None:
+    """Give torch in each pytest-xdist worker its share of the cores, in this process and in every
+    process it starts (CLI runs, DVC stages). Two workers that each train with both cores' OpenMP
+    threads oversubscribe them, and threads waiting at barriers for a preempted sibling made a
+    two-step LoRA SFT of the embedded model twice as slow with two threads as with one beside another
+    job (bench/RESULTS.md, CI section). llama.cpp keeps its own setting (``llm.threads``). A setting
+    the caller made wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers > 1:
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, share)
+
+
+_share_the_cores()
 
 
 @pytest.fixture(scope="session")
@@ -42,10 +60,19 @@ SERVICE_FIXTURES = frozenset({"prefect_harness", "dvc_repo"})
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the fixtures they use (directly or through other fixtures), so the quick lane
-    ``pytest -m "not model and not services"`` needs no list of files kept by hand."""
+    ``pytest -m "not model and not services"`` needs no list of files kept by hand.
+
+    Then put the modules that start a model or a service first. scripts/test.sh hands whole modules
+    to the xdist workers in this order (``--dist loadscope --no-loadscope-reorder``): a module's
+    tests share its module fixtures (an epoch run, a deployed flow) that one test at a time would
+    have built on both workers, and long modules first leave the short ones to even out the end."""
+    heavy: set[str] = set()
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if used & MODEL_FIXTURES:
             item.add_marker(pytest.mark.model)
         if used & SERVICE_FIXTURES:
             item.add_marker(pytest.mark.services)
+        if used & (MODEL_FIXTURES | SERVICE_FIXTURES):
+            heavy.add(item.nodeid.split("::", 1)[0])
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)  # stable: order within kept

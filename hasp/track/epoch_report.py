@@ -88,7 +88,7 @@ def log_traces(mlflow: Any, files: list[tuple[Path, str, str]], limit: int) -> i
     n = 0
     for f, ds, phase in files:
         epoch = next((m.group(1) for d in f.parents if (m := re.fullmatch(r"epoch_(\d+)", d.name))), None)
-        n += log_trajectory_file(mlflow, f, dataset=ds, phase=phase, limit=limit,
+        n += log_trajectory_file(mlflow, f, dataset=ds, phase=phase, limit=limit, logged_before=n,
                                  tags={"hasp.epoch": epoch} if epoch is not None else None)
     if n:
         mlflow.flush_trace_async_logging()

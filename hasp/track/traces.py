@@ -109,9 +109,14 @@ def _start_times(path: Path) -> dict[str, int]:
 
 
 def log_trajectory_file(mlflow: Any, path: Path, *, dataset: str, phase: str, limit: int,
-                        tags: Mapping[str, str] | None = None) -> int:
+                        tags: Mapping[str, str] | None = None, logged_before: int = 0) -> int:
     """One trace per episode of a trajectory file (a rollout, a val run, an evaluation), at most
     ``limit``, tagged ``hasp.phase`` (plus ``tags``); returns how many were logged.
+
+    MLflow's queue is drained every ``FLUSH_EVERY`` traces counted from ``logged_before`` (the traces
+    the caller logged from earlier files of the same burst), not at the end of each file: a drain
+    waits up to a second for MLflow's consumer thread, which was most of an epoch's tracking time
+    with a few traces per file. The caller flushes once when its last file is logged.
 
     Start times come from the runner's episodes file when there is one; otherwise each episode is
     anchored to end when the file was written (its durations stay the measured ones) and the root
@@ -140,11 +145,10 @@ def log_trajectory_file(mlflow: Any, path: Path, *, dataset: str, phase: str, li
                                   dataset=dataset, variant=t.variant, attributes=attrs,
                                   error=t.terminated == "error", tags={"hasp.phase": phase, **(tags or {})})
                 n += 1
-                if n % FLUSH_EVERY == 0:
+                if (logged_before + n) % FLUSH_EVERY == 0:
                     _drain(mlflow)
             except Exception as e:  # noqa: BLE001 - a trace is a view; a failed one must not lose the run
                 log.warning("trace of %s %s not logged: %s", path, t.qid, e)
-    _drain(mlflow)
     return n
 
 
