@@ -36,6 +36,7 @@ def _bench_scripts() -> list[Path]:
 
 
 import pytest  # noqa: E402 - the parametrized smoke test below
+from bench_run import run_bench  # noqa: E402
 
 
 @pytest.mark.parametrize("script", _bench_scripts(), ids=lambda p: p.stem)
@@ -159,36 +160,13 @@ MODEL_RUNS = {
 def test_a_quick_bench_script_runs_on_its_smallest_setting(name, tmp_path, monkeypatch, capsys):
     """The script's whole path runs (not only its imports): a call with a stale signature inside it
     fails here. Its results section goes to a temp file, never to bench/RESULTS.md."""
-    _run_bench(name, QUICK_RUNS[name], tmp_path, monkeypatch, capsys)
+    run_bench(name, QUICK_RUNS[name], tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.model
 @pytest.mark.parametrize("name", sorted(MODEL_RUNS))
 def test_a_model_bench_script_runs_on_its_smallest_setting(name, tmp_path, monkeypatch, capsys):
     """As above, for a script that serves the real embedded model itself."""
-    _run_bench(name, MODEL_RUNS[name], tmp_path, monkeypatch, capsys)
+    run_bench(name, MODEL_RUNS[name], tmp_path, monkeypatch, capsys)
 
 
-def _run_bench(name: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    """Run ``bench/<name>.py`` in this process with ``argv``; it must finish, print, and write its
-    section (unless ``--no-write``) to the temp results file."""
-    import importlib.util
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import results
-
-    written = tmp_path / "RESULTS.md"
-    original = results.Report.write
-    monkeypatch.setattr(results.Report, "write", lambda self, path=written: original(self, written))
-    spec = importlib.util.spec_from_file_location(f"bench_run_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(sys, "argv", [f"bench/{name}.py", *argv])
-    import inspect
-
-    rc = module.main(argv) if inspect.signature(module.main).parameters else module.main()
-    assert rc in (0, None)
-    out = capsys.readouterr().out
-    assert out.strip(), "the script printed nothing"
-    if "--no-write" not in argv:
-        assert "\n## " in "\n" + written.read_text()  # its section, in the temp file

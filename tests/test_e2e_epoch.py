@@ -114,3 +114,23 @@ def test_second_run_is_served_from_cache(first_run):
     assert res2["model_used"] is False  # no model server was needed: every task hit the cache
     assert res2["eval"] == res["eval"] and res2["run_id"] == res["run_id"]
     assert (work / "outputs" / "epoch_0" / "rollout.jsonl").read_bytes() == before
+
+
+#: bench scripts that report on an epoch's outputs, each run on this epoch's (arguments after the folder)
+REPORTS = {
+    "evolution_report": lambda out: ["--out", str(out), "--ran", "the e2e test epoch", "--section", "Smoke"],
+    "main_table": lambda out: ["--eval", f"epoch={out / 'eval'}", "--column", "Generated=generated", "--no-write"],
+    "hindsight_rows": lambda out: ["--rollout", str(out / "epoch_0" / "rollout.jsonl"), "--max-length", "512",
+                                   "--no-write"],
+    "answer_extraction": lambda out: [str(out / "epoch_0"), "--old-rev", "HEAD"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPORTS))
+def test_a_report_bench_script_runs_on_the_epochs_outputs(first_run, name, tmp_path, monkeypatch, capsys):
+    """The bench scripts that read a run's files instead of making one run on this epoch's: a stale
+    import or signature inside one fails here. Their sections go to a temp file."""
+    from bench_run import run_bench
+
+    work, _ = first_run
+    run_bench(name, REPORTS[name](work / "outputs"), tmp_path, monkeypatch, capsys)
