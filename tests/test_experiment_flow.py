@@ -205,6 +205,18 @@ def _outcome(e_dir: Path) -> tuple[dict, dict, dict]:
     return exact, curves, adapters
 
 
+def test_the_grid_report_bench_script_reports_and_archives_this_grid(first, tmp_path, monkeypatch, capsys):
+    """``bench/grid_report.py`` (the post-training grid's results section and its small archive) runs
+    on this grid's folder: a stale import or signature inside it fails here, not at the next grid."""
+    from bench_run import run_bench
+
+    work, *_ = first
+    run_bench("grid_report", ["--grid", str(work / "out"), "--ran", "the experiment flow test",
+                              "--data", str(work / "data"), "--archive", str(tmp_path / "archive")],
+              tmp_path, monkeypatch, capsys)
+    assert (tmp_path / "archive" / "out").is_dir()
+
+
 def test_the_preset_run_again_from_nothing_reproduces_its_training_and_answers(first):
     """Reproducibility of a grid preset at a tiny scale: the same preset in a fresh output folder (every
     phase misses the cache and runs again) evolves the same libraries, trains on the same rows with the
