@@ -123,6 +123,7 @@ REPORTS = {
     "hindsight_rows": lambda out: ["--rollout", str(out / "epoch_0" / "rollout.jsonl"), "--max-length", "512",
                                    "--no-write"],
     "answer_extraction": lambda out: [str(out / "epoch_0"), "--old-rev", "HEAD"],
+    "checkpoint_engines": lambda out: ["--first", str(out / "eval"), "--second", str(out / "eval"), "--no-write"],
 }
 
 
