@@ -175,16 +175,19 @@ def evaluate(cache_key: str, params: Params, data_dir: Path, library: Path, out_
 
 @task(name="track-mlflow", **_opts)
 def track(cache_key: str, out_root: Path, params: Params, epoch: int) -> str:
+    from hasp.evolve.epoch_task import domain_name
     from hasp.llm.endpoints import served_model
     from hasp.track.epoch_report import log_epoch
 
-    return log_epoch(out_root, params, epoch=epoch, model=served_model(params.llm))
+    return log_epoch(out_root, params, epoch=epoch, model=served_model(params.llm), domain=domain_name(params))
 
 
 @task(name="track-mlflow-evolution", **_opts)
 def track_evolution(cache_key: str, out_root: Path, params: Params, epochs: list[int],
                     final_eval: Path | None) -> str:
+    from hasp.evolve.epoch_task import domain_name
     from hasp.llm.endpoints import served_model
     from hasp.track.epoch_report import log_evolution
 
-    return log_evolution(out_root, params, epochs, final_eval=final_eval, model=served_model(params.llm))
+    return log_evolution(out_root, params, epochs, final_eval=final_eval, model=served_model(params.llm),
+                         domain=domain_name(params))

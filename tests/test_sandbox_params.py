@@ -224,6 +224,10 @@ def test_epoch_run_records_the_weaker_mode_and_none_otherwise(mlflow_tmp):
     write_json([{"skill_id": "a", "weaker": ["network namespace"]}], ep / "validation.json")
     weak = log_epoch(mlflow_tmp / "out", Params(), epoch=0)
     assert _tags(weak)["hasp.sandbox.weaker"] == "network namespace; seccomp filter (no filter for this machine)"
+    assert _tags(clean)["hasp.domain"] == "search"  # the epoch's own task, never a fixed name
+    math = log_epoch(mlflow_tmp / "out", Params.model_validate({"evolve": {"domain": "math"}}), epoch=0)
+    assert _tags(math)["hasp.domain"] == "math"
+    assert _tags(log_epoch(mlflow_tmp / "out", Params(), epoch=0, domain="unit_convert"))["hasp.domain"] == "unit_convert"
 
 
 # ----------------------------------------------------------------------------- hasp eval --domain code

@@ -452,6 +452,7 @@ def print_results(res: dict[str, Any], title: str) -> None:
 def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt = None) -> None:
     """Log the epoch's outputs (phases, eval, training, adapter, episode traces) as one MLflow run and
     write the files ``dvc plots show`` draws (<out>/plots/)."""
+    from hasp.evolve.epoch_task import domain_name
     from hasp.llm.endpoints import served_model
     from hasp.track.dvc_plots import write_plot_data
     from hasp.track.epoch_report import log_epoch
@@ -459,7 +460,7 @@ def track_epoch(out: Path = Path("outputs"), epoch: int = 0, params: ParamsOpt =
 
     p = _params(params)
     # `hasp eval` (the evaluate stage) traced the test episodes in a run of its own
-    run_id = log_epoch(out, p, epoch=epoch, trace_eval=False, model=served_model(p.llm))
+    run_id = log_epoch(out, p, epoch=epoch, trace_eval=False, model=served_model(p.llm), domain=domain_name(p))
     write_plot_data(out, eval_metrics=out / "eval" / "metrics.json", eval_epoch=epoch)
     (out / f"epoch_{epoch}").mkdir(parents=True, exist_ok=True)
     (out / f"epoch_{epoch}" / art.MLFLOW_RUN_ID).write_text(run_id + "\n")

@@ -115,17 +115,18 @@ def _final_library(out_root: Path, epochs: list[int]) -> Path | None:
 
 def log_epoch(out_root: Path, params: Params, *, epoch: int = 0, run_name: str | None = None,
               project_dir: Path | None = None, tags: dict[str, str] | None = None, trace_eval: bool = True,
-              model: Path | str | None = None) -> str:
+              model: Path | str | None = None, domain: str | None = None) -> str:
     """Create the epoch's MLflow run; return its run id.
 
     The run holds the epoch's episodes as traces (``tracking.traces_per_file`` per file; with
     ``trace_eval`` the test evaluation's too — off when ``hasp eval`` logged those in a run of its
     own) and the adapter the epoch trained, under ``adapter/``. ``model`` is the policy's weights
-    (``hasp.llm.endpoints.served_model``), part of the run's provenance (``run_provenance``)."""
+    (``hasp.llm.endpoints.served_model``), part of the run's provenance (``run_provenance``). ``domain``
+    is the task's name for the ``hasp.domain`` tag (a user task's own; default ``evolve.domain``)."""
     info = collect_epoch(out_root, epoch)
     ep = out_root / f"epoch_{epoch}"
     trained = bool((info["train"] or {}).get("history"))
-    all_tags = {"hasp.kind": "epoch", "hasp.epoch": str(epoch), "hasp.domain": "search",
+    all_tags = {"hasp.kind": "epoch", "hasp.epoch": str(epoch), "hasp.domain": domain or params.evolve.domain,
                 **({"hasp.recipe": "sft"} if trained else {}),  # an epoch trains SFT on its rows, or nothing
                 **({"hasp.experiment": params.train.preset} if params.train.preset else {}),
                 **sandbox_tags(sandbox_weaker(ep)), **stop_tag([ep]), **(tags or {})}
@@ -261,15 +262,17 @@ def _histogram_png(hist: dict[str, Any], path: Path, title: str) -> bool:
 
 def log_evolution(out_root: Path, params: Params, epochs: list[int], *, run_name: str | None = None,
                   project_dir: Path | None = None, tags: dict[str, str] | None = None,
-                  final_eval: Path | None = None, model: Path | str | None = None) -> str:
+                  final_eval: Path | None = None, model: Path | str | None = None,
+                  domain: str | None = None) -> str:
     """One MLflow run for a multi-epoch evolution: per-epoch metrics with ``step=epoch``,
     a review-score histogram (json + png) per epoch, frontier.json, the final library history
-    and (if given) the final test evaluation. Returns the run id. ``model`` as for ``log_epoch``."""
+    and (if given) the final test evaluation. Returns the run id. ``model`` and ``domain`` as for
+    ``log_epoch``."""
     import tempfile
 
     e = params.evolve
     all_tags = {"hasp.kind": "evolution", "hasp.mode": e.mode, "hasp.filtering": e.filtering,
-                "hasp.domain": "search", "hasp.epochs": str(len(epochs)),
+                "hasp.domain": domain or params.evolve.domain, "hasp.epochs": str(len(epochs)),
                 **sandbox_tags(w for i in epochs for w in sandbox_weaker(out_root / f"epoch_{i}")),
                 **stop_tag([out_root / f"epoch_{i}" for i in epochs]), **(tags or {})}
     with start_run(params.tracking.experiment, run_name or f"evolve-{e.mode}-{e.filtering}-{len(epochs)}ep",
