@@ -30,6 +30,7 @@ from hasp.pf.layout import active_versions
 from hasp.pf.folder_files import present, read_text
 from hasp.pf.skill_md import HASP_FILE, SkillFormatError, load_skill
 from hasp.pf.pf_source import PFClass, assignments, find_definition, find_pf_class, module_name
+from hasp.pyast import parse_python
 
 ALLOWED_TYPES = frozenset({"INJECT_CONTEXT", "NOOP"})
 _TYPE_NAMES = frozenset({"MODIFY_ACTION", "INJECT_CONTEXT", "NOOP"})
@@ -277,7 +278,7 @@ def analyse_source(source: str, skill_id: str | None = None, path: str = "<strin
     """The A+B verdict for the PF registered as ``skill_id`` (or the first ``@register_pf`` class)."""
     rep = EquivalenceReport(skill_id=skill_id or "", path=path)
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as e:
         rep.reasons.append(f"source does not parse: {e.msg} (line {e.lineno})")
         return rep
@@ -341,7 +342,7 @@ def only_modifies(source: str, skill_id: str | None = None) -> bool:
     a rewrite was applied on a step, PFs whose own rewrite could not be applied (one per step).
     """
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return False
     found = find_pf_class(tree, skill_id)

@@ -128,7 +128,7 @@ def import_trusted_pf(pf_path: Path, skill_id: str, source: str | None = None) -
     module = importlib.util.module_from_spec(spec)
     module.__file__ = str(pf_path)
     with collecting() as found:
-        exec(compile(source, str(pf_path), "exec"), module.__dict__)  # noqa: S102 - trusted seed code only
+        exec(compile(parse_python(source), str(pf_path), "exec"), module.__dict__)  # noqa: S102 - trusted seed code only
     if skill_id not in found:
         raise SkillFormatError(f"{pf_path}: no @register_pf({skill_id!r}) class (found {sorted(found)})")
     return found[skill_id]()

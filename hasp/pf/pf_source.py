@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hasp.pyast import parse_python
+
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 #: the runtime's root class: what it defines is the interface, not behaviour to analyse
 _ROOT_CLASS = "ProgramFunction"
@@ -52,7 +54,7 @@ def _project_module(dotted: str) -> ast.Module | None:
     base = _PACKAGE_ROOT.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if parts[1:] and path.is_file():
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parse_python(path.read_text(encoding="utf-8"))
             _MODULE_NAMES[id(tree)] = dotted
             return tree
     return None
@@ -167,7 +169,7 @@ def pf_attrs(source: str, skill_id: str | None = None) -> dict[str, Any]:
 
     Raises ``SyntaxError`` for unparsable code and ``LookupError`` when no PF class is registered.
     """
-    found = find_pf_class(ast.parse(source), skill_id)
+    found = find_pf_class(parse_python(source), skill_id)
     if found is None:
         raise LookupError(f"no @register_pf({skill_id!r}) class" if skill_id else "no @register_pf class")
     return dict(found.attrs)
