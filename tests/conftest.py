@@ -13,10 +13,9 @@ from fixtures_llm import real_llm  # noqa: F401  (session fixture: real model be
 def _share_the_cores() -> None:
     """Give torch in each pytest-xdist worker its share of the cores, in this process and in every
     process it starts (CLI runs, DVC stages). Two workers that each train with both cores' OpenMP
-    threads oversubscribe them, and threads waiting at barriers for a preempted sibling made a
-    two-step LoRA SFT of the embedded model twice as slow with two threads as with one beside another
-    job (bench/RESULTS.md, CI section). llama.cpp keeps its own setting (``llm.threads``). A setting
-    the caller made wins."""
+    threads oversubscribe them: threads waiting at barriers for a preempted sibling made a two-step
+    LoRA SFT of the embedded model take 53.8 s with two threads against 28.7 s with one, beside another
+    job. llama.cpp keeps its own setting (``llm.threads``). A setting the caller made wins."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     if workers > 1:
         share = str(max(1, (os.cpu_count() or 1) // workers))
@@ -74,5 +73,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if used & SERVICE_FIXTURES:
             item.add_marker(pytest.mark.services)
         if used & (MODEL_FIXTURES | SERVICE_FIXTURES):
-            heavy.add(item.nodeid.split("::", 1)[0])
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in heavy)  # stable: order within kept
+            heavy.add(item.path)
+    items.sort(key=lambda item: item.path not in heavy)  # stable: order within a group is kept
